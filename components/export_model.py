@@ -1,0 +1,99 @@
+"""Export stage: load the trained SavedModel back, evaluate it, and publish it.
+
+The model is evaluated through its serving signature on the validation split's encoded
+images, exactly as a prediction client would send them, then copied atomically to the
+exported model location with its metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from components.dataset import FEATURE_IMAGE, FEATURE_LABEL, load_manifest, shard_paths
+
+
+class ExportError(RuntimeError):
+    """The trained model is missing or unusable."""
+
+
+def evaluate_saved_model(model_dir: str | os.PathLike, dataset_dir: str | os.PathLike,
+                         split: str = "validation", batch_size: int = 256) -> dict[str, Any]:
+    """Evaluates a SavedModel's `serving_default` signature on a dataset split.
+
+    Args:
+        model_dir: SavedModel directory written by the trainer.
+        dataset_dir: Prepared dataset directory.
+        split: Split to evaluate on.
+        batch_size: Examples per signature call.
+
+    Returns:
+        Metrics: `accuracy`, `examples`, per-class `accuracy_<class>`.
+
+    Raises:
+        ExportError: The model directory holds no SavedModel or lacks the signature.
+    """
+    from trainer.export import SIGNATURE_BYTES
+
+    if not (Path(model_dir) / "saved_model.pb").is_file():
+        raise ExportError(f"{str(model_dir)!r} holds no SavedModel (no saved_model.pb)")
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(str(model_dir))
+    if SIGNATURE_BYTES not in loaded.signatures:
+        raise ExportError(f"SavedModel {str(model_dir)!r} has no {SIGNATURE_BYTES!r} signature "
+                          f"(has: {', '.join(loaded.signatures) or 'none'})")
+    serve = loaded.signatures[SIGNATURE_BYTES]
+    manifest = load_manifest(dataset_dir)
+    classes = manifest["classes"]
+    features = {FEATURE_IMAGE: tf.io.FixedLenFeature([], tf.string),
+                FEATURE_LABEL: tf.io.FixedLenFeature([], tf.int64)}
+    ds = (tf.data.TFRecordDataset(shard_paths(dataset_dir, manifest, split))
+          .batch(batch_size)
+          .map(lambda r: tf.io.parse_example(r, features)))
+    correct = [0] * len(classes)
+    total = [0] * len(classes)
+    for batch in ds:
+        predicted = serve(image_bytes=batch[FEATURE_IMAGE])["class_index"].numpy()
+        for label, guess in zip(batch[FEATURE_LABEL].numpy(), predicted):
+            total[label] += 1
+            correct[label] += int(label == guess)
+    examples = sum(total)
+    if examples == 0:
+        raise ExportError(f"the {split} split of {str(dataset_dir)!r} is empty")
+    metrics: dict[str, Any] = {"accuracy": sum(correct) / examples, "examples": examples}
+    for name, c, t in zip(classes, correct, total):
+        metrics[f"accuracy_{name}"] = c / t if t else 0.0
+    return metrics
+
+
+def publish_model(model_dir: str | os.PathLike, destination: str | os.PathLike,
+                  metrics: dict[str, Any]) -> Path:
+    """Copies the SavedModel to `destination` atomically, with its evaluation beside it.
+
+    Args:
+        model_dir: Trained SavedModel directory.
+        destination: Exported model directory; must not exist or be empty.
+        metrics: Evaluation metrics, written to `evaluation.json` in the copy.
+
+    Returns:
+        The destination path.
+    """
+    dest = Path(destination)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".partial-", dir=dest.parent))
+    try:
+        shutil.copytree(model_dir, staging, dirs_exist_ok=True)
+        (staging / "evaluation.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        if dest.is_dir():
+            dest.rmdir()  # Only an empty directory may be replaced.
+        os.rename(staging, dest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return dest

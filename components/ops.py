@@ -1,0 +1,150 @@
+"""The pipeline's KFP components: thin interfaces over the plain stage modules.
+
+Each component body only imports its stage module and calls it, so all behaviour is
+tested without KFP. The bodies run in the project image (on Vertex) or in this
+environment (kfp.local's SubprocessRunner), where the project is installed; that is
+why `install_kfp_package=False` and why imports sit inside the functions (lightweight
+components are shipped as their source).
+"""
+
+# No `from __future__ import annotations`: KFP reads the real annotation objects.
+
+from typing import NamedTuple
+
+from kfp import dsl
+from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
+
+from components import images
+
+_IMAGE = images.pipeline_image()
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def prepare_dataset(source: str, image_size: int, validation_fraction: float, num_shards: int,
+                    dataset: Output[Dataset]):
+    """Stage 1: image folders (or the builtin shapes) -> sharded TFRecords + manifest."""
+    from components.dataset import prepare_dataset as prepare
+
+    manifest = prepare(source, dataset.path, image_size=image_size,
+                       validation_fraction=validation_fraction, num_shards=num_shards)
+    dataset.metadata.update({
+        "classes": manifest["classes"],
+        "image_size": manifest["image_size"],
+        "source_fingerprint": manifest["source_fingerprint"],
+        **{f"{split}_examples": info["count"] for split, info in manifest["splits"].items()},
+    })
+    counts = ", ".join(f"{s} {i['count']} in {len(i['shards'])} shards"
+                       for s, i in manifest["splits"].items())
+    print(f"[gpu-pipeline] dataset: {len(manifest['classes'])} classes "
+          f"({', '.join(manifest['classes'])}); {counts}")
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def validate_gpu_config(worker_pool_specs: list, region: str) -> list:
+    """Stage 2: checks the Vertex worker pools against the GPU rules; returns them normalised."""
+    import sys
+
+    from components.gpu_validation import validate_worker_pool_specs
+
+    result = validate_worker_pool_specs(worker_pool_specs, region=region)
+    for warning in result.warnings:
+        print(f"[gpu-pipeline] warning: {warning}")
+    if not result.ok:
+        print("[gpu-pipeline] invalid GPU configuration:")
+        for error in result.errors:
+            print(f"[gpu-pipeline]   - {error}")
+        sys.exit(1)
+    pools = [p for p in result.specs if p]
+    print(f"[gpu-pipeline] GPU configuration valid for {region}: " + "; ".join(
+        f"{p['replica_count']} x {p['machine_spec']['machine_type']}"
+        + (f" + {p['machine_spec']['accelerator_count']} x {p['machine_spec']['accelerator_type']}"
+           if p['machine_spec'].get('accelerator_type') else "") for p in pools))
+    return result.specs
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def build_trainer_image(image_repository: str, prebuilt_image: str,
+                        build_context: Output[Artifact]) -> str:
+    """Stage 3: writes the trainer's build context and digest; returns the image to train with.
+
+    No engine builds or pushes anything in this version: a local run trains with the
+    trainer installed in its environment (prebuilt_image empty), a Vertex run with the
+    project image its components already run in (prebuilt_image).
+    """
+    from components.build_image import trainer_image_uri, write_build_context
+
+    context = write_build_context(build_context.path)
+    target = trainer_image_uri(image_repository, context)
+    build_context.metadata.update({"digest": context.digest, "image_uri": target,
+                                   "files": len(context.files), "pushed": False})
+    print(f"[gpu-pipeline] build context: {len(context.files)} files, {context.digest}")
+    if prebuilt_image:
+        print(f"[gpu-pipeline] image {target} was not built or pushed; training uses the "
+              f"prebuilt image {prebuilt_image}")
+        return prebuilt_image
+    print(f"[gpu-pipeline] local run: image {target} was not built or pushed (no Docker "
+          "engine is used); training uses the trainer installed in this environment")
+    return ""
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def train_on_local_workers(dataset: Input[Dataset], num_workers: int, epochs: int,
+                           batch_size: int, learning_rate: float, model: Output[Model],
+                           training_job: Output[Artifact]):
+    """Stage 4 (local): the trainer as `num_workers` processes on localhost."""
+    import json
+    import os
+
+    from components.local_training import run_local_cluster
+
+    print(f"[gpu-pipeline] training: {num_workers} worker processes on localhost "
+          "(MultiWorkerMirroredStrategy, TF_CONFIG as Vertex AI sets it)")
+    run_local_cluster(num_workers, [
+        "--job-dir", training_job.path, "--data-dir", dataset.path, "--model-dir", model.path,
+        "--epochs", str(epochs), "--batch-size", str(batch_size),
+        "--learning-rate", str(learning_rate)])
+    with open(os.path.join(training_job.path, "training_report.json")) as f:
+        report = json.load(f)
+    summary = {k: report[k] for k in ("num_workers", "replicas_in_sync", "global_batch_size",
+                                      "epochs", "train_seconds", "examples_per_second")}
+    training_job.metadata.update(summary)
+    model.metadata.update({"framework": "tensorflow", **summary})
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def vertex_training_spec(worker_pool_specs: list, image_uri: str, dataset: Input[Dataset],
+                         epochs: int, batch_size: int, learning_rate: float,
+                         training_job: Output[Artifact]) -> NamedTuple(
+                             "VertexTrainingSpec", [("worker_pool_specs", list),
+                                                    ("base_output_directory", str),
+                                                    ("model_uri", str)]):
+    """Stage 4 (Vertex), part 1: the CustomJob's worker pools for the validated machines."""
+    from collections import namedtuple
+
+    from components.vertex_training import custom_job_spec
+
+    spec = custom_job_spec(worker_pool_specs, image_uri, dataset_path=dataset.path,
+                           output_uri=training_job.uri, output_path=training_job.path,
+                           epochs=epochs, batch_size=batch_size, learning_rate=learning_rate)
+    outputs = namedtuple("VertexTrainingSpec",
+                         ["worker_pool_specs", "base_output_directory", "model_uri"])
+    return outputs(spec["worker_pool_specs"], spec["base_output_directory"], spec["model_uri"])
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def export_model(dataset: Input[Dataset], trained_model: Input[Model],
+                 exported_model: Output[Model], metrics: Output[Metrics]):
+    """Stage 5: loads the SavedModel back, evaluates it, and exports it with its metrics."""
+    import json
+
+    from components.export_model import evaluate_saved_model, publish_model
+
+    results = evaluate_saved_model(trained_model.path, dataset.path)
+    publish_model(trained_model.path, exported_model.path, results)
+    for name, value in results.items():
+        metrics.log_metric(name, value)
+    exported_model.metadata.update({"framework": "tensorflow", "accuracy": results["accuracy"],
+                                    "trained_model": trained_model.uri})
+    print(f"[gpu-pipeline] exported model evaluated on {results['examples']} validation "
+          f"examples: accuracy {results['accuracy']:.4f}; " + json.dumps(
+              {k: round(v, 4) for k, v in results.items() if k.startswith("accuracy_")}))

@@ -1,0 +1,58 @@
+"""Vertex AI training stage: the CustomJob request for the validated worker pools.
+
+Only this stage differs between Vertex and local runs; see `pipelines.pipeline`.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Sequence
+
+#: Vertex AI sets AIP_MODEL_DIR to `<base_output_directory>/model`.
+MODEL_SUBDIR = "model"
+
+
+class TrainingSpecError(ValueError):
+    """The worker pools or image cannot make a CustomJob."""
+
+
+def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], image_uri: str, *,
+                    dataset_path: str, output_uri: str, output_path: str, epochs: int,
+                    batch_size: int, learning_rate: float) -> dict[str, Any]:
+    """Adds the trainer container to validated worker pools.
+
+    Every used pool runs the same image and arguments; the cluster roles come from the
+    TF_CONFIG Vertex sets. Paths given to the trainer are `/gcs/` paths (Cloud Storage
+    FUSE on Vertex), read with plain file APIs.
+
+    Args:
+        worker_pool_specs: Normalised pools from the validation stage.
+        image_uri: The trainer image.
+        dataset_path: Local (FUSE) path of the prepared dataset.
+        output_uri: `gs://` URI for the job's outputs (base_output_directory).
+        output_path: The same location as a local (FUSE) path.
+        epochs: Training epochs.
+        batch_size: Per-replica batch size.
+        learning_rate: Optimizer learning rate.
+
+    Returns:
+        `worker_pool_specs`, `base_output_directory` and `model_uri` for the CustomJob.
+
+    Raises:
+        TrainingSpecError: No image, or no chief pool.
+    """
+    if not image_uri:
+        raise TrainingSpecError("image_uri is empty; a Vertex CustomJob needs the trainer image")
+    if not worker_pool_specs or not worker_pool_specs[0]:
+        raise TrainingSpecError("worker_pool_specs has no chief pool (pool 0)")
+    args = ["--job-dir", output_path, "--data-dir", dataset_path, "--epochs", str(epochs),
+            "--batch-size", str(batch_size), "--learning-rate", str(learning_rate)]
+    pools = []
+    for pool in worker_pool_specs:
+        pool = copy.deepcopy(dict(pool))
+        if pool:
+            pool["container_spec"] = {"image_uri": image_uri, "args": list(args)}
+        pools.append(pool)
+    base = output_uri.rstrip("/")
+    return {"worker_pool_specs": pools, "base_output_directory": base,
+            "model_uri": f"{base}/{MODEL_SUBDIR}"}

@@ -1,0 +1,194 @@
+"""`gpu-pipeline`: run the pipeline locally, compile it for Vertex AI, validate GPU configs.
+
+User mistakes end with one clear message and exit code 2; a failed stage with exit
+code 1. Neither prints a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+DEFAULT_SPEC = Path("compiled") / "gpu_training_pipeline.yaml"
+DEFAULT_LOCAL_ROOT = Path("local_runs")
+
+
+class UsageError(Exception):
+    """A command-line mistake; the message says what to do."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # noqa: D401 - argparse's own signature
+        """Reports a usage error without a traceback and exits with code 2."""
+        self.print_usage(sys.stderr)
+        self.exit(2, f"error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
+    return value
+
+
+def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="YAML configuration file "
+                        "(sections dataset, training, vertex); flags override it.")
+    parser.add_argument("--dataset-source", help="Image folder with one sub-folder per class, "
+                        "or builtin://shapes (the default).")
+    parser.add_argument("--epochs", type=_positive_int, help="Training epochs.")
+    parser.add_argument("--batch-size", type=_positive_int, help="Per-replica batch size.")
+    parser.add_argument("--region", help="Vertex AI region (checked against the GPU rules).")
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    return {
+        "dataset": {"source": args.dataset_source},
+        "training": {"epochs": args.epochs, "batch_size": args.batch_size,
+                     "local_workers": getattr(args, "workers", None)},
+        "vertex": {"region": args.region},
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `gpu-pipeline` argument parser."""
+    parser = _Parser(prog="gpu-pipeline", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="Run the whole pipeline.")
+    run.add_argument("--local", action="store_true",
+                     help="Run on this machine with KFP's local runner (required in this "
+                          "version).")
+    run.add_argument("--pipeline-root", type=Path, default=DEFAULT_LOCAL_ROOT,
+                     help=f"Where run artifacts go (default: {DEFAULT_LOCAL_ROOT}/).")
+    run.add_argument("--workers", type=_positive_int,
+                     help="Local training worker processes (default 2).")
+    run.add_argument("--json", action="store_true",
+                     help="End with one JSON line: pipeline_root, model_uri, metrics, artifacts.")
+    run.add_argument("--verbose", action="store_true", help="Show KFP's full executor output.")
+    _add_config_flags(run)
+
+    comp = sub.add_parser("compile", help="Compile the Vertex AI pipeline spec.")
+    comp.add_argument("--output", type=Path, default=DEFAULT_SPEC,
+                      help=f"Spec file to write (default: {DEFAULT_SPEC}).")
+    _add_config_flags(comp)
+
+    val = sub.add_parser("validate-gpu", help="Check a GPU configuration against the rules.")
+    val.add_argument("--config", type=Path, help="YAML configuration file (vertex section).")
+    val.add_argument("--machine-type", help="Compute Engine machine type, e.g. n1-standard-8.")
+    val.add_argument("--accelerator-type", help="GPU type, e.g. NVIDIA_TESLA_T4.")
+    val.add_argument("--accelerator-count", type=int, default=None, help="GPUs per machine.")
+    val.add_argument("--replica-count", type=_positive_int, default=1,
+                     help="Machines of this type (1 chief + the rest as workers).")
+    val.add_argument("--region", help="Vertex AI region.")
+    val.add_argument("--json", action="store_true", help="Print a machine-readable report.")
+    return parser
+
+
+def _load(args: argparse.Namespace):
+    from pipelines.config import load_config
+
+    if args.config is not None and not args.config.is_file():
+        raise UsageError(f"--config {str(args.config)!r} is not a readable file")
+    return load_config(args.config, _overrides(args))
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    if not args.local:
+        raise UsageError("only local runs are available: use `gpu-pipeline run --local`; "
+                         "`gpu-pipeline compile` writes the Vertex AI spec")
+    config = _load(args)  # Pre-flight: every configuration error before any work.
+    from pipelines.local_run import run_local
+
+    pools = config.vertex.worker_pool_specs
+    print(f"[gpu-pipeline] local run: {config.training.local_workers} worker processes, "
+          f"{config.training.epochs} epochs, dataset {config.dataset.source}; Vertex worker "
+          f"pools to validate: {len(pools)} in {config.vertex.region}", flush=True)
+    result = run_local(config, args.pipeline_root, verbose=args.verbose)
+    print(f"\n[gpu-pipeline] done in {result.seconds:.1f} s: validation accuracy "
+          f"{result.metrics.get('accuracy', float('nan')):.4f} from the exported SavedModel")
+    print(f"  pipeline root: {result.pipeline_root}")
+    print(f"  run:           {result.run_dir}")
+    print(f"  model:         {result.model_uri}")
+    for name, path in result.artifacts.items():
+        print(f"  {name:<40} {path}")
+    if args.json:
+        print(result.to_json())
+    return 0
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    _load(args)  # Refuse an invalid configuration before compiling anything.
+    from pipelines.compile import compile_pipeline
+
+    path = compile_pipeline(args.output)
+    print(f"[gpu-pipeline] wrote {path}")
+    return 0
+
+
+def _cmd_validate_gpu(args: argparse.Namespace) -> int:
+    from components.gpu_validation import validate_worker_pool_specs
+
+    if args.config is not None:
+        config = _load(argparse.Namespace(config=args.config, dataset_source=None, epochs=None,
+                                          batch_size=None, region=args.region))
+        specs, region = list(config.vertex.worker_pool_specs), config.vertex.region
+    elif args.machine_type:
+        machine_spec: dict[str, Any] = {"machine_type": args.machine_type}
+        if args.accelerator_type is not None:
+            machine_spec["accelerator_type"] = args.accelerator_type
+        if args.accelerator_count is not None:
+            machine_spec["accelerator_count"] = args.accelerator_count
+        specs = [{"machine_spec": machine_spec, "replica_count": 1}]
+        if args.replica_count > 1:
+            specs.append({"machine_spec": dict(machine_spec),
+                          "replica_count": args.replica_count - 1})
+        region = args.region
+    else:
+        raise UsageError("give --machine-type (with --accelerator-type/--accelerator-count) "
+                         "or --config FILE")
+    result = validate_worker_pool_specs(specs, region=region)
+    if args.json:
+        print(json.dumps({"ok": result.ok, "errors": result.errors, "warnings": result.warnings,
+                          "worker_pool_specs": result.specs, "region": region}, indent=2))
+    else:
+        for warning in result.warnings:
+            print(f"warning: {warning}")
+        if result.ok:
+            print(f"valid: {len([p for p in result.specs if p])} worker pool(s)"
+                  + (f" in {region}" if region else ""))
+        else:
+            print("invalid GPU configuration:")
+            for error in result.errors:
+                print(f"  - {error}")
+    return 0 if result.ok else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `gpu-pipeline` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    from components.dataset import DatasetError
+    from pipelines.config import ConfigError
+    from pipelines.local_run import LocalRunError
+
+    commands = {"run": _cmd_run, "compile": _cmd_compile, "validate-gpu": _cmd_validate_gpu}
+    try:
+        return commands[args.command](args)
+    except (UsageError, ConfigError, DatasetError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except LocalRunError as exc:
+        print(f"error: the pipeline failed: {exc} (its log is above)", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+if __name__ == "__main__":
+    sys.exit(main())

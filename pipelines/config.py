@@ -1,0 +1,210 @@
+"""Typed run configuration: defaults, then a YAML file, then overrides; validated, frozen.
+
+Every value a run uses comes from here, and a bad value is reported with its field
+path, the value given and what would be valid, before any work starts.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from components import images
+from components.dataset import BUILTIN_SHAPES
+from components.gpu_validation import validate_worker_pool_specs
+
+
+class ConfigError(ValueError):
+    """One or more configuration values are invalid; the message lists all of them."""
+
+
+def _default_pools() -> list[dict[str, Any]]:
+    # A chief and one worker, each an n1-standard-8 with one T4: the smallest real
+    # multi-worker GPU cluster, valid in every GPU region.
+    pool = {"machine_spec": {"machine_type": "n1-standard-8",
+                             "accelerator_type": "NVIDIA_TESLA_T4", "accelerator_count": 1},
+            "replica_count": 1}
+    return [copy.deepcopy(pool) for _ in range(2)]
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetConfig:
+    """Dataset stage settings."""
+
+    source: str = BUILTIN_SHAPES
+    image_size: int = 32
+    validation_fraction: float = 0.2
+    num_shards: int = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+    """Trainer settings (the same on Vertex and locally)."""
+
+    epochs: int = 10
+    batch_size: int = 32
+    learning_rate: float = 0.003
+    local_workers: int = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class VertexConfig:
+    """Where and on what the pipeline runs on Vertex AI."""
+
+    project: str = ""
+    region: str = "us-central1"
+    pipeline_root: str = ""
+    service_account: str = ""
+    image_repository: str = images.DEFAULT_IMAGE_REPOSITORY
+    worker_pool_specs: tuple = dataclasses.field(default_factory=lambda: tuple(_default_pools()))
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The whole run configuration."""
+
+    dataset: DatasetConfig = dataclasses.field(default_factory=DatasetConfig)
+    training: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
+    vertex: VertexConfig = dataclasses.field(default_factory=VertexConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (the effective configuration saved with a run)."""
+        data = dataclasses.asdict(self)
+        data["vertex"]["worker_pool_specs"] = list(self.vertex.worker_pool_specs)
+        return data
+
+
+_SECTIONS = {"dataset": DatasetConfig, "training": TrainingConfig, "vertex": VertexConfig}
+
+# (minimum, maximum) for numeric fields; None means unbounded.
+_RANGES = {
+    "dataset.image_size": (8, 1024),
+    "dataset.num_shards": (1, 4096),
+    "training.epochs": (1, 10000),
+    "training.batch_size": (1, 65536),
+    "training.local_workers": (1, 8),
+}
+
+
+def _check_type(path: str, value: Any, default: Any, errors: list[str]) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            errors.append(f"{path} is {value!r}; expected true or false")
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            errors.append(f"{path} is {value!r}; expected an integer")
+            return default
+        low, high = _RANGES.get(path, (None, None))
+        if (low is not None and value < low) or (high is not None and value > high):
+            errors.append(f"{path} is {value}; expected an integer from {low} to {high}")
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            errors.append(f"{path} is {value!r}; expected a number")
+            return default
+        return float(value)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            errors.append(f"{path} is {value!r}; expected a string")
+            return default
+        return value
+    if isinstance(default, tuple):
+        if not isinstance(value, (list, tuple)):
+            errors.append(f"{path} is {value!r}; expected a list")
+            return default
+        return tuple(value)
+    return value
+
+
+def _merge(base: dict[str, dict[str, Any]], layer: Mapping[str, Any], origin: str,
+           errors: list[str]) -> None:
+    if not isinstance(layer, Mapping):
+        errors.append(f"{origin}: expected a mapping with sections "
+                      f"{', '.join(_SECTIONS)}, got {type(layer).__name__}")
+        return
+    for section, values in layer.items():
+        if section not in _SECTIONS:
+            errors.append(f"{origin}: unknown section {section!r}; valid sections are "
+                          f"{', '.join(_SECTIONS)}")
+            continue
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            errors.append(f"{origin}: section {section!r} must be a mapping")
+            continue
+        fields = {f.name for f in dataclasses.fields(_SECTIONS[section])}
+        for key, value in values.items():
+            if key not in fields:
+                errors.append(f"{origin}: unknown field {section}.{key}; valid fields of "
+                              f"{section} are {', '.join(sorted(fields))}")
+            else:
+                base[section][key] = value
+
+
+def load_config(path: str | Path | None = None,
+                overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Config:
+    """Loads the configuration: defaults, then the YAML file, then overrides.
+
+    Args:
+        path: Optional YAML file with sections `dataset`, `training`, `vertex`.
+        overrides: Values from the command line, in the same nested form; None values are
+            ignored.
+
+    Returns:
+        The validated, frozen configuration.
+
+    Raises:
+        ConfigError: The file is unreadable or any value is invalid (all problems listed).
+    """
+    defaults = Config()
+    merged = {name: {f.name: getattr(getattr(defaults, name), f.name)
+                     for f in dataclasses.fields(cls)} for name, cls in _SECTIONS.items()}
+    errors: list[str] = []
+    if path is not None:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"config file {str(path)!r} cannot be read: {exc.strerror}") from None
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+        _merge(merged, data, f"config file {path}", errors)
+    if overrides:
+        cleaned = {s: {k: v for k, v in vals.items() if v is not None}
+                   for s, vals in overrides.items()}
+        _merge(merged, cleaned, "command line", errors)
+
+    sections = {}
+    for name, cls in _SECTIONS.items():
+        values = {}
+        for f in dataclasses.fields(cls):
+            default = getattr(getattr(defaults, name), f.name)
+            values[f.name] = _check_type(f"{name}.{f.name}", merged[name][f.name], default, errors)
+        sections[name] = cls(**values)
+    config = Config(**sections)
+
+    if not 0.0 < config.dataset.validation_fraction < 1.0:
+        errors.append(f"dataset.validation_fraction is {config.dataset.validation_fraction}; "
+                      "expected a number strictly between 0 and 1")
+    if config.training.learning_rate <= 0:
+        errors.append(f"training.learning_rate is {config.training.learning_rate}; expected > 0")
+    if config.dataset.num_shards < config.training.local_workers:
+        errors.append(f"dataset.num_shards is {config.dataset.num_shards}, fewer than "
+                      f"training.local_workers ({config.training.local_workers}); every worker "
+                      "needs its own files: use at least as many shards as workers")
+    if config.dataset.source != BUILTIN_SHAPES and "://" not in config.dataset.source \
+            and not Path(config.dataset.source).is_dir():
+        errors.append(f"dataset.source is {config.dataset.source!r}, which is not a directory; "
+                      f"expected a folder with one sub-folder per class, or {BUILTIN_SHAPES!r}")
+    gpu = validate_worker_pool_specs(list(config.vertex.worker_pool_specs),
+                                     region=config.vertex.region)
+    errors.extend(f"vertex.{e}" for e in gpu.errors)
+    if errors:
+        raise ConfigError("invalid configuration:\n" + "\n".join(f"  - {e}" for e in errors))
+    return config

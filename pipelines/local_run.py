@@ -1,0 +1,166 @@
+"""Runs the local pipeline with KFP's local runner (kfp.local, SubprocessRunner).
+
+The components run as subprocesses of this Python environment, where the project is
+installed; training starts its worker processes on localhost.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import re
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Iterator, TextIO
+
+from pipelines.config import Config
+
+
+class LocalRunError(RuntimeError):
+    """A stage of the local pipeline failed (its log is above the message)."""
+
+
+@dataclasses.dataclass
+class LocalRunResult:
+    """Where a local run put everything, and what it measured."""
+
+    pipeline_root: str
+    run_dir: str
+    model_uri: str
+    metrics: dict[str, Any]
+    artifacts: dict[str, str]
+    seconds: float
+
+    def to_json(self) -> str:
+        """One-line JSON summary (the last line of `gpu-pipeline run --local --json`)."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+
+# Lines from our own stages and trainer, and KFP's task status lines, make the progress a
+# person can follow; the rest (executor input JSON, artifact dumps) shows with --verbose.
+_PROGRESS = re.compile(r"^\s*(\[gpu-pipeline\]|\[trainer |.*Task .*(started|finished with status)"
+                       r"|.*Pipeline .*(started|finished with status))")
+_FAILURE = re.compile(r"finished with status FAILURE")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class _ProgressFilter:
+    """A text stream that passes on only progress lines.
+
+    The hidden lines of the running task are kept, and shown when the task fails, so
+    a failure always comes with its traceback.
+    """
+
+    def __init__(self, target: TextIO, keep: int = 60):
+        self._target = target
+        self._buffer = ""
+        self._hidden: collections.deque[str] = collections.deque(maxlen=keep)
+
+    def write(self, text: str) -> int:
+        self._buffer += text
+        *lines, self._buffer = self._buffer.split("\n")
+        for line in lines:
+            plain = _ANSI.sub("", line).rstrip()
+            if _FAILURE.search(plain) and self._hidden:
+                self._target.write("\n".join(self._hidden) + "\n")
+                self._hidden.clear()
+            if _PROGRESS.match(plain):
+                self._target.write(plain.strip() + "\n")
+                if "finished with status" in plain:
+                    self._hidden.clear()
+            elif plain.strip():
+                self._hidden.append(plain)
+        return len(text)
+
+    def flush(self) -> None:
+        self._target.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
+@contextlib.contextmanager
+def _quiet_kfp(out: TextIO, verbose: bool) -> Iterator[None]:
+    """Routes KFP's output (stdout and its logger) through the progress filter."""
+    if verbose:
+        yield
+        return
+    stream = _ProgressFilter(out)
+    handler = logging.StreamHandler(stream)
+    kfp_logger = logging.getLogger("kfp")
+    saved = (kfp_logger.handlers[:], kfp_logger.propagate)
+    kfp_logger.handlers[:] = [handler]
+    kfp_logger.propagate = False
+    try:
+        with contextlib.redirect_stdout(stream):
+            yield
+    finally:
+        kfp_logger.handlers[:], kfp_logger.propagate = saved
+
+
+def _artifacts(run_dir: Path) -> dict[str, str]:
+    """Maps `<task>/<output>` to its path for every output under the run directory."""
+    found = {}
+    for task_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
+        for output in sorted(task_dir.iterdir()):
+            if output.name != "executor_output.json":
+                found[f"{task_dir.name}/{output.name}"] = str(output)
+    return found
+
+
+def run_local(config: Config, pipeline_root: str | os.PathLike, *, verbose: bool = False,
+              out: TextIO | None = None) -> LocalRunResult:
+    """Runs the whole pipeline on this machine.
+
+    Args:
+        config: Validated configuration (its worker pools are validated by stage 2 too).
+        pipeline_root: Directory under which the run's artifacts are written.
+        verbose: Show KFP's full executor output.
+        out: Where progress goes (default: stdout).
+
+    Returns:
+        The run's locations and metrics.
+
+    Raises:
+        LocalRunError: A stage failed.
+    """
+    from kfp import local
+
+    from pipelines.pipeline import local_arguments, local_pipeline
+
+    out = out or sys.stdout
+    root = Path(pipeline_root).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    # Stage subprocesses inherit this: TensorFlow's C++ start-up chatter is not progress.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    started = time.monotonic()
+    with warnings.catch_warnings():
+        # The runner warns about any image whose name lacks "python"; ours is the project
+        # image, and locally the components run in this very environment anyway.
+        warnings.filterwarnings("ignore", message=".*non-Python base image.*")
+        # Display names are for the Vertex AI UI; the local runner says it ignores them.
+        warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
+        local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root),
+                   raise_on_error=True)
+        try:
+            with _quiet_kfp(out, verbose):
+                task = local_pipeline(**local_arguments(config))
+        except RuntimeError as exc:
+            raise LocalRunError(_ANSI.sub("", str(exc)).strip().splitlines()[0]) from None
+    model = task.outputs["model"]
+    metrics_artifact = task.outputs["metrics"]
+    run_dir = Path(model.path).parent.parent
+    return LocalRunResult(
+        pipeline_root=str(root),
+        run_dir=str(run_dir),
+        model_uri=model.uri,
+        metrics=dict(metrics_artifact.metadata),
+        artifacts=_artifacts(run_dir),
+        seconds=round(time.monotonic() - started, 1),
+    )

@@ -1,0 +1,137 @@
+"""The pipeline: five stages, one definition, two targets.
+
+prepare dataset -> validate GPU config -> build image -> train -> export model.
+
+Everything but the training step is shared (`_stages`). On Vertex, training is a
+CustomJob (google-cloud-pipeline-components) whose worker pools are the validation
+stage's output at run time, so machine and GPU settings stay pipeline parameters.
+Locally, a component starts the workers as processes on localhost.
+"""
+
+# No `from __future__ import annotations`: KFP reads the real annotation objects.
+
+from typing import Callable, NamedTuple
+
+from kfp import dsl
+from kfp.dsl import Metrics, Model
+
+from components import images, ops
+from pipelines.config import Config
+
+PIPELINE_NAME = "gpu-training-pipeline"
+LOCAL_PIPELINE_NAME = "gpu-training-pipeline-local"
+_DEFAULTS = Config()
+_DESCRIPTION = ("Prepares a sharded TFRecord dataset, validates the GPU worker pools, "
+                "packs the trainer image context, trains with MultiWorkerMirroredStrategy "
+                "on several workers and exports the evaluated SavedModel.")
+
+
+class PipelineOutputs(NamedTuple):
+    model: Model
+    metrics: Metrics
+
+
+def _stages(train: Callable, *, dataset_source: str, image_size: int,
+            validation_fraction: float, num_shards: int, worker_pool_specs: list, region: str,
+            image_repository: str, prebuilt_image: str):
+    """Wires the five stages; `train(dataset_task, gpu_task, build_task)` returns a Model."""
+    data = ops.prepare_dataset(source=dataset_source, image_size=image_size,
+                               validation_fraction=validation_fraction, num_shards=num_shards)
+    data.set_display_name("1 prepare dataset")
+    gpu = ops.validate_gpu_config(worker_pool_specs=worker_pool_specs, region=region)
+    gpu.set_display_name("2 validate GPU config").after(data)
+    build = ops.build_trainer_image(image_repository=image_repository,
+                                    prebuilt_image=prebuilt_image)
+    build.set_display_name("3 build trainer image").after(gpu)
+    trained_model = train(data, gpu, build)
+    export = ops.export_model(dataset=data.outputs["dataset"], trained_model=trained_model)
+    export.set_display_name("5 export model")
+    return PipelineOutputs(export.outputs["exported_model"], export.outputs["metrics"])
+
+
+@dsl.pipeline(name=PIPELINE_NAME, description=_DESCRIPTION)
+def vertex_pipeline(
+    project: str = "{{$.pipeline_google_cloud_project_id}}",
+    region: str = _DEFAULTS.vertex.region,
+    worker_pool_specs: list = list(_DEFAULTS.vertex.worker_pool_specs),
+    service_account: str = _DEFAULTS.vertex.service_account,
+    image_repository: str = _DEFAULTS.vertex.image_repository,
+    trainer_image: str = images.pipeline_image(),
+    dataset_source: str = _DEFAULTS.dataset.source,
+    image_size: int = _DEFAULTS.dataset.image_size,
+    validation_fraction: float = _DEFAULTS.dataset.validation_fraction,
+    num_shards: int = _DEFAULTS.dataset.num_shards,
+    epochs: int = _DEFAULTS.training.epochs,
+    batch_size: int = _DEFAULTS.training.batch_size,
+    learning_rate: float = _DEFAULTS.training.learning_rate,
+) -> PipelineOutputs:
+    """The pipeline for Vertex AI Pipelines (training as a Vertex AI CustomJob)."""
+    from google_cloud_pipeline_components.v1.custom_job import CustomTrainingJobOp
+
+    def train(data, gpu, build):
+        spec = ops.vertex_training_spec(
+            worker_pool_specs=gpu.output, image_uri=build.outputs["Output"],
+            dataset=data.outputs["dataset"], epochs=epochs, batch_size=batch_size,
+            learning_rate=learning_rate)
+        spec.set_display_name("4a training job spec")
+        job = CustomTrainingJobOp(
+            project=project, location=region, display_name=PIPELINE_NAME + "-train",
+            worker_pool_specs=spec.outputs["worker_pool_specs"],
+            base_output_directory=spec.outputs["base_output_directory"],
+            service_account=service_account)
+        job.set_display_name("4b train on Vertex AI")
+        model = dsl.importer(artifact_uri=spec.outputs["model_uri"], artifact_class=Model,
+                             reimport=False).after(job)
+        model.set_display_name("4c trained model")
+        return model.output
+
+    return _stages(train, dataset_source=dataset_source, image_size=image_size,
+                   validation_fraction=validation_fraction, num_shards=num_shards,
+                   worker_pool_specs=worker_pool_specs, region=region,
+                   image_repository=image_repository, prebuilt_image=trainer_image)
+
+
+@dsl.pipeline(name=LOCAL_PIPELINE_NAME, description=_DESCRIPTION + " (local workers)")
+def local_pipeline(
+    region: str = _DEFAULTS.vertex.region,
+    worker_pool_specs: list = list(_DEFAULTS.vertex.worker_pool_specs),
+    image_repository: str = _DEFAULTS.vertex.image_repository,
+    dataset_source: str = _DEFAULTS.dataset.source,
+    image_size: int = _DEFAULTS.dataset.image_size,
+    validation_fraction: float = _DEFAULTS.dataset.validation_fraction,
+    num_shards: int = _DEFAULTS.dataset.num_shards,
+    epochs: int = _DEFAULTS.training.epochs,
+    batch_size: int = _DEFAULTS.training.batch_size,
+    learning_rate: float = _DEFAULTS.training.learning_rate,
+    num_workers: int = _DEFAULTS.training.local_workers,
+) -> PipelineOutputs:
+    """The same pipeline with training as worker processes on localhost (kfp.local)."""
+
+    def train(data, gpu, build):
+        task = ops.train_on_local_workers(
+            dataset=data.outputs["dataset"], num_workers=num_workers, epochs=epochs,
+            batch_size=batch_size, learning_rate=learning_rate)
+        task.set_display_name("4 train on local workers").after(build)
+        return task.outputs["model"]
+
+    return _stages(train, dataset_source=dataset_source, image_size=image_size,
+                   validation_fraction=validation_fraction, num_shards=num_shards,
+                   worker_pool_specs=worker_pool_specs, region=region,
+                   image_repository=image_repository, prebuilt_image="")
+
+
+def local_arguments(config: Config) -> dict:
+    """Arguments of `local_pipeline` for a configuration."""
+    return {
+        "region": config.vertex.region,
+        "worker_pool_specs": list(config.vertex.worker_pool_specs),
+        "image_repository": config.vertex.image_repository,
+        "dataset_source": config.dataset.source,
+        "image_size": config.dataset.image_size,
+        "validation_fraction": config.dataset.validation_fraction,
+        "num_shards": config.dataset.num_shards,
+        "epochs": config.training.epochs,
+        "batch_size": config.training.batch_size,
+        "learning_rate": config.training.learning_rate,
+        "num_workers": config.training.local_workers,
+    }

@@ -1,0 +1,64 @@
+"""Input pipeline: the dataset stage's sharded TFRecords -> batched tf.data datasets."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+from components.dataset import FEATURE_IMAGE, FEATURE_LABEL
+from trainer.model import preprocess
+
+log = logging.getLogger("trainer")
+
+
+def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int, *,
+                 training: bool, num_workers: int, seed: int = 0) -> Any:
+    """Builds the dataset of (images, labels) batches.
+
+    Sharded by file across workers when there are at least as many files as workers
+    (each worker then reads only its own files), by data otherwise.
+
+    Args:
+        tf: The tensorflow module.
+        files: TFRecord shard paths.
+        image_size: Height and width of the stored images.
+        batch_size: Global batch size (per-replica batch x replicas in sync).
+        training: Shuffle and repeat for training; single pass otherwise.
+        num_workers: Machines in the cluster.
+        seed: Shuffle seed.
+
+    Returns:
+        A tf.data.Dataset.
+    """
+    autotune = tf.data.AUTOTUNE
+    features = {
+        FEATURE_IMAGE: tf.io.FixedLenFeature([], tf.string),
+        FEATURE_LABEL: tf.io.FixedLenFeature([], tf.int64),
+    }
+
+    def parse(record):
+        example = tf.io.parse_single_example(record, features)
+        image = tf.io.decode_png(example[FEATURE_IMAGE], channels=3)
+        image = tf.ensure_shape(image, [image_size, image_size, 3])
+        return image, example[FEATURE_LABEL]
+
+    ds = tf.data.Dataset.from_tensor_slices(list(files))
+    ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 8),
+                       num_parallel_calls=autotune, deterministic=False)
+    ds = ds.map(parse, num_parallel_calls=autotune).cache()
+    if training:
+        ds = ds.shuffle(2048, seed=seed, reshuffle_each_iteration=True).repeat()
+    ds = ds.batch(batch_size, drop_remainder=training)
+    ds = ds.map(lambda x, y: (preprocess(tf, x), y), num_parallel_calls=autotune)
+    ds = ds.prefetch(autotune)
+
+    options = tf.data.Options()
+    policy = tf.data.experimental.AutoShardPolicy
+    if num_workers > 1 and len(files) < num_workers:
+        log.warning("%d files for %d workers: sharding by data (every worker reads every "
+                    "file); prepare at least %d shards for file sharding",
+                    len(files), num_workers, num_workers)
+        options.experimental_distribute.auto_shard_policy = policy.DATA
+    else:
+        options.experimental_distribute.auto_shard_policy = policy.FILE
+    return ds.with_options(options)

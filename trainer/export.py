@@ -1,0 +1,100 @@
+"""SavedModel export with serving signatures, written atomically by the chief only."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from typing import Any, Sequence
+
+from trainer.model import preprocess
+
+METADATA_FILE = "gpu_pipeline_model.json"
+SIGNATURE_BYTES = "serving_default"
+SIGNATURE_IMAGES = "serving_images"
+
+
+def _serving_module(tf: Any, model: Any, image_size: int, class_names: Sequence[str]) -> Any:
+    names = tf.constant(list(class_names))
+
+    class Serving(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def _predict(self, images):
+            probabilities = self.model(images, training=False)
+            index = tf.argmax(probabilities, axis=-1)
+            return {"probabilities": probabilities, "class_index": index,
+                    "class_name": tf.gather(names, index)}
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")])
+        def serve_bytes(self, image_bytes):
+            def decode(data):
+                image = tf.io.decode_image(data, channels=3, expand_animations=False)
+                image = tf.image.resize(image, [image_size, image_size])
+                return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
+
+            images = tf.map_fn(decode, image_bytes, fn_output_signature=tf.uint8)
+            return self._predict(preprocess(tf, images))
+
+        @tf.function(input_signature=[
+            tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name="images")])
+        def serve_images(self, images):
+            return self._predict(images)
+
+    return Serving()
+
+
+def save_model(tf: Any, model: Any, destination: str, *, is_chief: bool, image_size: int,
+               class_names: Sequence[str], extra_metadata: dict | None = None) -> str | None:
+    """Saves the SavedModel; only the chief's copy is kept.
+
+    Every worker saves (saving can run collective ops that need all of them), the
+    non-chief ones to a unique temporary directory that is deleted afterwards. The chief
+    writes beside `destination` and renames into place, so `destination` is either
+    absent or complete, never partial.
+
+    Args:
+        tf: The tensorflow module.
+        model: The trained tf_keras model.
+        destination: Final model directory (a local or /gcs/ path); must not hold files.
+        is_chief: Whether this process is the chief.
+        image_size: Input height and width of the model.
+        class_names: Class names, in label order.
+        extra_metadata: More fields for the model's metadata file.
+
+    Returns:
+        `destination` on the chief, None on other workers.
+    """
+    module = _serving_module(tf, model, image_size, class_names)
+    signatures = {SIGNATURE_BYTES: module.serve_bytes, SIGNATURE_IMAGES: module.serve_images}
+    if not is_chief:
+        temp = tempfile.mkdtemp(prefix="workertemp_")
+        try:
+            tf.saved_model.save(module, temp, signatures=signatures)
+        finally:
+            shutil.rmtree(temp, ignore_errors=True)
+        return None
+
+    parent = os.path.dirname(os.path.abspath(destination))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".partial-", dir=parent)
+    try:
+        tf.saved_model.save(module, staging, signatures=signatures)
+        metadata = {"class_names": list(class_names), "image_size": image_size,
+                    "signatures": {SIGNATURE_BYTES: "encoded JPEG/PNG bytes",
+                                   SIGNATURE_IMAGES: "float32 [batch, height, width, 3] in [0, 1]"},
+                    "tensorflow_version": tf.__version__, **(extra_metadata or {})}
+        with open(os.path.join(staging, METADATA_FILE), "w") as f:
+            json.dump(metadata, f, indent=2)
+        if os.path.isdir(destination):
+            if os.listdir(destination):
+                raise FileExistsError(f"model destination {destination!r} already holds files")
+            os.rmdir(destination)
+        os.rename(staging, destination)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return destination
