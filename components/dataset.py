@@ -81,8 +81,10 @@ def generate_shapes(out_dir: str | os.PathLike, images_per_class: int = 300,
                 draw.rectangle([cx - half, cy - bar, cx + half, cy + bar], fill=colour)
                 draw.rectangle([cx - bar, cy - half, cx + bar, cy + half], fill=colour)
             img = img.resize((image_size, image_size), Image.BILINEAR)
-            noise = Image.effect_noise((image_size, image_size), 12).convert("RGB")
-            img = Image.blend(img, noise, 0.08)
+            # Noise from the seeded generator (Pillow's effect_noise is not seedable).
+            noise = Image.frombytes("RGB", (image_size, image_size),
+                                    rng.randbytes(image_size * image_size * 3))
+            img = Image.blend(img, noise, 0.06)
             img.save(out / label / f"{label}_{i:05d}.png", optimize=False)
     return out
 

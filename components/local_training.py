@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import Sequence
+from typing import Sequence, TextIO
 
 from trainer.cluster import vertex_tf_config
 
@@ -54,14 +54,16 @@ def cluster_environments(num_workers: int, base_env: dict[str, str]) -> list[dic
     return envs
 
 
-def _pump(stream, prefix: str, tail: deque) -> None:
+def _pump(stream, out: TextIO | None, tail: deque) -> None:
     for line in iter(stream.readline, ""):
         tail.append(line.rstrip("\n"))
-        print(f"{prefix}{line}", end="", flush=True)
+        target = out or sys.stdout  # looked up per line: KFP may redirect stdout
+        target.write(line)
+        target.flush()
 
 
 def run_local_cluster(num_workers: int, trainer_args: Sequence[str],
-                      timeout_seconds: float = 1800) -> None:
+                      timeout_seconds: float = 1800, out: TextIO | None = None) -> None:
     """Runs `python -m trainer.task` as `num_workers` processes and waits for all.
 
     If one process fails, the others are stopped (they would otherwise wait forever in
@@ -71,6 +73,7 @@ def run_local_cluster(num_workers: int, trainer_args: Sequence[str],
         num_workers: Processes to start (1 chief + num_workers-1 workers).
         trainer_args: Arguments for trainer.task.
         timeout_seconds: Stop everything after this long.
+        out: Where the processes' output lines go (default: stdout).
 
     Raises:
         LocalTrainingError: A process failed or the timeout passed.
@@ -84,7 +87,7 @@ def run_local_cluster(num_workers: int, trainer_args: Sequence[str],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 bufsize=1)
         tail: deque = deque(maxlen=40)
-        pump = threading.Thread(target=_pump, args=(proc.stdout, "", tail), daemon=True)
+        pump = threading.Thread(target=_pump, args=(proc.stdout, out, tail), daemon=True)
         pump.start()
         procs.append((name, proc, tail, pump))
 

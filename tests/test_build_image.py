@@ -1,0 +1,68 @@
+"""Build stage: the context, its deterministic tarball and digest, and the image pins."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tarfile
+import tomllib
+from pathlib import Path
+
+from components import images
+from components.build_image import project_root, trainer_image_uri, write_build_context
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_context_holds_dockerfile_and_sources(tmp_path):
+    context = write_build_context(tmp_path)
+    assert {"Dockerfile", "pyproject.toml", "trainer/task.py", "components/ops.py",
+            "pipelines/pipeline.py"} <= set(context.files)
+    assert not any("__pycache__" in f or f.endswith(".pyc") for f in context.files)
+    assert (context.directory / "trainer" / "task.py").read_bytes() == \
+        (ROOT / "trainer" / "task.py").read_bytes()
+    with tarfile.open(context.tarball) as tar:
+        assert sorted(tar.getnames()) == list(context.files)
+        assert {m.mtime for m in tar.getmembers()} == {0}
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", context.digest)
+    uri = trainer_image_uri("r.example/p/repo", context)
+    assert uri == f"r.example/p/repo/gpu-pipeline:{context.tag}"
+
+
+def test_same_sources_same_digest_and_a_change_changes_it(tmp_path):
+    copy = tmp_path / "project"
+    for name in ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, copy / name if copy.exists() else _mk(copy) / name)
+    for package in ("pipelines", "components", "trainer"):
+        shutil.copytree(ROOT / package, copy / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    first = write_build_context(tmp_path / "a", root=copy)
+    second = write_build_context(tmp_path / "b", root=copy)
+    assert first.tarball.read_bytes() == second.tarball.read_bytes()
+    assert first.digest == second.digest and first.tag == second.tag
+    (copy / "trainer" / "task.py").write_text("# changed\n")
+    third = write_build_context(tmp_path / "c", root=copy)
+    assert third.digest != first.digest
+
+
+def _mk(path: Path) -> Path:
+    path.mkdir(parents=True)
+    return path
+
+
+def test_image_and_tensorflow_pins_agree():
+    assert project_root() == ROOT
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert f"FROM {images.TRAINER_BASE_IMAGE}\n" in dockerfile
+    assert 'ENTRYPOINT ["python", "-m", "trainer.task"]' in dockerfile
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    major_minor = ".".join(images.TENSORFLOW_VERSION.split(".")[:2])
+    for package in ("tensorflow", "tf-keras"):
+        spec = next(d for d in deps if d.startswith(package + ">="))
+        assert f">={major_minor}" in spec, spec
+
+
+def test_dockerignore_keeps_secrets_and_environments_out():
+    ignore = (ROOT / ".dockerignore").read_text().splitlines()
+    assert ignore[1] == "*" or "*" in ignore  # everything is excluded unless listed
+    assert "!.venv/" not in ignore and "**/.env" in ignore

@@ -1,0 +1,65 @@
+"""Configuration: defaults, YAML, overrides, and errors that name field, value and fix."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pipelines.config import Config, ConfigError, load_config
+
+
+def test_defaults_are_valid_and_frozen():
+    config = load_config()
+    assert config == Config()
+    assert config.training.local_workers == 2
+    assert config.dataset.num_shards >= config.training.local_workers
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.training.epochs = 3
+
+
+def test_file_then_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("training:\n  epochs: 3\n  batch_size: 16\nvertex:\n  region: europe-west4\n")
+    config = load_config(path, {"training": {"epochs": 5, "batch_size": None}})
+    assert config.training.epochs == 5  # the flag wins over the file
+    assert config.training.batch_size == 16  # an unset flag keeps the file's value
+    assert config.vertex.region == "europe-west4"
+
+
+def test_every_problem_is_listed(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "dataset:\n  validation_fraction: 1.5\n  num_shards: 1\n"
+        "training:\n  epochs: 'ten'\n  local_workers: 2\n  colour: red\n"
+        "vertex:\n  region: us-central1\n  worker_pool_specs:\n"
+        "    - machine_spec: {machine_type: n1-standard-4, accelerator_type: NVIDIA_TESLA_T4,"
+        " accelerator_count: 3}\n"
+        "extra: {}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    for expected in ("unknown section 'extra'",
+                     "unknown field training.colour; valid fields of training are batch_size",
+                     "training.epochs is 'ten'; expected an integer",
+                     "dataset.validation_fraction is 1.5; expected a number strictly between",
+                     "dataset.num_shards is 1, fewer than training.local_workers (2)",
+                     "vertex.worker_pool_specs[0] (chief): machine_spec.accelerator_count is 3"):
+        assert expected in message
+
+
+def test_unreadable_and_invalid_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("training: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+
+
+def test_range_and_source_checks():
+    with pytest.raises(ConfigError, match="training.local_workers is 99; expected an integer "
+                                          "from 1 to 8"):
+        load_config(overrides={"training": {"local_workers": 99}})
+    with pytest.raises(ConfigError, match="dataset.source is '/no/such/dir'"):
+        load_config(overrides={"dataset": {"source": "/no/such/dir"}})

@@ -1,0 +1,94 @@
+"""Real multi-worker training: 2 processes on localhost, TF_CONFIG in Vertex's format."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+
+import pytest
+
+from components.export_model import ExportError, evaluate_saved_model, publish_model
+from components.local_training import LocalTrainingError, run_local_cluster
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def trained(small_dataset, tmp_path_factory):
+    """Trains once with 2 workers; returns (job_dir, model_dir, worker temp root, log)."""
+    root = tmp_path_factory.mktemp("train")
+    temp_root = root / "tmp"
+    temp_root.mkdir()
+    log = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TMPDIR", str(temp_root))  # where non-chief workers save their copy
+        run_local_cluster(2, ["--job-dir", str(root / "job"), "--data-dir", str(small_dataset),
+                              "--model-dir", str(root / "model"), "--epochs", "6",
+                              "--batch-size", "16"], timeout_seconds=600, out=log)
+    return root / "job", root / "model", temp_root, log.getvalue()
+
+
+def test_two_workers_train_in_sync(trained):
+    job_dir, model_dir, temp_root, log = trained
+    report = json.loads((job_dir / "training_report.json").read_text())
+    assert report["num_workers"] == 2 and report["replicas_in_sync"] == 2
+    assert report["global_batch_size"] == 32 and report["per_replica_batch_size"] == 16
+    assert report["task"] == "chief:0"
+    assert len(report["history"]["loss"]) == 6
+    assert report["history"]["loss"][-1] < report["history"]["loss"][0]
+    # Both processes trained, and their weights are identical: gradients were all-reduced.
+    digests = dict(re.findall(r"\[trainer (chief:0|worker:0)\] trained .* digest ([0-9a-f]{64})",
+                              log))
+    assert set(digests) == {"chief:0", "worker:0"}, log[-2000:]
+    assert digests["chief:0"] == digests["worker:0"] == report["weights_sha256"]
+
+
+def test_only_the_chief_keeps_a_model(trained):
+    job_dir, model_dir, temp_root, log = trained
+    assert (model_dir / "saved_model.pb").is_file()
+    metadata = json.loads((model_dir / "gpu_pipeline_model.json").read_text())
+    assert metadata["class_names"] == ["circle", "cross", "square", "triangle"]
+    assert os.listdir(temp_root) == []  # the worker's temporary copy was removed
+    assert not [p for p in os.listdir(model_dir.parent) if p.startswith(".partial-")]
+
+
+def test_saved_model_serves_bytes_and_floats(trained, small_dataset):
+    import numpy as np
+    import tensorflow as tf
+
+    _, model_dir, _, _ = trained
+    loaded = tf.saved_model.load(str(model_dir))
+    assert set(loaded.signatures) == {"serving_default", "serving_images"}
+    png = tf.io.encode_png(tf.zeros([32, 32, 3], tf.uint8))
+    by_bytes = loaded.signatures["serving_default"](image_bytes=tf.stack([png, png]))
+    by_floats = loaded.signatures["serving_images"](images=tf.zeros([2, 32, 32, 3]))
+    assert by_bytes["probabilities"].shape == (2, 4)
+    np.testing.assert_allclose(by_bytes["probabilities"], by_floats["probabilities"], atol=1e-5)
+    assert by_bytes["class_name"].numpy()[0].decode() in {"circle", "cross", "square", "triangle"}
+
+
+def test_evaluate_and_publish(trained, small_dataset, tmp_path):
+    _, model_dir, _, _ = trained
+    metrics = evaluate_saved_model(model_dir, small_dataset)
+    assert metrics["examples"] > 0 and 0.0 <= metrics["accuracy"] <= 1.0
+    assert {"accuracy_circle", "accuracy_cross", "accuracy_square", "accuracy_triangle"} <= \
+        set(metrics)
+    exported = publish_model(model_dir, tmp_path / "exported", metrics)
+    assert (exported / "saved_model.pb").is_file()
+    assert json.loads((exported / "evaluation.json").read_text())["accuracy"] == \
+        metrics["accuracy"]
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "x").write_text("x")
+    with pytest.raises(OSError):
+        publish_model(model_dir, tmp_path / "taken", metrics)
+    assert sorted(os.listdir(tmp_path)) == ["exported", "taken"]  # no partial copy left
+    with pytest.raises(ExportError, match="no SavedModel"):
+        evaluate_saved_model(tmp_path / "taken", small_dataset)
+
+
+def test_a_failing_worker_stops_the_cluster(small_dataset, tmp_path):
+    with pytest.raises(LocalTrainingError, match="exited with code 2"):
+        run_local_cluster(2, ["--job-dir", str(tmp_path), "--data-dir", str(small_dataset),
+                              "--epochs", "0"], timeout_seconds=120, out=io.StringIO())

@@ -1,0 +1,58 @@
+"""Vertex training stage: the CustomJob worker pools, as the client library's own types."""
+
+from __future__ import annotations
+
+import pytest
+from google.cloud import aiplatform_v1
+
+from components.gpu_validation import validate_worker_pool_specs
+from components.vertex_training import TrainingSpecError, custom_job_spec
+from pipelines.config import Config
+
+
+def _spec():
+    pools = validate_worker_pool_specs(list(Config().vertex.worker_pool_specs)).specs
+    return custom_job_spec(pools, "us-docker.pkg.dev/p/r/gpu-pipeline:0.1.0",
+                           dataset_path="/gcs/b/root/run/prepare-dataset/dataset",
+                           output_uri="gs://b/root/run/vertex-training-spec/training_job",
+                           output_path="/gcs/b/root/run/vertex-training-spec/training_job",
+                           epochs=3, batch_size=64, learning_rate=0.01)
+
+
+def test_pools_parse_as_aiplatform_types():
+    spec = _spec()
+    parsed = [aiplatform_v1.WorkerPoolSpec(pool) for pool in spec["worker_pool_specs"]]
+    chief, worker = parsed
+    assert chief.replica_count == 1
+    assert chief.machine_spec.machine_type == "n1-standard-8"
+    assert chief.machine_spec.accelerator_type == aiplatform_v1.AcceleratorType.NVIDIA_TESLA_T4
+    assert chief.machine_spec.accelerator_count == 1
+    assert chief.container_spec.image_uri == worker.container_spec.image_uri
+    args = list(chief.container_spec.args)
+    assert args[:4] == ["--job-dir", "/gcs/b/root/run/vertex-training-spec/training_job",
+                        "--data-dir", "/gcs/b/root/run/prepare-dataset/dataset"]
+    assert args[args.index("--batch-size") + 1] == "64"
+    job = aiplatform_v1.CustomJobSpec(
+        worker_pool_specs=spec["worker_pool_specs"],
+        base_output_directory=aiplatform_v1.GcsDestination(
+            output_uri_prefix=spec["base_output_directory"]))
+    assert len(job.worker_pool_specs) == 2
+    assert spec["model_uri"] == spec["base_output_directory"] + "/model"
+
+
+def test_unused_pool_stays_empty():
+    pools = [{"machine_spec": {"machine_type": "n1-standard-8"}, "replica_count": 1}, {},
+             {"machine_spec": {"machine_type": "n1-highmem-8"}, "replica_count": 2}]
+    spec = custom_job_spec(pools, "img", dataset_path="/d", output_uri="gs://b/o",
+                           output_path="/gcs/b/o", epochs=1, batch_size=1, learning_rate=0.1)
+    assert spec["worker_pool_specs"][1] == {}
+    assert aiplatform_v1.WorkerPoolSpec(spec["worker_pool_specs"][2]).replica_count == 2
+
+
+def test_refuses_without_image_or_chief():
+    with pytest.raises(TrainingSpecError, match="image_uri is empty"):
+        custom_job_spec([{"replica_count": 1}], "", dataset_path="/d", output_uri="gs://b",
+                        output_path="/gcs/b", epochs=1, batch_size=1, learning_rate=0.1)
+    with pytest.raises(TrainingSpecError, match="no chief pool"):
+        custom_job_spec([{}], "img", dataset_path="/d", output_uri="gs://b",
+                        output_path="/gcs/b", epochs=1, batch_size=1, learning_rate=0.1)
