@@ -51,7 +51,8 @@ def main() -> int:
               f"{runs[-1]['accuracy']:.4f}", flush=True)
     wall = [r["wall_seconds"] for r in runs]
     results = {
-        "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}",
+        "machine": (f"{os.cpu_count()} CPUs, {platform.machine()}, "
+                    f"Python {platform.python_version()}"),
         "runs": runs,
         "wall_seconds_median": statistics.median(wall),
         "wall_seconds_max": max(wall),

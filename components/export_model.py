@@ -41,8 +41,7 @@ def evaluate_saved_model(model_dir: str | os.PathLike, dataset_dir: str | os.Pat
 
     if not (Path(model_dir) / "saved_model.pb").is_file():
         raise ExportError(f"{str(model_dir)!r} holds no SavedModel (no saved_model.pb)")
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    import tensorflow as tf
+    import tensorflow as tf  # The SavedModel is served without Keras.
 
     loaded = tf.saved_model.load(str(model_dir))
     if SIGNATURE_BYTES not in loaded.signatures:

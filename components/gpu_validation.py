@@ -196,9 +196,10 @@ def _validate_pool(index: int, pool: Mapping[str, Any], errors: list[str]) -> di
     elif accelerator_type is not None and isinstance(machine_type, str) and machine_type:
         row = VALID_GPU_COUNTS.get(machine_type)
         if row is None:
+            accepting = machine_types_accepting(accelerator_type, accelerator_count)
             errors.append(f"{name}: machine_spec.machine_type is {machine_type!r}, which takes no "
                           f"GPUs; machine types taking {accelerator_count} x {accelerator_type}: "
-                          f"{_fmt(machine_types_accepting(accelerator_type, accelerator_count)) or 'none'}")
+                          f"{_fmt(accepting) or 'none'}")
         elif accelerator_type not in row:
             errors.append(f"{name}: machine_spec.accelerator_type {accelerator_type!r} cannot be "
                           f"attached to {machine_type}; it takes {_fmt(row)}")

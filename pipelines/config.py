@@ -91,10 +91,6 @@ _RANGES = {
 
 
 def _check_type(path: str, value: Any, default: Any, errors: list[str]) -> Any:
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            errors.append(f"{path} is {value!r}; expected true or false")
-        return value
     if isinstance(default, int):
         if isinstance(value, bool) or not isinstance(value, int):
             errors.append(f"{path} is {value!r}; expected an integer")

@@ -51,7 +51,6 @@ def _stages(train: Callable, *, dataset_source: str, image_size: int,
 
 @dsl.pipeline(name=PIPELINE_NAME, description=_DESCRIPTION)
 def vertex_pipeline(
-    project: str = "{{$.pipeline_google_cloud_project_id}}",
     region: str = _DEFAULTS.vertex.region,
     worker_pool_specs: list = list(_DEFAULTS.vertex.worker_pool_specs),
     service_account: str = _DEFAULTS.vertex.service_account,
@@ -74,8 +73,9 @@ def vertex_pipeline(
             dataset=data.outputs["dataset"], epochs=epochs, batch_size=batch_size,
             learning_rate=learning_rate)
         spec.set_display_name("4a training job spec")
+        # No project argument: the op's default is the project the PipelineJob runs in.
         job = CustomTrainingJobOp(
-            project=project, location=region, display_name=PIPELINE_NAME + "-train",
+            location=region, display_name=PIPELINE_NAME + "-train",
             worker_pool_specs=spec.outputs["worker_pool_specs"],
             base_output_directory=spec.outputs["base_output_directory"],
             service_account=service_account)

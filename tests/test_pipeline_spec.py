@@ -66,6 +66,6 @@ def test_training_is_a_custom_job_with_run_time_worker_pools(fresh):
     executors = spec["deploymentSpec"]["executors"]
     assert "google-cloud-pipeline-components" in executors["exec-custom-training-job"][
         "container"]["image"]
-    assert {"worker_pool_specs", "region", "project", "service_account", "epochs",
+    assert {"worker_pool_specs", "region", "service_account", "trainer_image", "epochs",
             "batch_size"} <= set(spec["root"]["inputDefinitions"]["parameters"])
     assert {"model", "metrics"} == set(spec["root"]["outputDefinitions"]["artifacts"])

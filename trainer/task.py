@@ -27,7 +27,8 @@ log = logging.getLogger("trainer")
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parses the trainer's flags."""
-    parser = argparse.ArgumentParser(prog="python -m trainer.task", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m trainer.task",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--job-dir", required=True,
                         help="Output directory of the job (checkpoints, reports, default model "
                              "location); gs:// paths are read through the /gcs/ mount.")
@@ -67,9 +68,9 @@ def weights_digest(model: Any) -> str:
     return h.hexdigest()
 
 
-def train(args: argparse.Namespace, environ: dict[str, str]) -> dict[str, Any]:
+def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
+          environ: dict[str, str]) -> dict[str, Any]:
     """Trains and exports the model; returns the training report (chief and workers)."""
-    info = cluster_lib.cluster_from_env(environ)
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
 
@@ -169,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False
-    train(args, dict(os.environ))
+    train(args, info, dict(os.environ))
     return 0
 
 
