@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,29 @@ def compile_pipeline(output: str | os.PathLike) -> Path:
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
     compiler.Compiler().compile(vertex_pipeline, str(path))
+    path.write_text(_stable_header(path.read_text()))
     return path
+
+
+_HEADER_DEFAULT = re.compile(r"^#    (\w+): (\w+) \[Default: .*\]$", re.MULTILINE)
+
+
+def _stable_header(text: str) -> str:
+    """Rewrites list/dict defaults in the spec's header comment with sorted keys.
+
+    KFP renders them in protobuf Struct order, which changes from one process to the
+    next; the spec body itself is stable. Without this, every compile rewrites the file.
+    """
+    parameters = yaml.safe_load(text)["root"]["inputDefinitions"]["parameters"]
+
+    def render(match: re.Match) -> str:
+        default = parameters.get(match.group(1), {}).get("defaultValue")
+        if not isinstance(default, (list, dict)):
+            return match.group(0)
+        return f"#    {match.group(1)}: {match.group(2)} [Default: " \
+               f"{json.dumps(default, sort_keys=True)}]"
+
+    return _HEADER_DEFAULT.sub(render, text)
 
 
 def normalised_spec(path: str | os.PathLike) -> dict[str, Any]:
