@@ -1,108 +1,44 @@
-"""GPU-configuration validation of Vertex AI worker pools.
+"""GPU-configuration validation: Vertex AI worker pools and AI Platform config.yaml files.
 
-The rules come from the project's source documents on using GPUs for training in the
-cloud (valid GPU counts per Compute Engine machine type, vCPU and memory limits, regions,
-Vertex AI worker pools). This module is pure Python and must not import TensorFlow: it
-runs on the command line before anything is spent, and as the pipeline's validation stage.
+Checks every rule of the project's source documents (valid GPU counts per machine type,
+vCPU and memory backing, legacy machine types, scale tiers, regions and zones, Vertex AI
+worker pool rules, job names) before anything is spent: on the command line, before
+compile and run, and as the pipeline's validation stage. The facts live in
+`components.gpu_catalog`. Pure Python: importing this module never imports TensorFlow.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime as _dt
+import re
 from typing import Any, Iterable, Mapping, Sequence
 
-ACCELERATOR_TYPES = (
-    "NVIDIA_TESLA_A100",
-    "NVIDIA_TESLA_K80",
-    "NVIDIA_TESLA_P4",
-    "NVIDIA_TESLA_P100",
-    "NVIDIA_TESLA_T4",
-    "NVIDIA_TESLA_V100",
-)
+from components import gpu_catalog as cat
 
-_K80, _P4, _P100, _T4, _V100, _A100 = (
-    "NVIDIA_TESLA_K80",
-    "NVIDIA_TESLA_P4",
-    "NVIDIA_TESLA_P100",
-    "NVIDIA_TESLA_T4",
-    "NVIDIA_TESLA_V100",
-    "NVIDIA_TESLA_A100",
-)
-
-
-def _n1_row(k80: Sequence[int], p4: Sequence[int], p100: Sequence[int],
-            t4: Sequence[int], v100: Sequence[int]) -> dict[str, tuple[int, ...]]:
-    row = {_K80: k80, _P4: p4, _P100: p100, _T4: t4, _V100: v100}
-    return {gpu: tuple(counts) for gpu, counts in row.items() if counts}
-
-
-_SMALL = _n1_row((1, 2, 4, 8), (1, 2, 4), (1, 2, 4), (1, 2, 4), (1, 2, 4, 8))
-_16 = _n1_row((2, 4, 8), (1, 2, 4), (1, 2, 4), (1, 2, 4), (2, 4, 8))
-_32 = _n1_row((4, 8), (2, 4), (2, 4), (2, 4), (4, 8))
-# 64/96 vCPUs with >= 208 GB: 8 x K80 caps memory at 208 GB and 4 x P100 at 64 vCPUs and
-# 208 GB, so those columns are empty; n1-highcpu-64 (57.6 GB) still takes both.
-_BIG = _n1_row((), (4,), (), (4,), (8,))
-
-#: Valid GPU counts per machine type and accelerator (the documents' compatibility table).
-#: The table's text lost its empty cells; the rows are rebuilt from the rules it states:
-#: A100 attaches only to A2 machines, a GPU backs a bounded number of vCPUs and GB, and the
-#: K80 and P100 caps above.
-VALID_GPU_COUNTS: dict[str, dict[str, tuple[int, ...]]] = {
-    "n1-standard-4": _SMALL,
-    "n1-standard-8": _SMALL,
-    "n1-standard-16": _16,
-    "n1-standard-32": _32,
-    "n1-standard-64": _BIG,
-    "n1-standard-96": _BIG,
-    "n1-highmem-2": _SMALL,
-    "n1-highmem-4": _SMALL,
-    "n1-highmem-8": _SMALL,
-    "n1-highmem-16": _16,
-    "n1-highmem-32": _32,
-    "n1-highmem-64": _BIG,
-    "n1-highmem-96": _BIG,
-    "n1-highcpu-16": _16,
-    "n1-highcpu-32": _32,
-    "n1-highcpu-64": _n1_row((8,), (4,), (4,), (4,), (8,)),
-    "n1-highcpu-96": _BIG,
-    "a2-highgpu-1g": {_A100: (1,)},
-    "a2-highgpu-2g": {_A100: (2,)},
-    "a2-highgpu-4g": {_A100: (4,)},
-    "a2-highgpu-8g": {_A100: (8,)},
-    "a2-megagpu-16g": {_A100: (16,)},
-}
-
-#: Regions offering GPUs for training (the newer documents' list).
-GPU_REGIONS = (
-    "us-west1",
-    "us-west2",
-    "us-central1",
-    "us-east1",
-    "us-east4",
-    "northamerica-northeast1",
-    "southamerica-east1",
-    "europe-west1",
-    "europe-west2",
-    "europe-west4",
-    "asia-south1",
-    "asia-southeast1",
-    "asia-east1",
-    "asia-northeast1",
-    "asia-northeast3",
-    "australia-southeast1",
-)
+ACCELERATOR_TYPES = cat.ACCELERATOR_TYPES
+GPU_REGIONS = cat.GPU_REGIONS
 
 #: Vertex AI's fixed worker pool roles, by index.
 POOL_ROLES = ("chief", "worker", "parameter server", "evaluator")
 
+#: Valid GPU counts per machine type: the seeds' table plus the fixed-GPU families.
+VALID_GPU_COUNTS: dict[str, dict[str, tuple[int, ...]]] = {
+    **cat.SEED_TABLE,
+    **{name: {m.fixed_gpu[0]: (m.fixed_gpu[1],)} for name, m in cat.MODERN_MACHINES.items()},
+}
+
+_MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)+$")
+_JOB_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
 
 class GpuConfigError(ValueError):
-    """An invalid worker pool configuration; the message lists every problem."""
+    """An invalid GPU configuration; the message lists every problem."""
 
-    def __init__(self, errors: Sequence[str]):
+    def __init__(self, errors: Sequence[str], title: str = "invalid GPU configuration"):
         self.errors = list(errors)
-        super().__init__("invalid GPU configuration:\n" + "\n".join(f"  - {e}" for e in errors))
+        super().__init__(f"{title}:\n" + "\n".join(f"  - {e}" for e in errors))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +49,8 @@ class ValidationResult:
         ok: True when there are no errors (warnings do not make a configuration invalid).
         errors: One message per problem, naming the pool, field, value and what is valid.
         warnings: Advice that does not block the run.
-        specs: The normalised worker pool specs (see `normalise_worker_pool_specs`).
+        specs: The normalised worker pool specs (integers as integers, unused trailing
+            pools dropped, an unused pool between used ones kept as `{}`).
     """
 
     ok: bool
@@ -128,13 +65,12 @@ class ValidationResult:
         return self
 
 
-def _pool_name(index: int) -> str:
-    role = POOL_ROLES[index] if index < len(POOL_ROLES) else "unknown"
-    return f"worker_pool_specs[{index}] ({role})"
-
-
 def _fmt(values: Iterable[Any]) -> str:
     return ", ".join(str(v) for v in values)
+
+
+def _gb(value: float) -> str:
+    return f"{value:g} GB"
 
 
 def machine_types_accepting(accelerator_type: str, count: int) -> list[str]:
@@ -142,10 +78,54 @@ def machine_types_accepting(accelerator_type: str, count: int) -> list[str]:
     return [m for m, row in VALID_GPU_COUNTS.items() if count in row.get(accelerator_type, ())]
 
 
+def derive_valid_counts(machine_type: str) -> dict[str, tuple[int, ...]]:
+    """Rebuilds a machine type's row of the table from the rules the documents state.
+
+    A count is valid when the GPU type attaches in that count and the GPUs back at least
+    the machine's vCPUs and memory (with the K80 and P100 caps); A2 machines carry A100s.
+
+    Args:
+        machine_type: A machine type of the seeds' table.
+
+    Returns:
+        GPU type -> valid counts, without empty entries.
+    """
+    if machine_type in cat.A2_MACHINES:
+        gpu, count = cat.A2_MACHINES[machine_type].fixed_gpu
+        return {gpu: (count,)}
+    machine = cat.N1_MACHINES[machine_type]
+    row = {}
+    for gpu, counts in cat.GPU_COUNTS.items():
+        ok = tuple(c for c in counts if _backs(gpu, c, machine))
+        if ok:
+            row[gpu] = ok
+    return row
+
+
+def _backs(gpu: str, count: int, machine: cat.Machine) -> bool:
+    vcpus, memory = cat.GPU_BACKING[gpu].limits(count)
+    return machine.vcpus <= vcpus and machine.memory_gb <= memory
+
+
+def _shortfall(machine_type: str, gpu: str, count: int) -> str:
+    """Why `count` x `gpu` cannot serve `machine_type`, from the backing rules."""
+    machine = cat.N1_MACHINES.get(machine_type)
+    if machine is None or gpu not in cat.GPU_BACKING:
+        return ""
+    if count not in cat.GPU_COUNTS[gpu]:
+        return f" ({gpu} attaches in counts of {_fmt(cat.GPU_COUNTS[gpu])} only)"
+    vcpus, memory = cat.GPU_BACKING[gpu].limits(count)
+    return (f" ({count} x {gpu} back at most {vcpus:g} vCPUs and {_gb(memory)}; {machine_type} "
+            f"has {machine.vcpus} vCPUs and {_gb(machine.memory_gb)})")
+
+
 def _as_int(value: Any) -> Any:
-    """Integral floats become ints: KFP passes list parameters through protobuf Struct,
-    whose numbers are all doubles (1 arrives as 1.0). Anything else is returned as is."""
+    """Integral floats and digit strings become ints: KFP passes list parameters through
+    protobuf Struct, whose numbers are all doubles (1 arrives as 1.0), and JSON APIs send
+    int64 values as strings. Anything else is returned as is."""
     if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
         return int(value)
     return value
 
@@ -154,9 +134,61 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _validate_pool(index: int, pool: Mapping[str, Any], errors: list[str]) -> dict[str, Any]:
+def _check_machine(name: str, machine_type: Any, accelerator_type: str | None,
+                   accelerator_count: int, errors: list[str], warnings: list[str]) -> None:
+    """Checks the machine type against its GPUs; appends problems."""
+    if not isinstance(machine_type, str) or not machine_type:
+        errors.append(f"{name}: machine_spec.machine_type is {machine_type!r}; expected a "
+                      "Compute Engine machine type such as n1-standard-8")
+        return
+    legacy = cat.LEGACY_MACHINES.get(machine_type)
+    if legacy is not None:
+        carries = f" with {legacy.gpu[1]} x {legacy.gpu[0]}" if legacy.gpu else ""
+        errors.append(f"{name}: machine_spec.machine_type {machine_type!r} is a legacy AI "
+                      f"Platform type, which Vertex AI does not accept; use its Compute Engine "
+                      f"equivalent {legacy.equivalent}{carries}")
+        return
+    if not _MACHINE_TYPE.match(machine_type):
+        errors.append(f"{name}: machine_spec.machine_type is {machine_type!r}; expected a "
+                      "Compute Engine machine type such as n1-standard-8")
+        return
+    row = VALID_GPU_COUNTS.get(machine_type)
+    fixed = (cat.A2_MACHINES.get(machine_type) or cat.MODERN_MACHINES.get(machine_type))
+    if accelerator_type is None:
+        if fixed is not None:
+            gpu, count = fixed.fixed_gpu
+            errors.append(f"{name}: machine_spec.accelerator_type is not set, but {machine_type} "
+                          f"comes with {count} x {gpu}; set accelerator_type {gpu} and "
+                          f"accelerator_count {count}")
+        return
+    if row is None:
+        accepting = machine_types_accepting(accelerator_type, accelerator_count)
+        errors.append(f"{name}: machine_spec.machine_type is {machine_type!r}, which takes no "
+                      f"GPUs; machine types taking {accelerator_count} x {accelerator_type}: "
+                      f"{_fmt(accepting) or 'none'}")
+    elif accelerator_type not in row:
+        reason = ""
+        if accelerator_type in cat.GPU_COUNTS and machine_type in cat.N1_MACHINES:
+            reason = _shortfall(machine_type, accelerator_type,
+                                max(cat.GPU_COUNTS[accelerator_type]))
+        elif accelerator_type == cat.A100:
+            reason = " (A100 GPUs come only with A2 machine types: a2-highgpu-*, a2-megagpu-16g)"
+        errors.append(f"{name}: machine_spec.accelerator_type {accelerator_type} cannot be "
+                      f"attached to {machine_type}{reason}; {machine_type} takes {_fmt(row)}")
+    elif accelerator_count not in row[accelerator_type]:
+        others = machine_types_accepting(accelerator_type, accelerator_count)
+        errors.append(f"{name}: machine_spec.accelerator_count is {accelerator_count}; "
+                      f"{machine_type} takes {_fmt(row[accelerator_type])} x {accelerator_type}"
+                      f"{_shortfall(machine_type, accelerator_type, accelerator_count)}; "
+                      f"machine types taking {accelerator_count}: {_fmt(others) or 'none'}")
+    if accelerator_type in cat.END_OF_SUPPORT:
+        warnings.append(f"{name}: {accelerator_type} {cat.END_OF_SUPPORT[accelerator_type]}; "
+                        "Vertex AI may refuse it: choose NVIDIA_TESLA_T4 or newer")
+
+
+def _validate_pool(name: str, index: int, pool: Mapping[str, Any], errors: list[str],
+                   warnings: list[str]) -> dict[str, Any]:
     """Validates one non-empty pool and returns its normalised form."""
-    name = _pool_name(index)
     machine_spec = pool.get("machine_spec")
     if not isinstance(machine_spec, Mapping):
         errors.append(f"{name}: field 'machine_spec' is {machine_spec!r}; expected a mapping "
@@ -175,11 +207,8 @@ def _validate_pool(index: int, pool: Mapping[str, Any], errors: list[str]) -> di
         errors.append(f"{name}: replica_count is {replica_count!r}; expected an integer >= 1")
     elif index == 0 and replica_count != 1:
         errors.append(f"{name}: replica_count is {replica_count}; the chief pool must have "
-                      "exactly 1 replica")
+                      "exactly 1 replica (put the other machines in pool 1, the workers)")
 
-    if not isinstance(machine_type, str) or not machine_type:
-        errors.append(f"{name}: machine_spec.machine_type is {machine_type!r}; expected a "
-                      "machine type such as n1-standard-8")
     if not _is_int(accelerator_count) or accelerator_count < 0:
         errors.append(f"{name}: machine_spec.accelerator_count is {accelerator_count!r}; "
                       "expected a whole number of GPUs")
@@ -193,27 +222,11 @@ def _validate_pool(index: int, pool: Mapping[str, Any], errors: list[str]) -> di
     elif accelerator_type is not None and accelerator_type not in ACCELERATOR_TYPES:
         errors.append(f"{name}: machine_spec.accelerator_type is {accelerator_type!r}; valid "
                       f"types are {_fmt(ACCELERATOR_TYPES)}")
-    elif accelerator_type is not None and isinstance(machine_type, str) and machine_type:
-        row = VALID_GPU_COUNTS.get(machine_type)
-        if row is None:
-            accepting = machine_types_accepting(accelerator_type, accelerator_count)
-            errors.append(f"{name}: machine_spec.machine_type is {machine_type!r}, which takes no "
-                          f"GPUs; machine types taking {accelerator_count} x {accelerator_type}: "
-                          f"{_fmt(accepting) or 'none'}")
-        elif accelerator_type not in row:
-            errors.append(f"{name}: machine_spec.accelerator_type {accelerator_type!r} cannot be "
-                          f"attached to {machine_type}; it takes {_fmt(row)}")
-        elif accelerator_count not in row[accelerator_type]:
-            others = machine_types_accepting(accelerator_type, accelerator_count)
-            errors.append(f"{name}: machine_spec.accelerator_count is {accelerator_count}; "
-                          f"{machine_type} takes {_fmt(row[accelerator_type])} x "
-                          f"{accelerator_type}; machine types taking {accelerator_count}: "
-                          f"{_fmt(others) or 'none'}")
+    else:
+        _check_machine(name, machine_type, accelerator_type, accelerator_count, errors, warnings)
 
-    normalised: dict[str, Any] = {
-        "machine_spec": {"machine_type": machine_type},
-        "replica_count": replica_count,
-    }
+    normalised: dict[str, Any] = {"machine_spec": {"machine_type": machine_type},
+                                  "replica_count": replica_count}
     if accelerator_type is not None and accelerator_count:
         normalised["machine_spec"]["accelerator_type"] = accelerator_type
         normalised["machine_spec"]["accelerator_count"] = accelerator_count
@@ -224,14 +237,54 @@ def _validate_pool(index: int, pool: Mapping[str, Any], errors: list[str]) -> di
     return normalised
 
 
-def validate_worker_pool_specs(specs: Sequence[Mapping[str, Any]],
-                               region: str | None = None) -> ValidationResult:
+def _check_region(region: str, pools: Sequence[tuple[str, Mapping[str, Any]]],
+                  errors: list[str], warnings: list[str]) -> None:
+    """Region and zone rules for the GPU types the pools use."""
+    used: dict[str, list[str]] = {}
+    for name, pool in pools:
+        gpu = pool.get("machine_spec", {}).get("accelerator_type")
+        if gpu:
+            used.setdefault(gpu, []).append(name)
+    if not used:
+        return
+    if region not in GPU_REGIONS:
+        errors.append(f"region is {region!r}, which offers no GPUs for training; GPU regions: "
+                      f"{_fmt(GPU_REGIONS)}")
+        return
+    zones = cat.ZONES.get(region)
+    seed_types = [g for g in used if g in cat.GPU_COUNTS]
+    if zones is None:
+        if len(used) > 1:
+            warnings.append(f"region {region}: the GPU types {_fmt(used)} must all be offered in "
+                            "one zone of the region; zone data for this region is not recorded "
+                            "here, so check it on Compute Engine's GPU regions and zones page")
+        return
+    missing = False
+    for gpu in seed_types:
+        if not any(gpu in offered for offered in zones.values()):
+            missing = True
+            elsewhere = [r for r, zs in cat.ZONES.items() if any(gpu in z for z in zs.values())]
+            errors.append(f"{_fmt(used[gpu])}: {gpu} is not offered in region {region}; regions "
+                          f"offering it: {_fmt(elsewhere) or 'none recorded'}")
+    if not missing and len(seed_types) > 1:
+        together = [z for z, offered in zones.items() if set(seed_types) <= offered]
+        if not together:
+            per_zone = "; ".join(f"{z}: {_fmt(sorted(g for g in o if g in seed_types))}"
+                                 for z, o in zones.items())
+            errors.append(f"region {region}: the job uses {_fmt(seed_types)}, which no single zone "
+                          f"of {region} offers together ({per_zone}); all GPU types of a job "
+                          "must be in one zone: use one GPU type, or another region")
+
+
+def validate_worker_pool_specs(specs: Sequence[Mapping[str, Any]], region: str | None = None,
+                               *, labels: Sequence[str] | None = None) -> ValidationResult:
     """Validates Vertex AI CustomJob worker pool specs against the GPU rules.
 
     Args:
         specs: Worker pool specs as the CustomJob API takes them (pool 0 chief, 1 workers,
             2 parameter servers, 3 evaluators); an empty mapping marks an unused pool.
         region: Vertex AI region the job runs in; checked when given.
+        labels: Names for the pools in messages (default `worker_pool_specs[i] (role)`).
 
     Returns:
         A ValidationResult with every problem found, and the normalised specs.
@@ -245,22 +298,222 @@ def validate_worker_pool_specs(specs: Sequence[Mapping[str, Any]],
     if not 1 <= len(specs) <= len(POOL_ROLES):
         errors.append(f"worker_pool_specs has {len(specs)} pools; Vertex AI takes 1 to "
                       f"{len(POOL_ROLES)} (chief, workers, parameter servers, evaluators)")
+    names = [labels[i] if labels and i < len(labels) else f"worker_pool_specs[{i}] ({role})"
+             for i, role in enumerate(POOL_ROLES)]
     for index, pool in enumerate(specs[:len(POOL_ROLES)]):
         if not isinstance(pool, Mapping):
-            errors.append(f"{_pool_name(index)} is {pool!r}; expected a mapping")
+            errors.append(f"{names[index]} is {pool!r}; expected a mapping")
             normalised.append({})
         elif not pool:
             if index == 0:
-                errors.append(f"{_pool_name(0)} is empty; the chief pool is required")
+                errors.append(f"{names[0]} is empty; the chief pool is required")
             normalised.append({})
         else:
-            normalised.append(_validate_pool(index, pool, errors))
+            normalised.append(_validate_pool(names[index], index, pool, errors, warnings))
     while normalised and not normalised[-1]:
         normalised.pop()  # Trailing empty pools carry no meaning.
-
     if region is not None:
-        gpu_used = any(p.get("machine_spec", {}).get("accelerator_type") for p in normalised if p)
-        if gpu_used and region not in GPU_REGIONS:
-            errors.append(f"region is {region!r}, which offers no GPUs for training; GPU regions: "
-                          f"{_fmt(GPU_REGIONS)}")
+        _check_region(region, [(names[i], p) for i, p in enumerate(normalised) if p],
+                      errors, warnings)
     return ValidationResult(not errors, errors, warnings, normalised)
+
+
+# --- Job names ---------------------------------------------------------------------------
+
+
+def validate_job_name(name: Any, field: str = "job_name", reserve: int = 0) -> list[str]:
+    """Checks a job name against the documents' rules; returns the problems.
+
+    Args:
+        name: The name.
+        field: Field name for the messages.
+        reserve: Characters kept free for a suffix (see `unique_job_name`).
+    """
+    if not isinstance(name, str) or not name:
+        return [f"{field} is {name!r}; expected letters, digits and underscores, starting "
+                "with a letter"]
+    problems = []
+    if not _JOB_NAME.match(name):
+        bad = sorted({c for c in name if not (c.isascii() and (c.isalnum() or c == "_"))})
+        what = (f"contains {_fmt(repr(c) for c in bad)}" if bad
+                else "does not start with a letter")
+        problems.append(f"{field} is {name!r}, which {what}; job names hold only letters, "
+                        "digits and underscores and start with a letter")
+    limit = cat.JOB_NAME_MAX - reserve
+    if len(name) > limit:
+        problems.append(f"{field} is {len(name)} characters long; at most {limit} fit"
+                        + (f" (a {reserve}-character date/time suffix makes each run's name "
+                           "unique)" if reserve else ""))
+    return problems
+
+
+#: Length of the `_YYYYMMDD_HHMMSS` suffix added by `unique_job_name`.
+JOB_NAME_SUFFIX = 16
+
+
+def unique_job_name(base: str, now: _dt.datetime | None = None) -> str:
+    """`<base>_<YYYYMMDD_HHMMSS>` in UTC: the documents' way to keep job names unique and
+    sorted, grouping a model's jobs together."""
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    return f"{base}_{now.strftime('%Y%m%d_%H%M%S')}"
+
+
+# --- AI Platform Training config.yaml -----------------------------------------------------
+
+#: (AI Platform task, Vertex pool index).
+_TASKS = (("master", 0), ("worker", 1), ("parameterServer", 2), ("evaluator", 3))
+
+
+@dataclasses.dataclass(frozen=True)
+class Conversion:
+    """An AI Platform `trainingInput` converted to Vertex AI worker pool specs."""
+
+    specs: list[dict[str, Any]]
+    errors: list[str]
+    warnings: list[str]
+    labels: list[str]
+
+
+def _gpu_type(value: Any) -> Any:
+    # gcloud flags spell GPU types as nvidia-tesla-t4; the API as NVIDIA_TESLA_T4.
+    return value.strip().upper().replace("-", "_") if isinstance(value, str) else value
+
+
+def convert_ai_platform_config(training_input: Any) -> Conversion:
+    """Converts an AI Platform Training `trainingInput` to Vertex AI worker pool specs.
+
+    Args:
+        training_input: The parsed config.yaml, with or without its `trainingInput` key.
+
+    Returns:
+        The specs (not yet checked against the GPU rules) with every conversion problem.
+    """
+    errors: list[str] = []
+    warnings: list[str] = []
+    labels = [f"trainingInput.{task} (worker_pool_specs[{i}], {POOL_ROLES[i]})"
+              for task, i in _TASKS]
+    if isinstance(training_input, Mapping) and "trainingInput" in training_input:
+        training_input = training_input["trainingInput"]
+    if not isinstance(training_input, Mapping):
+        return Conversion([], [f"trainingInput is {training_input!r}; expected a mapping with "
+                               "scaleTier, masterType, ..."], [], labels)
+    tier = str(training_input.get("scaleTier", "BASIC")).upper()
+    cluster_fields = [k for k in training_input if k.startswith(
+        ("master", "worker", "parameterServer", "evaluator"))]
+
+    if tier in cat.SCALE_TIERS:
+        if cluster_fields:
+            verb = "is" if len(cluster_fields) == 1 else "are"
+            errors.append(f"trainingInput.scaleTier is {tier}, which fixes the cluster, but "
+                          f"{_fmt(sorted(cluster_fields))} {verb} set; those need scaleTier "
+                          "CUSTOM")
+        legacy = cat.LEGACY_MACHINES[cat.SCALE_TIERS[tier]]
+        return Conversion([_legacy_pool(legacy, 1)], errors, warnings, labels)
+    if tier in cat.UNCONVERTIBLE_TIERS:
+        return Conversion([], [f"trainingInput.scaleTier is {tier}, which has no fixed machine "
+                               "types to carry over to Vertex AI; use scaleTier CUSTOM with "
+                               "masterType, workerType, ... set explicitly"], [], labels)
+    if tier != "CUSTOM":
+        valid = _fmt([*cat.SCALE_TIERS, *cat.UNCONVERTIBLE_TIERS, "CUSTOM"])
+        return Conversion([], [f"trainingInput.scaleTier is {tier!r}; valid tiers are {valid}"],
+                          [], labels)
+
+    pools: list[dict[str, Any]] = [{}, {}, {}, {}]
+    for task, index in _TASKS:
+        machine = training_input.get(f"{task}Type")
+        config = training_input.get(f"{task}Config") or {}
+        if index == 0:
+            count: Any = 1
+            if not machine:
+                errors.append("trainingInput.masterType is not set; scaleTier CUSTOM needs the "
+                              "master's machine type (e.g. n1-highcpu-16)")
+                continue
+        else:
+            count = _as_int(training_input.get(f"{task}Count", 0))
+            if not _is_int(count) or count < 0:
+                errors.append(f"trainingInput.{task}Count is {count!r}; expected a whole number")
+                continue
+            if count and not machine:
+                errors.append(f"trainingInput.{task}Type is not set; {task}Count is {count} and "
+                              "needs a machine type")
+                continue
+            if not count:
+                if machine or config:
+                    warnings.append(f"trainingInput.{task}Type/{task}Config are set but "
+                                    f"{task}Count is 0: no {POOL_ROLES[index]} runs")
+                continue
+        if not isinstance(config, Mapping):
+            errors.append(f"trainingInput.{task}Config is {config!r}; expected a mapping")
+            continue
+        accelerator = config.get("acceleratorConfig")
+        legacy = cat.LEGACY_MACHINES.get(machine) if isinstance(machine, str) else None
+        if legacy is not None:
+            if accelerator:
+                errors.append(f"trainingInput.{task}Config.acceleratorConfig is set, but "
+                              f"{task}Type {machine} is a legacy type that carries its own GPUs "
+                              f"({_legacy_gpus(legacy)}); use a Compute Engine machine type with "
+                              "acceleratorConfig, or the legacy type alone")
+                continue
+            pools[index] = _legacy_pool(legacy, count)
+            continue
+        pool: dict[str, Any] = {"machine_spec": {"machine_type": machine}, "replica_count": count}
+        if accelerator:
+            if not isinstance(accelerator, Mapping):
+                errors.append(f"trainingInput.{task}Config.acceleratorConfig is {accelerator!r}; "
+                              "expected a mapping with count and type")
+                continue
+            gpu = _gpu_type(accelerator.get("type"))
+            gpus = _as_int(accelerator.get("count"))
+            if not gpu or gpus in (None, 0):
+                errors.append(f"trainingInput.{task}Config.acceleratorConfig needs both count and "
+                              f"type (got count {accelerator.get('count')!r}, type "
+                              f"{accelerator.get('type')!r})")
+                continue
+            pool["machine_spec"].update(accelerator_type=gpu, accelerator_count=gpus)
+        pools[index] = pool
+    while pools and not pools[-1]:
+        pools.pop()
+    return Conversion(pools, errors, warnings, labels)
+
+
+def _legacy_gpus(legacy: cat.LegacyMachine) -> str:
+    return f"{legacy.gpu[1]} x {legacy.gpu[0]}" if legacy.gpu else "no GPU"
+
+
+def _legacy_pool(legacy: cat.LegacyMachine, count: int) -> dict[str, Any]:
+    spec: dict[str, Any] = {"machine_type": legacy.equivalent}
+    if legacy.gpu:
+        spec.update(accelerator_type=legacy.gpu[0], accelerator_count=legacy.gpu[1])
+    return {"machine_spec": spec, "replica_count": count}
+
+
+def from_ai_platform_config(training_input: Any) -> list[dict[str, Any]]:
+    """Converts an AI Platform Training config to Vertex AI worker pool specs.
+
+    Legacy machine types become their Compute Engine equivalents with the GPUs they
+    carry; master -> pool 0, workers -> pool 1, parameter servers -> pool 2, evaluators
+    -> pool 3 (an unused pool between used ones stays `{}`).
+
+    Args:
+        training_input: The parsed config.yaml, with or without its `trainingInput` key.
+
+    Returns:
+        Worker pool specs for `validate_worker_pool_specs` and the CustomJob API.
+
+    Raises:
+        GpuConfigError: The config cannot be converted (every problem listed).
+    """
+    conversion = convert_ai_platform_config(training_input)
+    if conversion.errors:
+        raise GpuConfigError(conversion.errors, "cannot convert the AI Platform config")
+    return conversion.specs
+
+
+def validate_ai_platform_config(training_input: Any, region: str | None = None
+                                ) -> ValidationResult:
+    """Converts and validates an AI Platform config in one step (messages name its fields)."""
+    conversion = convert_ai_platform_config(training_input)
+    if conversion.errors:
+        return ValidationResult(False, conversion.errors, conversion.warnings, conversion.specs)
+    result = validate_worker_pool_specs(conversion.specs, region, labels=conversion.labels)
+    return dataclasses.replace(result, warnings=conversion.warnings + result.warnings)

@@ -113,11 +113,11 @@ def train_on_local_workers(dataset: Input[Dataset], num_workers: int, epochs: in
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def vertex_training_spec(worker_pool_specs: list, image_uri: str, dataset: Input[Dataset],
-                         epochs: int, batch_size: int, learning_rate: float,
+                         epochs: int, batch_size: int, learning_rate: float, job_name: str,
                          training_job: Output[Artifact]) -> NamedTuple(
                              "VertexTrainingSpec", [("worker_pool_specs", list),
                                                     ("base_output_directory", str),
-                                                    ("model_uri", str)]):
+                                                    ("model_uri", str), ("display_name", str)]):
     """Stage 4 (Vertex), part 1: the CustomJob's worker pools for the validated machines."""
     from collections import namedtuple
 
@@ -125,10 +125,10 @@ def vertex_training_spec(worker_pool_specs: list, image_uri: str, dataset: Input
 
     spec = custom_job_spec(worker_pool_specs, image_uri, dataset_path=dataset.path,
                            output_uri=training_job.uri, output_path=training_job.path,
-                           epochs=epochs, batch_size=batch_size, learning_rate=learning_rate)
-    outputs = namedtuple("VertexTrainingSpec",
-                         ["worker_pool_specs", "base_output_directory", "model_uri"])
-    return outputs(spec["worker_pool_specs"], spec["base_output_directory"], spec["model_uri"])
+                           epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
+                           job_name=job_name)
+    fields = ["worker_pool_specs", "base_output_directory", "model_uri", "display_name"]
+    return namedtuple("VertexTrainingSpec", fields)(*(spec[f] for f in fields))
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)

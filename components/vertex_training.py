@@ -8,6 +8,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Sequence
 
+from components.gpu_validation import JOB_NAME_SUFFIX, unique_job_name, validate_job_name
+
 #: Vertex AI sets AIP_MODEL_DIR to `<base_output_directory>/model`.
 MODEL_SUBDIR = "model"
 
@@ -18,7 +20,8 @@ class TrainingSpecError(ValueError):
 
 def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], image_uri: str, *,
                     dataset_path: str, output_uri: str, output_path: str, epochs: int,
-                    batch_size: int, learning_rate: float) -> dict[str, Any]:
+                    batch_size: int, learning_rate: float,
+                    job_name: str = "gpu_training") -> dict[str, Any]:
     """Adds the trainer container to validated worker pools.
 
     Every used pool runs the same image and arguments; the cluster roles come from the
@@ -34,13 +37,18 @@ def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], image_uri: str,
         epochs: Training epochs.
         batch_size: Per-replica batch size.
         learning_rate: Optimizer learning rate.
+        job_name: Base of the job's display name; a date/time suffix makes it unique.
 
     Returns:
-        `worker_pool_specs`, `base_output_directory` and `model_uri` for the CustomJob.
+        `worker_pool_specs`, `base_output_directory`, `model_uri` and `display_name` for
+        the CustomJob.
 
     Raises:
-        TrainingSpecError: No image, or no chief pool.
+        TrainingSpecError: No image, no chief pool, or an invalid job name.
     """
+    problems = validate_job_name(job_name, "job_name", reserve=JOB_NAME_SUFFIX)
+    if problems:
+        raise TrainingSpecError("; ".join(problems))
     if not image_uri:
         raise TrainingSpecError("image_uri is empty; a Vertex CustomJob needs the trainer image")
     if not worker_pool_specs or not worker_pool_specs[0]:
@@ -55,4 +63,4 @@ def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], image_uri: str,
         pools.append(pool)
     base = output_uri.rstrip("/")
     return {"worker_pool_specs": pools, "base_output_directory": base,
-            "model_uri": f"{base}/{MODEL_SUBDIR}"}
+            "model_uri": f"{base}/{MODEL_SUBDIR}", "display_name": unique_job_name(job_name)}

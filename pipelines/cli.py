@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(comp)
 
     val = sub.add_parser("validate-gpu", help="Check a GPU configuration against the rules.")
-    val.add_argument("--config", type=Path, help="YAML configuration file (vertex section).")
+    val.add_argument("--config", type=Path, help="An AI Platform config.yaml (trainingInput), "
+                     "Vertex worker pool specs (YAML/JSON list) or a gpu-pipeline config.")
     val.add_argument("--machine-type", help="Compute Engine machine type, e.g. n1-standard-8.")
     val.add_argument("--accelerator-type", help="GPU type, e.g. NVIDIA_TESLA_T4.")
     val.add_argument("--accelerator-count", type=int, default=None, help="GPUs per machine.")
@@ -92,11 +93,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args: argparse.Namespace):
+    """Loads and validates the configuration (the pre-flight); prints its warnings."""
     from pipelines.config import load_config
 
     if args.config is not None and not args.config.is_file():
         raise UsageError(f"--config {str(args.config)!r} is not a readable file")
-    return load_config(args.config, _overrides(args))
+    warnings: list[str] = []
+    try:
+        return load_config(args.config, _overrides(args), warnings)
+    finally:  # Warnings matter most when the configuration is refused.
+        for warning in warnings:
+            print(f"warning: {warning}", file=sys.stderr)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -132,13 +139,46 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _validate_file(path: Path, region: str | None):
+    """Validates a file in any of the accepted formats; returns (result, region, format)."""
+    import yaml
+
+    from components.gpu_validation import validate_ai_platform_config, validate_worker_pool_specs
+
+    if not path.is_file():
+        raise UsageError(f"--config {str(path)!r} is not a readable file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise UsageError(f"--config {str(path)!r} is not valid YAML or JSON: {exc}") from None
+    if isinstance(data, list):
+        return validate_worker_pool_specs(data, region), region, "vertex worker pool specs"
+    if isinstance(data, dict) and ({"trainingInput", "scaleTier", "masterType"} & set(data)):
+        region = region or (data.get("trainingInput") or {}).get("region")
+        return validate_ai_platform_config(data, region), region, "AI Platform config.yaml"
+    if isinstance(data, dict) and "worker_pool_specs" in data:
+        region = region or data.get("region")
+        return (validate_worker_pool_specs(data["worker_pool_specs"], region), region,
+                "vertex worker pool specs")
+    if isinstance(data, dict) and set(data) <= {"dataset", "training", "vertex"}:
+        vertex = data.get("vertex") or {}
+        region = region or vertex.get("region") or "us-central1"
+        from pipelines.config import Config
+
+        specs = vertex.get("worker_pool_specs", list(Config().vertex.worker_pool_specs))
+        return validate_worker_pool_specs(specs, region), region, "gpu-pipeline config"
+    raise UsageError(f"--config {str(path)!r} is in no format validate-gpu reads: expected an AI "
+                     "Platform config.yaml (trainingInput: ...), Vertex worker pool specs (a "
+                     "list, or worker_pool_specs: [...]), or a gpu-pipeline config (vertex: ...)")
+
+
 def _cmd_validate_gpu(args: argparse.Namespace) -> int:
     from components.gpu_validation import validate_worker_pool_specs
 
     if args.config is not None:
-        config = _load(argparse.Namespace(config=args.config, dataset_source=None, epochs=None,
-                                          batch_size=None, region=args.region))
-        specs, region = list(config.vertex.worker_pool_specs), config.vertex.region
+        if args.machine_type:
+            raise UsageError("give either --config FILE or --machine-type, not both")
+        result, region, source = _validate_file(args.config, args.region)
     elif args.machine_type:
         machine_spec: dict[str, Any] = {"machine_type": args.machine_type}
         if args.accelerator_type is not None:
@@ -149,22 +189,25 @@ def _cmd_validate_gpu(args: argparse.Namespace) -> int:
         if args.replica_count > 1:
             specs.append({"machine_spec": dict(machine_spec),
                           "replica_count": args.replica_count - 1})
-        region = args.region
+        region, source = args.region, "command line"
+        result = validate_worker_pool_specs(specs, region=region)
     else:
         raise UsageError("give --machine-type (with --accelerator-type/--accelerator-count) "
                          "or --config FILE")
-    result = validate_worker_pool_specs(specs, region=region)
     if args.json:
         print(json.dumps({"ok": result.ok, "errors": result.errors, "warnings": result.warnings,
-                          "worker_pool_specs": result.specs, "region": region}, indent=2))
+                          "worker_pool_specs": result.specs, "region": region,
+                          "input": source}, indent=2))
     else:
         for warning in result.warnings:
             print(f"warning: {warning}")
         if result.ok:
-            print(f"valid: {len([p for p in result.specs if p])} worker pool(s)"
+            used = [p for p in result.specs if p]
+            print(f"valid ({source}): {len(used)} worker pool(s)"
                   + (f" in {region}" if region else ""))
+            print(json.dumps(result.specs, indent=2))
         else:
-            print("invalid GPU configuration:")
+            print(f"invalid GPU configuration ({source}):")
             for error in result.errors:
                 print(f"  - {error}")
     return 0 if result.ok else 1

@@ -15,7 +15,8 @@ import yaml
 
 from components import images
 from components.dataset import BUILTIN_SHAPES
-from components.gpu_validation import validate_worker_pool_specs
+from components.gpu_validation import (JOB_NAME_SUFFIX, validate_job_name,
+                                      validate_worker_pool_specs)
 
 
 class ConfigError(ValueError):
@@ -57,6 +58,7 @@ class VertexConfig:
 
     project: str = ""
     region: str = "us-central1"
+    job_name: str = "gpu_training"
     pipeline_root: str = ""
     service_account: str = ""
     image_repository: str = images.DEFAULT_IMAGE_REPOSITORY
@@ -143,13 +145,15 @@ def _merge(base: dict[str, dict[str, Any]], layer: Mapping[str, Any], origin: st
 
 
 def load_config(path: str | Path | None = None,
-                overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Config:
+                overrides: Mapping[str, Mapping[str, Any]] | None = None,
+                warnings: list[str] | None = None) -> Config:
     """Loads the configuration: defaults, then the YAML file, then overrides.
 
     Args:
         path: Optional YAML file with sections `dataset`, `training`, `vertex`.
         overrides: Values from the command line, in the same nested form; None values are
             ignored.
+        warnings: If given, advice that does not block the run is appended to it.
 
     Returns:
         The validated, frozen configuration.
@@ -201,6 +205,10 @@ def load_config(path: str | Path | None = None,
     gpu = validate_worker_pool_specs(list(config.vertex.worker_pool_specs),
                                      region=config.vertex.region)
     errors.extend(f"vertex.{e}" for e in gpu.errors)
+    errors.extend(validate_job_name(config.vertex.job_name, "vertex.job_name",
+                                    reserve=JOB_NAME_SUFFIX))
+    if warnings is not None:
+        warnings.extend(f"vertex.{w}" for w in gpu.warnings)
     if errors:
         raise ConfigError("invalid configuration:\n" + "\n".join(f"  - {e}" for e in errors))
     return config

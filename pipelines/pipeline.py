@@ -53,6 +53,7 @@ def _stages(train: Callable, *, dataset_source: str, image_size: int,
 def vertex_pipeline(
     region: str = _DEFAULTS.vertex.region,
     worker_pool_specs: list = list(_DEFAULTS.vertex.worker_pool_specs),
+    job_name: str = _DEFAULTS.vertex.job_name,
     service_account: str = _DEFAULTS.vertex.service_account,
     image_repository: str = _DEFAULTS.vertex.image_repository,
     trainer_image: str = images.pipeline_image(),
@@ -71,11 +72,11 @@ def vertex_pipeline(
         spec = ops.vertex_training_spec(
             worker_pool_specs=gpu.output, image_uri=build.outputs["Output"],
             dataset=data.outputs["dataset"], epochs=epochs, batch_size=batch_size,
-            learning_rate=learning_rate)
+            learning_rate=learning_rate, job_name=job_name)
         spec.set_display_name("4a training job spec")
         # No project argument: the op's default is the project the PipelineJob runs in.
         job = CustomTrainingJobOp(
-            location=region, display_name=PIPELINE_NAME + "-train",
+            location=region, display_name=spec.outputs["display_name"],
             worker_pool_specs=spec.outputs["worker_pool_specs"],
             base_output_directory=spec.outputs["base_output_directory"],
             service_account=service_account)

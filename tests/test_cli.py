@@ -69,3 +69,61 @@ def test_validate_gpu(capsys):
     assert "n1-standard-4 takes 1, 2, 4 x NVIDIA_TESLA_T4" in capsys.readouterr().out
     assert main(["validate-gpu"]) == 2
     assert "give --machine-type" in capsys.readouterr().err
+
+
+def test_validate_gpu_reads_the_documents_config_yaml(tmp_path, capsys):
+    from tests.test_gpu_validation import SEED_CONFIG_COMPUTE_ENGINE, SEED_CONFIG_LEGACY
+
+    for text, gpu in ((SEED_CONFIG_COMPUTE_ENGINE, "NVIDIA_TESLA_T4"),
+                      (SEED_CONFIG_LEGACY, "NVIDIA_TESLA_K80")):
+        path = tmp_path / "config.yaml"
+        path.write_text(text)
+        assert main(["validate-gpu", "--config", str(path), "--region", "us-central1",
+                     "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["ok"] and report["input"] == "AI Platform config.yaml"
+        assert [p["replica_count"] for p in report["worker_pool_specs"]] == [1, 9, 3]
+        assert report["worker_pool_specs"][1]["machine_spec"]["accelerator_type"] == gpu
+
+
+def test_validate_gpu_reports_every_problem_of_a_pools_file(tmp_path):
+    path = tmp_path / "pools.json"
+    path.write_text(json.dumps([
+        {"machine_spec": {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
+                          "accelerator_count": 1}, "replica_count": 2},
+        {"machine_spec": {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_P100",
+                          "accelerator_count": 1}, "replica_count": 2},
+        {"machine_spec": {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_K80",
+                          "accelerator_count": 1}, "replica_count": 1}]))
+    result = run("validate-gpu", "--config", str(path), "--region", "us-central1")
+    assert result.returncode == 1
+    assert "worker_pool_specs[0] (chief): replica_count is 2; the chief pool must have exactly " \
+           "1 replica" in result.stdout
+    assert "no single zone of us-central1 offers together" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_validate_gpu_refuses_unknown_files(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("colour: red\n")
+    result = run("validate-gpu", "--config", str(path))
+    assert result.returncode == 2 and "in no format validate-gpu reads" in result.stderr
+
+
+def test_run_refuses_zone_and_job_name_problems_before_any_work(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "vertex:\n  job_name: nightly-train\n  worker_pool_specs:\n"
+        "    - {machine_spec: {machine_type: n1-standard-8, accelerator_type: NVIDIA_TESLA_T4,"
+        " accelerator_count: 1}, replica_count: 1}\n"
+        "    - {machine_spec: {machine_type: n1-standard-8, accelerator_type: NVIDIA_TESLA_P100,"
+        " accelerator_count: 1}, replica_count: 1}\n"
+        "    - {machine_spec: {machine_type: n1-standard-8, accelerator_type: NVIDIA_TESLA_K80,"
+        " accelerator_count: 1}, replica_count: 1}\n")
+    result = run("run", "--local", "--config", str(config), cwd=tmp_path)
+    assert result.returncode == 2
+    assert "vertex.region us-central1: the job uses" in result.stderr
+    assert "vertex.job_name is 'nightly-train', which contains '-'" in result.stderr
+    assert "warning: vertex.worker_pool_specs[2] (parameter server): NVIDIA_TESLA_K80" in \
+        result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]

@@ -56,3 +56,19 @@ def test_refuses_without_image_or_chief():
     with pytest.raises(TrainingSpecError, match="no chief pool"):
         custom_job_spec([{}], "img", dataset_path="/d", output_uri="gs://b",
                         output_path="/gcs/b", epochs=1, batch_size=1, learning_rate=0.1)
+
+
+def test_display_name_is_the_job_name_made_unique():
+    import re
+
+    spec = custom_job_spec([{"machine_spec": {"machine_type": "n1-standard-8"}}], "img",
+                           dataset_path="/d", output_uri="gs://b/o", output_path="/gcs/b/o",
+                           epochs=1, batch_size=1, learning_rate=0.1, job_name="nightly")
+    assert re.fullmatch(r"nightly_\d{8}_\d{6}", spec["display_name"])
+    job = aiplatform_v1.CustomJob(display_name=spec["display_name"], job_spec=aiplatform_v1.
+                                  CustomJobSpec(worker_pool_specs=spec["worker_pool_specs"]))
+    assert job.display_name == spec["display_name"]
+    with pytest.raises(TrainingSpecError, match="contains '-'"):
+        custom_job_spec([{"machine_spec": {"machine_type": "n1-standard-8"}}], "img",
+                        dataset_path="/d", output_uri="gs://b/o", output_path="/gcs/b/o",
+                        epochs=1, batch_size=1, learning_rate=0.1, job_name="night-ly")

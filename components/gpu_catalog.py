@@ -1,0 +1,217 @@
+"""The facts the GPU validator checks against, each with where it comes from.
+
+"seeds" are the project's source documents on GPU training in the cloud (000/002, the
+newer texts, where they differ from 001). Facts marked BEYOND THE SEEDS come from
+elsewhere and say so. Pure data, no imports beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+# --- Accelerators -------------------------------------------------------------------
+
+K80, P4, P100, T4, V100, A100 = (
+    "NVIDIA_TESLA_K80", "NVIDIA_TESLA_P4", "NVIDIA_TESLA_P100", "NVIDIA_TESLA_T4",
+    "NVIDIA_TESLA_V100", "NVIDIA_TESLA_A100")
+#: BEYOND THE SEEDS: today's Vertex AI accelerator types of the fixed-count families.
+A100_80GB, H100_80GB, L4 = "NVIDIA_A100_80GB", "NVIDIA_H100_80GB", "NVIDIA_L4"
+
+#: The GPU types the seeds list for acceleratorConfig.
+SEED_ACCELERATORS = (A100, K80, P4, P100, T4, V100)
+ACCELERATOR_TYPES = SEED_ACCELERATORS + (A100_80GB, H100_80GB, L4)
+
+#: Counts a GPU type can be attached in at all (the seeds' table columns; 3 is in none).
+GPU_COUNTS = {K80: (1, 2, 4, 8), P4: (1, 2, 4), P100: (1, 2, 4), T4: (1, 2, 4),
+              V100: (1, 2, 4, 8)}
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuBacking:
+    """How many vCPUs and GB of memory one attached GPU can back, and group caps.
+
+    Attributes:
+        vcpus: vCPUs one GPU backs.
+        memory_gb: GB of memory one GPU backs.
+        caps: count -> (max vCPUs, max GB) for configurations capped below n x per-GPU.
+    """
+
+    vcpus: float
+    memory_gb: float
+    caps: dict[int, tuple[float, float]] = dataclasses.field(default_factory=dict)
+
+    def limits(self, count: int) -> tuple[float, float]:
+        """(max vCPUs, max GB) that `count` GPUs of this type back."""
+        vcpus, memory = self.vcpus * count, self.memory_gb * count
+        cap_vcpus, cap_memory = self.caps.get(count, (vcpus, memory))
+        return min(vcpus, cap_vcpus), min(memory, cap_memory)
+
+
+#: Per-GPU backing of N1 machines. The seeds give V100's (12 vCPUs) and the caps (8 x K80
+#: at most 208 GB; 4 x P100 at most 64 vCPUs and 208 GB). BEYOND THE SEEDS: the other
+#: per-GPU figures are Compute Engine's published N1 limits; for V100 memory the seeds say
+#: 76 GB but Compute Engine's 78 GB is what the seeds' own n1-highmem-96 row (8 x V100,
+#: 624 GB) needs, so 78 is used.
+GPU_BACKING = {
+    K80: GpuBacking(8, 52, {8: (64, 208)}),
+    P4: GpuBacking(24, 156),
+    P100: GpuBacking(16, 104, {4: (64, 208)}),
+    T4: GpuBacking(24, 156),
+    V100: GpuBacking(12, 78),
+}
+
+# --- Machine types ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """A Compute Engine machine type: its size and, for fixed-GPU families, its GPUs."""
+
+    vcpus: int
+    memory_gb: float
+    fixed_gpu: tuple[str, int] | None = None
+    beyond_seeds: bool = False
+
+
+def _n1(kind: str, vcpus: int) -> tuple[str, Machine]:
+    per_vcpu = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}[kind]
+    return f"n1-{kind}-{vcpus}", Machine(vcpus, round(vcpus * per_vcpu, 2))
+
+
+#: The seed table's rows: the machine types that take GPUs, with their sizes.
+N1_MACHINES = dict([
+    *(_n1("standard", n) for n in (4, 8, 16, 32, 64, 96)),
+    *(_n1("highmem", n) for n in (2, 4, 8, 16, 32, 64, 96)),
+    *(_n1("highcpu", n) for n in (16, 32, 64, 96)),
+])
+
+#: A2 machines come with their A100s (the seeds' table rows).
+A2_MACHINES = {
+    "a2-highgpu-1g": Machine(12, 85, (A100, 1)),
+    "a2-highgpu-2g": Machine(24, 170, (A100, 2)),
+    "a2-highgpu-4g": Machine(48, 340, (A100, 4)),
+    "a2-highgpu-8g": Machine(96, 680, (A100, 8)),
+    "a2-megagpu-16g": Machine(96, 1360, (A100, 16)),
+}
+
+#: BEYOND THE SEEDS: today's Vertex AI machine families with a fixed number of GPUs
+#: (Compute Engine's GPU machine types page).
+MODERN_MACHINES = {
+    **{f"a2-ultragpu-{n}g": Machine(12 * n, 170 * n, (A100_80GB, n), True) for n in (1, 2, 4, 8)},
+    **{f"a3-highgpu-{n}g": Machine(26 * n, 234 * n, (H100_80GB, n), True) for n in (1, 2, 4, 8)},
+    **{f"g2-standard-{v}": Machine(v, 4 * v, (L4, n), True)
+       for v, n in ((4, 1), (8, 1), (12, 1), (16, 1), (24, 2), (32, 1), (48, 4), (96, 8))},
+}
+
+#: The seeds' compatibility table, as printed: valid counts per machine type and GPU.
+#: The printed text lost its empty cells, so each row below was re-aligned to the columns
+#: the rules allow (A100 only on A2; caps above); tests rebuild it from GPU_BACKING and
+#: N1_MACHINES and check every cell.
+_SMALL = {K80: (1, 2, 4, 8), P4: (1, 2, 4), P100: (1, 2, 4), T4: (1, 2, 4), V100: (1, 2, 4, 8)}
+_16 = {K80: (2, 4, 8), P4: (1, 2, 4), P100: (1, 2, 4), T4: (1, 2, 4), V100: (2, 4, 8)}
+_32 = {K80: (4, 8), P4: (2, 4), P100: (2, 4), T4: (2, 4), V100: (4, 8)}
+_BIG = {P4: (4,), T4: (4,), V100: (8,)}
+SEED_TABLE: dict[str, dict[str, tuple[int, ...]]] = {
+    "n1-standard-4": _SMALL, "n1-standard-8": _SMALL, "n1-standard-16": _16,
+    "n1-standard-32": _32, "n1-standard-64": _BIG, "n1-standard-96": _BIG,
+    "n1-highmem-2": _SMALL, "n1-highmem-4": _SMALL, "n1-highmem-8": _SMALL,
+    "n1-highmem-16": _16, "n1-highmem-32": _32, "n1-highmem-64": _BIG, "n1-highmem-96": _BIG,
+    "n1-highcpu-16": _16, "n1-highcpu-32": _32,
+    "n1-highcpu-64": {K80: (8,), P4: (4,), P100: (4,), T4: (4,), V100: (8,)},
+    "n1-highcpu-96": _BIG,
+    "a2-highgpu-1g": {A100: (1,)}, "a2-highgpu-2g": {A100: (2,)}, "a2-highgpu-4g": {A100: (4,)},
+    "a2-highgpu-8g": {A100: (8,)}, "a2-megagpu-16g": {A100: (16,)},
+}
+
+# --- Legacy AI Platform machine types ----------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LegacyMachine:
+    """A legacy AI Platform Training machine type and its Compute Engine equivalent."""
+
+    equivalent: str
+    gpu: tuple[str, int] | None = None
+
+
+#: GPUs per legacy type are the seeds'. BEYOND THE SEEDS: the Compute Engine equivalents
+#: are those of AI Platform Training's machine types page; Vertex AI accepts only them.
+LEGACY_MACHINES = {
+    "standard": LegacyMachine("n1-standard-4"),
+    "large_model": LegacyMachine("n1-highmem-8"),
+    "complex_model_s": LegacyMachine("n1-highcpu-8"),
+    "complex_model_m": LegacyMachine("n1-highcpu-16"),
+    "complex_model_l": LegacyMachine("n1-highcpu-32"),
+    "standard_gpu": LegacyMachine("n1-standard-8", (K80, 1)),
+    "complex_model_m_gpu": LegacyMachine("n1-standard-16", (K80, 4)),
+    "complex_model_l_gpu": LegacyMachine("n1-standard-32", (K80, 8)),
+    "standard_p100": LegacyMachine("n1-standard-8", (P100, 1)),
+    "complex_model_m_p100": LegacyMachine("n1-standard-16", (P100, 4)),
+    "standard_v100": LegacyMachine("n1-standard-8", (V100, 1)),
+    "large_model_v100": LegacyMachine("n1-highmem-8", (V100, 1)),
+    "complex_model_m_v100": LegacyMachine("n1-standard-16", (V100, 4)),
+    "complex_model_l_v100": LegacyMachine("n1-standard-32", (V100, 8)),
+}
+
+#: Scale tiers with a fixed cluster: BASIC is one `standard` machine, BASIC_GPU (seeds)
+#: one worker with one K80. STANDARD_1, PREMIUM_1 and BASIC_TPU have no Vertex form.
+SCALE_TIERS = {"BASIC": "standard", "BASIC_GPU": "standard_gpu"}
+UNCONVERTIBLE_TIERS = ("STANDARD_1", "PREMIUM_1", "BASIC_TPU")
+
+# --- Regions and zones ---------------------------------------------------------------
+
+#: Regions offering GPUs for training (the seeds' list).
+GPU_REGIONS = (
+    "us-west1", "us-west2", "us-central1", "us-east1", "us-east4", "northamerica-northeast1",
+    "southamerica-east1", "europe-west1", "europe-west2", "europe-west4", "asia-south1",
+    "asia-southeast1", "asia-east1", "asia-northeast1", "asia-northeast3",
+    "australia-southeast1",
+)
+
+#: Source of ZONES (the seeds give no zones).
+ZONES_SOURCE = (
+    "Compute Engine accelerator availability per zone as listed by `gcloud compute "
+    "accelerator-types list`, in skypilot-org/skypilot-catalog catalogs/v2/gcp.csv (commit "
+    "d72d6709, a 2022 snapshot covering the US regions), read on 2026-11-21. The live page, "
+    "https://cloud.google.com/compute/docs/gpus/gpu-regions-zones, was not reachable here.")
+
+#: GPU types offered per zone, for the regions the source covers. One deliberate change
+#: from the snapshot: it lists T4 in us-central1-c, but the seeds state that no single
+#: us-central1 zone offers T4, K80 and P100 together for training, so T4 is left out there.
+ZONES: dict[str, dict[str, frozenset[str]]] = {
+    "us-central1": {
+        "us-central1-a": frozenset({A100, T4, P4, V100, K80}),
+        "us-central1-b": frozenset({A100, T4, V100}),
+        "us-central1-c": frozenset({A100, P4, V100, K80, P100}),
+        "us-central1-f": frozenset({A100, T4, V100, P100}),
+    },
+    "us-east1": {
+        "us-east1-b": frozenset({A100, P100}),
+        "us-east1-c": frozenset({P100, T4, V100, K80}),
+        "us-east1-d": frozenset({T4, K80}),
+    },
+    "us-east4": {
+        "us-east4-a": frozenset({T4, P4}),
+        "us-east4-b": frozenset({T4, P4}),
+        "us-east4-c": frozenset({T4, P4}),
+    },
+    "us-west1": {
+        "us-west1-a": frozenset({T4, V100, P100}),
+        "us-west1-b": frozenset({T4, V100, P100, A100, K80}),
+    },
+    "us-west2": {
+        "us-west2-b": frozenset({P4, T4}),
+        "us-west2-c": frozenset({P4, T4}),
+    },
+}
+
+#: BEYOND THE SEEDS: K80 reached end of support on Compute Engine on 2024-05-01
+#: (https://cloud.google.com/compute/docs/eol/k80-eol); Vertex AI marks it deprecated.
+END_OF_SUPPORT = {K80: "reached end of support on 2024-05-01 "
+                       "(https://cloud.google.com/compute/docs/eol/k80-eol)"}
+
+# --- Job names -----------------------------------------------------------------------
+
+#: The seeds' job name rules: unique in the project, letters, digits and underscores,
+#: starting with a letter, at most 128 characters.
+JOB_NAME_MAX = 128
