@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -83,16 +82,9 @@ def publish_model(model_dir: str | os.PathLike, destination: str | os.PathLike,
     Returns:
         The destination path.
     """
-    dest = Path(destination)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".partial-", dir=dest.parent))
-    try:
+    from trainer.export import atomic_directory
+
+    with atomic_directory(destination) as staging:
         shutil.copytree(model_dir, staging, dirs_exist_ok=True)
-        (staging / "evaluation.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        if dest.is_dir():
-            dest.rmdir()  # Only an empty directory may be replaced.
-        os.rename(staging, dest)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return dest
+        (Path(staging) / "evaluation.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    return Path(destination)

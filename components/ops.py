@@ -12,7 +12,7 @@ components are shipped as their source).
 from typing import NamedTuple
 
 from kfp import dsl
-from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
+from kfp.dsl import HTML, Artifact, Dataset, Input, Metrics, Model, Output
 
 from components import images
 
@@ -89,31 +89,26 @@ def build_trainer_image(image_repository: str, prebuilt_image: str,
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def train_on_local_workers(dataset: Input[Dataset], num_workers: int, epochs: int,
-                           batch_size: int, learning_rate: float, model: Output[Model],
+                           batch_size: int, learning_rate: float, model_name: str,
+                           mixed_precision: str, xla: str, model: Output[Model],
                            training_job: Output[Artifact]):
     """Stage 4 (local): the trainer as `num_workers` processes on localhost."""
-    import json
-    import os
-
     from components.local_training import run_local_cluster
+    from components.training_report import trainer_arguments
 
     print(f"[gpu-pipeline] training: {num_workers} worker processes on localhost "
           "(MultiWorkerMirroredStrategy, TF_CONFIG as Vertex AI sets it)")
     run_local_cluster(num_workers, [
         "--job-dir", training_job.path, "--data-dir", dataset.path, "--model-dir", model.path,
-        "--epochs", str(epochs), "--batch-size", str(batch_size),
-        "--learning-rate", str(learning_rate)])
-    with open(os.path.join(training_job.path, "training_report.json")) as f:
-        report = json.load(f)
-    summary = {k: report[k] for k in ("num_workers", "replicas_in_sync", "global_batch_size",
-                                      "epochs", "train_seconds", "examples_per_second")}
-    training_job.metadata.update(summary)
-    model.metadata.update({"framework": "tensorflow", **summary})
+        *trainer_arguments(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
+                           model=model_name, mixed_precision=mixed_precision, xla=xla)])
+    model.metadata["framework"] = "tensorflow"
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def vertex_training_spec(worker_pool_specs: list, image_uri: str, dataset: Input[Dataset],
-                         epochs: int, batch_size: int, learning_rate: float, job_name: str,
+                         epochs: int, batch_size: int, learning_rate: float, model_name: str,
+                         mixed_precision: str, xla: str, job_name: str,
                          training_job: Output[Artifact]) -> NamedTuple(
                              "VertexTrainingSpec", [("worker_pool_specs", list),
                                                     ("base_output_directory", str),
@@ -121,14 +116,31 @@ def vertex_training_spec(worker_pool_specs: list, image_uri: str, dataset: Input
     """Stage 4 (Vertex), part 1: the CustomJob's worker pools for the validated machines."""
     from collections import namedtuple
 
+    from components.training_report import trainer_arguments
     from components.vertex_training import custom_job_spec
 
+    args = trainer_arguments(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
+                             model=model_name, mixed_precision=mixed_precision, xla=xla)
     spec = custom_job_spec(worker_pool_specs, image_uri, dataset_path=dataset.path,
                            output_uri=training_job.uri, output_path=training_job.path,
-                           epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
-                           job_name=job_name)
+                           trainer_args=args, job_name=job_name)
     fields = ["worker_pool_specs", "base_output_directory", "model_uri", "display_name"]
     return namedtuple("VertexTrainingSpec", fields)(*(spec[f] for f in fields))
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def report_training(training_job: Input[Artifact], metrics: Output[Metrics],
+                    curves: Output[HTML]):
+    """Stage 4 (both targets), last part: the trainer's curves and final metrics."""
+    from components.training_report import publish_training_report
+
+    summary = publish_training_report(training_job.path, curves.path)
+    for name, value in summary["metrics"].items():
+        metrics.log_metric(name, value)
+    print(f"[gpu-pipeline] training: {summary['epochs']} epochs on {summary['num_workers']} "
+          f"worker(s), {summary['examples_per_second']:.0f} examples/s; final "
+          + ", ".join(f"{k} {v:.4f}" for k, v in summary["metrics"].items()
+                      if k != "epochs_completed"))
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)

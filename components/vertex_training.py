@@ -19,8 +19,8 @@ class TrainingSpecError(ValueError):
 
 
 def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], image_uri: str, *,
-                    dataset_path: str, output_uri: str, output_path: str, epochs: int,
-                    batch_size: int, learning_rate: float,
+                    dataset_path: str, output_uri: str, output_path: str,
+                    trainer_args: Sequence[str] = (),
                     job_name: str = "gpu_training") -> dict[str, Any]:
     """Adds the trainer container to validated worker pools.
 
@@ -34,9 +34,7 @@ def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], image_uri: str,
         dataset_path: Local (FUSE) path of the prepared dataset.
         output_uri: `gs://` URI for the job's outputs (base_output_directory).
         output_path: The same location as a local (FUSE) path.
-        epochs: Training epochs.
-        batch_size: Per-replica batch size.
-        learning_rate: Optimizer learning rate.
+        trainer_args: Further trainer flags (see `trainer_arguments`).
         job_name: Base of the job's display name; a date/time suffix makes it unique.
 
     Returns:
@@ -53,8 +51,7 @@ def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], image_uri: str,
         raise TrainingSpecError("image_uri is empty; a Vertex CustomJob needs the trainer image")
     if not worker_pool_specs or not worker_pool_specs[0]:
         raise TrainingSpecError("worker_pool_specs has no chief pool (pool 0)")
-    args = ["--job-dir", output_path, "--data-dir", dataset_path, "--epochs", str(epochs),
-            "--batch-size", str(batch_size), "--learning-rate", str(learning_rate)]
+    args = ["--job-dir", output_path, "--data-dir", dataset_path, *map(str, trainer_args)]
     pools = []
     for pool in worker_pool_specs:
         pool = copy.deepcopy(dict(pool))

@@ -50,6 +50,9 @@ class TrainingConfig:
     batch_size: int = 32
     learning_rate: float = 0.003
     local_workers: int = 2
+    model: str = "cnn"
+    mixed_precision: str = "auto"
+    xla: str = "auto"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +83,7 @@ class Config:
         return data
 
 
+_TRISTATE = ("auto", "on", "off")
 _SECTIONS = {"dataset": DatasetConfig, "training": TrainingConfig, "vertex": VertexConfig}
 
 # (minimum, maximum) for numeric fields; None means unbounded.
@@ -192,6 +196,11 @@ def load_config(path: str | Path | None = None,
     if not 0.0 < config.dataset.validation_fraction < 1.0:
         errors.append(f"dataset.validation_fraction is {config.dataset.validation_fraction}; "
                       "expected a number strictly between 0 and 1")
+    for field, valid in (("model", ("cnn", "resnet50")), ("mixed_precision", _TRISTATE),
+                         ("xla", _TRISTATE)):
+        value = getattr(config.training, field)
+        if value not in valid:
+            errors.append(f"training.{field} is {value!r}; valid values are {', '.join(valid)}")
     if config.training.learning_rate <= 0:
         errors.append(f"training.learning_rate is {config.training.learning_rate}; expected > 0")
     if config.dataset.num_shards < config.training.local_workers:

@@ -34,7 +34,12 @@ class PipelineOutputs(NamedTuple):
 def _stages(train: Callable, *, dataset_source: str, image_size: int,
             validation_fraction: float, num_shards: int, worker_pool_specs: list, region: str,
             image_repository: str, prebuilt_image: str):
-    """Wires the five stages; `train(dataset_task, gpu_task, build_task)` returns a Model."""
+    """Wires the five stages.
+
+    `train(dataset_task, gpu_task, build_task)` returns (trained Model, training job
+    directory artifact, the task that finishes training); it is the only part that
+    differs between the targets.
+    """
     data = ops.prepare_dataset(source=dataset_source, image_size=image_size,
                                validation_fraction=validation_fraction, num_shards=num_shards)
     data.set_display_name("1 prepare dataset")
@@ -43,7 +48,9 @@ def _stages(train: Callable, *, dataset_source: str, image_size: int,
     build = ops.build_trainer_image(image_repository=image_repository,
                                     prebuilt_image=prebuilt_image)
     build.set_display_name("3 build trainer image").after(gpu)
-    trained_model = train(data, gpu, build)
+    trained_model, training_job, trained = train(data, gpu, build)
+    report = ops.report_training(training_job=training_job)
+    report.set_display_name("4 training report").after(trained)
     export = ops.export_model(dataset=data.outputs["dataset"], trained_model=trained_model)
     export.set_display_name("5 export model")
     return PipelineOutputs(export.outputs["exported_model"], export.outputs["metrics"])
@@ -64,6 +71,9 @@ def vertex_pipeline(
     epochs: int = _DEFAULTS.training.epochs,
     batch_size: int = _DEFAULTS.training.batch_size,
     learning_rate: float = _DEFAULTS.training.learning_rate,
+    model_name: str = _DEFAULTS.training.model,
+    mixed_precision: str = _DEFAULTS.training.mixed_precision,
+    xla: str = _DEFAULTS.training.xla,
 ) -> PipelineOutputs:
     """The pipeline for Vertex AI Pipelines (training as a Vertex AI CustomJob)."""
     from google_cloud_pipeline_components.v1.custom_job import CustomTrainingJobOp
@@ -72,7 +82,8 @@ def vertex_pipeline(
         spec = ops.vertex_training_spec(
             worker_pool_specs=gpu.output, image_uri=build.outputs["Output"],
             dataset=data.outputs["dataset"], epochs=epochs, batch_size=batch_size,
-            learning_rate=learning_rate, job_name=job_name)
+            learning_rate=learning_rate, model_name=model_name, mixed_precision=mixed_precision,
+            xla=xla, job_name=job_name)
         spec.set_display_name("4a training job spec")
         # No project argument: the op's default is the project the PipelineJob runs in.
         job = CustomTrainingJobOp(
@@ -81,10 +92,10 @@ def vertex_pipeline(
             base_output_directory=spec.outputs["base_output_directory"],
             service_account=service_account)
         job.set_display_name("4b train on Vertex AI")
-        model = dsl.importer(artifact_uri=spec.outputs["model_uri"], artifact_class=Model,
-                             reimport=False).after(job)
-        model.set_display_name("4c trained model")
-        return model.output
+        trained = dsl.importer(artifact_uri=spec.outputs["model_uri"], artifact_class=Model,
+                               reimport=False).after(job)
+        trained.set_display_name("4c trained model")
+        return trained.output, spec.outputs["training_job"], job
 
     return _stages(train, dataset_source=dataset_source, image_size=image_size,
                    validation_fraction=validation_fraction, num_shards=num_shards,
@@ -104,6 +115,9 @@ def local_pipeline(
     epochs: int = _DEFAULTS.training.epochs,
     batch_size: int = _DEFAULTS.training.batch_size,
     learning_rate: float = _DEFAULTS.training.learning_rate,
+    model_name: str = _DEFAULTS.training.model,
+    mixed_precision: str = _DEFAULTS.training.mixed_precision,
+    xla: str = _DEFAULTS.training.xla,
     num_workers: int = _DEFAULTS.training.local_workers,
 ) -> PipelineOutputs:
     """The same pipeline with training as worker processes on localhost (kfp.local)."""
@@ -111,9 +125,10 @@ def local_pipeline(
     def train(data, gpu, build):
         task = ops.train_on_local_workers(
             dataset=data.outputs["dataset"], num_workers=num_workers, epochs=epochs,
-            batch_size=batch_size, learning_rate=learning_rate)
+            batch_size=batch_size, learning_rate=learning_rate, model_name=model_name,
+            mixed_precision=mixed_precision, xla=xla)
         task.set_display_name("4 train on local workers").after(build)
-        return task.outputs["model"]
+        return task.outputs["model"], task.outputs["training_job"], task
 
     return _stages(train, dataset_source=dataset_source, image_size=image_size,
                    validation_fraction=validation_fraction, num_shards=num_shards,
@@ -134,5 +149,8 @@ def local_arguments(config: Config) -> dict:
         "epochs": config.training.epochs,
         "batch_size": config.training.batch_size,
         "learning_rate": config.training.learning_rate,
+        "model_name": config.training.model,
+        "mixed_precision": config.training.mixed_precision,
+        "xla": config.training.xla,
         "num_workers": config.training.local_workers,
     }

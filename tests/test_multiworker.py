@@ -17,41 +17,57 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def trained(small_dataset, tmp_path_factory):
-    """Trains once with 2 workers; returns (job_dir, model_dir, worker temp root, log)."""
+    """Trains once with a chief and 2 workers; returns (job_dir, model_dir, temp root, log)."""
     root = tmp_path_factory.mktemp("train")
     temp_root = root / "tmp"
     temp_root.mkdir()
     log = io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TMPDIR", str(temp_root))  # where non-chief workers save their copy
-        run_local_cluster(2, ["--job-dir", str(root / "job"), "--data-dir", str(small_dataset),
-                              "--model-dir", str(root / "model"), "--epochs", "6",
-                              "--batch-size", "16"], timeout_seconds=600, out=log)
+        mp.setenv("TMPDIR", str(temp_root))  # where non-chief workers save their copies
+        run_local_cluster(3, ["--job-dir", str(root / "job"), "--data-dir", str(small_dataset),
+                              "--model-dir", str(root / "model"), "--epochs", "4",
+                              "--batch-size", "8"], timeout_seconds=600, out=log)
     return root / "job", root / "model", temp_root, log.getvalue()
 
 
-def test_two_workers_train_in_sync(trained):
+def test_chief_and_two_workers_train_in_sync(trained):
     job_dir, model_dir, temp_root, log = trained
     report = json.loads((job_dir / "training_report.json").read_text())
-    assert report["num_workers"] == 2 and report["replicas_in_sync"] == 2
-    assert report["global_batch_size"] == 32 and report["per_replica_batch_size"] == 16
-    assert report["task"] == "chief:0"
-    assert len(report["history"]["loss"]) == 6
-    assert report["history"]["loss"][-1] < report["history"]["loss"][0]
-    # Both processes trained, and their weights are identical: gradients were all-reduced.
-    digests = dict(re.findall(r"\[trainer (chief:0|worker:0)\] trained .* digest ([0-9a-f]{64})",
-                              log))
-    assert set(digests) == {"chief:0", "worker:0"}, log[-2000:]
-    assert digests["chief:0"] == digests["worker:0"] == report["weights_sha256"]
+    assert report["num_workers"] == 3 and report["replicas_in_sync"] == 3
+    assert report["global_batch_size"] == 24 and report["per_replica_batch_size"] == 8
+    assert report["task"] == "chief:0" and report["resumed_from_epoch"] == 0
+    losses = [h["loss"] for h in report["history"]]
+    assert len(losses) == 4 and losses[-1] < losses[0]
+    # All three trained, and their weights are identical: gradients were all-reduced.
+    digests = dict(re.findall(r"\[trainer (chief:0|worker:[01])\] trained .* digest "
+                              r"([0-9a-f]{64})", log))
+    assert set(digests) == {"chief:0", "worker:0", "worker:1"}, log[-2000:]
+    assert set(digests.values()) == {report["weights_sha256"]}
 
 
-def test_only_the_chief_keeps_a_model(trained):
+def test_only_the_chief_keeps_a_model_and_no_temporary_directory_is_left(trained):
     job_dir, model_dir, temp_root, log = trained
     assert (model_dir / "saved_model.pb").is_file()
     metadata = json.loads((model_dir / "gpu_pipeline_model.json").read_text())
     assert metadata["class_names"] == ["circle", "cross", "square", "triangle"]
-    assert os.listdir(temp_root) == []  # the worker's temporary copy was removed
-    assert not [p for p in os.listdir(model_dir.parent) if p.startswith(".partial-")]
+    assert metadata["training"]["num_workers"] == 3
+    assert os.listdir(temp_root) == []  # the workers' temporary copies were removed
+    assert sorted(os.listdir(model_dir.parent)) == ["job", "model", "tmp"]
+    assert not (job_dir / "model").exists()  # nobody wrote a second copy
+    assert log.count("model written to") == 1 and "[trainer chief:0] model written to" in log
+
+
+def test_reports_checkpoints_and_cleaned_backup(trained):
+    job_dir, _, _, _ = trained
+    metrics = json.loads((job_dir / "metrics.json").read_text())
+    assert metrics["epochs_completed"] == 4 and 0 <= metrics["val_accuracy"] <= 1
+    assert "<svg" in (job_dir / "training_curves.html").read_text()
+    events = [f for _, _, files in os.walk(job_dir / "tensorboard") for f in files]
+    assert any(f.startswith("events.out.tfevents") for f in events)
+    checkpoints = job_dir / "checkpoints"
+    assert (checkpoints / "latest.index").is_file()
+    # BackupAndRestore removes its backup once training completes.
+    assert not (checkpoints / "backup").exists() or not os.listdir(checkpoints / "backup")
 
 
 def test_saved_model_serves_bytes_and_floats(trained, small_dataset):

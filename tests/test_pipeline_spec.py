@@ -54,6 +54,7 @@ def test_five_stages_in_order(fresh):
 
     order = ["prepare-dataset", "validate-gpu-config", "build-trainer-image",
              "custom-training-job", "export-model"]
+    assert "custom-training-job" in upstream("report-training")
     for earlier, later in zip(order, order[1:]):
         assert earlier in upstream(later), (earlier, later)
 

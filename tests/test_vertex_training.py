@@ -6,6 +6,7 @@ import pytest
 from google.cloud import aiplatform_v1
 
 from components.gpu_validation import validate_worker_pool_specs
+from components.training_report import trainer_arguments
 from components.vertex_training import TrainingSpecError, custom_job_spec
 from pipelines.config import Config
 
@@ -16,7 +17,9 @@ def _spec():
                            dataset_path="/gcs/b/root/run/prepare-dataset/dataset",
                            output_uri="gs://b/root/run/vertex-training-spec/training_job",
                            output_path="/gcs/b/root/run/vertex-training-spec/training_job",
-                           epochs=3, batch_size=64, learning_rate=0.01)
+                           trainer_args=trainer_arguments(
+                               epochs=3, batch_size=64, learning_rate=0.01, model="cnn",
+                               mixed_precision="auto", xla="auto"))
 
 
 def test_pools_parse_as_aiplatform_types():
@@ -32,6 +35,7 @@ def test_pools_parse_as_aiplatform_types():
     assert args[:4] == ["--job-dir", "/gcs/b/root/run/vertex-training-spec/training_job",
                         "--data-dir", "/gcs/b/root/run/prepare-dataset/dataset"]
     assert args[args.index("--batch-size") + 1] == "64"
+    assert args[args.index("--model") + 1] == "cnn"
     job = aiplatform_v1.CustomJobSpec(
         worker_pool_specs=spec["worker_pool_specs"],
         base_output_directory=aiplatform_v1.GcsDestination(
@@ -44,7 +48,7 @@ def test_unused_pool_stays_empty():
     pools = [{"machine_spec": {"machine_type": "n1-standard-8"}, "replica_count": 1}, {},
              {"machine_spec": {"machine_type": "n1-highmem-8"}, "replica_count": 2}]
     spec = custom_job_spec(pools, "img", dataset_path="/d", output_uri="gs://b/o",
-                           output_path="/gcs/b/o", epochs=1, batch_size=1, learning_rate=0.1)
+                           output_path="/gcs/b/o")
     assert spec["worker_pool_specs"][1] == {}
     assert aiplatform_v1.WorkerPoolSpec(spec["worker_pool_specs"][2]).replica_count == 2
 
@@ -52,10 +56,10 @@ def test_unused_pool_stays_empty():
 def test_refuses_without_image_or_chief():
     with pytest.raises(TrainingSpecError, match="image_uri is empty"):
         custom_job_spec([{"replica_count": 1}], "", dataset_path="/d", output_uri="gs://b",
-                        output_path="/gcs/b", epochs=1, batch_size=1, learning_rate=0.1)
+                        output_path="/gcs/b")
     with pytest.raises(TrainingSpecError, match="no chief pool"):
         custom_job_spec([{}], "img", dataset_path="/d", output_uri="gs://b",
-                        output_path="/gcs/b", epochs=1, batch_size=1, learning_rate=0.1)
+                        output_path="/gcs/b")
 
 
 def test_display_name_is_the_job_name_made_unique():
@@ -63,7 +67,7 @@ def test_display_name_is_the_job_name_made_unique():
 
     spec = custom_job_spec([{"machine_spec": {"machine_type": "n1-standard-8"}}], "img",
                            dataset_path="/d", output_uri="gs://b/o", output_path="/gcs/b/o",
-                           epochs=1, batch_size=1, learning_rate=0.1, job_name="nightly")
+                           job_name="nightly")
     assert re.fullmatch(r"nightly_\d{8}_\d{6}", spec["display_name"])
     job = aiplatform_v1.CustomJob(display_name=spec["display_name"], job_spec=aiplatform_v1.
                                   CustomJobSpec(worker_pool_specs=spec["worker_pool_specs"]))
@@ -71,4 +75,4 @@ def test_display_name_is_the_job_name_made_unique():
     with pytest.raises(TrainingSpecError, match="contains '-'"):
         custom_job_spec([{"machine_spec": {"machine_type": "n1-standard-8"}}], "img",
                         dataset_path="/d", output_uri="gs://b/o", output_path="/gcs/b/o",
-                        epochs=1, batch_size=1, learning_rate=0.1, job_name="night-ly")
+                        job_name="night-ly")

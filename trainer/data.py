@@ -10,13 +10,26 @@ from trainer.model import preprocess
 
 log = logging.getLogger("trainer")
 
+#: Decoded images are cached in memory when the split's pixels fit in this budget.
+DEFAULT_CACHE_BUDGET_MB = 2048
+
+
+def fits_in_cache(examples: int, image_size: int, budget_mb: float) -> bool:
+    """Whether `examples` decoded uint8 images of the given size fit the cache budget."""
+    return examples * image_size * image_size * 3 <= budget_mb * 2**20
+
 
 def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int, *,
-                 training: bool, num_workers: int, seed: int = 0) -> Any:
+                 training: bool, num_workers: int, seed: int = 0, cache: bool = True,
+                 shuffle_buffer: int = 4096) -> Any:
     """Builds the dataset of (images, labels) batches.
 
-    Sharded by file across workers when there are at least as many files as workers
-    (each worker then reads only its own files), by data otherwise.
+    Files are read in parallel (interleave); each record is parsed and decoded once, and
+    the decoded uint8 images are cached when `cache` is set, so later epochs skip the
+    decoding; batching comes before the float conversion, which then runs vectorised on
+    whole batches; prefetch overlaps input with training. Sharded by file across workers
+    when there are at least as many files as workers (each worker reads only its own
+    files), by data otherwise.
 
     Args:
         tf: The tensorflow module.
@@ -26,6 +39,8 @@ def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int
         training: Shuffle and repeat for training; single pass otherwise.
         num_workers: Machines in the cluster.
         seed: Shuffle seed.
+        cache: Keep decoded images in memory (see `fits_in_cache`).
+        shuffle_buffer: Examples in the shuffle buffer.
 
     Returns:
         A tf.data.Dataset.
@@ -45,10 +60,12 @@ def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int
     ds = tf.data.Dataset.from_tensor_slices(list(files))
     ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 8),
                        num_parallel_calls=autotune, deterministic=False)
-    ds = ds.map(parse, num_parallel_calls=autotune).cache()
+    ds = ds.map(parse, num_parallel_calls=autotune, deterministic=False)
+    if cache:
+        ds = ds.cache()
     if training:
-        ds = ds.shuffle(2048, seed=seed, reshuffle_each_iteration=True).repeat()
-    ds = ds.batch(batch_size, drop_remainder=training)
+        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+    ds = ds.batch(batch_size, drop_remainder=training, num_parallel_calls=autotune)
     ds = ds.map(lambda x, y: (preprocess(tf, x), y), num_parallel_calls=autotune)
     ds = ds.prefetch(autotune)
 

@@ -2,17 +2,48 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from trainer.model import preprocess
 
 METADATA_FILE = "gpu_pipeline_model.json"
 SIGNATURE_BYTES = "serving_default"
 SIGNATURE_IMAGES = "serving_images"
+
+
+@contextlib.contextmanager
+def atomic_directory(destination: str | os.PathLike) -> Iterator[str]:
+    """Yields a staging directory beside `destination`, renamed into place on success.
+
+    A failure removes the staging directory; a crash leaves at most a hidden
+    `.partial-<name>-*` sibling, which the next write to the same destination removes.
+    Either way `destination` is absent or complete, never partial.
+
+    Raises:
+        FileExistsError: `destination` already holds files.
+    """
+    destination = os.path.abspath(destination)
+    parent, name = os.path.dirname(destination), os.path.basename(destination)
+    if os.path.isdir(destination) and os.listdir(destination):
+        raise FileExistsError(f"destination {destination!r} already holds files")
+    os.makedirs(parent, exist_ok=True)
+    for stale in os.listdir(parent):
+        if stale.startswith(f".partial-{name}-"):
+            shutil.rmtree(os.path.join(parent, stale), ignore_errors=True)
+    staging = tempfile.mkdtemp(prefix=f".partial-{name}-", dir=parent)
+    try:
+        yield staging
+        if os.path.isdir(destination):
+            os.rmdir(destination)  # empty, checked above
+        os.rename(staging, destination)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def _serving_module(tf: Any, model: Any, image_size: int, class_names: Sequence[str]) -> Any:
@@ -78,10 +109,7 @@ def save_model(tf: Any, model: Any, destination: str, *, is_chief: bool, image_s
             shutil.rmtree(temp, ignore_errors=True)
         return None
 
-    parent = os.path.dirname(os.path.abspath(destination))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".partial-", dir=parent)
-    try:
+    with atomic_directory(destination) as staging:
         tf.saved_model.save(module, staging, signatures=signatures)
         metadata = {"class_names": list(class_names), "image_size": image_size,
                     "signatures": {SIGNATURE_BYTES: "encoded JPEG/PNG bytes",
@@ -89,12 +117,4 @@ def save_model(tf: Any, model: Any, destination: str, *, is_chief: bool, image_s
                     "tensorflow_version": tf.__version__, **(extra_metadata or {})}
         with open(os.path.join(staging, METADATA_FILE), "w") as f:
             json.dump(metadata, f, indent=2)
-        if os.path.isdir(destination):
-            if os.listdir(destination):
-                raise FileExistsError(f"model destination {destination!r} already holds files")
-            os.rmdir(destination)
-        os.rename(staging, destination)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return destination

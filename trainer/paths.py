@@ -17,10 +17,24 @@ def local_path(uri: str) -> str:
     return uri
 
 
-def model_dir(job_dir: str, environ: Mapping[str, str], explicit: str | None = None) -> str:
-    """Where the chief writes the final SavedModel.
+def _choose(explicit: str | None, environ: Mapping[str, str], variable: str,
+            default: str) -> str:
+    return local_path(explicit or environ.get(variable) or default)
 
-    Order: the `--model-dir` flag, Vertex AI's `AIP_MODEL_DIR`, then `<job-dir>/model`.
-    """
-    chosen = explicit or environ.get("AIP_MODEL_DIR") or os.path.join(job_dir, "model")
-    return local_path(chosen)
+
+def model_dir(job_dir: str, environ: Mapping[str, str], explicit: str | None = None) -> str:
+    """Final SavedModel: `--model-dir`, else Vertex's AIP_MODEL_DIR, else <job-dir>/model."""
+    return _choose(explicit, environ, "AIP_MODEL_DIR", os.path.join(job_dir, "model"))
+
+
+def checkpoint_dir(job_dir: str, environ: Mapping[str, str], explicit: str | None = None) -> str:
+    """Checkpoints and the restart backup: `--checkpoint-dir`, else AIP_CHECKPOINT_DIR,
+    else <job-dir>/checkpoints."""
+    return _choose(explicit, environ, "AIP_CHECKPOINT_DIR", os.path.join(job_dir, "checkpoints"))
+
+
+def tensorboard_dir(job_dir: str, environ: Mapping[str, str], explicit: str | None = None) -> str:
+    """TensorBoard logs: `--tensorboard-dir`, else AIP_TENSORBOARD_LOG_DIR, else
+    <job-dir>/tensorboard."""
+    return _choose(explicit, environ, "AIP_TENSORBOARD_LOG_DIR",
+                   os.path.join(job_dir, "tensorboard"))

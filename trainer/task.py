@@ -2,6 +2,8 @@
 
 Runs the same way on one machine, on several local processes and on a Vertex AI cluster:
 the cluster comes from TF_CONFIG, outputs go under `--job-dir` (or Vertex's AIP_* dirs).
+A job restarted after a maintenance event or a lost worker resumes from its last
+completed epoch (BackupAndRestore under the checkpoint dir).
 
 Keras 3 (TensorFlow >= 2.16) cannot run `model.fit` under MultiWorkerMirroredStrategy
 (keras-team/keras#20585), so the trainer uses tf-keras; TF_USE_LEGACY_KERAS is set before
@@ -12,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import logging
 import os
 import sys
@@ -24,23 +25,44 @@ from trainer import paths
 
 log = logging.getLogger("trainer")
 
+_TRISTATE = ("auto", "on", "off")
+
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parses the trainer's flags."""
+    from trainer.model import MODELS
+
     parser = argparse.ArgumentParser(prog="python -m trainer.task",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--job-dir", required=True,
-                        help="Output directory of the job (checkpoints, reports, default model "
-                             "location); gs:// paths are read through the /gcs/ mount.")
+                        help="Output directory of the job (reports; default checkpoint, "
+                             "TensorBoard and model locations); gs:// paths are read through "
+                             "the /gcs/ mount.")
     parser.add_argument("--data-dir", required=True,
                         help="Prepared dataset directory (manifest.json and TFRecord shards).")
-    parser.add_argument("--model-dir", default=None,
-                        help="Final SavedModel directory (default: $AIP_MODEL_DIR, else "
-                             "<job-dir>/model).")
-    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--model-dir", help="Final SavedModel directory (default: "
+                        "$AIP_MODEL_DIR, else <job-dir>/model).")
+    parser.add_argument("--checkpoint-dir", help="Checkpoints and restart backup (default: "
+                        "$AIP_CHECKPOINT_DIR, else <job-dir>/checkpoints).")
+    parser.add_argument("--tensorboard-dir", help="TensorBoard logs (default: "
+                        "$AIP_TENSORBOARD_LOG_DIR, else <job-dir>/tensorboard).")
+    parser.add_argument("--model", choices=MODELS, default="cnn")
+    parser.add_argument("--weights", help="resnet50: weights file of the base "
+                        "(include_top=False); random initialisation without it.")
+    parser.add_argument("--freeze-base", action="store_true",
+                        help="resnet50: train only the new head (transfer learning).")
+    parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=32,
                         help="Per-replica batch size; global batch = this x replicas in sync.")
     parser.add_argument("--learning-rate", type=float, default=0.003)
+    parser.add_argument("--mixed-precision", choices=_TRISTATE, default="auto",
+                        help="mixed_float16 compute (auto: on with GPUs, off on CPU).")
+    parser.add_argument("--xla", choices=_TRISTATE, default="auto",
+                        help="XLA-compile the training step (auto: on with GPUs, off on CPU).")
+    parser.add_argument("--cache", choices=_TRISTATE, default="auto",
+                        help="Keep decoded images in memory (auto: when they fit "
+                             "--cache-budget-mb).")
+    parser.add_argument("--cache-budget-mb", type=float, default=None)
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args(argv)
     for name in ("epochs", "batch_size"):
@@ -58,6 +80,12 @@ def _create_strategy(tf: Any, info: cluster_lib.ClusterInfo) -> Any:
     if len(tf.config.list_physical_devices("GPU")) > 1:
         return tf.distribute.MirroredStrategy()
     return tf.distribute.get_strategy()
+
+
+def _resolve(setting: str, gpus: int) -> bool:
+    # Mixed precision and XLA pay off on GPUs (tensor cores, fused kernels); on CPU,
+    # float16 is emulated and XLA's compile time outweighs what it saves on small jobs.
+    return setting == "on" or (setting == "auto" and gpus > 0)
 
 
 def weights_digest(model: Any) -> str:
@@ -78,56 +106,94 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
     import tf_keras as keras
 
     from components.dataset import load_manifest, shard_paths
-    from trainer.data import make_dataset
+    from trainer import report as report_lib
+    from trainer.data import DEFAULT_CACHE_BUDGET_MB, fits_in_cache, make_dataset
     from trainer.export import save_model
-    from trainer.model import build_cnn
+    from trainer.model import build_model
 
+    gpus = tf.config.list_physical_devices("GPU")
     replicas = strategy.num_replicas_in_sync
-    log.info("cluster: task %s, %d worker(s), %d replica(s) in sync, chief=%s; devices: %s",
-             info.name, info.num_workers, replicas, info.is_chief,
-             ", ".join(d.name for d in tf.config.list_logical_devices()) or "none")
+    log.info("cluster: task %s of %s, %d worker(s), %d replica(s) in sync, chief=%s",
+             info.name, dict(info.cluster) or "single machine", info.num_workers, replicas,
+             info.is_chief)
+    log.info("devices: %s; GPUs: %s", ", ".join(d.name for d in tf.config.list_logical_devices()),
+             ", ".join(f"/gpu:{i}" for i in range(len(gpus))) or "none")
 
     data_dir = paths.local_path(args.data_dir)
     job_dir = paths.local_path(args.job_dir)
+    ckpt_dir = paths.checkpoint_dir(job_dir, environ, args.checkpoint_dir)
     manifest = load_manifest(data_dir)
     image_size = manifest["image_size"][0]
     classes = manifest["classes"]
     global_batch = args.batch_size * replicas
     train_count = manifest["splits"]["train"]["count"]
     val_count = manifest["splits"]["validation"]["count"]
-    steps_per_epoch = max(1, train_count // global_batch)
     # Every worker must run the same number of steps, or the collectives wait forever.
+    steps_per_epoch = max(1, train_count // global_batch)
     validation_steps = max(1, val_count // global_batch)
-    log.info("data: %d train / %d validation examples, %d classes; global batch %d "
-             "(%d per replica x %d), %d steps per epoch",
+
+    mixed = _resolve(args.mixed_precision, len(gpus))
+    xla = _resolve(args.xla, len(gpus))
+    budget = args.cache_budget_mb or DEFAULT_CACHE_BUDGET_MB
+    cache = args.cache == "on" or (args.cache == "auto" and fits_in_cache(
+        train_count + val_count, image_size, budget))
+    if mixed:
+        keras.mixed_precision.set_global_policy("mixed_float16")
+    log.info("data: %d train / %d validation examples, %d classes; global batch %d (%d per "
+             "replica x %d), %d steps per epoch; cache %s, mixed precision %s, XLA %s",
              train_count, val_count, len(classes), global_batch, args.batch_size, replicas,
-             steps_per_epoch)
+             steps_per_epoch, cache, mixed, xla)
 
     keras.utils.set_random_seed(args.seed)
+    common = dict(num_workers=info.num_workers, cache=cache)
     train_ds = make_dataset(tf, shard_paths(data_dir, manifest, "train"), image_size,
-                            global_batch, training=True, num_workers=info.num_workers,
-                            seed=args.seed)
+                            global_batch, training=True, seed=args.seed, **common)
     val_ds = make_dataset(tf, shard_paths(data_dir, manifest, "validation"), image_size,
-                          global_batch, training=True, num_workers=info.num_workers,
-                          seed=args.seed + 1)
+                          global_batch, training=True, seed=args.seed + 1, **common)
     with strategy.scope():
-        model = build_cnn(keras, image_size, len(classes), args.learning_rate)
+        model = build_model(keras, args.model, image_size, len(classes), args.learning_rate,
+                            weights=args.weights, freeze_base=args.freeze_base, jit_compile=xla)
+
+    first_epoch: list[int] = []
 
     class _EpochLog(keras.callbacks.Callback):
+        """Logs each completed epoch and, on the chief, keeps the history across restarts."""
+
+        def on_epoch_begin(self, epoch, logs=None):
+            if not first_epoch:
+                first_epoch.append(epoch)
+                if epoch:
+                    log.info("resumed from the backup: epochs 1-%d are done, continuing "
+                             "with epoch %d", epoch, epoch + 1)
+
         def on_epoch_end(self, epoch, logs=None):
             logs = logs or {}
             log.info("epoch %d/%d: loss %.4f accuracy %.4f val_loss %.4f val_accuracy %.4f",
                      epoch + 1, args.epochs, logs.get("loss", float("nan")),
                      logs.get("accuracy", float("nan")), logs.get("val_loss", float("nan")),
                      logs.get("val_accuracy", float("nan")))
+            if info.is_chief:
+                report_lib.record_epoch(job_dir, epoch, logs)
+
+    callbacks = [
+        # First, so an epoch's backup exists before anything reports the epoch as done.
+        keras.callbacks.BackupAndRestore(backup_dir=os.path.join(ckpt_dir, "backup")),
+        keras.callbacks.ModelCheckpoint(os.path.join(ckpt_dir, "latest"), save_weights_only=True),
+        _EpochLog(),
+    ]
+    if info.is_chief:
+        callbacks.append(keras.callbacks.TensorBoard(
+            log_dir=paths.tensorboard_dir(job_dir, environ, args.tensorboard_dir),
+            write_graph=False, profile_batch=0))
 
     started = time.monotonic()
-    history = model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps_per_epoch,
-                        validation_data=val_ds, validation_steps=validation_steps,
-                        callbacks=[_EpochLog()], verbose=0)
+    model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps_per_epoch,
+              validation_data=val_ds, validation_steps=validation_steps, callbacks=callbacks,
+              verbose=0)
     seconds = time.monotonic() - started
     digest = weights_digest(model)
-    log.info("trained %d epochs in %.1f s; weights digest %s", args.epochs, seconds, digest)
+    epochs_run = args.epochs - (first_epoch[0] if first_epoch else args.epochs)
+    log.info("trained %d epoch(s) in %.1f s; weights digest %s", epochs_run, seconds, digest)
 
     destination = paths.model_dir(job_dir, environ, args.model_dir)
     report = {
@@ -136,28 +202,33 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
         "replicas_in_sync": replicas,
         "global_batch_size": global_batch,
         "per_replica_batch_size": args.batch_size,
+        "model": args.model,
         "epochs": args.epochs,
+        "resumed_from_epoch": first_epoch[0] if first_epoch else args.epochs,
         "steps_per_epoch": steps_per_epoch,
+        "mixed_precision": mixed,
+        "xla": xla,
+        "cache": cache,
         "train_seconds": round(seconds, 3),
-        "examples_per_second": round(steps_per_epoch * args.epochs * global_batch / seconds, 1),
-        "history": {k: [float(v) for v in vals] for k, vals in history.history.items()},
+        "examples_per_second": round(steps_per_epoch * epochs_run * global_batch
+                                     / max(seconds, 1e-9), 1),
         "weights_sha256": digest,
         "model_dir": destination,
     }
     saved = save_model(tf, model, destination, is_chief=info.is_chief, image_size=image_size,
                        class_names=classes, extra_metadata={"training": {
-                           k: report[k] for k in ("num_workers", "replicas_in_sync",
+                           k: report[k] for k in ("model", "num_workers", "replicas_in_sync",
                                                   "global_batch_size", "epochs")}})
     if saved:
-        os.makedirs(job_dir, exist_ok=True)
-        with open(os.path.join(job_dir, "training_report.json"), "w") as f:
-            json.dump(report, f, indent=2)
+        report_lib.write_reports(job_dir, report)
         log.info("model written to %s", saved)
     return report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the trainer; returns the process exit code."""
+    from trainer.model import ModelConfigError
+
     args = parse_args(argv)
     try:
         info = cluster_lib.cluster_from_env(os.environ)
@@ -170,7 +241,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False
-    train(args, info, dict(os.environ))
+    try:
+        train(args, info, dict(os.environ))
+    except ModelConfigError as exc:
+        print(f"trainer: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

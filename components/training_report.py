@@ -1,0 +1,50 @@
+"""Training report stage: the trainer's curves and final metrics as KFP artifacts.
+
+The trainer (chief) writes `metrics.json`, `training_curves.html` and
+`training_report.json` into its job directory, locally or under the Vertex CustomJob's
+base output directory; this stage publishes them, the same way for both targets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any
+
+from trainer.report import CURVES_FILE, METRICS_FILE
+
+
+class TrainingReportError(RuntimeError):
+    """The training job directory holds no report (training did not complete)."""
+
+
+def trainer_arguments(*, epochs: int, batch_size: int, learning_rate: float, model: str,
+                      mixed_precision: str, xla: str) -> list[str]:
+    """The trainer flags of a run's training settings (the same for both targets)."""
+    return ["--epochs", str(epochs), "--batch-size", str(batch_size),
+            "--learning-rate", str(learning_rate), "--model", model,
+            "--mixed-precision", mixed_precision, "--xla", xla]
+
+
+def publish_training_report(job_dir: str, curves_path: str) -> dict[str, Any]:
+    """Copies the curves page to `curves_path`; returns the metrics and a run summary.
+
+    Raises:
+        TrainingReportError: A report file is missing.
+    """
+    files = {name: os.path.join(job_dir, name)
+             for name in (METRICS_FILE, CURVES_FILE, "training_report.json")}
+    missing = [n for n, p in files.items() if not os.path.isfile(p)]
+    if missing:
+        raise TrainingReportError(f"training job directory {job_dir!r} lacks "
+                                  f"{', '.join(missing)}; did training complete?")
+    with open(files[METRICS_FILE]) as f:
+        metrics = json.load(f)
+    with open(files["training_report.json"]) as f:
+        report = json.load(f)
+    os.makedirs(os.path.dirname(curves_path) or ".", exist_ok=True)
+    shutil.copyfile(files[CURVES_FILE], curves_path)
+    return {"metrics": metrics, "epochs": report["epochs"],
+            "num_workers": report["num_workers"],
+            "examples_per_second": report["examples_per_second"]}

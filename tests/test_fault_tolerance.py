@@ -1,0 +1,115 @@
+"""Restarts and crashes: a killed worker resumes from the backup; a killed export leaves
+the final location empty or complete."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from components.local_training import cluster_environments
+
+pytestmark = pytest.mark.slow
+EPOCHS = 8
+EPOCH_LINE = re.compile(r"\[trainer chief:0\] epoch (\d+)/\d+:")
+
+
+def start_cluster(num_workers, args):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+    return [subprocess.Popen([sys.executable, "-m", "trainer.task", *args], env=e,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for e in cluster_environments(num_workers, env)]
+
+
+def test_killed_worker_then_restarted_cluster_resumes_without_repeating_epochs(
+        small_dataset, tmp_path):
+    job = tmp_path / "job"
+    args = ["--job-dir", str(job), "--data-dir", str(small_dataset), "--epochs", str(EPOCHS),
+            "--batch-size", "8"]
+
+    # First attempt: kill a worker once the chief reports epoch 2 done, as a maintenance
+    # event would; Vertex then restarts the whole job (restart_job_on_worker_restart).
+    chief, worker = start_cluster(2, args)
+    first_log = []
+    deadline = time.monotonic() + 300
+    for line in chief.stdout:
+        first_log.append(line)
+        match = EPOCH_LINE.search(line)
+        if match and int(match.group(1)) >= 2:
+            worker.send_signal(signal.SIGKILL)
+            break
+        assert time.monotonic() < deadline, "".join(first_log)
+    worker.wait()
+    chief.send_signal(signal.SIGKILL)
+    first_log.extend(chief.stdout.read().splitlines(keepends=True))
+    chief.wait()
+    done_first = [int(m.group(1)) for m in map(EPOCH_LINE.search, first_log) if m]
+    assert done_first[:2] == [1, 2] and max(done_first) < EPOCHS, "".join(first_log)
+    assert not (job / "model").exists()
+
+    # Second attempt on new ports, the same job dir: it resumes from the backup.
+    procs = start_cluster(2, args)
+    logs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+    done_second = [int(n) for n in EPOCH_LINE.findall(logs[0])]
+    assert done_second and done_second[0] > max(done_first), (done_first, done_second)
+    assert done_second == list(range(done_second[0], EPOCHS + 1))
+    assert f"resumed from the backup: epochs 1-{done_second[0] - 1} are done" in logs[0]
+
+    report = json.loads((job / "training_report.json").read_text())
+    assert report["resumed_from_epoch"] == done_second[0] - 1
+    assert [h["epoch"] for h in report["history"]] == list(range(EPOCHS))  # no gap, no repeat
+    # Exported once, by the chief; the backup is gone now that training completed.
+    assert (job / "model" / "saved_model.pb").is_file()
+    assert sum("model written to" in log for log in logs) == 1
+    backup = job / "checkpoints" / "backup"
+    assert not backup.exists() or not os.listdir(backup)
+    assert not [p for p in os.listdir(job) if p.startswith(".partial-")]
+
+
+EXPORT_SCRIPT = textwrap.dedent("""
+    import os, sys
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    import tensorflow as tf, tf_keras as keras
+    from trainer.export import save_model
+    from trainer.model import build_model
+    # resnet50 (~100 MB) is slow enough to be killed mid-write; cnn saves quickly.
+    model = build_model(keras, sys.argv[2], 32, 4, 0.001)
+    print("saving", flush=True)
+    save_model(tf, model, sys.argv[1], is_chief=True, image_size=32, class_names="abcd")
+    print("saved", flush=True)
+""")
+
+
+def test_crash_during_export_leaves_the_final_location_empty_or_complete(tmp_path):
+    dest = tmp_path / "model"
+    proc = subprocess.Popen([sys.executable, "-c", EXPORT_SCRIPT, str(dest), "resnet50"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert proc.stdout.readline().strip() == "saving"
+    # Kill it while the SavedModel is being written beside the destination.
+    deadline = time.monotonic() + 120
+    while not any(p.name.startswith(".partial-model-") and any(p.rglob("*"))
+                  for p in tmp_path.iterdir()):
+        assert proc.poll() is None and time.monotonic() < deadline, "export ended too soon"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not dest.exists(), "the final location must not hold a partial model"
+
+    # A later export to the same place clears the debris and completes.
+    rerun = subprocess.run([sys.executable, "-c", EXPORT_SCRIPT, str(dest), "cnn"],
+                           capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert sorted(os.listdir(tmp_path)) == ["model"]
+    assert {"saved_model.pb", "variables", "gpu_pipeline_model.json"} <= set(os.listdir(dest))
+    assert Path(dest, "variables", "variables.index").is_file()

@@ -1,0 +1,115 @@
+"""Trainer building blocks in one process: models, precision, reports, paths, atomic dirs."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("tf_keras")
+
+from trainer import paths, report  # noqa: E402
+from trainer.data import fits_in_cache  # noqa: E402
+from trainer.export import atomic_directory  # noqa: E402
+from trainer.model import ModelConfigError, build_model  # noqa: E402
+
+
+@pytest.fixture
+def float32_policy():
+    yield
+    keras.mixed_precision.set_global_policy("float32")
+
+
+def test_small_cnn_is_the_default_and_outputs_probabilities():
+    model = build_model(keras, "cnn", 32, 4, 0.01)
+    probs = model(tf.zeros([2, 32, 32, 3]))
+    assert probs.shape == (2, 4)
+    assert abs(float(tf.reduce_sum(probs[0])) - 1.0) < 1e-5
+
+
+def test_resnet50_random_weights_from_a_file_and_frozen_base(tmp_path):
+    keras.utils.set_random_seed(1)
+    donor = keras.applications.ResNet50(include_top=False, weights=None,
+                                        input_shape=(32, 32, 3))
+    weights = tmp_path / "resnet50_notop.h5"
+    donor.save_weights(str(weights))
+
+    random = build_model(keras, "resnet50", 32, 4, 0.001)
+    loaded = build_model(keras, "resnet50", 32, 4, 0.001, weights=str(weights),
+                         freeze_base=True)
+    base = loaded.get_layer("resnet50")
+    assert not base.trainable
+    for got, want in zip(base.get_weights(), donor.get_weights()):
+        assert (got == want).all()
+    # Only the new head trains in transfer learning.
+    head = {w.name for w in loaded.trainable_weights}
+    assert head and all("resnet50" not in n and "conv" not in n for n in head)
+    assert len(random.trainable_weights) > len(loaded.trainable_weights)
+
+
+def test_model_option_errors(tmp_path):
+    with pytest.raises(ModelConfigError, match="valid models are cnn, resnet50"):
+        build_model(keras, "vgg", 32, 4, 0.1)
+    with pytest.raises(ModelConfigError, match="apply to --model resnet50 only"):
+        build_model(keras, "cnn", 32, 4, 0.1, freeze_base=True)
+    with pytest.raises(ModelConfigError, match="does not exist"):
+        build_model(keras, "resnet50", 32, 4, 0.1, weights=str(tmp_path / "none.h5"))
+    with pytest.raises(ModelConfigError, match="at least 32x32"):
+        build_model(keras, "resnet50", 16, 4, 0.1)
+
+
+def test_mixed_precision_keeps_the_output_in_float32(float32_policy):
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    model = build_model(keras, "cnn", 32, 4, 0.01)
+    assert model.layers[1].compute_dtype == "float16"
+    assert model.get_layer("probabilities").compute_dtype == "float32"
+    assert model(tf.zeros([1, 32, 32, 3])).dtype == tf.float32
+    assert isinstance(model.optimizer, keras.mixed_precision.LossScaleOptimizer)
+
+
+def test_history_survives_restarts_and_renders(tmp_path):
+    job = str(tmp_path)
+    for epoch in range(3):
+        report.record_epoch(job, epoch, {"loss": 1.0 / (epoch + 1), "accuracy": 0.3 * epoch})
+    # A restart redoes epoch 2 (it was partial): the new logs replace the old ones.
+    history = report.record_epoch(job, 2, {"loss": 0.2, "accuracy": 0.9})
+    assert [h["epoch"] for h in history] == [0, 1, 2] and history[-1]["loss"] == 0.2
+    assert report.final_metrics(history) == {"loss": 0.2, "accuracy": 0.9,
+                                             "epochs_completed": 3.0}
+    page = report.curves_html(history)
+    assert page.count("<svg") == 2 and "<polyline" in page and "0.9000" in page
+    report.write_reports(job, {"task": "chief:0"})
+    assert json.loads((tmp_path / "metrics.json").read_text())["epochs_completed"] == 3.0
+    assert (tmp_path / "training_curves.html").read_text().startswith("<!doctype html>")
+
+
+def test_cache_decision():
+    assert fits_in_cache(1000, 32, budget_mb=3)        # 3.1 MB of pixels
+    assert not fits_in_cache(1000, 224, budget_mb=100)  # 150 MB of pixels
+
+
+def test_vertex_output_variables():
+    env = {"AIP_CHECKPOINT_DIR": "gs://b/j/checkpoints", "AIP_TENSORBOARD_LOG_DIR": "gs://b/tb"}
+    assert paths.checkpoint_dir("/job", env) == "/gcs/b/j/checkpoints"
+    assert paths.tensorboard_dir("/job", env) == "/gcs/b/tb"
+    assert paths.checkpoint_dir("/job", {}) == "/job/checkpoints"
+    assert paths.tensorboard_dir("/job", {}, "/x") == "/x"
+
+
+def test_atomic_directory(tmp_path):
+    dest = tmp_path / "model"
+    with pytest.raises(RuntimeError):
+        with atomic_directory(dest) as staging:
+            open(os.path.join(staging, "half"), "w").close()
+            raise RuntimeError("crash")
+    assert os.listdir(tmp_path) == []  # neither the destination nor the staging dir
+    (tmp_path / ".partial-model-stale").mkdir()  # left by a process that was killed
+    with atomic_directory(dest) as staging:
+        open(os.path.join(staging, "whole"), "w").close()
+    assert os.listdir(tmp_path) == ["model"] and os.listdir(dest) == ["whole"]
+    with pytest.raises(FileExistsError):
+        with atomic_directory(dest):
+            pass
