@@ -27,6 +27,7 @@ compile: install
 
 bench: install
 	$(BIN)/python benchmarks/local_pipeline.py
+	$(BIN)/python benchmarks/input_pipeline.py
 
 clean:
 	rm -rf $(VENV) local_runs build *.egg-info
