@@ -12,7 +12,7 @@ components are shipped as their source).
 from typing import NamedTuple
 
 from kfp import dsl
-from kfp.dsl import HTML, Artifact, Dataset, Input, Metrics, Model, Output
+from kfp.dsl import HTML, Artifact, Dataset, Input, Markdown, Metrics, Model, Output
 
 from components import images
 
@@ -20,23 +20,42 @@ _IMAGE = images.pipeline_image()
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def prepare_dataset(source: str, image_size: int, validation_fraction: float, num_shards: int,
-                    dataset: Output[Dataset]):
-    """Stage 1: image folders (or the builtin shapes) -> sharded TFRecords + manifest."""
+def fingerprint_dataset_source(source: str, image_size: int) -> str:
+    """Stage 1, first part: a cheap key of the source's state (never cached itself)."""
+    from components.dataset import source_fingerprint
+
+    fingerprint = source_fingerprint(source, image_size)
+    print(f"[gpu-pipeline] dataset source {source}: fingerprint {fingerprint}")
+    return fingerprint
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def prepare_dataset(source: str, source_fingerprint: str, image_size: int,
+                    validation_fraction: float, test_fraction: float, num_shards: int,
+                    min_shards: int, max_bad_fraction: float, dataset: Output[Dataset],
+                    report: Output[Markdown]):
+    """Stage 1: image sources -> sharded TFRecords per split, manifest and report.
+
+    `source_fingerprint` is not used here: it is an input so that KFP's cache key changes
+    exactly when the source does.
+    """
     from components.dataset import prepare_dataset as prepare
 
     manifest = prepare(source, dataset.path, image_size=image_size,
-                       validation_fraction=validation_fraction, num_shards=num_shards)
+                       validation_fraction=validation_fraction, test_fraction=test_fraction,
+                       num_shards=num_shards, min_shards=min_shards,
+                       max_bad_fraction=max_bad_fraction, report_path=report.path)
     dataset.metadata.update({
         "classes": manifest["classes"],
         "image_size": manifest["image_size"],
         "source_fingerprint": manifest["source_fingerprint"],
+        "skipped": len(manifest["skipped"]),
         **{f"{split}_examples": info["count"] for split, info in manifest["splits"].items()},
     })
     counts = ", ".join(f"{s} {i['count']} in {len(i['shards'])} shards"
                        for s, i in manifest["splits"].items())
     print(f"[gpu-pipeline] dataset: {len(manifest['classes'])} classes "
-          f"({', '.join(manifest['classes'])}); {counts}")
+          f"({', '.join(manifest['classes'])}); {counts}; {len(manifest['skipped'])} skipped")
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
@@ -151,12 +170,19 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model],
 
     from components.export_model import evaluate_saved_model, publish_model
 
+    from components.dataset import load_manifest
+
     results = evaluate_saved_model(trained_model.path, dataset.path)
+    if "test" in load_manifest(dataset.path)["splits"]:
+        test = evaluate_saved_model(trained_model.path, dataset.path, split="test")
+        results.update(test_accuracy=test["accuracy"], test_examples=test["examples"])
     publish_model(trained_model.path, exported_model.path, results)
     for name, value in results.items():
         metrics.log_metric(name, value)
     exported_model.metadata.update({"framework": "tensorflow", "accuracy": results["accuracy"],
-                                    "trained_model": trained_model.uri})
+                                    "trained_model": trained_model.uri, "dataset": dataset.uri})
+    test = (f"; test accuracy {results['test_accuracy']:.4f} on {results['test_examples']}"
+            if "test_accuracy" in results else "")
     print(f"[gpu-pipeline] exported model evaluated on {results['examples']} validation "
-          f"examples: accuracy {results['accuracy']:.4f}; " + json.dumps(
+          f"examples: accuracy {results['accuracy']:.4f}{test}; " + json.dumps(
               {k: round(v, 4) for k, v in results.items() if k.startswith("accuracy_")}))

@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true",
                      help="End with one JSON line: pipeline_root, model_uri, metrics, artifacts.")
     run.add_argument("--verbose", action="store_true", help="Show KFP's full executor output.")
+    run.add_argument("--no-cache", action="store_true",
+                     help="Prepare the dataset again even if the source is unchanged.")
     _add_config_flags(run)
 
     comp = sub.add_parser("compile", help="Compile the Vertex AI pipeline spec.")
@@ -117,7 +119,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"[gpu-pipeline] local run: {config.training.local_workers} worker processes, "
           f"{config.training.epochs} epochs, dataset {config.dataset.source}; Vertex worker "
           f"pools to validate: {len(pools)} in {config.vertex.region}", flush=True)
-    result = run_local(config, args.pipeline_root, verbose=args.verbose)
+    result = run_local(config, args.pipeline_root, verbose=args.verbose,
+                       cache=not args.no_cache)
+    if result.dataset_reused:
+        print("[gpu-pipeline] dataset: source unchanged, reused the dataset prepared earlier "
+              "(--no-cache prepares it again)")
     print(f"\n[gpu-pipeline] done in {result.seconds:.1f} s: validation accuracy "
           f"{result.metrics.get('accuracy', float('nan')):.4f} from the exported SavedModel")
     print(f"  pipeline root: {result.pipeline_root}")

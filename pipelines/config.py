@@ -39,7 +39,9 @@ class DatasetConfig:
     source: str = BUILTIN_SHAPES
     image_size: int = 32
     validation_fraction: float = 0.2
-    num_shards: int = 4
+    test_fraction: float = 0.1
+    num_shards: int = 0  # per split; 0 plans them from the worker count and data size
+    max_bad_fraction: float = 0.01
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +78,11 @@ class Config:
     training: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
     vertex: VertexConfig = dataclasses.field(default_factory=VertexConfig)
 
+    def vertex_training_workers(self) -> int:
+        """Machines that train on Vertex AI: the chief plus the worker pool's replicas."""
+        pools = list(self.vertex.worker_pool_specs)[:2]
+        return sum(int(p.get("replica_count", 1)) for p in pools if p) or 1
+
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (the effective configuration saved with a run)."""
         data = dataclasses.asdict(self)
@@ -89,7 +96,7 @@ _SECTIONS = {"dataset": DatasetConfig, "training": TrainingConfig, "vertex": Ver
 # (minimum, maximum) for numeric fields; None means unbounded.
 _RANGES = {
     "dataset.image_size": (8, 1024),
-    "dataset.num_shards": (1, 4096),
+    "dataset.num_shards": (0, 4096),
     "training.epochs": (1, 10000),
     "training.batch_size": (1, 65536),
     "training.local_workers": (1, 8),
@@ -193,9 +200,16 @@ def load_config(path: str | Path | None = None,
         sections[name] = cls(**values)
     config = Config(**sections)
 
-    if not 0.0 < config.dataset.validation_fraction < 1.0:
-        errors.append(f"dataset.validation_fraction is {config.dataset.validation_fraction}; "
-                      "expected a number strictly between 0 and 1")
+    fractions = config.dataset.validation_fraction, config.dataset.test_fraction
+    if not 0.0 < fractions[0] < 1.0:
+        errors.append(f"dataset.validation_fraction is {fractions[0]}; expected a number "
+                      "strictly between 0 and 1")
+    if not 0.0 <= fractions[1] < 1.0 or sum(fractions) >= 1.0:
+        errors.append(f"dataset.test_fraction is {fractions[1]}; expected a number >= 0 with "
+                      "validation_fraction + test_fraction < 1")
+    if not 0.0 <= config.dataset.max_bad_fraction < 1.0:
+        errors.append(f"dataset.max_bad_fraction is {config.dataset.max_bad_fraction}; "
+                      "expected a number in [0, 1)")
     for field, valid in (("model", ("cnn", "resnet50")), ("mixed_precision", _TRISTATE),
                          ("xla", _TRISTATE)):
         value = getattr(config.training, field)
@@ -203,14 +217,17 @@ def load_config(path: str | Path | None = None,
             errors.append(f"training.{field} is {value!r}; valid values are {', '.join(valid)}")
     if config.training.learning_rate <= 0:
         errors.append(f"training.learning_rate is {config.training.learning_rate}; expected > 0")
-    if config.dataset.num_shards < config.training.local_workers:
+    if 0 < config.dataset.num_shards < config.training.local_workers:
         errors.append(f"dataset.num_shards is {config.dataset.num_shards}, fewer than "
                       f"training.local_workers ({config.training.local_workers}); every worker "
-                      "needs its own files: use at least as many shards as workers")
-    if config.dataset.source != BUILTIN_SHAPES and "://" not in config.dataset.source \
-            and not Path(config.dataset.source).is_dir():
-        errors.append(f"dataset.source is {config.dataset.source!r}, which is not a directory; "
-                      f"expected a folder with one sub-folder per class, or {BUILTIN_SHAPES!r}")
+                      "needs its own files: use at least as many shards as workers, or 0 to "
+                      "plan them")
+    source = config.dataset.source
+    if "://" not in source and not Path(source).is_dir() and not (
+            source.lower().endswith((".csv", ".jsonl")) and Path(source).is_file()):
+        errors.append(f"dataset.source is {source!r}, which is neither a directory nor a "
+                      "CSV/JSONL manifest; expected a folder with one sub-folder per class, a "
+                      f"manifest, a gs:// prefix, tfds://NAME or {BUILTIN_SHAPES!r}")
     gpu = validate_worker_pool_specs(list(config.vertex.worker_pool_specs),
                                      region=config.vertex.region)
     errors.extend(f"vertex.{e}" for e in gpu.errors)

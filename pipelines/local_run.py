@@ -36,6 +36,7 @@ class LocalRunResult:
     metrics: dict[str, Any]
     artifacts: dict[str, str]
     seconds: float
+    dataset_reused: bool = False
 
     def to_json(self) -> str:
         """One-line JSON summary (the last line of `gpu-pipeline run --local --json`)."""
@@ -115,13 +116,15 @@ def _artifacts(run_dir: Path) -> dict[str, str]:
 
 
 def run_local(config: Config, pipeline_root: str | os.PathLike, *, verbose: bool = False,
-              out: TextIO | None = None) -> LocalRunResult:
+              cache: bool = True, out: TextIO | None = None) -> LocalRunResult:
     """Runs the whole pipeline on this machine.
 
     Args:
         config: Validated configuration (its worker pools are validated by stage 2 too).
         pipeline_root: Directory under which the run's artifacts are written.
         verbose: Show KFP's full executor output.
+        cache: Reuse a dataset prepared earlier from the unchanged source (KFP's cache
+            under `<pipeline_root>/.kfp_cache`); only the dataset stage is cacheable.
         out: Where progress goes (default: stdout).
 
     Returns:
@@ -147,7 +150,7 @@ def run_local(config: Config, pipeline_root: str | os.PathLike, *, verbose: bool
         # Display names are for the Vertex AI UI; the local runner says it ignores them.
         warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
         local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root),
-                   raise_on_error=True)
+                   raise_on_error=True, enable_caching=cache)
         try:
             with _quiet_kfp(out, verbose):
                 task = local_pipeline(**local_arguments(config))
@@ -156,11 +159,16 @@ def run_local(config: Config, pipeline_root: str | os.PathLike, *, verbose: bool
     model = task.outputs["model"]
     metrics_artifact = task.outputs["metrics"]
     run_dir = Path(model.path).parent.parent
+    artifacts = _artifacts(run_dir)
+    reused = "prepare-dataset/dataset" not in artifacts  # taken from KFP's cache
+    if reused:
+        artifacts["prepare-dataset/dataset"] = model.metadata.get("dataset", "")
     return LocalRunResult(
         pipeline_root=str(root),
         run_dir=str(run_dir),
         model_uri=model.uri,
         metrics=dict(metrics_artifact.metadata),
-        artifacts=_artifacts(run_dir),
+        artifacts=artifacts,
         seconds=round(time.monotonic() - started, 1),
+        dataset_reused=reused,
     )

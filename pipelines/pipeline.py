@@ -32,7 +32,8 @@ class PipelineOutputs(NamedTuple):
 
 
 def _stages(train: Callable, *, dataset_source: str, image_size: int,
-            validation_fraction: float, num_shards: int, worker_pool_specs: list, region: str,
+            validation_fraction: float, test_fraction: float, num_shards: int,
+            min_shards: int, max_bad_fraction: float, worker_pool_specs: list, region: str,
             image_repository: str, prebuilt_image: str):
     """Wires the five stages.
 
@@ -40,8 +41,15 @@ def _stages(train: Callable, *, dataset_source: str, image_size: int,
     directory artifact, the task that finishes training); it is the only part that
     differs between the targets.
     """
-    data = ops.prepare_dataset(source=dataset_source, image_size=image_size,
-                               validation_fraction=validation_fraction, num_shards=num_shards)
+    fingerprint = ops.fingerprint_dataset_source(source=dataset_source, image_size=image_size)
+    fingerprint.set_display_name("1 dataset source fingerprint")
+    # Only the dataset is reused from the cache (keyed on the source's fingerprint): the
+    # fingerprint must look at the source every time, and a retraining must retrain.
+    fingerprint.set_caching_options(False)
+    data = ops.prepare_dataset(
+        source=dataset_source, source_fingerprint=fingerprint.output, image_size=image_size,
+        validation_fraction=validation_fraction, test_fraction=test_fraction,
+        num_shards=num_shards, min_shards=min_shards, max_bad_fraction=max_bad_fraction)
     data.set_display_name("1 prepare dataset")
     gpu = ops.validate_gpu_config(worker_pool_specs=worker_pool_specs, region=region)
     gpu.set_display_name("2 validate GPU config").after(data)
@@ -53,6 +61,8 @@ def _stages(train: Callable, *, dataset_source: str, image_size: int,
     report.set_display_name("4 training report").after(trained)
     export = ops.export_model(dataset=data.outputs["dataset"], trained_model=trained_model)
     export.set_display_name("5 export model")
+    for task in (gpu, build, report, export):
+        task.set_caching_options(False)
     return PipelineOutputs(export.outputs["exported_model"], export.outputs["metrics"])
 
 
@@ -67,7 +77,10 @@ def vertex_pipeline(
     dataset_source: str = _DEFAULTS.dataset.source,
     image_size: int = _DEFAULTS.dataset.image_size,
     validation_fraction: float = _DEFAULTS.dataset.validation_fraction,
+    test_fraction: float = _DEFAULTS.dataset.test_fraction,
     num_shards: int = _DEFAULTS.dataset.num_shards,
+    min_shards: int = _DEFAULTS.vertex_training_workers(),
+    max_bad_fraction: float = _DEFAULTS.dataset.max_bad_fraction,
     epochs: int = _DEFAULTS.training.epochs,
     batch_size: int = _DEFAULTS.training.batch_size,
     learning_rate: float = _DEFAULTS.training.learning_rate,
@@ -84,21 +97,23 @@ def vertex_pipeline(
             dataset=data.outputs["dataset"], epochs=epochs, batch_size=batch_size,
             learning_rate=learning_rate, model_name=model_name, mixed_precision=mixed_precision,
             xla=xla, job_name=job_name)
-        spec.set_display_name("4a training job spec")
+        spec.set_display_name("4a training job spec").set_caching_options(False)
         # No project argument: the op's default is the project the PipelineJob runs in.
         job = CustomTrainingJobOp(
             location=region, display_name=spec.outputs["display_name"],
             worker_pool_specs=spec.outputs["worker_pool_specs"],
             base_output_directory=spec.outputs["base_output_directory"],
             service_account=service_account)
-        job.set_display_name("4b train on Vertex AI")
+        job.set_display_name("4b train on Vertex AI").set_caching_options(False)
         trained = dsl.importer(artifact_uri=spec.outputs["model_uri"], artifact_class=Model,
                                reimport=False).after(job)
         trained.set_display_name("4c trained model")
         return trained.output, spec.outputs["training_job"], job
 
     return _stages(train, dataset_source=dataset_source, image_size=image_size,
-                   validation_fraction=validation_fraction, num_shards=num_shards,
+                   validation_fraction=validation_fraction, test_fraction=test_fraction,
+                   num_shards=num_shards, min_shards=min_shards,
+                   max_bad_fraction=max_bad_fraction,
                    worker_pool_specs=worker_pool_specs, region=region,
                    image_repository=image_repository, prebuilt_image=trainer_image)
 
@@ -111,7 +126,10 @@ def local_pipeline(
     dataset_source: str = _DEFAULTS.dataset.source,
     image_size: int = _DEFAULTS.dataset.image_size,
     validation_fraction: float = _DEFAULTS.dataset.validation_fraction,
+    test_fraction: float = _DEFAULTS.dataset.test_fraction,
     num_shards: int = _DEFAULTS.dataset.num_shards,
+    min_shards: int = _DEFAULTS.training.local_workers,
+    max_bad_fraction: float = _DEFAULTS.dataset.max_bad_fraction,
     epochs: int = _DEFAULTS.training.epochs,
     batch_size: int = _DEFAULTS.training.batch_size,
     learning_rate: float = _DEFAULTS.training.learning_rate,
@@ -128,10 +146,13 @@ def local_pipeline(
             batch_size=batch_size, learning_rate=learning_rate, model_name=model_name,
             mixed_precision=mixed_precision, xla=xla)
         task.set_display_name("4 train on local workers").after(build)
+        task.set_caching_options(False)
         return task.outputs["model"], task.outputs["training_job"], task
 
     return _stages(train, dataset_source=dataset_source, image_size=image_size,
-                   validation_fraction=validation_fraction, num_shards=num_shards,
+                   validation_fraction=validation_fraction, test_fraction=test_fraction,
+                   num_shards=num_shards, min_shards=min_shards,
+                   max_bad_fraction=max_bad_fraction,
                    worker_pool_specs=worker_pool_specs, region=region,
                    image_repository=image_repository, prebuilt_image="")
 
@@ -145,7 +166,10 @@ def local_arguments(config: Config) -> dict:
         "dataset_source": config.dataset.source,
         "image_size": config.dataset.image_size,
         "validation_fraction": config.dataset.validation_fraction,
+        "test_fraction": config.dataset.test_fraction,
         "num_shards": config.dataset.num_shards,
+        "min_shards": config.training.local_workers,
+        "max_bad_fraction": config.dataset.max_bad_fraction,
         "epochs": config.training.epochs,
         "batch_size": config.training.batch_size,
         "learning_rate": config.training.learning_rate,

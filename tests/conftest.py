@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 
@@ -17,5 +18,30 @@ def small_dataset(tmp_path_factory):
     """The builtin shapes, 80 images per class, in 4 shards per split."""
     out = tmp_path_factory.mktemp("data") / "dataset"
     prepare_dataset(BUILTIN_SHAPES, out, image_size=32, validation_fraction=0.25,
-                    num_shards=4, builtin_images_per_class=80)
+                    test_fraction=0.1, num_shards=4, builtin_images_per_class=80)
     return out
+
+
+@pytest.fixture
+def storage_emulator(monkeypatch):
+    """A Cloud Storage JSON API server (gcp-storage-emulator) on loopback, in memory.
+
+    STORAGE_EMULATOR_HOST points the real google-cloud-storage client at it (also in the
+    dataset stage's worker processes, which inherit the environment).
+    """
+    from gcp_storage_emulator.server import create_server
+
+    from components import dataset
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = create_server("127.0.0.1", port, in_memory=True, default_bucket=None)
+    server.start()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "test-project")
+    monkeypatch.setattr(dataset, "_GCS_CLIENT", None)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()

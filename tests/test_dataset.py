@@ -1,4 +1,4 @@
-"""Dataset stage: generated source, TFRecord shards, manifest, splits and bad input."""
+"""Dataset stage: every source, splits, shards, parallel encoding, bad input, fingerprints."""
 
 from __future__ import annotations
 
@@ -9,8 +9,33 @@ import shutil
 
 import pytest
 
-from components.dataset import (BUILTIN_SHAPES, DatasetError, generate_shapes, load_manifest,
-                                prepare_dataset, shard_paths, split_of)
+from components.dataset import (BUILTIN_SHAPES, DatasetError, generate_shapes, list_source,
+                                load_manifest, plan_shards, prepare_dataset, shard_paths,
+                                source_fingerprint, split_of)
+
+
+def make_folder(root, classes=("circle", "square"), per_class=6, size=24):
+    """A small image folder (one sub-folder per class) drawn by the generator."""
+    generate_shapes(root, images_per_class=per_class, image_size=size, seed=3)
+    for extra in set(os.listdir(root)) - set(classes):
+        shutil.rmtree(root / extra)
+    return root
+
+
+def records(dataset_dir, split):
+    import tensorflow as tf
+
+    manifest = load_manifest(dataset_dir)
+    features = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
+                "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+                "image/id": tf.io.FixedLenFeature([], tf.string)}
+    out = []
+    for record in tf.data.TFRecordDataset(shard_paths(dataset_dir, manifest, split)):
+        example = tf.io.parse_single_example(record, features)
+        image = tf.io.decode_png(example["image/encoded"], channels=3)
+        out.append((example["image/id"].numpy().decode(), int(example["image/class/label"]),
+                    tuple(image.shape)))
+    return out
 
 
 def test_generated_shapes_are_deterministic(tmp_path):
@@ -21,14 +46,14 @@ def test_generated_shapes_are_deterministic(tmp_path):
     assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
 
 
-def test_manifest_and_shards(small_dataset):
+def test_manifest_shards_and_three_splits(small_dataset):
     manifest = load_manifest(small_dataset)
     assert manifest["classes"] == ["circle", "cross", "square", "triangle"]
     assert manifest["image_size"] == [32, 32, 3]
-    train, val = manifest["splits"]["train"], manifest["splits"]["validation"]
-    assert train["count"] + val["count"] == 320
-    assert 0.15 < val["count"] / 320 < 0.35
-    for split in (train, val):
+    splits = manifest["splits"]
+    assert set(splits) == {"train", "validation", "test"}
+    assert sum(s["count"] for s in splits.values()) == manifest["examples"] == 320
+    for split in splits.values():
         assert len(split["shards"]) == 4
         assert sum(s["count"] for s in split["shards"]) == split["count"]
         assert sum(split["per_class"].values()) == split["count"]
@@ -36,73 +61,111 @@ def test_manifest_and_shards(small_dataset):
             data = (small_dataset / shard["file"]).read_bytes()
             assert len(data) == shard["bytes"]
             assert hashlib.sha256(data).hexdigest() == shard["sha256"]
-    assert sorted(os.listdir(small_dataset)) == sorted(
-        ["manifest.json"] + [s["file"] for s in train["shards"] + val["shards"]])
+    assert manifest["skipped"] == [] and manifest["source_kind"] == "builtin"
+    listed = {s["file"] for split in splits.values() for s in split["shards"]}
+    assert set(os.listdir(small_dataset)) == listed | {"manifest.json", "report.md"}
 
 
-def test_records_decode_to_labelled_images(small_dataset):
-    import tensorflow as tf
-
+def test_records_decode_to_labelled_images_of_their_split(small_dataset):
     manifest = load_manifest(small_dataset)
-    features = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
-                "image/class/label": tf.io.FixedLenFeature([], tf.int64),
-                "image/id": tf.io.FixedLenFeature([], tf.string)}
-    ids = []
-    for record in tf.data.TFRecordDataset(shard_paths(small_dataset, manifest, "validation")):
-        example = tf.io.parse_single_example(record, features)
-        image = tf.io.decode_png(example["image/encoded"], channels=3)
-        assert image.shape == (32, 32, 3)
-        label = int(example["image/class/label"])
-        identity = example["image/id"].numpy().decode()
-        assert identity.startswith(manifest["classes"][label] + "/")
-        assert split_of(identity, 0.25) == "validation"
-        ids.append(identity)
-    assert len(ids) == len(set(ids)) == manifest["splits"]["validation"]["count"]
+    for split in ("validation", "test"):
+        seen = records(small_dataset, split)
+        assert len(seen) == len({i for i, _, _ in seen}) == manifest["splits"][split]["count"]
+        for identity, label, shape in seen:
+            assert shape == (32, 32, 3)
+            assert identity.startswith(manifest["classes"][label] + "/")
+            assert split_of(identity, 0.25, 0.1) == split
 
 
 def test_split_is_stable_when_images_are_added():
-    ids = [f"cls/{i}.png" for i in range(2000)]
-    before = {i: split_of(i, 0.2) for i in ids}
-    more = ids + [f"cls/new{i}.png" for i in range(500)]
-    assert all(split_of(i, 0.2) == before[i] for i in ids)
-    share = sum(split_of(i, 0.2) == "validation" for i in more) / len(more)
-    assert 0.17 < share < 0.23
+    ids = [f"cls/{i}.png" for i in range(3000)]
+    before = {i: split_of(i, 0.2, 0.1) for i in ids}
+    more = ids + [f"cls/new{i}.png" for i in range(1000)]
+    assert all(split_of(i, 0.2, 0.1) == before[i] for i in ids)
+    shares = {s: sum(split_of(i, 0.2, 0.1) == s for i in more) / len(more)
+              for s in ("train", "validation", "test")}
+    assert abs(shares["validation"] - 0.2) < 0.03 and abs(shares["test"] - 0.1) < 0.03
 
 
-def _folder(root, classes):
-    generate_shapes(root, images_per_class=6, image_size=16, seed=3)
-    for extra in set(os.listdir(root)) - set(classes):
-        shutil.rmtree(root / extra)
-    return root
+@pytest.mark.parametrize("examples,size_mb,workers,expected", [
+    (100, 1, 2, 2), (100, 1, 3, 3), (5, 1, 8, 5),
+    (10**6, 1000, 2, 8), (10**6, 1000, 3, 9), (10**6, 151, 1, 2),
+])
+def test_shard_plan(examples, size_mb, workers, expected):
+    assert plan_shards(examples, size_mb * 2**20, workers) == expected
 
 
-def test_folder_source(tmp_path):
-    src = _folder(tmp_path / "src", ["circle", "square"])
-    manifest = prepare_dataset(str(src), tmp_path / "out", image_size=16, num_shards=2,
+def test_folder_source_parallel_equals_serial(tmp_path):
+    src = make_folder(tmp_path / "src", per_class=12)
+    serial = prepare_dataset(str(src), tmp_path / "serial", image_size=16, processes=1,
+                             validation_fraction=0.25, min_shards=2)
+    parallel = prepare_dataset(str(src), tmp_path / "parallel", image_size=16, processes=2,
+                               validation_fraction=0.25, min_shards=2)
+    assert serial["classes"] == ["circle", "square"] and serial["source_kind"] == "folder"
+    assert serial["splits"] == parallel["splits"]  # same shards, byte for byte
+    assert len(serial["splits"]["train"]["shards"]) == 2
+    assert serial["source_fingerprint"] == source_fingerprint(str(src))
+
+
+def test_csv_and_jsonl_manifests(tmp_path):
+    src = make_folder(tmp_path / "src", per_class=6)
+    files = sorted(p for p in src.rglob("*.png"))
+    csv_path = tmp_path / "src" / "labels.csv"
+    csv_path.write_text("image,label\n" + "".join(
+        f"{p.relative_to(src)},{'round' if 'circle' in p.name else 'boxy'}\n" for p in files))
+    jsonl_path = tmp_path / "labels.jsonl"
+    jsonl_path.write_text("".join(json.dumps({"image": str(p), "label": p.parent.name}) + "\n"
+                                  for p in files))
+    from_csv = prepare_dataset(str(csv_path), tmp_path / "csv", image_size=16,
                                validation_fraction=0.3)
-    assert manifest["classes"] == ["circle", "square"]
-    assert manifest["splits"]["train"]["count"] + manifest["splits"]["validation"]["count"] == 12
-    assert manifest["source_fingerprint"] != BUILTIN_SHAPES
+    from_jsonl = prepare_dataset(str(jsonl_path), tmp_path / "jsonl", image_size=16,
+                                 validation_fraction=0.3)
+    assert from_csv["classes"] == ["boxy", "round"]
+    assert from_jsonl["classes"] == ["circle", "square"]
+    for manifest in (from_csv, from_jsonl):
+        assert manifest["source_kind"] == "manifest" and manifest["examples"] == 12
+
+
+def test_manifest_errors(tmp_path):
+    src = make_folder(tmp_path / "src", per_class=2)
+    image = next(src.rglob("*.png"))
+    bad = tmp_path / "bad.csv"
+    bad.write_text(f"image,label\n{image},a\n{image},\n,b\n")
+    with pytest.raises(DatasetError, match=r"2 unusable row\(s\): .*bad.csv:3: image .* has no "
+                                           r"label; .*bad.csv:4: no image URI"):
+        prepare_dataset(str(bad), tmp_path / "out")
+    header = tmp_path / "header.csv"
+    header.write_text("path,class\nx.png,a\n")
+    with pytest.raises(DatasetError, match="lacks the column"):
+        prepare_dataset(str(header), tmp_path / "out")
+    with pytest.raises(DatasetError, match="does not exist"):
+        prepare_dataset(str(tmp_path / "missing.jsonl"), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("setup,message", [
     (lambda root: None, "is not a directory"),
-    (lambda root: _folder(root, ["circle"]), "has 1 class folder(s) (circle)"),
-    (lambda root: (_folder(root, ["circle", "square"]), (root / "empty").mkdir()),
-     "holds no image"),
+    (lambda root: make_folder(root, ["circle"]), r"has 1 class\(es\) \(circle\)"),
+    (lambda root: (make_folder(root), (root / "empty").mkdir()), "holds no image"),
+    (lambda root: (make_folder(root), (root / "circle" / "notes.txt").write_text("x")),
+     r"holds 1 file\(s\) of unknown type \(circle/notes.txt\)"),
 ])
 def test_bad_sources(tmp_path, setup, message):
     setup(tmp_path / "src")
-    with pytest.raises(DatasetError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(DatasetError, match=message):
         prepare_dataset(str(tmp_path / "src"), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".dataset-")] == []
 
 
 def test_bad_parameters_and_nonempty_output(tmp_path):
     with pytest.raises(DatasetError, match="validation_fraction is 1.0"):
         prepare_dataset(BUILTIN_SHAPES, tmp_path / "a", validation_fraction=1.0)
-    with pytest.raises(DatasetError, match="num_shards is 0"):
-        prepare_dataset(BUILTIN_SHAPES, tmp_path / "a", num_shards=0)
+    with pytest.raises(DatasetError, match="test_fraction is 0.5"):
+        prepare_dataset(BUILTIN_SHAPES, tmp_path / "a", validation_fraction=0.5,
+                        test_fraction=0.5)
+    with pytest.raises(DatasetError, match="unknown scheme"):
+        prepare_dataset("s3://bucket/data", tmp_path / "a")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("x")
     with pytest.raises(DatasetError, match="is not empty"):
@@ -110,10 +173,102 @@ def test_bad_parameters_and_nonempty_output(tmp_path):
     assert os.listdir(tmp_path / "full") == ["keep.txt"]
 
 
-def test_failure_midway_leaves_nothing_behind(tmp_path):
-    src = _folder(tmp_path / "src", ["circle", "square"])
-    (src / "square" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
-    with pytest.raises(Exception):
-        prepare_dataset(str(src), tmp_path / "out", image_size=16)
-    assert not (tmp_path / "out").exists()
-    assert [p for p in os.listdir(tmp_path) if p.startswith(".dataset-")] == []
+def _corrupt(src):
+    """Two bad images: a truncated PNG and a file that is not an image at all."""
+    good = next((src / "square").glob("*.png")).read_bytes()
+    (src / "square" / "truncated.png").write_bytes(good[: len(good) // 2])
+    (src / "circle" / "garbage.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+
+
+def test_undecodable_images_are_skipped_counted_and_reported(tmp_path):
+    src = make_folder(tmp_path / "src", per_class=40)
+    _corrupt(src)
+    report = tmp_path / "report.md"
+    manifest = prepare_dataset(str(src), tmp_path / "out", image_size=16,
+                               max_bad_fraction=0.05, report_path=report)
+    skipped = {os.path.basename(s["file"]): s["reason"] for s in manifest["skipped"]}
+    assert set(skipped) == {"truncated.png", "garbage.jpg"}
+    assert all(r.startswith("cannot decode") for r in skipped.values())
+    assert manifest["examples"] == 82 and abs(manifest["bad_fraction"] - 2 / 82) < 1e-9
+    assert sum(s["count"] for s in manifest["splits"].values()) == 80
+    text = report.read_text()
+    assert "## Skipped files: 2" in text and "truncated.png" in text and "| circle |" in text
+    assert (tmp_path / "out" / "report.md").read_text() == text
+
+
+def test_too_many_bad_images_fail_and_leave_nothing(tmp_path):
+    src = make_folder(tmp_path / "src", per_class=10)
+    _corrupt(src)
+    with pytest.raises(DatasetError, match=r"2 of 22 images \(9.1%\) could not be decoded, "
+                                           r"above max_bad_fraction 1.0%"):
+        prepare_dataset(str(src), tmp_path / "out", image_size=16, max_bad_fraction=0.01)
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
+def test_fingerprint_follows_the_source(tmp_path):
+    src = make_folder(tmp_path / "src", per_class=3)
+    first = source_fingerprint(str(src))
+    assert source_fingerprint(str(src)) == first
+    (src / "circle" / "extra.png").write_bytes(next(src.rglob("*.png")).read_bytes())
+    second = source_fingerprint(str(src))
+    assert second != first
+    os.utime(src / "circle" / "extra.png", ns=(1, 1))  # same name and size, other content time
+    assert source_fingerprint(str(src)) not in (first, second)
+    assert source_fingerprint(BUILTIN_SHAPES, 32) != source_fingerprint(BUILTIN_SHAPES, 64)
+
+
+def test_tfds_source_without_the_extra_is_a_clear_error(tmp_path):
+    try:
+        import tensorflow_datasets  # noqa: F401
+    except ImportError:
+        with pytest.raises(DatasetError, match=r"needs tensorflow-datasets: install the project "
+                                               r"with the \[tfds\] extra"):
+            prepare_dataset("tfds://mnist", tmp_path / "out")
+    else:
+        with pytest.raises(DatasetError, match="not on disk|cannot be used"):
+            list_source("tfds://surely_not_a_dataset_name")
+
+
+# --- Cloud Storage (gcp-storage-emulator on loopback) -----------------------------------------
+
+
+@pytest.fixture
+def bucket(storage_emulator):
+    from components.dataset import storage_client
+
+    return storage_client().create_bucket("images")
+
+
+def test_gcs_folder_source(tmp_path, bucket):
+    src = make_folder(tmp_path / "src", per_class=8)
+    for path in sorted(src.rglob("*.png")):
+        bucket.blob(f"data/{path.relative_to(src)}").upload_from_filename(str(path))
+    bucket.blob("data/.hidden/skip.png").upload_from_string(b"x")
+    gcs = prepare_dataset("gs://images/data", tmp_path / "gcs", image_size=16, processes=2,
+                          validation_fraction=0.25)
+    local = prepare_dataset(str(src), tmp_path / "local", image_size=16,
+                            validation_fraction=0.25)
+    assert gcs["source_kind"] == "gcs-folder" and gcs["classes"] == local["classes"]
+    # Same identities (paths under the prefix), so the same split and the same bytes.
+    assert gcs["splits"] == local["splits"]
+    fingerprint = source_fingerprint("gs://images/data")
+    bucket.blob("data/circle/new.png").upload_from_filename(str(next(src.rglob("*.png"))))
+    assert source_fingerprint("gs://images/data") != fingerprint
+
+
+def test_gcs_manifest_and_missing_objects(tmp_path, bucket):
+    src = make_folder(tmp_path / "src", per_class=10)
+    lines = []
+    for path in sorted(src.rglob("*.png")):
+        bucket.blob(f"img/{path.name}").upload_from_filename(str(path))
+        lines.append(json.dumps({"image": f"gs://images/img/{path.name}",
+                                 "label": path.parent.name}))
+    lines.append(json.dumps({"image": "gs://images/img/gone.png", "label": "circle"}))
+    bucket.blob("labels.jsonl").upload_from_string("\n".join(lines))
+    manifest = prepare_dataset("gs://images/labels.jsonl", tmp_path / "out", image_size=16,
+                               validation_fraction=0.3, max_bad_fraction=0.1)
+    assert manifest["examples"] == 21 and manifest["classes"] == ["circle", "square"]
+    assert manifest["skipped"] == [{"file": "gs://images/img/gone.png",
+                                    "reason": "missing file"}]
+    with pytest.raises(DatasetError, match="holds no objects"):
+        prepare_dataset("gs://images/nothing-here", tmp_path / "none")

@@ -33,7 +33,12 @@ def test_demo_reaches_target_accuracy_from_the_exported_model(demo):
     summary = json.loads(stdout.strip().splitlines()[-1])
     assert summary["pipeline_root"] == str(cwd / "local_runs")
     assert summary["metrics"]["accuracy"] >= 0.90
-    assert summary["metrics"]["examples"] == 234
+    assert summary["metrics"]["test_accuracy"] >= 0.90
+    manifest = json.loads((Path(summary["artifacts"]["prepare-dataset/dataset"]) /
+                           "manifest.json").read_text())
+    assert summary["metrics"]["examples"] == manifest["splits"]["validation"]["count"]
+    assert summary["metrics"]["test_examples"] == manifest["splits"]["test"]["count"]
+    assert manifest["examples"] == 1600 and not summary["dataset_reused"]
     model = Path(summary["model_uri"])
     assert (model / "saved_model.pb").is_file()
     evaluation = json.loads((model / "evaluation.json").read_text())
@@ -63,6 +68,20 @@ def test_demo_runs_every_stage_and_says_what_it_did(demo):
     assert '"executorInput"' not in stdout and "inputDefinitions" not in stdout
 
 
+def test_a_second_run_reuses_the_prepared_dataset(demo):
+    cwd, stdout = demo
+    first = json.loads(stdout.strip().splitlines()[-1])
+    result = subprocess.run([str(BIN), "run", "--local", "--json", "--epochs", "1"], cwd=cwd,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    second = json.loads(result.stdout.strip().splitlines()[-1])
+    assert second["dataset_reused"] and second["run_dir"] != first["run_dir"]
+    assert second["artifacts"]["prepare-dataset/dataset"] == \
+        first["artifacts"]["prepare-dataset/dataset"]
+    assert "reused the dataset prepared earlier" in result.stdout
+    assert "[gpu-pipeline] dataset: 4 classes" not in result.stdout  # not prepared again
+
+
 def test_the_validation_stage_fails_the_run(tmp_path):
     # A configuration that skipped the CLI's pre-flight check: stage 2 must stop the run.
     config = Config()
@@ -76,7 +95,7 @@ def test_the_validation_stage_fails_the_run(tmp_path):
         run_local(config, tmp_path, out=out)
     log = out.getvalue()
     assert "n1-standard-4 takes 1, 2, 4 x NVIDIA_TESLA_T4" in log
-    run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
+    run_dir = next(p for p in tmp_path.iterdir() if p.name.startswith("gpu-training-pipeline"))
     assert (run_dir / "prepare-dataset").is_dir()
     assert not (run_dir / "build-trainer-image").exists()
     assert not (run_dir / "train-on-local-workers").exists()
