@@ -28,6 +28,7 @@ compile: install
 bench: install
 	$(BIN)/python benchmarks/local_pipeline.py
 	$(BIN)/python benchmarks/input_pipeline.py
+	$(BIN)/python benchmarks/dataset_prep.py
 
 clean:
 	rm -rf $(VENV) local_runs build *.egg-info

