@@ -40,3 +40,12 @@ def image_uri(repository: str, tag: str) -> str:
 def pipeline_image(repository: str = DEFAULT_IMAGE_REPOSITORY) -> str:
     """Returns the image the pipeline's lightweight components run in."""
     return image_uri(repository, PIPELINE_IMAGE_TAG)
+
+
+#: Vertex AI prebuilt TensorFlow serving container for the pinned minor version, named as
+#: Vertex names them (us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.MAJOR-MINOR). Where
+#: Vertex has not published one for this minor, set `vertex.serving_image` to the
+#: newest it has; the SavedModel's serving signatures use only core TensorFlow ops.
+SERVING_IMAGE = ("us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu."
+                 + "-".join(TENSORFLOW_VERSION.split(".")[:2]) + ":latest")
+

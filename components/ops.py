@@ -82,28 +82,21 @@ def validate_gpu_config(worker_pool_specs: list, region: str) -> list:
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def build_trainer_image(image_repository: str, prebuilt_image: str,
-                        build_context: Output[Artifact]) -> str:
-    """Stage 3: writes the trainer's build context and digest; returns the image to train with.
+def build_trainer_image(image_repository: str, push: bool, trainer_source_uri: str,
+                        service_account: str, build_context: Output[Artifact]) -> str:
+    """Stage 3: the trainer's build context and digest; on Vertex, the image built from it.
 
-    No engine builds or pushes anything in this version: a local run trains with the
-    trainer installed in its environment (prebuilt_image empty), a Vertex run with the
-    project image its components already run in (prebuilt_image).
+    Returns the image to train with: on Vertex `REPO/gpu-pipeline:src-DIGEST@sha256:...`
+    (built with Cloud Build only when that tag is missing); "" locally, where training
+    uses the trainer installed in the environment.
     """
-    from components.build_image import trainer_image_uri, write_build_context
+    from components.build_image import run_build_stage
 
-    context = write_build_context(build_context.path)
-    target = trainer_image_uri(image_repository, context)
-    build_context.metadata.update({"digest": context.digest, "image_uri": target,
-                                   "files": len(context.files), "pushed": False})
-    print(f"[gpu-pipeline] build context: {len(context.files)} files, {context.digest}")
-    if prebuilt_image:
-        print(f"[gpu-pipeline] image {target} was not built or pushed; training uses the "
-              f"prebuilt image {prebuilt_image}")
-        return prebuilt_image
-    print(f"[gpu-pipeline] local run: image {target} was not built or pushed (no Docker "
-          "engine is used); training uses the trainer installed in this environment")
-    return ""
+    image, metadata = run_build_stage(build_context.path, build_context.uri, image_repository,
+                                      push=push, trainer_source_uri=trainer_source_uri,
+                                      service_account=service_account)
+    build_context.metadata.update(metadata)
+    return image
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
@@ -164,9 +157,11 @@ def report_training(training_job: Input[Artifact], metrics: Output[Metrics],
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def export_model(dataset: Input[Dataset], trained_model: Input[Model],
-                 exported_model: Output[Model], metrics: Output[Metrics]):
+                 exported_model: Output[Model], metrics: Output[Metrics]) -> NamedTuple(
+                     "ExportOutputs", [("accuracy", float), ("model_uri", str)]):
     """Stage 5: loads the SavedModel back, evaluates it, and exports it with its metrics."""
     import json
+    from collections import namedtuple
 
     from components.export_model import evaluate_saved_model, publish_model
 
@@ -186,3 +181,5 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model],
     print(f"[gpu-pipeline] exported model evaluated on {results['examples']} validation "
           f"examples: accuracy {results['accuracy']:.4f}{test}; " + json.dumps(
               {k: round(v, 4) for k, v in results.items() if k.startswith("accuracy_")}))
+    return namedtuple("ExportOutputs", ["accuracy", "model_uri"])(results["accuracy"],
+                                                                  exported_model.uri)

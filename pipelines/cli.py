@@ -47,12 +47,28 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--region", help="Vertex AI region (checked against the GPU rules).")
 
 
+def _add_vertex_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", help="Google Cloud project.")
+    parser.add_argument("--pipeline-root", dest="vertex_pipeline_root",
+                        help="gs://BUCKET/PATH for the run's artifacts and sources.")
+    parser.add_argument("--image-repository",
+                        help="Artifact Registry repository: LOCATION-docker.pkg.dev/PROJECT/REPO.")
+    parser.add_argument("--service-account", help="Service account the run uses.")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="Print the requests without uploading, building or sending anything.")
+
+
 def _overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return {
-        "dataset": {"source": args.dataset_source},
-        "training": {"epochs": args.epochs, "batch_size": args.batch_size,
+        "dataset": {"source": getattr(args, "dataset_source", None)},
+        "training": {"epochs": getattr(args, "epochs", None),
+                     "batch_size": getattr(args, "batch_size", None),
                      "local_workers": getattr(args, "workers", None)},
-        "vertex": {"region": args.region},
+        "vertex": {"region": getattr(args, "region", None),
+                   "project": getattr(args, "project", None),
+                   "pipeline_root": getattr(args, "vertex_pipeline_root", None),
+                   "image_repository": getattr(args, "image_repository", None),
+                   "service_account": getattr(args, "service_account", None)},
     }
 
 
@@ -80,6 +96,27 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--output", type=Path, default=DEFAULT_SPEC,
                       help=f"Spec file to write (default: {DEFAULT_SPEC}).")
     _add_config_flags(comp)
+
+    submit = sub.add_parser("submit", help="Run the pipeline on Vertex AI Pipelines.")
+    _add_config_flags(submit)
+    _add_vertex_flags(submit)
+
+    schedule = sub.add_parser("schedule", help="Scheduled retraining on Vertex AI.")
+    schedule.add_argument("action", choices=("create", "list", "pause"))
+    schedule.add_argument("schedule_id", nargs="?", help="pause: schedule ID or resource name.")
+    _add_config_flags(schedule)
+    _add_vertex_flags(schedule)
+    schedule.add_argument("--cron", help="Cron expression, e.g. 'TZ=Etc/UTC 0 3 * * 1'.")
+    schedule.add_argument("--max-concurrent-runs", type=_positive_int,
+                          help="Runs of the schedule allowed at once.")
+
+    publish = sub.add_parser("publish", help="Share the compiled spec with other teams.")
+    publish.add_argument("destination", help="https://REGION-kfp.pkg.dev/PROJECT/REPO (Artifact "
+                         "Registry Kubeflow Pipelines repository) or gs://BUCKET/PATH.")
+    publish.add_argument("--spec", type=Path, default=DEFAULT_SPEC,
+                         help=f"Compiled spec to publish (default: {DEFAULT_SPEC}).")
+    publish.add_argument("--tag", action="append", dest="tags",
+                         help="Version tag (repeatable; default: v<version> and latest).")
 
     val = sub.add_parser("validate-gpu", help="Check a GPU configuration against the rules.")
     val.add_argument("--config", type=Path, help="An AI Platform config.yaml (trainingInput), "
@@ -133,6 +170,64 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"  {name:<40} {path}")
     if args.json:
         print(result.to_json())
+    return 0
+
+
+def _vertex_config(args: argparse.Namespace):
+    """Loads the configuration and runs the Vertex pre-flight checks."""
+    from pipelines import vertex
+
+    config = _load(args)
+    vertex.require_vertex_settings(config)
+    if not args.dry_run:
+        for warning in vertex.bucket_location_warnings(config, vertex.Clients().get_storage()):
+            print(f"warning: {warning}", file=sys.stderr)
+    return config
+
+
+def _cmd_submit(args: argparse.Namespace) -> int:
+    from pipelines import vertex
+
+    vertex.submit(_vertex_config(args), dry_run=args.dry_run)
+    return 0
+
+
+def _cmd_schedule(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from pipelines import vertex
+
+    config = _load(args)
+    if args.action == "list":
+        for s in vertex.list_schedules(config):
+            print(f"{s.name}  {s.display_name}  {s.state.name}  {s.cron}  next: "
+                  f"{s.next_run_time.isoformat() if s.next_run_time else '-'}")
+        return 0
+    if args.action == "pause":
+        if not args.schedule_id:
+            raise UsageError("schedule pause needs the schedule ID or resource name")
+        print(f"paused {vertex.pause_schedule(config, args.schedule_id)}")
+        return 0
+    updates = {k: v for k, v in (("cron", args.cron),
+                                 ("max_concurrent_run_count", args.max_concurrent_runs))
+               if v is not None}
+    if updates:
+        from pipelines.config import load_config
+
+        overrides = {**_overrides(args), "schedule": updates}
+        config = load_config(args.config, overrides)
+    vertex.require_vertex_settings(config)
+    vertex.create_schedule(dataclasses.replace(config), dry_run=args.dry_run)
+    return 0
+
+
+def _cmd_publish(args: argparse.Namespace) -> int:
+    from components import images
+    from pipelines import vertex
+
+    tags = args.tags or [f"v{images.PIPELINE_IMAGE_TAG}", "latest"]
+    for where in vertex.publish(args.spec, args.destination, tags):
+        print(f"[gpu-pipeline] published {where}")
     return 0
 
 
@@ -226,11 +321,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pipelines.config import ConfigError
     from pipelines.local_run import LocalRunError
 
-    commands = {"run": _cmd_run, "compile": _cmd_compile, "validate-gpu": _cmd_validate_gpu}
+    from google.auth.exceptions import DefaultCredentialsError
+
+    from components.cloud_build import CloudBuildError
+    from pipelines.vertex import VertexError
+
+    commands = {"run": _cmd_run, "compile": _cmd_compile, "validate-gpu": _cmd_validate_gpu,
+                "submit": _cmd_submit, "schedule": _cmd_schedule, "publish": _cmd_publish}
     try:
         return commands[args.command](args)
-    except (UsageError, ConfigError, DatasetError) as exc:
+    except (UsageError, ConfigError, DatasetError, VertexError, CloudBuildError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except DefaultCredentialsError:
+        print("error: no Google Cloud credentials: run `gcloud auth application-default login` "
+              "or set GOOGLE_APPLICATION_CREDENTIALS (`--dry-run` needs none)", file=sys.stderr)
         return 2
     except LocalRunError as exc:
         print(f"error: the pipeline failed: {exc} (its log is above)", file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -63,11 +64,32 @@ class VertexConfig:
 
     project: str = ""
     region: str = "us-central1"
-    job_name: str = "gpu_training"
-    pipeline_root: str = ""
+    pipeline_root: str = ""  # gs://BUCKET/PATH: artifacts, staging and build contexts
     service_account: str = ""
+    network: str = ""  # projects/NUMBER/global/networks/NAME for VPC peering
     image_repository: str = images.DEFAULT_IMAGE_REPOSITORY
     worker_pool_specs: tuple = dataclasses.field(default_factory=lambda: tuple(_default_pools()))
+    job_name: str = "gpu_training"
+    restart_job_on_worker_restart: bool = True  # a lost worker restarts the job (resumes)
+    scheduling_strategy: str = "STANDARD"  # or SPOT
+    timeout: str = "604800s"
+    tensorboard: str = ""  # projects/.../locations/.../tensorboards/ID
+    accuracy_threshold: float = 0.9  # register the model only at or above this accuracy
+    model_display_name: str = "gpu-pipeline-model"
+    parent_model: str = ""  # projects/.../models/ID: register as a new version of it
+    serving_image: str = images.SERVING_IMAGE
+    enable_caching: bool = True
+    labels: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleConfig:
+    """Recurring retraining on Vertex AI (a PipelineJobSchedule)."""
+
+    display_name: str = "gpu-pipeline-weekly"
+    cron: str = "TZ=Etc/UTC 0 3 * * 1"  # Mondays at 03:00 UTC
+    max_concurrent_run_count: int = 1
+    max_run_count: int = 0  # 0: no limit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +99,7 @@ class Config:
     dataset: DatasetConfig = dataclasses.field(default_factory=DatasetConfig)
     training: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
     vertex: VertexConfig = dataclasses.field(default_factory=VertexConfig)
+    schedule: ScheduleConfig = dataclasses.field(default_factory=ScheduleConfig)
 
     def vertex_training_workers(self) -> int:
         """Machines that train on Vertex AI: the chief plus the worker pool's replicas."""
@@ -91,7 +114,8 @@ class Config:
 
 
 _TRISTATE = ("auto", "on", "off")
-_SECTIONS = {"dataset": DatasetConfig, "training": TrainingConfig, "vertex": VertexConfig}
+_SECTIONS = {"dataset": DatasetConfig, "training": TrainingConfig, "vertex": VertexConfig,
+             "schedule": ScheduleConfig}
 
 # (minimum, maximum) for numeric fields; None means unbounded.
 _RANGES = {
@@ -100,10 +124,23 @@ _RANGES = {
     "training.epochs": (1, 10000),
     "training.batch_size": (1, 65536),
     "training.local_workers": (1, 8),
+    "schedule.max_concurrent_run_count": (1, 1000),
+    "schedule.max_run_count": (0, 10**9),
 }
 
 
 def _check_type(path: str, value: Any, default: Any, errors: list[str]) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            errors.append(f"{path} is {value!r}; expected true or false")
+            return default
+        return value
+    if isinstance(default, dict):
+        if not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            errors.append(f"{path} is {value!r}; expected a mapping of strings to strings")
+            return default
+        return dict(value)
     if isinstance(default, int):
         if isinstance(value, bool) or not isinstance(value, int):
             errors.append(f"{path} is {value!r}; expected an integer")
@@ -228,6 +265,31 @@ def load_config(path: str | Path | None = None,
         errors.append(f"dataset.source is {source!r}, which is neither a directory nor a "
                       "CSV/JSONL manifest; expected a folder with one sub-folder per class, a "
                       f"manifest, a gs:// prefix, tfds://NAME or {BUILTIN_SHAPES!r}")
+    vertex = config.vertex
+    if vertex.scheduling_strategy not in ("STANDARD", "SPOT"):
+        errors.append(f"vertex.scheduling_strategy is {vertex.scheduling_strategy!r}; valid "
+                      "values are STANDARD, SPOT")
+    if not re.fullmatch(r"\d+(\.\d+)?s", vertex.timeout):
+        errors.append(f"vertex.timeout is {vertex.timeout!r}; expected seconds like '86400s'")
+    if not 0.0 <= vertex.accuracy_threshold <= 1.0:
+        errors.append(f"vertex.accuracy_threshold is {vertex.accuracy_threshold}; expected a "
+                      "number from 0 to 1")
+    if vertex.pipeline_root and not vertex.pipeline_root.startswith("gs://"):
+        errors.append(f"vertex.pipeline_root is {vertex.pipeline_root!r}; expected "
+                      "gs://BUCKET/PATH")
+    if vertex.parent_model and not re.fullmatch(r"projects/[^/]+/locations/[^/]+/models/[^/]+",
+                                                vertex.parent_model):
+        errors.append(f"vertex.parent_model is {vertex.parent_model!r}; expected "
+                      "projects/PROJECT/locations/REGION/models/ID")
+    for key, value in vertex.labels.items():
+        if not re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", key) or \
+                not re.fullmatch(r"[a-z0-9_-]{0,63}", value):
+            errors.append(f"vertex.labels has {key}: {value!r}; label keys start with a "
+                          "lowercase letter and keys and values hold only lowercase letters, "
+                          "digits, '_' and '-' (at most 63 characters)")
+    if len(config.schedule.cron.split()) not in (5, 6):
+        errors.append(f"schedule.cron is {config.schedule.cron!r}; expected a cron expression "
+                      "of 5 fields, optionally after TZ=ZONE (e.g. 'TZ=Etc/UTC 0 3 * * 1')")
     gpu = validate_worker_pool_specs(list(config.vertex.worker_pool_specs),
                                      region=config.vertex.region)
     errors.extend(f"vertex.{e}" for e in gpu.errors)

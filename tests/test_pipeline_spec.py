@@ -76,6 +76,32 @@ def test_training_is_a_custom_job_with_run_time_worker_pools(fresh):
     executors = spec["deploymentSpec"]["executors"]
     assert "google-cloud-pipeline-components" in executors["exec-custom-training-job"][
         "container"]["image"]
-    assert {"worker_pool_specs", "region", "service_account", "trainer_image", "epochs",
-            "batch_size"} <= set(spec["root"]["inputDefinitions"]["parameters"])
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert {"worker_pool_specs", "region", "service_account", "network", "epochs",
+            "batch_size", "restart_job_on_worker_restart", "scheduling_strategy", "timeout",
+            "tensorboard", "trainer_source_uri"} <= set(params)
+    for name, field in (("service_account", "service_account"), ("network", "network"),
+                        ("restart_job_on_worker_restart", "restart_job_on_worker_restart"),
+                        ("scheduling_strategy", "strategy"), ("timeout", "timeout"),
+                        ("tensorboard", "tensorboard")):
+        assert job["inputs"]["parameters"][field] == {"componentInputParameter": name}
+    assert job["inputs"]["parameters"]["base_output_directory"]["taskOutputParameter"][
+        "producerTask"] == "vertex-training-spec"
     assert {"model", "metrics"} == set(spec["root"]["outputDefinitions"]["artifacts"])
+
+
+def test_a_model_that_passes_the_threshold_is_registered(fresh):
+    spec = yaml.safe_load(fresh.read_text())
+    condition = spec["root"]["dag"]["tasks"]["condition-1"]
+    assert condition["triggerPolicy"]["condition"] == (
+        "inputs.parameter_values['pipelinechannel--export-model-accuracy'] >= "
+        "inputs.parameter_values['pipelinechannel--accuracy_threshold']")
+    components = spec["components"]
+    assert {"comp-model-upload", "comp-model-upload-2"} <= set(components)  # new model / version
+    executors = spec["deploymentSpec"]["executors"]
+    serving = next(e["importer"] for e in executors.values() if "importer" in e
+                   and e["importer"]["typeSchema"]["schemaTitle"] == "google.UnmanagedContainerModel")
+    assert serving["metadata"]["containerSpec"]["imageUri"].startswith("{{$.inputs.parameters")
+    uploads = [e for name, e in executors.items() if name.startswith("exec-model-upload")]
+    assert len(uploads) == 2
+    assert all("google-cloud-pipeline-components" in e["container"]["image"] for e in uploads)

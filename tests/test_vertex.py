@@ -1,0 +1,338 @@
+"""The Vertex AI path, offline: requests as the client libraries' own types, Cloud Storage
+on an emulator on loopback, the KFP registry upload against a server on loopback."""
+
+# No `from __future__ import annotations`: a test defines a KFP component.
+import dataclasses
+import http.server
+import json
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+from google.api_core import exceptions
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import aiplatform_v1, artifactregistry_v1
+from google.cloud.devtools import cloudbuild_v1
+
+from components import images
+from components.build_image import run_build_stage, write_build_context
+from pipelines import vertex
+from pipelines.cli import main
+from pipelines.config import load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ROOT / "compiled" / "gpu_training_pipeline.yaml"
+REPO = "us-central1-docker.pkg.dev/my-proj/ml-images"
+DIGEST = "sha256:" + "ab" * 32
+
+
+def config(**vertex_overrides):
+    values = {"project": "my-proj", "region": "us-central1",
+              "pipeline_root": "gs://pipelines/root", "image_repository": REPO,
+              "service_account": "trainer@my-proj.iam.gserviceaccount.com",
+              "network": "projects/123/global/networks/ml", "labels": {"team": "vision"},
+              **vertex_overrides}
+    return load_config(overrides={"vertex": values, "training": {"epochs": 3}})
+
+
+class FakeCloudBuild:
+    """Records CreateBuildRequests; the build 'pushes' the image to the fake registry."""
+
+    def __init__(self, registry):
+        self.requests, self.registry = [], registry
+
+    def create_build(self, request):
+        assert isinstance(request, cloudbuild_v1.CreateBuildRequest)
+        self.requests.append(request)
+        image = request.build.images[0]
+        self.registry.push(image)
+
+        class Operation:
+            def result(self):
+                return cloudbuild_v1.Build(id="build-1", status=cloudbuild_v1.Build.Status.SUCCESS,
+                                           results=cloudbuild_v1.Results(images=[
+                                               cloudbuild_v1.BuiltImage(name=image, digest=DIGEST)]))
+        return Operation()
+
+
+class FakeArtifactRegistry:
+    """Answers GetTagRequests for the tags it holds, NotFound otherwise."""
+
+    def __init__(self):
+        self.requests, self.tags = [], {}
+
+    def push(self, image):
+        repo, tag = image.rsplit(":", 1)
+        parsed = repo.split("/")
+        name = (f"projects/{parsed[1]}/locations/{parsed[0].split('-docker')[0]}/repositories/"
+                f"{parsed[2]}/packages/{parsed[3]}/tags/{tag}")
+        self.tags[name] = f"{name.split('/tags/')[0]}/versions/{DIGEST}"
+
+    def get_tag(self, request):
+        assert isinstance(request, artifactregistry_v1.GetTagRequest)
+        self.requests.append(request)
+        if request.name not in self.tags:
+            raise exceptions.NotFound(request.name)
+        return artifactregistry_v1.Tag(name=request.name, version=self.tags[request.name])
+
+
+class RecordingApi:
+    """Stands in for the Vertex AI API clients: records each request, echoes the resource."""
+
+    def __init__(self):
+        self.calls = []
+
+    def create_pipeline_job(self, parent, pipeline_job, pipeline_job_id=None, timeout=None):
+        self.calls.append(aiplatform_v1.CreatePipelineJobRequest(
+            parent=parent, pipeline_job=pipeline_job, pipeline_job_id=pipeline_job_id))
+        created = aiplatform_v1.PipelineJob(pipeline_job)
+        created.name = f"{parent}/pipelineJobs/{pipeline_job_id}"
+        return created
+
+    def create_schedule(self, parent, schedule, timeout=None):
+        self.calls.append(aiplatform_v1.CreateScheduleRequest(parent=parent, schedule=schedule))
+        created = aiplatform_v1.Schedule(schedule)
+        created.name = f"{parent}/schedules/42"
+        return created
+
+    def list_schedules(self, request):
+        self.calls.append(request)
+        return [aiplatform_v1.Schedule(name=f"{request.parent}/schedules/42",
+                                       display_name="gpu-pipeline-weekly", cron="0 3 * * 1")]
+
+    def pause_schedule(self, request):
+        self.calls.append(request)
+
+
+@pytest.fixture
+def cloud(storage_emulator):
+    from components.dataset import storage_client
+
+    storage = storage_client()
+    storage.create_bucket("pipelines")
+    registry = FakeArtifactRegistry()
+    return vertex.Clients(storage=storage, build=FakeCloudBuild(registry), registry=registry,
+                          pipeline_api=RecordingApi(), schedule_api=RecordingApi())
+
+
+# --- The PipelineJob request -----------------------------------------------------------------
+
+
+def test_compiled_spec_builds_a_pipeline_job_request():
+    cfg = config()
+    job = vertex.pipeline_job(cfg, SPEC, "gs://pipelines/root/ctx.tar.gz", AnonymousCredentials())
+    request = vertex.create_request(job, cfg)
+    assert isinstance(request, aiplatform_v1.CreatePipelineJobRequest)
+    assert request.parent == "projects/my-proj/locations/us-central1"
+    pj = request.pipeline_job
+    assert pj.service_account == "trainer@my-proj.iam.gserviceaccount.com"
+    assert pj.network == "projects/123/global/networks/ml"
+    assert dict(pj.labels) == {"app": "gpu-pipeline", "team": "vision"}
+    assert pj.runtime_config.gcs_output_directory == "gs://pipelines/root"
+    params = aiplatform_v1.PipelineJob.to_dict(pj)["runtime_config"]["parameter_values"]
+    assert params["epochs"] == 3 and params["project"] == "my-proj"
+    assert params["trainer_source_uri"] == "gs://pipelines/root/ctx.tar.gz"
+    assert params["min_shards"] == 2 and params["scheduling_strategy"] == "STANDARD"
+    # Struct numbers arrive as doubles; the validation stage normalises them, as on Vertex.
+    from components.gpu_validation import validate_worker_pool_specs
+
+    normalised = validate_worker_pool_specs(params["worker_pool_specs"], "us-central1").specs
+    pools = [aiplatform_v1.WorkerPoolSpec(p) for p in normalised]
+    assert pools[0].machine_spec.accelerator_type == aiplatform_v1.AcceleratorType.NVIDIA_TESLA_T4
+    assert pj.pipeline_spec["pipelineInfo"]["name"] == "gpu-training-pipeline"
+
+
+def test_submit_uploads_sources_builds_once_and_sends_the_dry_run_request(cloud, capsys,
+                                                                        tmp_path):
+    cfg = config()
+    dry = vertex.submit(cfg, dry_run=True, clients=dataclasses.replace(cloud))
+    assert cloud.build.requests == [] and cloud.pipeline_api.calls == []  # nothing was sent
+    out = capsys.readouterr().out
+    assert "Vertex AI would receive this CreatePipelineJobRequest" in out
+
+    job = vertex.submit(cfg, dry_run=False, clients=cloud, credentials=AnonymousCredentials())
+    sent = cloud.pipeline_api.calls[-1]
+    # The SDK's own submit() sent what the dry run showed (job ids are per run).
+    assert sent.pipeline_job.runtime_config == dry.pipeline_job.runtime_config
+    assert sent.pipeline_job.service_account == dry.pipeline_job.service_account
+    assert sent.pipeline_job.network == dry.pipeline_job.network
+    assert sent.pipeline_job.labels == dry.pipeline_job.labels
+    assert job.resource_name.startswith("projects/my-proj/locations/us-central1/pipelineJobs/")
+
+    # The sources are in Cloud Storage, and the image was built from them.
+    (build,) = cloud.build.requests
+    source = build.build.source.storage_source
+    blob = cloud.storage.bucket(source.bucket).blob(source.object_)
+    context = write_build_context(tmp_path / "context")
+    assert blob.download_as_bytes() == context.tarball.read_bytes()
+    assert build.build.images == [images.image_uri(REPO, context.tag)]
+    assert build.build.steps[0].args == ["build", "--tag", images.image_uri(REPO, context.tag),
+                                         "."]
+    assert build.parent == "projects/my-proj/locations/us-central1"
+    # Components run in the built image, pinned by digest.
+    executors = sent.pipeline_job.pipeline_spec["deploymentSpec"]["executors"]
+    ours = {e["container"]["image"] for e in executors.values()
+            if "container" in e and "pipeline-components" not in e["container"]["image"]}
+    assert ours == {f"{images.image_uri(REPO, context.tag)}@{DIGEST}"}
+
+    # Unchanged sources: same tag, found in the registry, no second build.
+    vertex.submit(cfg, dry_run=False, clients=cloud, credentials=AnonymousCredentials())
+    assert len(cloud.build.requests) == 1 and len(cloud.pipeline_api.calls) == 2
+
+
+def test_the_build_stage_on_vertex(cloud, tmp_path):
+    context = write_build_context(tmp_path / "uploaded")
+    uri = "gs://pipelines/root/build-contexts/ctx.tar.gz"
+    cloud.storage.bucket("pipelines").blob("root/build-contexts/ctx.tar.gz") \
+        .upload_from_string(context.tarball.read_bytes())
+    lines = []
+    image, meta = run_build_stage(str(tmp_path / "artifact"), "gs://pipelines/root/run/ctx",
+                                  REPO, push=True, trainer_source_uri=uri,
+                                  clients=(cloud.storage, cloud.build, cloud.registry),
+                                  log=lines.append)
+    assert image == f"{images.image_uri(REPO, context.tag)}@{DIGEST}"
+    assert meta["digest"] == context.digest and meta["built"] and meta["source_uri"] == uri
+    assert cloud.build.requests[0].build.source.storage_source.object_ == \
+        "root/build-contexts/ctx.tar.gz"
+    # A second run of the stage finds the image: no build.
+    again, meta = run_build_stage(str(tmp_path / "artifact2"), "gs://pipelines/root/run/ctx2",
+                                  REPO, push=True, trainer_source_uri=uri,
+                                  clients=(cloud.storage, cloud.build, cloud.registry),
+                                  log=lines.append)
+    assert again == image and not meta["built"] and len(cloud.build.requests) == 1
+    assert any("exists" in line and "not rebuilt" in line for line in lines)
+
+
+def test_bucket_in_another_location_is_a_warning(cloud):
+    warnings = vertex.bucket_location_warnings(config(), cloud.storage)
+    # The emulator reports every bucket in the US multi-region.
+    assert warnings and "is in US, not in the job's region us-central1" in warnings[0]
+    missing = vertex.bucket_location_warnings(config(pipeline_root="gs://absent/x"),
+                                              cloud.storage)
+    assert "does not exist" in missing[0]
+
+
+def test_vertex_settings_are_required(capsys):
+    assert main(["submit", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "vertex.project, vertex.pipeline_root, vertex.image_repository must be set" in err
+    assert main(["submit", "--dry-run", "--project", "p", "--pipeline-root", "s3://x",
+                 "--image-repository", REPO]) == 2
+    assert "vertex.pipeline_root is 's3://x'; expected gs://BUCKET/PATH" in capsys.readouterr().err
+
+
+# --- Schedules ------------------------------------------------------------------------------
+
+
+def test_schedule_request_and_sdk_create(cloud):
+    cfg = load_config(overrides={"vertex": dataclasses.asdict(config().vertex) | {
+        "worker_pool_specs": list(config().vertex.worker_pool_specs)},
+        "schedule": {"cron": "TZ=Europe/Paris 0 4 * * 1", "max_concurrent_run_count": 2}})
+    dry = vertex.create_schedule(cfg, dry_run=True, clients=dataclasses.replace(cloud))
+    assert isinstance(dry, aiplatform_v1.CreateScheduleRequest)
+    assert dry.schedule.cron == "TZ=Europe/Paris 0 4 * * 1"
+    assert dry.schedule.max_concurrent_run_count == 2
+    assert dry.schedule.create_pipeline_job_request.pipeline_job.service_account == \
+        "trainer@my-proj.iam.gserviceaccount.com"
+
+    schedule = vertex.create_schedule(cfg, dry_run=False, clients=cloud,
+                                      credentials=AnonymousCredentials())
+    sent = cloud.schedule_api.calls[-1]
+    assert isinstance(sent, aiplatform_v1.CreateScheduleRequest)
+    assert sent.schedule.cron == dry.schedule.cron
+    assert sent.schedule.max_concurrent_run_count == 2
+    sent_job = sent.schedule.create_pipeline_job_request.pipeline_job
+    assert sent_job.service_account == "trainer@my-proj.iam.gserviceaccount.com"
+    assert sent_job.runtime_config == dry.schedule.create_pipeline_job_request.pipeline_job \
+        .runtime_config
+    assert schedule.resource_name.endswith("/schedules/42")
+
+
+def test_list_and_pause_schedules(cloud):
+    cfg = config()
+    (found,) = vertex.list_schedules(cfg, cloud)
+    assert found.display_name == "gpu-pipeline-weekly"
+    assert cloud.schedule_api.calls[-1] == aiplatform_v1.ListSchedulesRequest(
+        parent="projects/my-proj/locations/us-central1", order_by="create_time desc")
+    assert vertex.pause_schedule(cfg, "42", cloud) == \
+        "projects/my-proj/locations/us-central1/schedules/42"
+    assert cloud.schedule_api.calls[-1] == aiplatform_v1.PauseScheduleRequest(
+        name="projects/my-proj/locations/us-central1/schedules/42")
+
+
+# --- Publishing and sharing ---------------------------------------------------------------------
+
+
+def test_publish_to_cloud_storage(cloud):
+    written = vertex.publish(SPEC, "gs://pipelines/shared/", ["v0.1.0", "latest"],
+                             storage=cloud.storage)
+    assert written == ["gs://pipelines/shared/gpu-training-pipeline/v0.1.0.yaml",
+                       "gs://pipelines/shared/gpu-training-pipeline/latest.yaml"]
+    blob = cloud.storage.bucket("pipelines").blob("shared/gpu-training-pipeline/latest.yaml")
+    assert blob.download_as_bytes() == SPEC.read_bytes()
+
+
+def test_publish_to_a_kfp_registry_with_the_real_client():
+    received = {}
+
+    class Registry(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's naming
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.update(path=self.path, body=body, type=self.headers["Content-Type"])
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"gpu-training-pipeline/sha256:" + b"cd" * 32)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Registry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        host = f"http://127.0.0.1:{server.server_port}/my-proj/pipelines"
+        (where,) = vertex.publish(SPEC, host, ["v0.1.0", "latest"])
+    finally:
+        server.shutdown()
+    assert where == f"{host}/gpu-training-pipeline/sha256:" + "cd" * 32
+    assert received["path"] == "/my-proj/pipelines"
+    assert received["type"].startswith("multipart/form-data")
+    assert b'name="tags"\r\n\r\nv0.1.0,latest' in received["body"]
+    assert SPEC.read_bytes() in received["body"]
+
+
+def test_publish_errors(tmp_path):
+    with pytest.raises(vertex.VertexError, match="neither an Artifact Registry"):
+        vertex.publish(SPEC, "s3://bucket", ["v1"])
+    with pytest.raises(vertex.VertexError, match="do not start with 'sha256:'"):
+        vertex.publish(SPEC, "gs://b/x", ["sha256:abc"])
+    with pytest.raises(vertex.VertexError, match="run `gpu-pipeline compile` first"):
+        vertex.publish(tmp_path / "none.yaml", "gs://b/x", ["v1"])
+
+
+def test_another_team_uses_the_spec_as_a_step(tmp_path):
+    from kfp import compiler, components, dsl
+
+    training = components.load_component_from_file(str(SPEC))
+
+    @dsl.component(base_image="python:3.11")
+    def announce(accuracy_metrics: dsl.Input[dsl.Metrics]):
+        print(accuracy_metrics.metadata)
+
+    @dsl.pipeline(name="vision-team-nightly")
+    def nightly(project: str, source: str):
+        run = training(project=project, dataset_source=source, epochs=20,
+                       worker_pool_specs=[{"machine_spec": {"machine_type": "a2-highgpu-1g",
+                                                            "accelerator_type": "NVIDIA_TESLA_A100",
+                                                            "accelerator_count": 1},
+                                           "replica_count": 1}])
+        announce(accuracy_metrics=run.outputs["metrics"])
+
+    out = tmp_path / "nightly.yaml"
+    compiler.Compiler().compile(nightly, str(out))
+    spec = yaml.safe_load(out.read_text())
+    tasks = spec["root"]["dag"]["tasks"]
+    assert {"gpu-training-pipeline", "announce"} <= set(tasks)
+    assert tasks["announce"]["inputs"]["artifacts"]["accuracy_metrics"]["taskOutputArtifact"] == \
+        {"outputArtifactKey": "metrics", "producerTask": "gpu-training-pipeline"}
+    assert "comp-custom-training-job" in json.dumps(spec["components"])
