@@ -261,7 +261,9 @@ def _validate_file(path: Path, region: str | None):
         region = region or data.get("region")
         return (validate_worker_pool_specs(data["worker_pool_specs"], region), region,
                 "vertex worker pool specs")
-    if isinstance(data, dict) and set(data) <= {"dataset", "training", "vertex"}:
+    from pipelines.config import SECTIONS
+
+    if isinstance(data, dict) and set(data) <= set(SECTIONS):
         vertex = data.get("vertex") or {}
         region = region or vertex.get("region") or "us-central1"
         from pipelines.config import Config

@@ -114,7 +114,7 @@ class Config:
 
 
 _TRISTATE = ("auto", "on", "off")
-_SECTIONS = {"dataset": DatasetConfig, "training": TrainingConfig, "vertex": VertexConfig,
+SECTIONS = {"dataset": DatasetConfig, "training": TrainingConfig, "vertex": VertexConfig,
              "schedule": ScheduleConfig}
 
 # (minimum, maximum) for numeric fields; None means unbounded.
@@ -171,19 +171,19 @@ def _merge(base: dict[str, dict[str, Any]], layer: Mapping[str, Any], origin: st
            errors: list[str]) -> None:
     if not isinstance(layer, Mapping):
         errors.append(f"{origin}: expected a mapping with sections "
-                      f"{', '.join(_SECTIONS)}, got {type(layer).__name__}")
+                      f"{', '.join(SECTIONS)}, got {type(layer).__name__}")
         return
     for section, values in layer.items():
-        if section not in _SECTIONS:
+        if section not in SECTIONS:
             errors.append(f"{origin}: unknown section {section!r}; valid sections are "
-                          f"{', '.join(_SECTIONS)}")
+                          f"{', '.join(SECTIONS)}")
             continue
         if values is None:
             continue
         if not isinstance(values, Mapping):
             errors.append(f"{origin}: section {section!r} must be a mapping")
             continue
-        fields = {f.name for f in dataclasses.fields(_SECTIONS[section])}
+        fields = {f.name for f in dataclasses.fields(SECTIONS[section])}
         for key, value in values.items():
             if key not in fields:
                 errors.append(f"{origin}: unknown field {section}.{key}; valid fields of "
@@ -211,7 +211,7 @@ def load_config(path: str | Path | None = None,
     """
     defaults = Config()
     merged = {name: {f.name: getattr(getattr(defaults, name), f.name)
-                     for f in dataclasses.fields(cls)} for name, cls in _SECTIONS.items()}
+                     for f in dataclasses.fields(cls)} for name, cls in SECTIONS.items()}
     errors: list[str] = []
     if path is not None:
         try:
@@ -229,7 +229,7 @@ def load_config(path: str | Path | None = None,
         _merge(merged, cleaned, "command line", errors)
 
     sections = {}
-    for name, cls in _SECTIONS.items():
+    for name, cls in SECTIONS.items():
         values = {}
         for f in dataclasses.fields(cls):
             default = getattr(getattr(defaults, name), f.name)

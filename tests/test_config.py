@@ -63,3 +63,30 @@ def test_range_and_source_checks():
         load_config(overrides={"training": {"local_workers": 99}})
     with pytest.raises(ConfigError, match="dataset.source is '/no/such/dir'"):
         load_config(overrides={"dataset": {"source": "/no/such/dir"}})
+
+
+def test_the_example_config_is_valid():
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "config.example.yaml"
+    config = load_config(example)
+    assert config.vertex.project == "my-project" and config.training.model == "resnet50"
+    assert config.vertex_training_workers() == 4  # the chief and 3 workers
+    assert config.schedule.cron == "TZ=Etc/UTC 0 3 * * 1"
+
+
+def test_vertex_and_schedule_values_are_checked():
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides={"vertex": {"scheduling_strategy": "CHEAP", "timeout": "1 day",
+                                          "restart_job_on_worker_restart": "yes",
+                                          "labels": {"Team": "x"},
+                                          "parent_model": "models/1"},
+                               "schedule": {"cron": "weekly"}})
+    message = str(info.value)
+    for expected in ("vertex.scheduling_strategy is 'CHEAP'; valid values are STANDARD, SPOT",
+                     "vertex.timeout is '1 day'; expected seconds like '86400s'",
+                     "vertex.restart_job_on_worker_restart is 'yes'; expected true or false",
+                     "vertex.labels has Team: 'x'",
+                     "vertex.parent_model is 'models/1'",
+                     "schedule.cron is 'weekly'"):
+        assert expected in message
