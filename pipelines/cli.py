@@ -69,6 +69,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
                    "pipeline_root": getattr(args, "vertex_pipeline_root", None),
                    "image_repository": getattr(args, "image_repository", None),
                    "service_account": getattr(args, "service_account", None)},
+        "schedule": {"cron": getattr(args, "cron", None),
+                     "max_concurrent_run_count": getattr(args, "max_concurrent_runs", None)},
     }
 
 
@@ -193,31 +195,19 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _cmd_schedule(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from pipelines import vertex
 
-    config = _load(args)
     if args.action == "list":
-        for s in vertex.list_schedules(config):
+        for s in vertex.list_schedules(_load(args)):
             print(f"{s.name}  {s.display_name}  {s.state.name}  {s.cron}  next: "
                   f"{s.next_run_time.isoformat() if s.next_run_time else '-'}")
         return 0
     if args.action == "pause":
         if not args.schedule_id:
             raise UsageError("schedule pause needs the schedule ID or resource name")
-        print(f"paused {vertex.pause_schedule(config, args.schedule_id)}")
+        print(f"paused {vertex.pause_schedule(_load(args), args.schedule_id)}")
         return 0
-    updates = {k: v for k, v in (("cron", args.cron),
-                                 ("max_concurrent_run_count", args.max_concurrent_runs))
-               if v is not None}
-    if updates:
-        from pipelines.config import load_config
-
-        overrides = {**_overrides(args), "schedule": updates}
-        config = load_config(args.config, overrides)
-    vertex.require_vertex_settings(config)
-    vertex.create_schedule(dataclasses.replace(config), dry_run=args.dry_run)
+    vertex.create_schedule(_vertex_config(args), dry_run=args.dry_run)
     return 0
 
 

@@ -336,3 +336,18 @@ def test_another_team_uses_the_spec_as_a_step(tmp_path):
     assert tasks["announce"]["inputs"]["artifacts"]["accuracy_metrics"]["taskOutputArtifact"] == \
         {"outputArtifactKey": "metrics", "producerTask": "gpu-training-pipeline"}
     assert "comp-custom-training-job" in json.dumps(spec["components"])
+
+
+def test_schedule_cli_dry_run(capsys):
+    args = ["--project", "my-proj", "--pipeline-root", "gs://pipelines/root",
+            "--image-repository", REPO, "--dry-run"]
+    assert main(["schedule", "create", "--cron", "TZ=Etc/UTC 0 5 * * *",
+                 "--max-concurrent-runs", "2", *args]) == 0
+    out = capsys.readouterr().out
+    body = json.loads(out[out.index("CreateScheduleRequest:") + len("CreateScheduleRequest:"):])
+    assert body["schedule"]["cron"] == "TZ=Etc/UTC 0 5 * * *"
+    assert body["schedule"]["maxConcurrentRunCount"] == "2"
+    assert body["schedule"]["createPipelineJobRequest"]["pipelineJob"]["runtimeConfig"][
+        "gcsOutputDirectory"] == "gs://pipelines/root"
+    assert main(["schedule", "pause"]) == 2
+    assert "needs the schedule ID" in capsys.readouterr().err
