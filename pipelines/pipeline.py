@@ -15,7 +15,7 @@ from typing import Callable, NamedTuple
 from kfp import dsl
 from kfp.dsl import Metrics, Model
 
-from components import images, ops
+from components import ops
 from pipelines.config import Config
 
 PIPELINE_NAME = "gpu-training-pipeline"
