@@ -113,3 +113,20 @@ def test_atomic_directory(tmp_path):
     with pytest.raises(FileExistsError):
         with atomic_directory(dest):
             pass
+
+
+def test_file_sharding_needs_a_file_per_worker(small_dataset, caplog):
+    from components.dataset import load_manifest, shard_paths
+    from trainer.data import make_dataset
+
+    files = shard_paths(small_dataset, load_manifest(small_dataset), "train")
+    policy = tf.data.experimental.AutoShardPolicy
+    by_file = make_dataset(tf, files, 32, 8, training=False, num_workers=4)
+    assert by_file.options().experimental_distribute.auto_shard_policy == policy.FILE
+    with caplog.at_level("WARNING", logger="trainer"):
+        by_data = make_dataset(tf, files[:1], 32, 8, training=False, num_workers=2)
+    assert by_data.options().experimental_distribute.auto_shard_policy == policy.DATA
+    assert "1 files for 2 workers: sharding by data" in caplog.text
+    images, labels = next(iter(by_file))
+    assert images.dtype == tf.float32 and float(tf.reduce_max(images)) <= 1.0
+    assert images.shape[1:] == (32, 32, 3) and labels.dtype == tf.int64
