@@ -49,7 +49,12 @@ class BuildContext:
     @property
     def tag(self) -> str:
         """Image tag derived from the digest (same sources, same tag)."""
-        return "src-" + self.digest.split(":", 1)[1][:16]
+        return content_tag(self.digest)
+
+
+def content_tag(digest: str) -> str:
+    """The image tag of a build context with `digest` (`sha256:<hex>`)."""
+    return "src-" + digest.split(":", 1)[1][:16]
 
 
 def project_root() -> Path:
@@ -174,7 +179,7 @@ def run_build_stage(context_dir: str, context_uri: str, image_repository: str, *
         bucket, name = split_gcs_uri(trainer_source_uri)
         data = storage.bucket(bucket).blob(name).download_as_bytes()
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        tag, source_uri = "src-" + digest.split(":", 1)[1][:16], trainer_source_uri
+        tag, source_uri = content_tag(digest), trainer_source_uri
         metadata.update(digest=digest, image_uri=images.image_uri(image_repository, tag))
     log(f"[gpu-pipeline] build context {source_uri} ({metadata['digest']})")
     image, built = cloud_build.ensure_image(image_repository, tag, source_uri,

@@ -254,11 +254,11 @@ def _validate_file(path: Path, region: str | None):
     from pipelines.config import SECTIONS
 
     if isinstance(data, dict) and set(data) <= set(SECTIONS):
-        vertex = data.get("vertex") or {}
-        region = region or vertex.get("region") or "us-central1"
         from pipelines.config import Config
 
-        specs = vertex.get("worker_pool_specs", list(Config().vertex.worker_pool_specs))
+        defaults, vertex = Config().vertex, data.get("vertex") or {}
+        region = region or vertex.get("region") or defaults.region
+        specs = vertex.get("worker_pool_specs", list(defaults.worker_pool_specs))
         return validate_worker_pool_specs(specs, region), region, "gpu-pipeline config"
     raise UsageError(f"--config {str(path)!r} is in no format validate-gpu reads: expected an AI "
                      "Platform config.yaml (trainingInput: ...), Vertex worker pool specs (a "

@@ -8,11 +8,12 @@ and recording clients for the APIs no test can reach).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import yaml
 
@@ -172,6 +173,16 @@ def prepare_run(config: Config, work_dir: Path, *, dry_run: bool, clients: Clien
                     template)
 
 
+@contextlib.contextmanager
+def _prepared_run(config: Config, dry_run: bool, clients: Clients, credentials: Any,
+                  log: Callable[[str], None]) -> Iterator[tuple[Prepared, Any]]:
+    """A prepared run (in a temporary directory) and the credentials it was built with."""
+    credentials = credentials or _dry_run_credentials(dry_run)
+    with tempfile.TemporaryDirectory(prefix="gpu-pipeline-") as work:
+        yield prepare_run(config, Path(work), dry_run=dry_run, clients=clients,
+                          credentials=credentials, log=log), credentials
+
+
 def _dry_run_credentials(dry_run: bool) -> Any:
     # A dry run sends nothing, so it needs no account: anonymous credentials build the job.
     if not dry_run:
@@ -195,10 +206,7 @@ def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,
         The CreatePipelineJobRequest (dry run) or the submitted PipelineJob.
     """
     clients = clients or Clients()
-    credentials = credentials or _dry_run_credentials(dry_run)
-    with tempfile.TemporaryDirectory(prefix="gpu-pipeline-submit-") as work:
-        prepared = prepare_run(config, Path(work), dry_run=dry_run, clients=clients,
-                               credentials=credentials, log=log)
+    with _prepared_run(config, dry_run, clients, credentials, log) as (prepared, _):
         if dry_run:
             log("[gpu-pipeline] dry run: nothing was uploaded, built or submitted")
             log(f"[gpu-pipeline] sources would go to {prepared.source_uri}; if "
@@ -234,10 +242,7 @@ def create_schedule(config: Config, *, dry_run: bool, clients: Clients | None = 
     from google.cloud import aiplatform
 
     clients = clients or Clients()
-    credentials = credentials or _dry_run_credentials(dry_run)
-    with tempfile.TemporaryDirectory(prefix="gpu-pipeline-schedule-") as work:
-        prepared = prepare_run(config, Path(work), dry_run=dry_run, clients=clients,
-                               credentials=credentials, log=log)
+    with _prepared_run(config, dry_run, clients, credentials, log) as (prepared, credentials):
         request = schedule_request(config, prepared.request)
         if dry_run:
             log("[gpu-pipeline] dry run: Vertex AI would receive this CreateScheduleRequest:")
