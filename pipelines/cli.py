@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -147,11 +148,23 @@ def _load(args: argparse.Namespace):
             print(f"warning: {warning}", file=sys.stderr)
 
 
+def _make_directory(path: Path, flag: str) -> None:
+    """Creates a directory the user named, or says plainly why it cannot be used."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{flag} {str(path)!r} cannot be created ({exc.strerror}); "
+                         "give a writable directory") from None
+    if not os.access(path, os.W_OK):
+        raise UsageError(f"{flag} {str(path)!r} is not writable; give a writable directory")
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     if not args.local:
         raise UsageError("only local runs are available: use `gpu-pipeline run --local`; "
                          "`gpu-pipeline compile` writes the Vertex AI spec")
     config = _load(args)  # Pre-flight: every configuration error before any work.
+    _make_directory(args.pipeline_root, "--pipeline-root")
     from pipelines.local_run import run_local
 
     pools = config.vertex.worker_pool_specs
@@ -223,6 +236,13 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 def _cmd_compile(args: argparse.Namespace) -> int:
     _load(args)  # Refuse an invalid configuration before compiling anything.
+    if args.output.suffix not in (".yaml", ".yml", ".json"):
+        raise UsageError(f"--output {str(args.output)!r} must end in .yaml, .yml or .json "
+                         "(the spec's format follows the suffix)")
+    if args.output.is_dir():
+        raise UsageError(f"--output {str(args.output)!r} is a directory; give a file path "
+                         f"such as {str(args.output / DEFAULT_SPEC.name)!r}")
+    _make_directory(args.output.parent, "--output's directory")
     from pipelines.compile import compile_pipeline
 
     path = compile_pipeline(args.output)

@@ -17,6 +17,9 @@ _VOLATILE = ("sdkVersion",)
 def compile_pipeline(output: str | os.PathLike) -> Path:
     """Compiles `pipelines.pipeline.vertex_pipeline` to a YAML spec.
 
+    The spec is written beside the target and moved into place, so a failed compile
+    never leaves a half-written spec where the committed one was.
+
     Args:
         output: File to write; its directory is created.
 
@@ -29,8 +32,14 @@ def compile_pipeline(output: str | os.PathLike) -> Path:
 
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
-    compiler.Compiler().compile(vertex_pipeline, str(path))
-    path.write_text(_stable_header(path.read_text()))
+    # KFP picks the format from the suffix, so the partial file keeps it.
+    partial = path.with_name(f".{path.stem}.partial{path.suffix}")
+    try:
+        compiler.Compiler().compile(vertex_pipeline, str(partial))
+        partial.write_text(_stable_header(partial.read_text()))
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
     return path
 
 

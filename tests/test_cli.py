@@ -29,6 +29,11 @@ def run(*args, cwd=None):
     (["run", "--local", "--workers", "9"], "training.local_workers is 9; expected an integer "
                                            "from 1 to 8"),
     (["compile", "--region", "mars-1"], "region is 'mars-1', which offers no GPUs"),
+    (["run", "--local", "--pipeline-root", "/dev/null/runs"],
+     "--pipeline-root '/dev/null/runs' cannot be created (Not a directory)"),
+    (["compile", "--output", "/dev/null/specs/spec.yaml"],
+     "--output's directory '/dev/null/specs' cannot be created (Not a directory)"),
+    (["compile", "--output", "spec.txt"], "--output 'spec.txt' must end in .yaml, .yml or .json"),
 ])
 def test_user_mistakes(args, message, tmp_path):
     result = run(*args, cwd=tmp_path)
