@@ -487,6 +487,8 @@ def _tfds_results(order: Sequence[Example], size: int) -> Iterator[Result]:
                                       as_supervised=True, shuffle_files=False))
     for position, (image, label) in enumerate(dataset):
         if position in wanted:
+            if image.ndim == 3 and image.shape[-1] == 1:  # grayscale (MNIST): PIL wants HxW
+                image = image[..., 0]
             yield wanted[position], _to_png(Image.fromarray(image), size), None, int(label)
 
 

@@ -6,12 +6,16 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from components.dataset import (BUILTIN_SHAPES, DatasetError, generate_shapes, list_source,
                                 load_manifest, plan_shards, prepare_dataset, shard_paths,
                                 source_fingerprint, split_of)
+from tests import tfds_fixture
 
 
 def make_folder(root, classes=("circle", "square"), per_class=6, size=24):
@@ -22,7 +26,8 @@ def make_folder(root, classes=("circle", "square"), per_class=6, size=24):
     return root
 
 
-def records(dataset_dir, split):
+def records(dataset_dir, split, pixels=False):
+    """(id, label, image shape) of each record of a split; the image itself with `pixels`."""
     import tensorflow as tf
 
     manifest = load_manifest(dataset_dir)
@@ -34,7 +39,7 @@ def records(dataset_dir, split):
         example = tf.io.parse_single_example(record, features)
         image = tf.io.decode_png(example["image/encoded"], channels=3)
         out.append((example["image/id"].numpy().decode(), int(example["image/class/label"]),
-                    tuple(image.shape)))
+                    image.numpy() if pixels else tuple(image.shape)))
     return out
 
 
@@ -217,16 +222,46 @@ def test_fingerprint_follows_the_source(tmp_path):
     assert source_fingerprint(BUILTIN_SHAPES, 32) != source_fingerprint(BUILTIN_SHAPES, 64)
 
 
-def test_tfds_source_without_the_extra_is_a_clear_error(tmp_path):
-    try:
-        import tensorflow_datasets  # noqa: F401
-    except ImportError:
-        with pytest.raises(DatasetError, match=r"needs tensorflow-datasets: install the project "
-                                               r"with the \[tfds\] extra"):
-            prepare_dataset("tfds://mnist", tmp_path / "out")
-    else:
-        with pytest.raises(DatasetError, match="not on disk|cannot be used"):
-            list_source("tfds://surely_not_a_dataset_name")
+def test_tfds_source_without_the_extra_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # import fails as if absent
+    with pytest.raises(DatasetError, match=r"needs tensorflow-datasets: install the project "
+                                           r"with the \[tfds\] extra"):
+        prepare_dataset("tfds://mnist", tmp_path / "out")
+
+
+def test_tfds_source_prepared_on_disk(tmp_path):
+    """A TFDS dataset already on disk (TFDS_DATA_DIR), read in a fresh process that does
+    not know its builder code, as the KFP component would; nothing is downloaded."""
+    data_dir, out = tmp_path / "tfds", tmp_path / "out"
+    env = {**os.environ, "TFDS_DATA_DIR": str(data_dir), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    subprocess.run([sys.executable, str(Path(__file__).with_name("tfds_fixture.py")),
+                    str(data_dir)], check=True, capture_output=True, timeout=300)
+    prepare = ("import sys; from components.dataset import prepare_dataset; "
+               "prepare_dataset(sys.argv[1], sys.argv[2], image_size=8, "
+               "validation_fraction=0.25, test_fraction=0.0)")
+    for source, target in ((f"tfds://{tfds_fixture.NAME}", out),
+                           (f"tfds://{tfds_fixture.NAME}/test", tmp_path / "test-split"),
+                           ("tfds://gp_not_on_disk", tmp_path / "missing")):
+        result = subprocess.run([sys.executable, "-c", prepare, source, str(target)], env=env,
+                                capture_output=True, text=True, timeout=300)
+    assert "TFDS dataset 'gp_not_on_disk' cannot be used" in result.stderr
+    assert not (tmp_path / "missing").exists()
+
+    manifest = load_manifest(out)
+    assert manifest["classes"] == tfds_fixture.CLASSES and manifest["source_kind"] == "tfds"
+    assert manifest["examples"] == tfds_fixture.SPLITS["train"]
+    assert manifest["source_fingerprint"] == f"tfds:{tfds_fixture.NAME}:1.0.0:train:20"
+    assert load_manifest(tmp_path / "test-split")["examples"] == tfds_fixture.SPLITS["test"]
+    seen = []
+    for split in ("train", "validation"):
+        for identity, label, image in records(out, split, pixels=True):
+            index = int(identity.rsplit("/", 1)[1])
+            assert identity == f"{tfds_fixture.NAME}/train/{index}"
+            assert split_of(identity, 0.25, 0.0) == split
+            assert image.shape == (8, 8, 3)
+            assert (image == tfds_fixture.tone(label)).all()  # TFDS's label, with its image
+            seen.append(index)
+    assert sorted(seen) == list(range(20))
 
 
 # --- Cloud Storage (gcp-storage-emulator on loopback) -----------------------------------------
