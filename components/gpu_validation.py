@@ -200,6 +200,13 @@ def _validate_pool(name: str, index: int, pool: Mapping[str, Any], errors: list[
                       "machine_type, accelerator_type, accelerator_count")
     machine_type = machine_spec.get("machine_type")
     accelerator_type = machine_spec.get("accelerator_type") or None
+    if isinstance(accelerator_type, str) and accelerator_type not in ACCELERATOR_TYPES:
+        # gcloud's flags spell the types in lower case with hyphens (nvidia-tesla-t4).
+        spelled = accelerator_type.strip().upper().replace("-", "_")
+        if spelled in ACCELERATOR_TYPES:
+            warnings.append(f"{name}: machine_spec.accelerator_type {accelerator_type!r} read "
+                            f"as {spelled}, the spelling the Vertex AI API takes")
+            accelerator_type = spelled
     accelerator_count = _as_int(machine_spec.get("accelerator_count", 0) or 0)
     replica_count = _as_int(pool.get("replica_count", 1))
 

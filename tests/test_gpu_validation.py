@@ -132,6 +132,16 @@ def test_invalid_messages_say_what_is_valid():
     assert "comes with 2 x NVIDIA_TESLA_A100; set accelerator_type" in a2
 
 
+def test_gcloud_spelling_of_gpu_types_is_read_with_a_warning():
+    """The documents' gcloud flags write `type=nvidia-tesla-t4`; the API takes NVIDIA_TESLA_T4."""
+    result = gv.validate_worker_pool_specs(pools(("n1-highcpu-16", "nvidia-tesla-t4", 4)))
+    assert result.ok and result.specs[0]["machine_spec"]["accelerator_type"] == cat.T4
+    assert "'nvidia-tesla-t4' read as NVIDIA_TESLA_T4" in result.warnings[0]
+    typo = gv.validate_worker_pool_specs(pools(("n1-highcpu-16", "nvidia-tesla-t5", 4)))
+    assert "accelerator_type is 'nvidia-tesla-t5'; valid types are NVIDIA_TESLA_A100" \
+        in typo.errors[0]
+
+
 # --- Beyond the seeds -------------------------------------------------------------------
 
 
