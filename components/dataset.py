@@ -33,6 +33,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+from components.errors import InputError
+
 BUILTIN_SHAPES = "builtin://shapes"
 TFDS_PREFIX = "tfds://"
 SHAPE_CLASSES = ("circle", "cross", "square", "triangle")
@@ -49,7 +51,7 @@ FEATURE_LABEL = "image/class/label"
 FEATURE_ID = "image/id"
 
 
-class DatasetError(ValueError):
+class DatasetError(InputError):
     """A dataset source or parameter the stage cannot use."""
 
 

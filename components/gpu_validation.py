@@ -16,6 +16,7 @@ import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from components import gpu_catalog as cat
+from components.errors import InputError
 
 ACCELERATOR_TYPES = cat.ACCELERATOR_TYPES
 GPU_REGIONS = cat.GPU_REGIONS
@@ -33,7 +34,7 @@ _MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)+$")
 _JOB_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 
-class GpuConfigError(ValueError):
+class GpuConfigError(InputError):
     """An invalid GPU configuration; the message lists every problem."""
 
     def __init__(self, errors: Sequence[str], title: str = "invalid GPU configuration"):

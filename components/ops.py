@@ -23,8 +23,10 @@ _IMAGE = images.pipeline_image()
 def fingerprint_dataset_source(source: str, image_size: int) -> str:
     """Stage 1, first part: a cheap key of the source's state (never cached itself)."""
     from components.dataset import source_fingerprint
+    from components.errors import stage_input_errors
 
-    fingerprint = source_fingerprint(source, image_size)
+    with stage_input_errors("dataset"):
+        fingerprint = source_fingerprint(source, image_size)
     print(f"[gpu-pipeline] dataset source {source}: fingerprint {fingerprint}")
     return fingerprint
 
@@ -40,11 +42,13 @@ def prepare_dataset(source: str, source_fingerprint: str, image_size: int,
     exactly when the source does.
     """
     from components.dataset import prepare_dataset as prepare
+    from components.errors import stage_input_errors
 
-    manifest = prepare(source, dataset.path, image_size=image_size,
-                       validation_fraction=validation_fraction, test_fraction=test_fraction,
-                       num_shards=num_shards, min_shards=min_shards,
-                       max_bad_fraction=max_bad_fraction, report_path=report.path)
+    with stage_input_errors("dataset"):
+        manifest = prepare(source, dataset.path, image_size=image_size,
+                           validation_fraction=validation_fraction, test_fraction=test_fraction,
+                           num_shards=num_shards, min_shards=min_shards,
+                           max_bad_fraction=max_bad_fraction, report_path=report.path)
     dataset.metadata.update({
         "classes": manifest["classes"],
         "image_size": manifest["image_size"],
@@ -61,18 +65,14 @@ def prepare_dataset(source: str, source_fingerprint: str, image_size: int,
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def validate_gpu_config(worker_pool_specs: list, region: str) -> list:
     """Stage 2: checks the Vertex worker pools against the GPU rules; returns them normalised."""
-    import sys
-
+    from components.errors import stage_input_errors
     from components.gpu_validation import validate_worker_pool_specs
 
     result = validate_worker_pool_specs(worker_pool_specs, region=region)
     for warning in result.warnings:
         print(f"[gpu-pipeline] warning: {warning}")
-    if not result.ok:
-        print("[gpu-pipeline] invalid GPU configuration:")
-        for error in result.errors:
-            print(f"[gpu-pipeline]   - {error}")
-        sys.exit(1)
+    with stage_input_errors("GPU config"):
+        result.raise_for_errors()
     pools = [p for p in result.specs if p]
     print(f"[gpu-pipeline] GPU configuration valid for {region}: " + "; ".join(
         f"{p['replica_count']} x {p['machine_spec']['machine_type']}"
@@ -128,14 +128,16 @@ def vertex_training_spec(worker_pool_specs: list, image_uri: str, dataset: Input
     """Stage 4 (Vertex), part 1: the CustomJob's worker pools for the validated machines."""
     from collections import namedtuple
 
+    from components.errors import stage_input_errors
     from components.training_report import trainer_arguments
     from components.vertex_training import custom_job_spec
 
     args = trainer_arguments(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
                              model=model_name, mixed_precision=mixed_precision, xla=xla)
-    spec = custom_job_spec(worker_pool_specs, image_uri, dataset_path=dataset.path,
-                           output_uri=training_job.uri, output_path=training_job.path,
-                           trainer_args=args, job_name=job_name)
+    with stage_input_errors("training"):
+        spec = custom_job_spec(worker_pool_specs, image_uri, dataset_path=dataset.path,
+                               output_uri=training_job.uri, output_path=training_job.path,
+                               trainer_args=args, job_name=job_name)
     fields = ["worker_pool_specs", "base_output_directory", "model_uri", "display_name"]
     return namedtuple("VertexTrainingSpec", fields)(*(spec[f] for f in fields))
 

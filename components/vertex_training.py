@@ -8,13 +8,14 @@ from __future__ import annotations
 import copy
 from typing import Any, Sequence
 
+from components.errors import InputError
 from components.gpu_validation import JOB_NAME_SUFFIX, unique_job_name, validate_job_name
 
 #: Vertex AI sets AIP_MODEL_DIR to `<base_output_directory>/model`.
 MODEL_SUBDIR = "model"
 
 
-class TrainingSpecError(ValueError):
+class TrainingSpecError(InputError):
     """The worker pools or image cannot make a CustomJob."""
 
 

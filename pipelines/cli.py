@@ -164,6 +164,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("only local runs are available: use `gpu-pipeline run --local`; "
                          "`gpu-pipeline compile` writes the Vertex AI spec")
     config = _load(args)  # Pre-flight: every configuration error before any work.
+    source = config.dataset.source
+    if source.startswith("/gcs/") and not Path(source).exists():
+        raise UsageError(f"dataset.source {source!r} is Vertex AI's Cloud Storage mount, which "
+                         "this machine does not have; for a local run give "
+                         f"'gs://{source[len('/gcs/'):]}' or a local copy")
     _make_directory(args.pipeline_root, "--pipeline-root")
     from pipelines.local_run import run_local
 

@@ -260,11 +260,12 @@ def load_config(path: str | Path | None = None,
                       "needs its own files: use at least as many shards as workers, or 0 to "
                       "plan them")
     source = config.dataset.source
-    if "://" not in source and not Path(source).is_dir() and not (
-            source.lower().endswith((".csv", ".jsonl")) and Path(source).is_file()):
+    # /gcs/... is Vertex's Cloud Storage mount: read where the stage runs, not here.
+    if "://" not in source and not source.startswith("/gcs/") and not Path(source).is_dir() \
+            and not (source.lower().endswith((".csv", ".jsonl")) and Path(source).is_file()):
         errors.append(f"dataset.source is {source!r}, which is neither a directory nor a "
                       "CSV/JSONL manifest; expected a folder with one sub-folder per class, a "
-                      f"manifest, a gs:// prefix, tfds://NAME or {BUILTIN_SHAPES!r}")
+                      f"manifest, a gs:// prefix or /gcs/ path, tfds://NAME or {BUILTIN_SHAPES!r}")
     vertex = config.vertex
     if vertex.scheduling_strategy not in ("STANDARD", "SPOT"):
         errors.append(f"vertex.scheduling_strategy is {vertex.scheduling_strategy!r}; valid "

@@ -48,20 +48,25 @@ class LocalRunResult:
 _PROGRESS = re.compile(r"^\s*(\[gpu-pipeline\]|\[trainer |.*Task .*(started|finished with status)"
                        r"|.*Pipeline .*(started|finished with status))")
 _FAILURE = re.compile(r"finished with status FAILURE")
+# KFP's executor logs its whole input as indented JSON: "Got executor_input:" ... "    }".
+_INPUT_START = re.compile(r"Got executor_input:$")
+_INPUT_END = re.compile(r"^ {4}\}$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class _ProgressFilter:
     """A text stream that passes on only progress lines.
 
-    The hidden lines of the running task are kept, and shown when the task fails, so
-    a failure always comes with its traceback.
+    The hidden lines of the running task are kept, and shown when the task fails, so a
+    failure always comes with its traceback or last words (but not with the executor's
+    input JSON, which says nothing about why).
     """
 
     def __init__(self, target: TextIO, keep: int = 60):
         self._target = target
         self._buffer = ""
         self._hidden: collections.deque[str] = collections.deque(maxlen=keep)
+        self._in_executor_input = False
 
     def write(self, text: str) -> int:
         self._buffer += text
@@ -75,6 +80,10 @@ class _ProgressFilter:
                 self._target.write(plain.strip() + "\n")
                 if "finished with status" in plain:
                     self._hidden.clear()
+            elif self._in_executor_input:
+                self._in_executor_input = not _INPUT_END.match(plain)
+            elif _INPUT_START.search(plain):
+                self._in_executor_input = True
             elif plain.strip():
                 self._hidden.append(plain)
         return len(text)

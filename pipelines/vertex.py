@@ -46,37 +46,54 @@ class Clients:
 
 
 def require_vertex_settings(config: Config) -> None:
-    """Raises VertexError unless project, pipeline root and image repository are set."""
+    """Raises VertexError unless project, pipeline root and image repository are set and
+    the dataset source is one the pipeline can read on Vertex AI."""
     missing = [name for name, value in (("vertex.project", config.vertex.project),
                                         ("vertex.pipeline_root", config.vertex.pipeline_root))
                if not value]
     if config.vertex.image_repository == images.DEFAULT_IMAGE_REPOSITORY:
         missing.append("vertex.image_repository")
-    if missing:
-        raise VertexError(f"{', '.join(missing)} must be set for Vertex AI (in the config file "
-                          "or with --project/--pipeline-root/--image-repository)")
+    problems = [f"{', '.join(missing)} must be set for Vertex AI (in the config file or with "
+                "--project/--pipeline-root/--image-repository)"] if missing else []
+    source = config.dataset.source
+    if "://" not in source and not source.startswith("/gcs/"):
+        problems.append(f"dataset.source is {source!r}, a path on this machine, which the "
+                        "pipeline on Vertex AI cannot read; copy it to Cloud Storage (gcloud "
+                        f"storage cp -r {source} gs://BUCKET/PATH) and give gs://BUCKET/PATH")
+    if problems:
+        raise VertexError("; ".join(problems))
 
 
 def bucket_location_warnings(config: Config, storage: Any) -> list[str]:
-    """Pre-flight: the pipeline root's bucket should be in the job's region.
+    """Pre-flight: the pipeline root's bucket and the dataset's bucket should be in the
+    job's region.
 
     Data in another region makes jobs slower (and costs egress), as the training concepts
     document warns.
     """
     from components.dataset import split_gcs_uri
 
-    bucket_name, _ = split_gcs_uri(config.vertex.pipeline_root)
-    bucket = storage.lookup_bucket(bucket_name)
-    if bucket is None:
-        return [f"vertex.pipeline_root bucket {bucket_name!r} does not exist (or is not "
-                "visible to these credentials); Vertex AI will try to create it"]
-    location = (bucket.location or "").lower()
-    if location != config.vertex.region:
-        return [f"vertex.pipeline_root bucket {bucket_name!r} is in {location.upper() or '?'}, "
-                f"not in the job's region {config.vertex.region}: reading and writing data "
-                "across regions makes jobs slower; use a bucket in "
-                f"{config.vertex.region}"]
-    return []
+    places = [("vertex.pipeline_root", config.vertex.pipeline_root)]
+    source = config.dataset.source
+    if source.startswith("/gcs/"):  # Vertex's Cloud Storage mount of gs://BUCKET/...
+        source = "gs://" + source[len("/gcs/"):]
+    if source.startswith("gs://"):
+        places.append(("dataset.source", source))
+    warnings = []
+    for field, uri in places:
+        bucket_name, _ = split_gcs_uri(uri)
+        bucket = storage.lookup_bucket(bucket_name)
+        if bucket is None:
+            warnings.append(f"{field} bucket {bucket_name!r} does not exist (or is not visible "
+                            "to these credentials)")
+            continue
+        location = (bucket.location or "").lower()
+        if location != config.vertex.region:
+            warnings.append(f"{field} bucket {bucket_name!r} is in {location.upper() or '?'}, "
+                            f"not in the job's region {config.vertex.region}: reading and "
+                            "writing data across regions makes jobs slower; use a bucket in "
+                            f"{config.vertex.region}")
+    return warnings
 
 
 def compile_for_vertex(config: Config, output: Path, component_image: str) -> Path:

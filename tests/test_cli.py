@@ -34,6 +34,8 @@ def run(*args, cwd=None):
     (["compile", "--output", "/dev/null/specs/spec.yaml"],
      "--output's directory '/dev/null/specs' cannot be created (Not a directory)"),
     (["compile", "--output", "spec.txt"], "--output 'spec.txt' must end in .yaml, .yml or .json"),
+    (["run", "--local", "--dataset-source", "/gcs/images/flowers"],
+     "for a local run give 'gs://images/flowers'"),
 ])
 def test_user_mistakes(args, message, tmp_path):
     result = run(*args, cwd=tmp_path)

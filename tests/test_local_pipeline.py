@@ -99,3 +99,23 @@ def test_the_validation_stage_fails_the_run(tmp_path):
     assert (run_dir / "prepare-dataset").is_dir()
     assert not (run_dir / "build-trainer-image").exists()
     assert not (run_dir / "train-on-local-workers").exists()
+
+
+def test_a_dataset_the_stage_cannot_use_fails_the_run_with_its_message(tmp_path):
+    # One class folder passes the config check (it is a directory) but not stage 1.
+    from components.dataset import generate_shapes
+
+    source = generate_shapes(tmp_path / "images", images_per_class=3, image_size=16, seed=1)
+    for extra in ("cross", "square", "triangle"):
+        for image in (source / extra).iterdir():
+            image.unlink()
+        (source / extra).rmdir()
+    config = Config()
+    config = dataclasses.replace(config, dataset=dataclasses.replace(
+        config.dataset, source=str(source)))
+    out = io.StringIO()
+    with pytest.raises(LocalRunError, match="fingerprint-dataset-source"):
+        run_local(config, tmp_path / "runs", out=out)
+    log = out.getvalue()
+    assert "[gpu-pipeline] dataset: dataset source" in log and "has 1 class(es) (circle)" in log
+    assert "Traceback" not in log and "executor_input" not in log

@@ -210,7 +210,13 @@ def test_bucket_in_another_location_is_a_warning(cloud):
     assert warnings and "is in US, not in the job's region us-central1" in warnings[0]
     missing = vertex.bucket_location_warnings(config(pipeline_root="gs://absent/x"),
                                               cloud.storage)
-    assert "does not exist" in missing[0]
+    assert "vertex.pipeline_root bucket 'absent' does not exist" in missing[0]
+    cloud.storage.create_bucket("images")
+    for source in ("gs://images/flowers", "/gcs/images/flowers"):  # data too, on Vertex's mount
+        cfg = dataclasses.replace(config(), dataset=dataclasses.replace(config().dataset,
+                                                                        source=source))
+        found = vertex.bucket_location_warnings(cfg, cloud.storage)
+        assert len(found) == 2 and "dataset.source bucket 'images' is in US" in found[1]
 
 
 def test_vertex_settings_are_required(capsys):
@@ -220,6 +226,10 @@ def test_vertex_settings_are_required(capsys):
     assert main(["submit", "--dry-run", "--project", "p", "--pipeline-root", "s3://x",
                  "--image-repository", REPO]) == 2
     assert "vertex.pipeline_root is 's3://x'; expected gs://BUCKET/PATH" in capsys.readouterr().err
+    assert main(["submit", "--dry-run", "--project", "p", "--pipeline-root", "gs://x/root",
+                 "--image-repository", REPO, "--dataset-source", str(ROOT / "tests")]) == 2
+    assert "a path on this machine, which the pipeline on Vertex AI cannot read" \
+        in capsys.readouterr().err
 
 
 # --- Schedules ------------------------------------------------------------------------------
