@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
+import zoneinfo
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -288,7 +289,14 @@ def load_config(path: str | Path | None = None,
             errors.append(f"vertex.labels has {key}: {value!r}; label keys start with a "
                           "lowercase letter and keys and values hold only lowercase letters, "
                           "digits, '_' and '-' (at most 63 characters)")
-    if len(config.schedule.cron.split()) not in (5, 6):
+    fields = config.schedule.cron.split()
+    if fields and fields[0].startswith(("TZ=", "CRON_TZ=")):  # Vertex's time-zone prefix
+        zone = fields.pop(0).split("=", 1)[1]
+        known = zoneinfo.available_timezones()  # empty without a tz database: not checked
+        if known and zone not in known:
+            errors.append(f"schedule.cron has time zone {zone!r}, which is not an IANA time "
+                          "zone name; e.g. Etc/UTC, Europe/Berlin, America/New_York")
+    if len(fields) != 5:
         errors.append(f"schedule.cron is {config.schedule.cron!r}; expected a cron expression "
                       "of 5 fields, optionally after TZ=ZONE (e.g. 'TZ=Etc/UTC 0 3 * * 1')")
     gpu = validate_worker_pool_specs(list(config.vertex.worker_pool_specs),

@@ -46,6 +46,13 @@ def test_every_problem_is_listed(tmp_path):
                      "dataset.num_shards is 1, fewer than training.local_workers (2)",
                      "vertex.worker_pool_specs[0] (chief): machine_spec.accelerator_count is 3"):
         assert expected in message
+    for cron in ("0 0 3 * * 1", "TZ=Etc/UTC 0 3 * *"):  # seconds field; a field missing
+        with pytest.raises(ConfigError, match="expected a cron expression of 5 fields"):
+            load_config(overrides={"schedule": {"cron": cron}})
+    with pytest.raises(ConfigError, match="time zone 'Mars/Olympus', which is not an IANA"):
+        load_config(overrides={"schedule": {"cron": "TZ=Mars/Olympus 0 3 * * 1"}})
+    for cron in ("0 3 * * 1", "CRON_TZ=Europe/Berlin 30 2 1 * *"):
+        assert load_config(overrides={"schedule": {"cron": cron}}).schedule.cron == cron
 
 
 def test_unreadable_and_invalid_yaml(tmp_path):
