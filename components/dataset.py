@@ -37,6 +37,8 @@ from components.errors import InputError
 
 BUILTIN_SHAPES = "builtin://shapes"
 TFDS_PREFIX = "tfds://"
+#: Where Vertex AI mounts Cloud Storage (gs://BUCKET/PATH is /gcs/BUCKET/PATH there).
+GCS_MOUNT = "/gcs/"
 SHAPE_CLASSES = ("circle", "cross", "square", "triangle")
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 MANIFEST_NAME = "manifest.json"
@@ -154,6 +156,11 @@ def storage_client():
         else:
             _GCS_CLIENT = storage.Client()
     return _GCS_CLIENT
+
+
+def mounted_gcs_uri(source: str) -> str | None:
+    """The `gs://` URI of a path on Vertex AI's Cloud Storage mount, else None."""
+    return "gs://" + source[len(GCS_MOUNT):] if source.startswith(GCS_MOUNT) else None
 
 
 def split_gcs_uri(uri: str) -> tuple[str, str]:

@@ -164,11 +164,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("only local runs are available: use `gpu-pipeline run --local`; "
                          "`gpu-pipeline compile` writes the Vertex AI spec")
     config = _load(args)  # Pre-flight: every configuration error before any work.
-    source = config.dataset.source
-    if source.startswith("/gcs/") and not Path(source).exists():
+    from components.dataset import mounted_gcs_uri
+
+    source, uri = config.dataset.source, mounted_gcs_uri(config.dataset.source)
+    if uri and not Path(source).exists():
         raise UsageError(f"dataset.source {source!r} is Vertex AI's Cloud Storage mount, which "
-                         "this machine does not have; for a local run give "
-                         f"'gs://{source[len('/gcs/'):]}' or a local copy")
+                         f"this machine does not have; for a local run give {uri!r} or a "
+                         "local copy")
     _make_directory(args.pipeline_root, "--pipeline-root")
     from pipelines.local_run import run_local
 

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import yaml
 
 from components import images
-from components.dataset import BUILTIN_SHAPES
+from components.dataset import BUILTIN_SHAPES, mounted_gcs_uri
 from components.gpu_validation import (JOB_NAME_SUFFIX, validate_job_name,
                                       validate_worker_pool_specs)
 
@@ -262,7 +262,7 @@ def load_config(path: str | Path | None = None,
                       "plan them")
     source = config.dataset.source
     # /gcs/... is Vertex's Cloud Storage mount: read where the stage runs, not here.
-    if "://" not in source and not source.startswith("/gcs/") and not Path(source).is_dir() \
+    if "://" not in source and not mounted_gcs_uri(source) and not Path(source).is_dir() \
             and not (source.lower().endswith((".csv", ".jsonl")) and Path(source).is_file()):
         errors.append(f"dataset.source is {source!r}, which is neither a directory nor a "
                       "CSV/JSONL manifest; expected a folder with one sub-folder per class, a "

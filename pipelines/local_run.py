@@ -80,6 +80,7 @@ class _ProgressFilter:
                 self._target.write(plain.strip() + "\n")
                 if "finished with status" in plain:
                     self._hidden.clear()
+                    self._in_executor_input = False
             elif self._in_executor_input:
                 self._in_executor_input = not _INPUT_END.match(plain)
             elif _INPUT_START.search(plain):

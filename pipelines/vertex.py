@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator, Sequence
 import yaml
 
 from components import images
+from components.dataset import mounted_gcs_uri, split_gcs_uri, storage_client
 from pipelines.config import Config
 
 PIPELINE_PACKAGE = "gpu-training-pipeline"
@@ -39,8 +40,6 @@ class Clients:
 
     def get_storage(self):
         if self.storage is None:
-            from components.dataset import storage_client
-
             self.storage = storage_client()
         return self.storage
 
@@ -56,7 +55,7 @@ def require_vertex_settings(config: Config) -> None:
     problems = [f"{', '.join(missing)} must be set for Vertex AI (in the config file or with "
                 "--project/--pipeline-root/--image-repository)"] if missing else []
     source = config.dataset.source
-    if "://" not in source and not source.startswith("/gcs/"):
+    if "://" not in source and not mounted_gcs_uri(source):
         problems.append(f"dataset.source is {source!r}, a path on this machine, which the "
                         "pipeline on Vertex AI cannot read; copy it to Cloud Storage (gcloud "
                         f"storage cp -r {source} gs://BUCKET/PATH) and give gs://BUCKET/PATH")
@@ -71,12 +70,8 @@ def bucket_location_warnings(config: Config, storage: Any) -> list[str]:
     Data in another region makes jobs slower (and costs egress), as the training concepts
     document warns.
     """
-    from components.dataset import split_gcs_uri
-
     places = [("vertex.pipeline_root", config.vertex.pipeline_root)]
-    source = config.dataset.source
-    if source.startswith("/gcs/"):  # Vertex's Cloud Storage mount of gs://BUCKET/...
-        source = "gs://" + source[len("/gcs/"):]
+    source = mounted_gcs_uri(config.dataset.source) or config.dataset.source
     if source.startswith("gs://"):
         places.append(("dataset.source", source))
     warnings = []
@@ -333,8 +328,6 @@ def publish(spec: Path, destination: str, tags: Sequence[str], *, storage: Any =
         raise VertexError(f"tags {bad!r} are invalid; tags are non-empty, contain no '/' and "
                           "do not start with 'sha256:'")
     if destination.startswith("gs://"):
-        from components.dataset import split_gcs_uri, storage_client
-
         storage = storage or storage_client()
         bucket, prefix = split_gcs_uri(destination.rstrip("/") + "/")
         data = spec.read_bytes()
