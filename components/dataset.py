@@ -501,6 +501,53 @@ def _tfds_results(order: Sequence[Example], size: int) -> Iterator[Result]:
             yield wanted[position], _to_png(Image.fromarray(image), size), None, int(label)
 
 
+_END = object()
+
+
+def bounded_imap(pool: Any, func: Any, items: Iterable[Any], window: int,
+                 chunksize: int = 16) -> Iterator[Any]:
+    """`pool.imap` that takes at most `window` items ahead of the consumer.
+
+    Plain `imap` reads its whole input at once and queues results as fast as the workers
+    make them; when writing is slower than decoding (many cores, a slow disk or the /gcs/
+    mount), memory would grow with the dataset. Here the pool's feeder thread waits until
+    the consumer has taken results.
+
+    Args:
+        pool: A `multiprocessing` pool.
+        func: Function to map (picklable).
+        items: Its inputs, read lazily.
+        window: Most items taken but not yet consumed; must exceed `chunksize`.
+        chunksize: Items sent to a worker at once.
+
+    Yields:
+        `func(item)` for each item, in order.
+    """
+    import threading
+
+    if window <= chunksize:
+        raise ValueError(f"window {window} must exceed chunksize {chunksize}")
+    slots, stop = threading.Semaphore(window), threading.Event()
+
+    def feed() -> Iterator[Any]:
+        iterator = iter(items)
+        while True:
+            while not slots.acquire(timeout=0.1):  # a slot first, then the next item
+                if stop.is_set():  # the consumer is gone: let the pool shut down
+                    return
+            item = next(iterator, _END)
+            if item is _END:
+                return
+            yield item
+
+    try:
+        for result in pool.imap(func, feed(), chunksize=chunksize):
+            slots.release()
+            yield result
+    finally:
+        stop.set()
+
+
 def _results(listing: SourceListing, order: Sequence[Example], size: int,
              processes: int) -> Iterator[Result]:
     """Encoded images, from a pool of processes (or inline for one)."""
@@ -513,7 +560,7 @@ def _results(listing: SourceListing, order: Sequence[Example], size: int,
         return
     # spawn: the workers must not inherit TensorFlow's threads (forking them is unsafe).
     with multiprocessing.get_context("spawn").Pool(processes) as pool:
-        yield from pool.imap(_encode, tasks, chunksize=16)
+        yield from bounded_imap(pool, _encode, tasks, window=64 * processes)
 
 
 # --- Preparation ------------------------------------------------------------------------

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from components.dataset import (BUILTIN_SHAPES, DatasetError, generate_shapes, list_source,
-                                load_manifest, plan_shards, prepare_dataset, shard_paths,
-                                source_fingerprint, split_of)
+from components.dataset import (BUILTIN_SHAPES, DatasetError, bounded_imap, generate_shapes,
+                                list_source, load_manifest, plan_shards, prepare_dataset,
+                                shard_paths, source_fingerprint, split_of)
 from tests import tfds_fixture
 
 
@@ -98,6 +98,34 @@ def test_split_is_stable_when_images_are_added():
 ])
 def test_shard_plan(examples, size_mb, workers, expected):
     assert plan_shards(examples, size_mb * 2**20, workers) == expected
+
+
+def test_decoding_pool_reads_at_most_a_window_ahead_of_the_writer():
+    """Memory stays bounded when writing is slower than decoding."""
+    import multiprocessing
+    import time
+
+    pulled = 0
+
+    def inputs(n):
+        nonlocal pulled
+        for i in range(n):
+            pulled += 1
+            yield i
+
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        leads, results = [], []
+        for consumed, value in enumerate(bounded_imap(pool, abs, inputs(400), window=40,
+                                                      chunksize=8), start=1):
+            time.sleep(0.002 if consumed > 5 else 0.2)  # a slow writer; the feeder waits
+            leads.append(pulled - consumed)
+            results.append(value)
+        assert results == list(range(400))
+        assert max(leads) <= 40 and max(leads) >= 30  # it does read ahead, up to the window
+        started = time.monotonic()
+        for value in bounded_imap(pool, abs, inputs(10**9), window=40, chunksize=8):
+            break  # a consumer that stops early (an error) must not leave the feeder stuck
+    assert time.monotonic() - started < 30
 
 
 def test_folder_source_parallel_equals_serial(tmp_path):
