@@ -272,6 +272,7 @@ def test_tfds_source_prepared_on_disk(tmp_path):
                            ("tfds://gp_not_on_disk", tmp_path / "missing")):
         result = subprocess.run([sys.executable, "-c", prepare, source, str(target)], env=env,
                                 capture_output=True, text=True, timeout=300)
+        assert (result.returncode == 0) == ("not_on_disk" not in source), result.stderr[-2000:]
     assert "TFDS dataset 'gp_not_on_disk' cannot be used" in result.stderr
     assert not (tmp_path / "missing").exists()
 
