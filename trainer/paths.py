@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
+from components.dataset import GCS_MOUNT
+
 
 def local_path(uri: str) -> str:
     """Maps `gs://bucket/path` to Vertex AI's Cloud Storage FUSE mount `/gcs/bucket/path`.
@@ -13,7 +15,7 @@ def local_path(uri: str) -> str:
     filesystem plugin; other paths are returned unchanged.
     """
     if uri.startswith("gs://"):
-        return "/gcs/" + uri[len("gs://"):]
+        return GCS_MOUNT + uri[len("gs://"):]
     return uri
 
 
