@@ -54,7 +54,8 @@ def main() -> int:
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
 
-    from components.dataset import generate_shapes, prepare_dataset
+    from components.dataset.prepare import prepare_dataset
+    from components.dataset.shapes import generate_shapes
 
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory(prefix="bench-dataset-") as work:

@@ -41,7 +41,8 @@ GOAL_B_OVER_C = 1.5
 
 def write_original_records(tf, source: Path, out: Path, shards: int) -> list[str]:
     """TFRecords of the original encoded images with labels, as TFDS stores a dataset."""
-    from components.dataset import FEATURE_IMAGE, FEATURE_LABEL, list_image_folder
+    from components.dataset.sources import list_image_folder
+    from trainer.contract import FEATURE_IMAGE, FEATURE_LABEL
 
     _, examples = list_image_folder(source)
     out.mkdir(parents=True)
@@ -61,7 +62,7 @@ def write_original_records(tf, source: Path, out: Path, shards: int) -> list[str
 
 def lab_dataset(tf, files, image_size, batch_size):
     """The lab's create_dataset() over TFRecords of the original images."""
-    from components.dataset import FEATURE_IMAGE, FEATURE_LABEL
+    from trainer.contract import FEATURE_IMAGE, FEATURE_LABEL
 
     features = {FEATURE_IMAGE: tf.io.FixedLenFeature([], tf.string),
                 FEATURE_LABEL: tf.io.FixedLenFeature([], tf.int64)}
@@ -137,7 +138,9 @@ def main() -> int:
     import tensorflow as tf
     import tf_keras as keras
 
-    from components.dataset import generate_shapes, prepare_dataset, shard_paths
+    from components.dataset.prepare import prepare_dataset
+    from components.dataset.shapes import generate_shapes
+    from trainer.contract import shard_paths
     from trainer.data import make_dataset
 
     with tempfile.TemporaryDirectory(prefix="bench-input-") as work:

@@ -6,6 +6,8 @@ here, so a TensorFlow upgrade is a one-line change (plus the pyproject bound).
 
 from __future__ import annotations
 
+from components import project
+
 #: TensorFlow version of the trainer: the pip pin, the base image and the serving
 #: container must agree, or a SavedModel may use ops the server does not know.
 TENSORFLOW_VERSION = "2.21.0"
@@ -18,10 +20,7 @@ TRAINER_BASE_IMAGE = f"tensorflow/tensorflow:{TENSORFLOW_VERSION}-gpu"
 DEFAULT_IMAGE_REPOSITORY = "us-central1-docker.pkg.dev/PROJECT_ID/gpu-pipeline"
 
 #: Name of the image holding the project (pipeline components and trainer).
-IMAGE_NAME = "gpu-pipeline"
-
-#: Tag of the image the pipeline's own components run in; the release of the project.
-PIPELINE_IMAGE_TAG = "0.1.0"
+IMAGE_NAME = project.NAME
 
 
 def image_uri(repository: str, tag: str) -> str:
@@ -38,8 +37,9 @@ def image_uri(repository: str, tag: str) -> str:
 
 
 def pipeline_image(repository: str = DEFAULT_IMAGE_REPOSITORY) -> str:
-    """Returns the image the pipeline's lightweight components run in."""
-    return image_uri(repository, PIPELINE_IMAGE_TAG)
+    """Returns the image the pipeline's lightweight components run in (tagged with the
+    project's release)."""
+    return image_uri(repository, project.version())
 
 
 #: Vertex AI prebuilt TensorFlow serving container for the pinned minor version, named as

@@ -5,6 +5,11 @@ tested without KFP. The bodies run in the project image (on Vertex) or in this
 environment (kfp.local's SubprocessRunner), where the project is installed; that is
 why `install_kfp_package=False` and why imports sit inside the functions (lightweight
 components are shipped as their source).
+
+Options arrive as dict parameters (`dataset`, `training`, `vertex`) and are read back
+through their declared models, so a partial dict from another team's pipeline gets the
+defaults and a bad value gets the same message as on the command line. The components are
+listed in the order the pipeline runs them.
 """
 
 # No `from __future__ import annotations`: KFP reads the real annotation objects.
@@ -20,35 +25,63 @@ _IMAGE = images.pipeline_image()
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def fingerprint_dataset_source(source: str, image_size: int) -> str:
-    """Stage 1, first part: a cheap key of the source's state (never cached itself)."""
-    from components.dataset import source_fingerprint
-    from components.errors import stage_input_errors
+def validate_gpu_config(vertex: dict) -> NamedTuple("GpuConfig", [("worker_pool_specs", list),
+                                                                  ("training_workers", int)]):
+    """Stage 2: the Vertex worker pools checked against the GPU rules, normalised.
 
-    with stage_input_errors("dataset"):
-        fingerprint = source_fingerprint(source, image_size)
-    print(f"[gpu-pipeline] dataset source {source}: fingerprint {fingerprint}")
+    Returns the normalised pools and the number of machines that train (the chief and
+    the workers), which sets the dataset's shard multiple.
+    """
+    from collections import namedtuple
+
+    from components.gpu.validation import validate_worker_pool_specs
+    from components.stage import say, stage_errors
+    from components.vertex_options import VertexOptions
+    from trainer.schema import validate
+
+    with stage_errors("GPU config"):
+        options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
+        result = validate_worker_pool_specs(options.worker_pool_specs, region=options.region)
+        for warning in result.warnings:
+            say(f"warning: {warning}")
+        result.raise_for_errors()
+    say(f"GPU configuration valid for {options.region}: {result.describe()}")
+    outputs = namedtuple("GpuConfig", ["worker_pool_specs", "training_workers"])
+    return outputs(result.specs, result.training_workers)
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def fingerprint_dataset_source(options: dict) -> str:
+    """Stage 1, first part: a cheap key of the source's state (never cached itself)."""
+    from components.dataset.options import DatasetOptions
+    from components.dataset.sources import source_fingerprint
+    from components.stage import say, stage_errors
+    from trainer.schema import validate
+
+    with stage_errors("dataset"):
+        dataset = validate(DatasetOptions, options, prefix="dataset", strict=False)
+        fingerprint = source_fingerprint(dataset.source, dataset.image_size)
+    say(f"dataset source {dataset.source}: fingerprint {fingerprint}")
     return fingerprint
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def prepare_dataset(source: str, source_fingerprint: str, image_size: int,
-                    validation_fraction: float, test_fraction: float, num_shards: int,
-                    min_shards: int, max_bad_fraction: float, dataset: Output[Dataset],
-                    report: Output[Markdown]):
+def prepare_dataset(options: dict, source_fingerprint: str, min_shards: int,
+                    dataset: Output[Dataset], report: Output[Markdown]):
     """Stage 1: image sources -> sharded TFRecords per split, manifest and report.
 
     `source_fingerprint` is not used here: it is an input so that KFP's cache key changes
-    exactly when the source does.
+    exactly when the source does. `min_shards` is the number of training workers.
     """
-    from components.dataset import prepare_dataset as prepare
-    from components.errors import stage_input_errors
+    from components.dataset.options import DatasetOptions
+    from components.dataset.prepare import prepare_dataset as prepare
+    from components.stage import say, stage_errors
+    from trainer.schema import validate
 
-    with stage_input_errors("dataset"):
-        manifest = prepare(source, dataset.path, image_size=image_size,
-                           validation_fraction=validation_fraction, test_fraction=test_fraction,
-                           num_shards=num_shards, min_shards=min_shards,
-                           max_bad_fraction=max_bad_fraction, report_path=report.path)
+    with stage_errors("dataset"):
+        settings = validate(DatasetOptions, options, prefix="dataset", strict=False)
+        manifest = prepare(output_dir=dataset.path, min_shards=min_shards,
+                           report_path=report.path, **settings.model_dump())
     dataset.metadata.update({
         "classes": manifest["classes"],
         "image_size": manifest["image_size"],
@@ -58,103 +91,99 @@ def prepare_dataset(source: str, source_fingerprint: str, image_size: int,
     })
     counts = ", ".join(f"{s} {i['count']} in {len(i['shards'])} shards"
                        for s, i in manifest["splits"].items())
-    print(f"[gpu-pipeline] dataset: {len(manifest['classes'])} classes "
-          f"({', '.join(manifest['classes'])}); {counts}; {len(manifest['skipped'])} skipped")
+    say(f"dataset: {len(manifest['classes'])} classes ({', '.join(manifest['classes'])}); "
+        f"{counts}; {len(manifest['skipped'])} skipped")
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def validate_gpu_config(worker_pool_specs: list, region: str) -> list:
-    """Stage 2: checks the Vertex worker pools against the GPU rules; returns them normalised."""
-    from components.errors import stage_input_errors
-    from components.gpu_validation import validate_worker_pool_specs
-
-    result = validate_worker_pool_specs(worker_pool_specs, region=region)
-    for warning in result.warnings:
-        print(f"[gpu-pipeline] warning: {warning}")
-    with stage_input_errors("GPU config"):
-        result.raise_for_errors()
-    pools = [p for p in result.specs if p]
-    print(f"[gpu-pipeline] GPU configuration valid for {region}: " + "; ".join(
-        f"{p['replica_count']} x {p['machine_spec']['machine_type']}"
-        + (f" + {p['machine_spec']['accelerator_count']} x {p['machine_spec']['accelerator_type']}"
-           if p['machine_spec'].get('accelerator_type') else "") for p in pools))
-    return result.specs
-
-
-@dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def build_trainer_image(image_repository: str, push: bool, trainer_source_uri: str,
-                        service_account: str, build_context: Output[Artifact]) -> str:
+def build_trainer_image(vertex: dict, push: bool, trainer_source_uri: str,
+                        build_context: Output[Artifact]) -> str:
     """Stage 3: the trainer's build context and digest; on Vertex, the image built from it.
 
     Returns the image to train with: on Vertex `REPO/gpu-pipeline:src-DIGEST@sha256:...`
     (built with Cloud Build only when that tag is missing); "" locally, where training
     uses the trainer installed in the environment.
     """
-    from components.build_image import run_build_stage
+    from components.build.stage import run_build_stage
+    from components.stage import stage_errors
+    from components.vertex_options import VertexOptions
+    from trainer.schema import validate
 
-    image, metadata = run_build_stage(build_context.path, build_context.uri, image_repository,
-                                      push=push, trainer_source_uri=trainer_source_uri,
-                                      service_account=service_account)
+    with stage_errors("build"):
+        options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
+        image, metadata = run_build_stage(
+            build_context.path, build_context.uri, options.image_repository, push=push,
+            trainer_source_uri=trainer_source_uri, service_account=options.service_account)
     build_context.metadata.update(metadata)
     return image
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def train_on_local_workers(dataset: Input[Dataset], num_workers: int, epochs: int,
-                           batch_size: int, learning_rate: float, model_name: str,
-                           mixed_precision: str, xla: str, model: Output[Model],
-                           training_job: Output[Artifact]):
+def train_on_local_workers(dataset: Input[Dataset], training: dict, num_workers: int,
+                           model: Output[Model], training_job: Output[Artifact]):
     """Stage 4 (local): the trainer as `num_workers` processes on localhost."""
-    from components.local_training import run_local_cluster
-    from components.training_report import trainer_arguments
+    from components.stage import say, stage_errors
+    from components.training.local_cluster import run_local_cluster
+    from trainer.options import TrainingOptions
+    from trainer.schema import to_flags, validate
 
-    print(f"[gpu-pipeline] training: {num_workers} worker processes on localhost "
-          "(MultiWorkerMirroredStrategy, TF_CONFIG as Vertex AI sets it)")
-    run_local_cluster(num_workers, [
-        "--job-dir", training_job.path, "--data-dir", dataset.path, "--model-dir", model.path,
-        *trainer_arguments(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
-                           model=model_name, mixed_precision=mixed_precision, xla=xla)])
+    say(f"training: {num_workers} worker processes on localhost (MultiWorkerMirroredStrategy, "
+        "TF_CONFIG as Vertex AI sets it)")
+    with stage_errors("training"):
+        options = validate(TrainingOptions, training, prefix="training", strict=False)
+        run_local_cluster(num_workers, [
+            "--job-dir", training_job.path, "--data-dir", dataset.path,
+            "--model-dir", model.path, *to_flags(options)])
     model.metadata["framework"] = "tensorflow"
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def vertex_training_spec(worker_pool_specs: list, image_uri: str, dataset: Input[Dataset],
-                         epochs: int, batch_size: int, learning_rate: float, model_name: str,
-                         mixed_precision: str, xla: str, job_name: str,
+                         training: dict, vertex: dict,
                          training_job: Output[Artifact]) -> NamedTuple(
-                             "VertexTrainingSpec", [("worker_pool_specs", list),
-                                                    ("base_output_directory", str),
-                                                    ("model_uri", str), ("display_name", str)]):
-    """Stage 4 (Vertex), part 1: the CustomJob's worker pools for the validated machines."""
+                             "VertexTrainingSpec", [
+                                 ("worker_pool_specs", list), ("base_output_directory", str),
+                                 ("model_uri", str), ("display_name", str), ("region", str),
+                                 ("service_account", str), ("network", str), ("timeout", str),
+                                 ("restart_job_on_worker_restart", bool),
+                                 ("scheduling_strategy", str), ("tensorboard", str)]):
+    """Stage 4 (Vertex), part 1: the CustomJob's worker pools and settings."""
     from collections import namedtuple
 
-    from components.errors import stage_input_errors
-    from components.training_report import trainer_arguments
-    from components.vertex_training import custom_job_spec
+    from components.stage import stage_errors
+    from components.training.vertex_job import custom_job_spec
+    from components.vertex_options import VertexOptions
+    from trainer.options import TrainingOptions
+    from trainer.schema import to_flags, validate
 
-    args = trainer_arguments(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
-                             model=model_name, mixed_precision=mixed_precision, xla=xla)
-    with stage_input_errors("training"):
+    with stage_errors("training"):
+        options = validate(TrainingOptions, training, prefix="training", strict=False)
+        job = validate(VertexOptions, vertex, prefix="vertex", strict=False)
         spec = custom_job_spec(worker_pool_specs, image_uri, dataset_path=dataset.path,
                                output_uri=training_job.uri, output_path=training_job.path,
-                               trainer_args=args, job_name=job_name)
-    fields = ["worker_pool_specs", "base_output_directory", "model_uri", "display_name"]
-    return namedtuple("VertexTrainingSpec", fields)(*(spec[f] for f in fields))
+                               trainer_args=to_flags(options), job_name=job.job_name)
+    settings = {"region": job.region, "service_account": job.service_account,
+                "network": job.network, "timeout": job.timeout,
+                "restart_job_on_worker_restart": job.restart_job_on_worker_restart,
+                "scheduling_strategy": job.scheduling_strategy, "tensorboard": job.tensorboard}
+    values = {**spec, **settings}
+    return namedtuple("VertexTrainingSpec", list(values))(**values)
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def report_training(training_job: Input[Artifact], metrics: Output[Metrics],
                     curves: Output[HTML]):
     """Stage 4 (both targets), last part: the trainer's curves and final metrics."""
-    from components.training_report import publish_training_report
+    from components.stage import say, stage_errors
+    from components.training.report import publish_training_report
 
-    summary = publish_training_report(training_job.path, curves.path)
+    with stage_errors("training report"):
+        summary = publish_training_report(training_job.path, curves.path)
     for name, value in summary["metrics"].items():
         metrics.log_metric(name, value)
-    print(f"[gpu-pipeline] training: {summary['epochs']} epochs on {summary['num_workers']} "
-          f"worker(s), {summary['examples_per_second']:.0f} examples/s; final "
-          + ", ".join(f"{k} {v:.4f}" for k, v in summary["metrics"].items()
-                      if k != "epochs_completed"))
+    say(f"training: {summary['epochs']} epochs on {summary['num_workers']} worker(s), "
+        f"{summary['examples_per_second']:.0f} examples/s; final " + ", ".join(
+            f"{k} {v:.4f}" for k, v in summary["metrics"].items() if k != "epochs_completed"))
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
@@ -165,23 +194,42 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model],
     import json
     from collections import namedtuple
 
-    from components.export_model import evaluate_saved_model, publish_model
+    from components.export import evaluate_and_publish
+    from components.stage import say, stage_errors
 
-    from components.dataset import load_manifest
-
-    results = evaluate_saved_model(trained_model.path, dataset.path)
-    if "test" in load_manifest(dataset.path)["splits"]:
-        test = evaluate_saved_model(trained_model.path, dataset.path, split="test")
-        results.update(test_accuracy=test["accuracy"], test_examples=test["examples"])
-    publish_model(trained_model.path, exported_model.path, results)
+    with stage_errors("export"):
+        results = evaluate_and_publish(trained_model.path, dataset.path, exported_model.path)
     for name, value in results.items():
         metrics.log_metric(name, value)
     exported_model.metadata.update({"framework": "tensorflow", "accuracy": results["accuracy"],
                                     "trained_model": trained_model.uri, "dataset": dataset.uri})
     test = (f"; test accuracy {results['test_accuracy']:.4f} on {results['test_examples']}"
             if "test_accuracy" in results else "")
-    print(f"[gpu-pipeline] exported model evaluated on {results['examples']} validation "
-          f"examples: accuracy {results['accuracy']:.4f}{test}; " + json.dumps(
-              {k: round(v, 4) for k, v in results.items() if k.startswith("accuracy_")}))
+    say(f"exported model evaluated on {results['examples']} validation examples: accuracy "
+        f"{results['accuracy']:.4f}{test}; " + json.dumps(
+            {k: round(v, 4) for k, v in results.items() if k.startswith("accuracy_")}))
     return namedtuple("ExportOutputs", ["accuracy", "model_uri"])(results["accuracy"],
                                                                   exported_model.uri)
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def registration_plan(vertex: dict, accuracy: float) -> NamedTuple(
+        "RegistrationPlan", [("register", bool), ("region", str), ("display_name", str),
+                             ("parent_model", str), ("serving_image", str)]):
+    """Stage 5 (Vertex), part 2: whether and how the exported model is registered."""
+    from collections import namedtuple
+
+    from components.stage import say, stage_errors
+    from components.vertex_options import VertexOptions
+    from trainer.schema import validate
+
+    with stage_errors("registration"):
+        options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
+    register = accuracy >= options.accuracy_threshold
+    say(f"registration: accuracy {accuracy:.4f} "
+        f"{'passes' if register else 'is below'} the threshold "
+        f"{options.accuracy_threshold:.4f}: {'registering' if register else 'not registered'}")
+    fields = ["register", "region", "display_name", "parent_model", "serving_image"]
+    return namedtuple("RegistrationPlan", fields)(
+        register, options.region, options.model_display_name, options.parent_model,
+        options.serving_image)

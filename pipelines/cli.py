@@ -7,17 +7,21 @@ code 1. Neither prints a traceback.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from components import project
+from components.stage import say
+from trainer import schema
+from trainer.errors import InputError, ProjectError
+
 DEFAULT_SPEC = Path("compiled") / "gpu_training_pipeline.yaml"
 DEFAULT_LOCAL_ROOT = Path("local_runs")
 
 
-class UsageError(Exception):
+class UsageError(InputError):
     """A command-line mistake; the message says what to do."""
 
 
@@ -38,13 +42,23 @@ def _positive_int(text: str) -> int:
     return value
 
 
+#: Config section -> {argparse destination: field}, filled as the flags are declared.
+_DERIVED: dict[str, dict[str, str]] = {}
+
+
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """`--config`, then a flag for every dataset and training option (each overrides the
+    file), and `--region`."""
+    from components.dataset.options import DatasetOptions
+    from trainer.options import TrainingOptions
+
     parser.add_argument("--config", type=Path, help="YAML configuration file "
-                        "(sections dataset, training, vertex); flags override it.")
-    parser.add_argument("--dataset-source", help="Image folder with one sub-folder per class, "
-                        "or builtin://shapes (the default).")
-    parser.add_argument("--epochs", type=_positive_int, help="Training epochs.")
-    parser.add_argument("--batch-size", type=_positive_int, help="Per-replica batch size.")
+                        "(sections dataset, training, vertex, schedule); flags override it.")
+    _DERIVED["dataset"] = schema.add_arguments(parser.add_argument_group(
+        "dataset options (config section dataset)"), DatasetOptions, with_defaults=False,
+        prefix="dataset")
+    _DERIVED["training"] = schema.add_arguments(parser.add_argument_group(
+        "training options (config section training)"), TrainingOptions, with_defaults=False)
     parser.add_argument("--region", help="Vertex AI region (checked against the GPU rules).")
 
 
@@ -61,9 +75,8 @@ def _add_vertex_flags(parser: argparse.ArgumentParser) -> None:
 
 def _overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return {
-        "dataset": {"source": getattr(args, "dataset_source", None)},
-        "training": {"epochs": getattr(args, "epochs", None),
-                     "batch_size": getattr(args, "batch_size", None),
+        "dataset": schema.given(args, _DERIVED.get("dataset", {})),
+        "training": {**schema.given(args, _DERIVED.get("training", {})),
                      "local_workers": getattr(args, "workers", None)},
         "vertex": {"region": getattr(args, "region", None),
                    "project": getattr(args, "project", None),
@@ -77,7 +90,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The `gpu-pipeline` argument parser."""
-    parser = _Parser(prog="gpu-pipeline", description=__doc__.split("\n")[0])
+    parser = _Parser(prog=project.NAME, description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="Run the whole pipeline.")
@@ -164,7 +177,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("only local runs are available: use `gpu-pipeline run --local`; "
                          "`gpu-pipeline compile` writes the Vertex AI spec")
     config = _load(args)  # Pre-flight: every configuration error before any work.
-    from components.dataset import mounted_gcs_uri
+    from trainer.gcs import mounted_gcs_uri
 
     source, uri = config.dataset.source, mounted_gcs_uri(config.dataset.source)
     if uri and not Path(source).exists():
@@ -175,16 +188,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from pipelines.local_run import run_local
 
     pools = config.vertex.worker_pool_specs
-    print(f"[gpu-pipeline] local run: {config.training.local_workers} worker processes, "
-          f"{config.training.epochs} epochs, dataset {config.dataset.source}; Vertex worker "
-          f"pools to validate: {len(pools)} in {config.vertex.region}", flush=True)
+    say(f"local run: {config.training.local_workers} worker processes, "
+        f"{config.training.epochs} epochs, dataset {config.dataset.source}; Vertex worker "
+        f"pools to validate: {len(pools)} in {config.vertex.region}")
     result = run_local(config, args.pipeline_root, verbose=args.verbose,
                        cache=not args.no_cache)
     if result.dataset_reused:
-        print("[gpu-pipeline] dataset: source unchanged, reused the dataset prepared earlier "
-              "(--no-cache prepares it again)")
-    print(f"\n[gpu-pipeline] done in {result.seconds:.1f} s: validation accuracy "
-          f"{result.metrics.get('accuracy', float('nan')):.4f} from the exported SavedModel")
+        say("dataset: source unchanged, reused the dataset prepared earlier (--no-cache "
+            "prepares it again)")
+    print()
+    say(f"done in {result.seconds:.1f} s: validation accuracy "
+        f"{result.metrics.get('accuracy', float('nan')):.4f} from the exported SavedModel")
     print(f"  pipeline root: {result.pipeline_root}")
     print(f"  run:           {result.run_dir}")
     print(f"  model:         {result.model_uri}")
@@ -197,52 +211,53 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _vertex_config(args: argparse.Namespace):
     """Loads the configuration and runs the Vertex pre-flight checks."""
-    from pipelines import vertex
+    from pipelines.vertex.clients import Clients
+    from pipelines.vertex.preflight import bucket_location_warnings, require_vertex_settings
 
     config = _load(args)
-    vertex.require_vertex_settings(config)
+    require_vertex_settings(config)
     if not args.dry_run:
-        for warning in vertex.bucket_location_warnings(config, vertex.Clients().get_storage()):
+        for warning in bucket_location_warnings(config, Clients().get_storage()):
             print(f"warning: {warning}", file=sys.stderr)
     return config
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
-    from pipelines import vertex
+    from pipelines.vertex.runs import submit
 
-    vertex.submit(_vertex_config(args), dry_run=args.dry_run)
+    submit(_vertex_config(args), dry_run=args.dry_run)
     return 0
 
 
 def _cmd_schedule(args: argparse.Namespace) -> int:
-    from pipelines import vertex
+    from pipelines.vertex import schedules
 
     if args.action == "list":
-        for s in vertex.list_schedules(_load(args)):
+        for s in schedules.list_schedules(_load(args)):
             print(f"{s.name}  {s.display_name}  {s.state.name}  {s.cron}  next: "
                   f"{s.next_run_time.isoformat() if s.next_run_time else '-'}")
         return 0
     if args.action == "pause":
         if not args.schedule_id:
             raise UsageError("schedule pause needs the schedule ID or resource name")
-        print(f"paused {vertex.pause_schedule(_load(args), args.schedule_id)}")
+        print(f"paused {schedules.pause_schedule(_load(args), args.schedule_id)}")
         return 0
-    vertex.create_schedule(_vertex_config(args), dry_run=args.dry_run)
+    schedules.create_schedule(_vertex_config(args), dry_run=args.dry_run)
     return 0
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
-    from components import images
-    from pipelines import vertex
+    from components.project import version
+    from pipelines.vertex.publish import publish
 
-    tags = args.tags or [f"v{images.PIPELINE_IMAGE_TAG}", "latest"]
-    for where in vertex.publish(args.spec, args.destination, tags):
-        print(f"[gpu-pipeline] published {where}")
+    tags = args.tags or [f"v{version()}", "latest"]
+    for where in publish(args.spec, args.destination, tags):
+        say(f"published {where}")
     return 0
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
-    _load(args)  # Refuse an invalid configuration before compiling anything.
+    config = _load(args)  # Refuse an invalid configuration before compiling anything.
     if args.output.suffix not in (".yaml", ".yml", ".json"):
         raise UsageError(f"--output {str(args.output)!r} must end in .yaml, .yml or .json "
                          "(the spec's format follows the suffix)")
@@ -251,117 +266,49 @@ def _cmd_compile(args: argparse.Namespace) -> int:
                          f"such as {str(args.output / DEFAULT_SPEC.name)!r}")
     _make_directory(args.output.parent, "--output's directory")
     from pipelines.compile import compile_pipeline
+    from pipelines.pipeline import vertex_arguments
 
-    path = compile_pipeline(args.output)
-    print(f"[gpu-pipeline] wrote {path}")
+    # The configuration's values become the spec's parameter defaults.
+    defaults = vertex_arguments(config)
+    defaults.pop("trainer_source_uri")
+    if not config.vertex.project:
+        defaults.pop("project")  # keep Vertex's own project placeholder
+    path = compile_pipeline(args.output, defaults)
+    say(f"wrote {path}")
     return 0
 
 
-def _validate_file(path: Path, region: str | None):
-    """Validates a file in any of the accepted formats; returns (result, region, format)."""
-    import yaml
-
-    from components.gpu_validation import validate_ai_platform_config, validate_worker_pool_specs
-
-    if not path.is_file():
-        raise UsageError(f"--config {str(path)!r} is not a readable file")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise UsageError(f"--config {str(path)!r} is not valid YAML or JSON: {exc}") from None
-    if isinstance(data, list):
-        return validate_worker_pool_specs(data, region), region, "vertex worker pool specs"
-    if isinstance(data, dict) and ({"trainingInput", "scaleTier", "masterType"} & set(data)):
-        region = region or (data.get("trainingInput") or {}).get("region")
-        return validate_ai_platform_config(data, region), region, "AI Platform config.yaml"
-    if isinstance(data, dict) and "worker_pool_specs" in data:
-        region = region or data.get("region")
-        return (validate_worker_pool_specs(data["worker_pool_specs"], region), region,
-                "vertex worker pool specs")
-    from pipelines.config import SECTIONS
-
-    if isinstance(data, dict) and set(data) <= set(SECTIONS):
-        from pipelines.config import Config
-
-        defaults, vertex = Config().vertex, data.get("vertex") or {}
-        region = region or vertex.get("region") or defaults.region
-        specs = vertex.get("worker_pool_specs", list(defaults.worker_pool_specs))
-        return validate_worker_pool_specs(specs, region), region, "gpu-pipeline config"
-    raise UsageError(f"--config {str(path)!r} is in no format validate-gpu reads: expected an AI "
-                     "Platform config.yaml (trainingInput: ...), Vertex worker pool specs (a "
-                     "list, or worker_pool_specs: [...]), or a gpu-pipeline config (vertex: ...)")
-
-
-def _cmd_validate_gpu(args: argparse.Namespace) -> int:
-    from components.gpu_validation import validate_worker_pool_specs
-
-    if args.config is not None:
-        if args.machine_type:
-            raise UsageError("give either --config FILE or --machine-type, not both")
-        result, region, source = _validate_file(args.config, args.region)
-    elif args.machine_type:
-        machine_spec: dict[str, Any] = {"machine_type": args.machine_type}
-        if args.accelerator_type is not None:
-            machine_spec["accelerator_type"] = args.accelerator_type
-        if args.accelerator_count is not None:
-            machine_spec["accelerator_count"] = args.accelerator_count
-        specs = [{"machine_spec": machine_spec, "replica_count": 1}]
-        if args.replica_count > 1:
-            specs.append({"machine_spec": dict(machine_spec),
-                          "replica_count": args.replica_count - 1})
-        region, source = args.region, "command line"
-        result = validate_worker_pool_specs(specs, region=region)
-    else:
-        raise UsageError("give --machine-type (with --accelerator-type/--accelerator-count) "
-                         "or --config FILE")
-    if args.json:
-        print(json.dumps({"ok": result.ok, "errors": result.errors, "warnings": result.warnings,
-                          "worker_pool_specs": result.specs, "region": region,
-                          "input": source}, indent=2))
-    else:
-        for warning in result.warnings:
-            print(f"warning: {warning}")
-        if result.ok:
-            used = [p for p in result.specs if p]
-            print(f"valid ({source}): {len(used)} worker pool(s)"
-                  + (f" in {region}" if region else ""))
-            print(json.dumps(result.specs, indent=2))
-        else:
-            print(f"invalid GPU configuration ({source}):")
-            for error in result.errors:
-                print(f"  - {error}")
-    return 0 if result.ok else 1
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `gpu-pipeline` console script; returns the exit code."""
-    args = build_parser().parse_args(argv)
-    from components.dataset import DatasetError
-    from pipelines.config import ConfigError
-    from pipelines.local_run import LocalRunError
+    """Entry point of the `gpu-pipeline` console script; returns the exit code.
 
+    A project error ends with its message: exit code 2 for a user's input (`InputError`),
+    1 for a failed stage (`StageError`). Anything else is a bug and keeps its traceback.
+    """
     from google.auth.exceptions import DefaultCredentialsError
 
-    from components.cloud_build import CloudBuildError
-    from pipelines.vertex import VertexError
+    from pipelines.local_run import LocalRunError
 
-    commands = {"run": _cmd_run, "compile": _cmd_compile, "validate-gpu": _cmd_validate_gpu,
+    args = build_parser().parse_args(argv)
+    from pipelines import validate_gpu
+
+    commands = {"run": _cmd_run, "compile": _cmd_compile, "validate-gpu": validate_gpu.command,
                 "submit": _cmd_submit, "schedule": _cmd_schedule, "publish": _cmd_publish}
     try:
         return commands[args.command](args)
-    except (UsageError, ConfigError, DatasetError, VertexError, CloudBuildError) as exc:
+    except LocalRunError as exc:
+        print(f"error: the pipeline failed: {exc} (its log is above)", file=sys.stderr)
+        return exc.exit_code
+    except ProjectError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except DefaultCredentialsError:
         print("error: no Google Cloud credentials: run `gcloud auth application-default login` "
               "or set GOOGLE_APPLICATION_CREDENTIALS (`--dry-run` needs none)", file=sys.stderr)
         return 2
-    except LocalRunError as exc:
-        print(f"error: the pipeline failed: {exc} (its log is above)", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,7 +14,8 @@ import yaml
 _VOLATILE = ("sdkVersion",)
 
 
-def compile_pipeline(output: str | os.PathLike) -> Path:
+def compile_pipeline(output: str | os.PathLike,
+                     parameters: dict[str, Any] | None = None) -> Path:
     """Compiles `pipelines.pipeline.vertex_pipeline` to a YAML spec.
 
     The spec is written beside the target and moved into place, so a failed compile
@@ -22,6 +23,8 @@ def compile_pipeline(output: str | os.PathLike) -> Path:
 
     Args:
         output: File to write; its directory is created.
+        parameters: Default values for the spec's parameters (a configuration's values);
+            the pipeline's own defaults otherwise.
 
     Returns:
         The written path.
@@ -35,7 +38,8 @@ def compile_pipeline(output: str | os.PathLike) -> Path:
     # KFP picks the format from the suffix, so the partial file keeps it.
     partial = path.with_name(f".{path.stem}.partial{path.suffix}")
     try:
-        compiler.Compiler().compile(vertex_pipeline, str(partial))
+        compiler.Compiler().compile(vertex_pipeline, str(partial),
+                                    pipeline_parameters=parameters)
         partial.write_text(_stable_header(partial.read_text()))
         os.replace(partial, path)
     finally:

@@ -19,10 +19,12 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
+from components.project import LOG_PREFIX
 from pipelines.config import Config
+from trainer.errors import StageError
 
 
-class LocalRunError(RuntimeError):
+class LocalRunError(StageError):
     """A stage of the local pipeline failed (its log is above the message)."""
 
 
@@ -45,7 +47,8 @@ class LocalRunResult:
 
 # Lines from our own stages and trainer, and KFP's task status lines, make the progress a
 # person can follow; the rest (executor input JSON, artifact dumps) shows with --verbose.
-_PROGRESS = re.compile(r"^\s*(\[gpu-pipeline\]|\[trainer |.*Task .*(started|finished with status)"
+_PROGRESS = re.compile(r"^\s*(" + re.escape(LOG_PREFIX) + r"|\[trainer "
+                       r"|.*Task .*(started|finished with status)"
                        r"|.*Pipeline .*(started|finished with status))")
 _FAILURE = re.compile(r"finished with status FAILURE")
 # KFP's executor logs its whole input as indented JSON: "Got executor_input:" ... "    }".

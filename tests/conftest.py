@@ -7,7 +7,8 @@ import socket
 
 import pytest
 
-from components.dataset import BUILTIN_SHAPES, prepare_dataset
+from components.dataset.prepare import prepare_dataset
+from components.dataset.sources import BUILTIN_SHAPES
 
 # TensorFlow's C++ start-up chatter makes failing tests hard to read.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -31,7 +32,7 @@ def storage_emulator(monkeypatch):
     """
     from gcp_storage_emulator.server import create_server
 
-    from components import dataset
+    from trainer import gcs
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -40,7 +41,7 @@ def storage_emulator(monkeypatch):
     server.start()
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "test-project")
-    monkeypatch.setattr(dataset, "_GCS_CLIENT", None)
+    monkeypatch.setattr(gcs, "_CLIENT", None)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 
 from components import images
-from components.build_image import project_root, trainer_image_uri, write_build_context
+from components.build.context import project_root, trainer_image_uri, write_build_context
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -20,7 +20,8 @@ def run(*args, cwd=None):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["run", "--local", "--epochs", "0"], "argument --epochs: 0 is not >= 1"),
+    (["run", "--local", "--epochs", "0"], "training.epochs is 0; expected an integer from 1 "
+                                          "to 10000"),
     (["run", "--local", "--colour", "red"], "unrecognized arguments: --colour red"),
     (["run"], "use `gpu-pipeline run --local`"),
     (["run", "--local", "--config", "/no/such.yaml"], "--config '/no/such.yaml' is not a "

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from components.local_training import cluster_environments
+from components.training.local_cluster import cluster_environments
 from trainer import paths
+from trainer.gcs import to_mount_path
 from trainer.cluster import ClusterConfigError, cluster_from_env, vertex_tf_config
 
 
@@ -34,8 +35,8 @@ def test_invalid_tf_config(raw):
 
 
 def test_paths():
-    assert paths.local_path("gs://bucket/a/b") == "/gcs/bucket/a/b"
-    assert paths.local_path("/tmp/x") == "/tmp/x"
+    assert to_mount_path("gs://bucket/a/b") == "/gcs/bucket/a/b"
+    assert to_mount_path("/tmp/x") == "/tmp/x"
     assert paths.model_dir("/job", {}) == "/job/model"
     assert paths.model_dir("/job", {"AIP_MODEL_DIR": "gs://b/m"}) == "/gcs/b/m"
     assert paths.model_dir("/job", {"AIP_MODEL_DIR": "gs://b/m"}, "/explicit") == "/explicit"

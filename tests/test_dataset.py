@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from components.dataset import (BUILTIN_SHAPES, DatasetError, bounded_imap, generate_shapes,
-                                list_source, load_manifest, plan_shards, prepare_dataset,
-                                shard_paths, source_fingerprint, split_of)
+from components.dataset.encode import bounded_imap
+from components.dataset.plan import plan_shards, split_of
+from components.dataset.prepare import prepare_dataset
+from components.dataset.shapes import generate_shapes
+from components.dataset.sources import BUILTIN_SHAPES, DatasetError, source_fingerprint
+from trainer.contract import load_manifest, shard_paths
 from tests import tfds_fixture
 
 
@@ -264,7 +267,7 @@ def test_tfds_source_prepared_on_disk(tmp_path):
     env = {**os.environ, "TFDS_DATA_DIR": str(data_dir), "TF_CPP_MIN_LOG_LEVEL": "2"}
     subprocess.run([sys.executable, str(Path(__file__).with_name("tfds_fixture.py")),
                     str(data_dir)], check=True, capture_output=True, timeout=300)
-    prepare = ("import sys; from components.dataset import prepare_dataset; "
+    prepare = ("import sys; from components.dataset.prepare import prepare_dataset; "
                "prepare_dataset(sys.argv[1], sys.argv[2], image_size=8, "
                "validation_fraction=0.25, test_fraction=0.0)")
     for source, target in ((f"tfds://{tfds_fixture.NAME}", out),
@@ -298,7 +301,7 @@ def test_tfds_source_prepared_on_disk(tmp_path):
 
 @pytest.fixture
 def bucket(storage_emulator):
-    from components.dataset import storage_client
+    from trainer.gcs import storage_client
 
     return storage_client().create_bucket("images")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from components.local_training import cluster_environments
+from components.training.local_cluster import cluster_environments
 
 pytestmark = pytest.mark.slow
 EPOCHS = 8

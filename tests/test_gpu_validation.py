@@ -9,8 +9,10 @@ import sys
 import pytest
 import yaml
 
-from components import gpu_catalog as cat
-from components import gpu_validation as gv
+from components.gpu import ai_platform as ai
+from components.gpu import catalog as cat
+from components.gpu import validation as gv
+from components.training import job_names as jn
 
 SEED_GPUS = cat.SEED_ACCELERATORS
 
@@ -169,7 +171,7 @@ def test_k80_end_of_support_is_a_warning():
 @pytest.mark.parametrize("legacy", sorted(cat.LEGACY_MACHINES))
 def test_every_legacy_machine_type(legacy):
     info = cat.LEGACY_MACHINES[legacy]
-    specs = gv.from_ai_platform_config({"scaleTier": "CUSTOM", "masterType": legacy})
+    specs = ai.from_ai_platform_config({"scaleTier": "CUSTOM", "masterType": legacy})
     spec = specs[0]["machine_spec"]
     assert spec["machine_type"] == info.equivalent
     assert (spec.get("accelerator_type"), spec.get("accelerator_count")) == \
@@ -194,7 +196,7 @@ def test_documents_legacy_gpu_contents():
 
 def test_documents_config_example_with_compute_engine_machines():
     config = yaml.safe_load(SEED_CONFIG_COMPUTE_ENGINE)
-    specs = gv.from_ai_platform_config(config)
+    specs = ai.from_ai_platform_config(config)
     assert specs == [
         {"machine_spec": {"machine_type": "n1-highcpu-16", "accelerator_type": cat.T4,
                           "accelerator_count": 4}, "replica_count": 1},
@@ -202,12 +204,12 @@ def test_documents_config_example_with_compute_engine_machines():
                           "accelerator_count": 4}, "replica_count": 9},
         {"machine_spec": {"machine_type": "n1-highmem-8"}, "replica_count": 3},
     ]
-    result = gv.validate_ai_platform_config(config, region="us-central1")
+    result = ai.validate_ai_platform_config(config, region="us-central1")
     assert result.ok and not result.warnings, result
 
 
 def test_documents_config_example_with_legacy_machines():
-    result = gv.validate_ai_platform_config(yaml.safe_load(SEED_CONFIG_LEGACY), "us-central1")
+    result = ai.validate_ai_platform_config(yaml.safe_load(SEED_CONFIG_LEGACY), "us-central1")
     assert result.ok, result.errors
     assert [p["machine_spec"] for p in result.specs] == [
         {"machine_type": "n1-standard-16", "accelerator_type": cat.K80, "accelerator_count": 4},
@@ -220,23 +222,23 @@ def test_documents_config_example_with_legacy_machines():
 def test_older_document_variant_with_k80_accelerators():
     # Document 001 (older) has the first example with 4 x K80 on n1-highcpu-16.
     config = yaml.safe_load(SEED_CONFIG_COMPUTE_ENGINE.replace("NVIDIA_TESLA_T4", cat.K80))
-    assert gv.validate_ai_platform_config(config, "us-central1").ok
+    assert ai.validate_ai_platform_config(config, "us-central1").ok
 
 
 def test_scale_tiers():
-    basic_gpu = gv.from_ai_platform_config({"scaleTier": "BASIC_GPU"})
+    basic_gpu = ai.from_ai_platform_config({"scaleTier": "BASIC_GPU"})
     assert basic_gpu == [{"machine_spec": {"machine_type": "n1-standard-8",
                                            "accelerator_type": cat.K80, "accelerator_count": 1},
                           "replica_count": 1}]
-    assert gv.from_ai_platform_config({"trainingInput": {}})[0]["machine_spec"] == \
+    assert ai.from_ai_platform_config({"trainingInput": {}})[0]["machine_spec"] == \
         {"machine_type": "n1-standard-4"}  # BASIC is the default tier
     with pytest.raises(gv.GpuConfigError, match="STANDARD_1, which has no fixed machine types"):
-        gv.from_ai_platform_config({"scaleTier": "STANDARD_1"})
+        ai.from_ai_platform_config({"scaleTier": "STANDARD_1"})
     with pytest.raises(gv.GpuConfigError, match="scaleTier is 'HUGE'; valid tiers are BASIC"):
-        gv.from_ai_platform_config({"scaleTier": "HUGE"})
+        ai.from_ai_platform_config({"scaleTier": "HUGE"})
     with pytest.raises(gv.GpuConfigError, match="BASIC_GPU, which fixes the cluster, but "
                                                 "masterType is set; those need scaleTier CUSTOM"):
-        gv.from_ai_platform_config({"scaleTier": "BASIC_GPU", "masterType": "n1-standard-8"})
+        ai.from_ai_platform_config({"scaleTier": "BASIC_GPU", "masterType": "n1-standard-8"})
 
 
 def test_custom_tier_requirements_all_reported():
@@ -245,7 +247,7 @@ def test_custom_tier_requirements_all_reported():
               "evaluatorCount": 1, "evaluatorType": "complex_model_m_gpu",
               "evaluatorConfig": {"acceleratorConfig": {"count": 1, "type": "NVIDIA_TESLA_T4"}}}
     with pytest.raises(gv.GpuConfigError) as info:
-        gv.from_ai_platform_config(config)
+        ai.from_ai_platform_config(config)
     errors = info.value.errors
     assert len(errors) == 4, errors
     assert "trainingInput.masterType is not set" in errors[0]
@@ -259,14 +261,14 @@ def test_converted_pools_keep_an_unused_pool_and_name_the_config_fields():
     config = {"scaleTier": "CUSTOM", "masterType": "n1-standard-8",
               "evaluatorCount": 1, "evaluatorType": "n1-standard-4",
               "evaluatorConfig": {"acceleratorConfig": {"count": 3, "type": "nvidia-tesla-t4"}}}
-    result = gv.validate_ai_platform_config(config)
+    result = ai.validate_ai_platform_config(config)
     assert [bool(p) for p in result.specs] == [True, False, False, True]
     assert result.errors == [
         "trainingInput.evaluator (worker_pool_specs[3], evaluator): machine_spec.accelerator_count "
         "is 3; n1-standard-4 takes 1, 2, 4 x NVIDIA_TESLA_T4 (NVIDIA_TESLA_T4 attaches in counts "
         "of 1, 2, 4 only); machine types taking 3: none"]
     with pytest.raises(gv.GpuConfigError, match="needs both count and type"):
-        gv.from_ai_platform_config({"scaleTier": "CUSTOM", "masterType": "n1-standard-8",
+        ai.from_ai_platform_config({"scaleTier": "CUSTOM", "masterType": "n1-standard-8",
                                     "masterConfig": {"acceleratorConfig": {"count": 2}}})
 
 
@@ -371,7 +373,7 @@ def test_unknown_zones_warn_when_mixing_types():
     ("", "expected letters"), (None, "expected letters"),
 ])
 def test_job_names(name, problem):
-    problems = gv.validate_job_name(name)
+    problems = jn.validate_job_name(name)
     if problem is None:
         assert problems == []
     else:
@@ -379,15 +381,15 @@ def test_job_names(name, problem):
 
 
 def test_unique_job_names_sort_by_time():
-    first = gv.unique_job_name("cassava", dt.datetime(2026, 1, 2, 3, 4, 5))
-    second = gv.unique_job_name("cassava", dt.datetime(2026, 1, 2, 3, 4, 6))
+    first = jn.unique_job_name("cassava", dt.datetime(2026, 1, 2, 3, 4, 5))
+    second = jn.unique_job_name("cassava", dt.datetime(2026, 1, 2, 3, 4, 6))
     assert first == "cassava_20260102_030405" and first < second
-    assert gv.validate_job_name(first) == []
-    assert len(first) - len("cassava") == gv.JOB_NAME_SUFFIX
-    assert "at most 112 fit" in gv.validate_job_name("a" * 113, reserve=gv.JOB_NAME_SUFFIX)[0]
+    assert jn.validate_job_name(first) == []
+    assert len(first) - len("cassava") == jn.JOB_NAME_SUFFIX
+    assert "at most 112 fit" in jn.validate_job_name("a" * 113, reserve=jn.JOB_NAME_SUFFIX)[0]
 
 
 def test_module_does_not_import_tensorflow():
-    code = "import sys, components.gpu_validation; print('tensorflow' in sys.modules)"
+    code = "import sys, components.gpu.validation, components.gpu.ai_platform; print('tensorflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import subprocess
@@ -88,22 +87,21 @@ def test_the_validation_stage_fails_the_run(tmp_path):
     bad_pools = ({"machine_spec": {"machine_type": "n1-standard-4",
                                    "accelerator_type": "NVIDIA_TESLA_T4",
                                    "accelerator_count": 3}, "replica_count": 1},)
-    config = dataclasses.replace(config, vertex=dataclasses.replace(
-        config.vertex, worker_pool_specs=bad_pools))
+    config = config.model_copy(update={"vertex": config.vertex.model_copy(
+        update={"worker_pool_specs": list(bad_pools)})})
     out = io.StringIO()
     with pytest.raises(LocalRunError, match="validate-gpu-config"):
         run_local(config, tmp_path, out=out)
     log = out.getvalue()
     assert "n1-standard-4 takes 1, 2, 4 x NVIDIA_TESLA_T4" in log
-    run_dir = next(p for p in tmp_path.iterdir() if p.name.startswith("gpu-training-pipeline"))
-    assert (run_dir / "prepare-dataset").is_dir()
-    assert not (run_dir / "build-trainer-image").exists()
-    assert not (run_dir / "train-on-local-workers").exists()
+    # Validation runs first: nothing was prepared, built or trained.
+    for stage in ("prepare-dataset", "build-trainer-image", "train-on-local-workers"):
+        assert not list(tmp_path.rglob(stage)), stage
 
 
 def test_a_dataset_the_stage_cannot_use_fails_the_run_with_its_message(tmp_path):
     # One class folder passes the config check (it is a directory) but not stage 1.
-    from components.dataset import generate_shapes
+    from components.dataset.shapes import generate_shapes
 
     source = generate_shapes(tmp_path / "images", images_per_class=3, image_size=16, seed=1)
     for extra in ("cross", "square", "triangle"):
@@ -111,8 +109,8 @@ def test_a_dataset_the_stage_cannot_use_fails_the_run_with_its_message(tmp_path)
             image.unlink()
         (source / extra).rmdir()
     config = Config()
-    config = dataclasses.replace(config, dataset=dataclasses.replace(
-        config.dataset, source=str(source)))
+    config = config.model_copy(update={"dataset": config.dataset.model_copy(
+        update={"source": str(source)})})
     out = io.StringIO()
     with pytest.raises(LocalRunError, match="fingerprint-dataset-source"):
         run_local(config, tmp_path / "runs", out=out)

@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from components.export_model import ExportError, evaluate_saved_model, publish_model
-from components.local_training import LocalTrainingError, run_local_cluster
+from components.export import ExportError, evaluate_saved_model, publish_model
+from components.training.local_cluster import LocalTrainingError, run_local_cluster
 
 pytestmark = pytest.mark.slow
 

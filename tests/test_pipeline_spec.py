@@ -41,61 +41,79 @@ def test_normalisation_ignores_only_the_sdk_version(fresh, tmp_path):
     assert normalised_spec(other) != normalised_spec(fresh)
 
 
-def test_five_stages_in_order(fresh):
+def _upstream(tasks, name, seen=None):
+    seen = set() if seen is None else seen
+    for dep in tasks[name].get("dependentTasks", []):
+        if dep not in seen:
+            seen.add(dep)
+            _upstream(tasks, dep, seen)
+    return seen
+
+
+def test_stages_run_in_order_validation_first(fresh):
     tasks = yaml.safe_load(fresh.read_text())["root"]["dag"]["tasks"]
+    # Nothing is spent before the GPU configuration is known to be valid.
+    assert not tasks["validate-gpu-config"].get("dependentTasks")
+    for later in ("fingerprint-dataset-source", "prepare-dataset", "build-trainer-image"):
+        assert "validate-gpu-config" in _upstream(tasks, later), later
+    # The image is built while the dataset is prepared; training needs both.
+    assert "prepare-dataset" not in _upstream(tasks, "build-trainer-image")
+    assert {"prepare-dataset", "build-trainer-image"} <= _upstream(tasks, "custom-training-job")
+    assert "custom-training-job" in _upstream(tasks, "report-training")
+    assert "report-training" in _upstream(tasks, "export-model")
 
-    def upstream(name, seen=None):
-        seen = set() if seen is None else seen
-        for dep in tasks[name].get("dependentTasks", []):
-            if dep not in seen:
-                seen.add(dep)
-                upstream(dep, seen)
-        return seen
 
-    order = ["prepare-dataset", "validate-gpu-config", "build-trainer-image",
-             "custom-training-job", "export-model"]
-    assert "custom-training-job" in upstream("report-training")
-    for earlier, later in zip(order, order[1:]):
-        assert earlier in upstream(later), (earlier, later)
+def test_the_shard_multiple_comes_from_the_validated_pools_at_run_time(fresh):
+    tasks = yaml.safe_load(fresh.read_text())["root"]["dag"]["tasks"]
+    assert tasks["prepare-dataset"]["inputs"]["parameters"]["min_shards"] == {
+        "taskOutputParameter": {"outputParameterKey": "training_workers",
+                                "producerTask": "validate-gpu-config"}}
 
 
 def test_training_is_a_custom_job_with_run_time_worker_pools(fresh):
     spec = yaml.safe_load(fresh.read_text())
     tasks = spec["root"]["dag"]["tasks"]
     job = tasks["custom-training-job"]
-    pools = job["inputs"]["parameters"]["worker_pool_specs"]
-    assert pools == {"taskOutputParameter": {"outputParameterKey": "worker_pool_specs",
-                                             "producerTask": "vertex-training-spec"}}
+    parameters = job["inputs"]["parameters"]
     assert tasks["vertex-training-spec"]["inputs"]["parameters"]["worker_pool_specs"] == \
-        {"taskOutputParameter": {"outputParameterKey": "Output",
+        {"taskOutputParameter": {"outputParameterKey": "worker_pool_specs",
                                  "producerTask": "validate-gpu-config"}}
-    assert tasks["validate-gpu-config"]["inputs"]["parameters"]["worker_pool_specs"] == \
-        {"componentInputParameter": "worker_pool_specs"}
-    assert job["inputs"]["parameters"]["location"] == {"componentInputParameter": "region"}
+    assert tasks["validate-gpu-config"]["inputs"]["parameters"]["vertex"] == \
+        {"componentInputParameter": "vertex"}
     assert job["componentRef"]["name"] == "comp-custom-training-job"
     executors = spec["deploymentSpec"]["executors"]
     assert "google-cloud-pipeline-components" in executors["exec-custom-training-job"][
         "container"]["image"]
-    params = spec["root"]["inputDefinitions"]["parameters"]
-    assert {"worker_pool_specs", "region", "service_account", "network", "epochs",
-            "batch_size", "restart_job_on_worker_restart", "scheduling_strategy", "timeout",
-            "tensorboard", "trainer_source_uri"} <= set(params)
-    for name, field in (("service_account", "service_account"), ("network", "network"),
-                        ("restart_job_on_worker_restart", "restart_job_on_worker_restart"),
-                        ("scheduling_strategy", "strategy"), ("timeout", "timeout"),
-                        ("tensorboard", "tensorboard")):
-        assert job["inputs"]["parameters"][field] == {"componentInputParameter": name}
-    assert job["inputs"]["parameters"]["base_output_directory"]["taskOutputParameter"][
-        "producerTask"] == "vertex-training-spec"
+    # Every CustomJob setting comes from the options, read at run time by the spec task.
+    for field, output in (("worker_pool_specs", "worker_pool_specs"), ("location", "region"),
+                          ("display_name", "display_name"),
+                          ("base_output_directory", "base_output_directory"),
+                          ("service_account", "service_account"), ("network", "network"),
+                          ("restart_job_on_worker_restart", "restart_job_on_worker_restart"),
+                          ("strategy", "scheduling_strategy"), ("timeout", "timeout"),
+                          ("tensorboard", "tensorboard")):
+        assert parameters[field] == {"taskOutputParameter": {
+            "outputParameterKey": output, "producerTask": "vertex-training-spec"}}, field
+    assert parameters["project"] == {"componentInputParameter": "project"}
     assert {"model", "metrics"} == set(spec["root"]["outputDefinitions"]["artifacts"])
+
+
+def test_options_are_dict_parameters_with_every_default(fresh):
+    from pipelines.config import Config
+
+    params = yaml.safe_load(fresh.read_text())["root"]["inputDefinitions"]["parameters"]
+    assert set(params) == {"project", "dataset", "training", "vertex", "trainer_source_uri"}
+    config = Config()
+    assert params["dataset"]["defaultValue"] == config.dataset.model_dump()
+    assert params["training"]["defaultValue"] == config.training_options().model_dump()
+    assert params["vertex"]["defaultValue"] == config.vertex_options().model_dump()
 
 
 def test_a_model_that_passes_the_threshold_is_registered(fresh):
     spec = yaml.safe_load(fresh.read_text())
     condition = spec["root"]["dag"]["tasks"]["condition-1"]
     assert condition["triggerPolicy"]["condition"] == (
-        "inputs.parameter_values['pipelinechannel--export-model-accuracy'] >= "
-        "inputs.parameter_values['pipelinechannel--accuracy_threshold']")
+        "inputs.parameter_values['pipelinechannel--registration-plan-register'] == true")
     components = spec["components"]
     assert {"comp-model-upload", "comp-model-upload-2"} <= set(components)  # new model / version
     executors = spec["deploymentSpec"]["executors"]

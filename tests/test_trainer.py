@@ -116,7 +116,7 @@ def test_atomic_directory(tmp_path):
 
 
 def test_file_sharding_needs_a_file_per_worker(small_dataset, caplog):
-    from components.dataset import load_manifest, shard_paths
+    from trainer.contract import load_manifest, shard_paths
     from trainer.data import make_dataset
 
     files = shard_paths(small_dataset, load_manifest(small_dataset), "train")

@@ -16,8 +16,10 @@ from google.cloud import aiplatform_v1, artifactregistry_v1
 from google.cloud.devtools import cloudbuild_v1
 
 from components import images
-from components.build_image import run_build_stage, write_build_context
-from pipelines import vertex
+from components.build.context import write_build_context
+from components.build.stage import run_build_stage
+from pipelines.vertex import preflight, publish, runs, schedules
+from pipelines.vertex.clients import Clients
 from pipelines.cli import main
 from pipelines.config import load_config
 
@@ -107,12 +109,12 @@ class RecordingApi:
 
 @pytest.fixture
 def cloud(storage_emulator):
-    from components.dataset import storage_client
+    from trainer.gcs import storage_client
 
     storage = storage_client()
     storage.create_bucket("pipelines")
     registry = FakeArtifactRegistry()
-    return vertex.Clients(storage=storage, build=FakeCloudBuild(registry), registry=registry,
+    return Clients(storage=storage, build=FakeCloudBuild(registry), registry=registry,
                           pipeline_api=RecordingApi(), schedule_api=RecordingApi())
 
 
@@ -121,8 +123,8 @@ def cloud(storage_emulator):
 
 def test_compiled_spec_builds_a_pipeline_job_request():
     cfg = config()
-    job = vertex.pipeline_job(cfg, SPEC, "gs://pipelines/root/ctx.tar.gz", AnonymousCredentials())
-    request = vertex.create_request(job, cfg)
+    job = runs.pipeline_job(cfg, SPEC, "gs://pipelines/root/ctx.tar.gz", AnonymousCredentials())
+    request = runs.create_request(job, cfg)
     assert isinstance(request, aiplatform_v1.CreatePipelineJobRequest)
     assert request.parent == "projects/my-proj/locations/us-central1"
     pj = request.pipeline_job
@@ -131,13 +133,22 @@ def test_compiled_spec_builds_a_pipeline_job_request():
     assert dict(pj.labels) == {"app": "gpu-pipeline", "team": "vision"}
     assert pj.runtime_config.gcs_output_directory == "gs://pipelines/root"
     params = aiplatform_v1.PipelineJob.to_dict(pj)["runtime_config"]["parameter_values"]
-    assert params["epochs"] == 3 and params["project"] == "my-proj"
+    assert params["training"]["epochs"] == 3 and params["project"] == "my-proj"
     assert params["trainer_source_uri"] == "gs://pipelines/root/ctx.tar.gz"
-    assert params["min_shards"] == 2 and params["scheduling_strategy"] == "STANDARD"
-    # Struct numbers arrive as doubles; the validation stage normalises them, as on Vertex.
-    from components.gpu_validation import validate_worker_pool_specs
+    assert params["vertex"]["scheduling_strategy"] == "STANDARD"
+    assert set(params) == {"project", "dataset", "training", "vertex", "trainer_source_uri"}
+    # Struct numbers arrive as doubles; the stages read the options back through their
+    # models, and the validation stage normalises the pools, as on Vertex.
+    from components.gpu.validation import validate_worker_pool_specs
+    from components.vertex_options import VertexOptions
+    from trainer.options import TrainingOptions
+    from trainer.schema import validate
 
-    normalised = validate_worker_pool_specs(params["worker_pool_specs"], "us-central1").specs
+    assert validate(TrainingOptions, params["training"], strict=False) == \
+        cfg.training_options()
+    vertex_options = validate(VertexOptions, params["vertex"], strict=False)
+    normalised = validate_worker_pool_specs(vertex_options.worker_pool_specs,
+                                            "us-central1").specs
     pools = [aiplatform_v1.WorkerPoolSpec(p) for p in normalised]
     assert pools[0].machine_spec.accelerator_type == aiplatform_v1.AcceleratorType.NVIDIA_TESLA_T4
     assert pj.pipeline_spec["pipelineInfo"]["name"] == "gpu-training-pipeline"
@@ -146,12 +157,12 @@ def test_compiled_spec_builds_a_pipeline_job_request():
 def test_submit_uploads_sources_builds_once_and_sends_the_dry_run_request(cloud, capsys,
                                                                         tmp_path):
     cfg = config()
-    dry = vertex.submit(cfg, dry_run=True, clients=dataclasses.replace(cloud))
+    dry = runs.submit(cfg, dry_run=True, clients=dataclasses.replace(cloud))
     assert cloud.build.requests == [] and cloud.pipeline_api.calls == []  # nothing was sent
     out = capsys.readouterr().out
     assert "Vertex AI would receive this CreatePipelineJobRequest" in out
 
-    job = vertex.submit(cfg, dry_run=False, clients=cloud, credentials=AnonymousCredentials())
+    job = runs.submit(cfg, dry_run=False, clients=cloud, credentials=AnonymousCredentials())
     sent = cloud.pipeline_api.calls[-1]
     # The SDK's own submit() sent what the dry run showed (job ids are per run).
     assert sent.pipeline_job.runtime_config == dry.pipeline_job.runtime_config
@@ -177,7 +188,7 @@ def test_submit_uploads_sources_builds_once_and_sends_the_dry_run_request(cloud,
     assert ours == {f"{images.image_uri(REPO, context.tag)}@{DIGEST}"}
 
     # Unchanged sources: same tag, found in the registry, no second build.
-    vertex.submit(cfg, dry_run=False, clients=cloud, credentials=AnonymousCredentials())
+    runs.submit(cfg, dry_run=False, clients=cloud, credentials=AnonymousCredentials())
     assert len(cloud.build.requests) == 1 and len(cloud.pipeline_api.calls) == 2
 
 
@@ -205,17 +216,17 @@ def test_the_build_stage_on_vertex(cloud, tmp_path):
 
 
 def test_bucket_in_another_location_is_a_warning(cloud):
-    warnings = vertex.bucket_location_warnings(config(), cloud.storage)
+    warnings = preflight.bucket_location_warnings(config(), cloud.storage)
     # The emulator reports every bucket in the US multi-region.
     assert warnings and "is in US, not in the job's region us-central1" in warnings[0]
-    missing = vertex.bucket_location_warnings(config(pipeline_root="gs://absent/x"),
+    missing = preflight.bucket_location_warnings(config(pipeline_root="gs://absent/x"),
                                               cloud.storage)
     assert "vertex.pipeline_root bucket 'absent' does not exist" in missing[0]
     cloud.storage.create_bucket("images")
     for source in ("gs://images/flowers", "/gcs/images/flowers"):  # data too, on Vertex's mount
-        cfg = dataclasses.replace(config(), dataset=dataclasses.replace(config().dataset,
-                                                                        source=source))
-        found = vertex.bucket_location_warnings(cfg, cloud.storage)
+        cfg = config().model_copy(update={"dataset": config().dataset.model_copy(
+            update={"source": source})})
+        found = preflight.bucket_location_warnings(cfg, cloud.storage)
         assert len(found) == 2 and "dataset.source bucket 'images' is in US" in found[1]
 
 
@@ -236,17 +247,16 @@ def test_vertex_settings_are_required(capsys):
 
 
 def test_schedule_request_and_sdk_create(cloud):
-    cfg = load_config(overrides={"vertex": dataclasses.asdict(config().vertex) | {
-        "worker_pool_specs": list(config().vertex.worker_pool_specs)},
+    cfg = load_config(overrides={"vertex": config().vertex.model_dump(),
         "schedule": {"cron": "TZ=Europe/Paris 0 4 * * 1", "max_concurrent_run_count": 2}})
-    dry = vertex.create_schedule(cfg, dry_run=True, clients=dataclasses.replace(cloud))
+    dry = schedules.create_schedule(cfg, dry_run=True, clients=dataclasses.replace(cloud))
     assert isinstance(dry, aiplatform_v1.CreateScheduleRequest)
     assert dry.schedule.cron == "TZ=Europe/Paris 0 4 * * 1"
     assert dry.schedule.max_concurrent_run_count == 2
     assert dry.schedule.create_pipeline_job_request.pipeline_job.service_account == \
         "trainer@my-proj.iam.gserviceaccount.com"
 
-    schedule = vertex.create_schedule(cfg, dry_run=False, clients=cloud,
+    schedule = schedules.create_schedule(cfg, dry_run=False, clients=cloud,
                                       credentials=AnonymousCredentials())
     sent = cloud.schedule_api.calls[-1]
     assert isinstance(sent, aiplatform_v1.CreateScheduleRequest)
@@ -261,11 +271,11 @@ def test_schedule_request_and_sdk_create(cloud):
 
 def test_list_and_pause_schedules(cloud):
     cfg = config()
-    (found,) = vertex.list_schedules(cfg, cloud)
+    (found,) = schedules.list_schedules(cfg, cloud)
     assert found.display_name == "gpu-pipeline-weekly"
     assert cloud.schedule_api.calls[-1] == aiplatform_v1.ListSchedulesRequest(
         parent="projects/my-proj/locations/us-central1", order_by="create_time desc")
-    assert vertex.pause_schedule(cfg, "42", cloud) == \
+    assert schedules.pause_schedule(cfg, "42", cloud) == \
         "projects/my-proj/locations/us-central1/schedules/42"
     assert cloud.schedule_api.calls[-1] == aiplatform_v1.PauseScheduleRequest(
         name="projects/my-proj/locations/us-central1/schedules/42")
@@ -275,7 +285,7 @@ def test_list_and_pause_schedules(cloud):
 
 
 def test_publish_to_cloud_storage(cloud):
-    written = vertex.publish(SPEC, "gs://pipelines/shared/", ["v0.1.0", "latest"],
+    written = publish.publish(SPEC, "gs://pipelines/shared/", ["v0.1.0", "latest"],
                              storage=cloud.storage)
     assert written == ["gs://pipelines/shared/gpu-training-pipeline/v0.1.0.yaml",
                        "gs://pipelines/shared/gpu-training-pipeline/latest.yaml"]
@@ -301,7 +311,7 @@ def test_publish_to_a_kfp_registry_with_the_real_client():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         host = f"http://127.0.0.1:{server.server_port}/my-proj/pipelines"
-        (where,) = vertex.publish(SPEC, host, ["v0.1.0", "latest"])
+        (where,) = publish.publish(SPEC, host, ["v0.1.0", "latest"])
     finally:
         server.shutdown()
     assert where == f"{host}/gpu-training-pipeline/sha256:" + "cd" * 32
@@ -312,12 +322,12 @@ def test_publish_to_a_kfp_registry_with_the_real_client():
 
 
 def test_publish_errors(tmp_path):
-    with pytest.raises(vertex.VertexError, match="neither an Artifact Registry"):
-        vertex.publish(SPEC, "s3://bucket", ["v1"])
-    with pytest.raises(vertex.VertexError, match="do not start with 'sha256:'"):
-        vertex.publish(SPEC, "gs://b/x", ["sha256:abc"])
-    with pytest.raises(vertex.VertexError, match="run `gpu-pipeline compile` first"):
-        vertex.publish(tmp_path / "none.yaml", "gs://b/x", ["v1"])
+    with pytest.raises(publish.PublishError, match="neither an Artifact Registry"):
+        publish.publish(SPEC, "s3://bucket", ["v1"])
+    with pytest.raises(publish.PublishError, match="do not start with 'sha256:'"):
+        publish.publish(SPEC, "gs://b/x", ["sha256:abc"])
+    with pytest.raises(publish.PublishError, match="run `gpu-pipeline compile` first"):
+        publish.publish(tmp_path / "none.yaml", "gs://b/x", ["v1"])
 
 
 def test_another_team_uses_the_spec_as_a_step(tmp_path):
@@ -331,11 +341,13 @@ def test_another_team_uses_the_spec_as_a_step(tmp_path):
 
     @dsl.pipeline(name="vision-team-nightly")
     def nightly(project: str, source: str):
-        run = training(project=project, dataset_source=source, epochs=20,
-                       worker_pool_specs=[{"machine_spec": {"machine_type": "a2-highgpu-1g",
-                                                            "accelerator_type": "NVIDIA_TESLA_A100",
-                                                            "accelerator_count": 1},
-                                           "replica_count": 1}])
+        # Partial option dicts: the stages fill in the declared defaults.
+        run = training(project=project, dataset={"source": source}, training={"epochs": 20},
+                       vertex={"worker_pool_specs": [{
+                           "machine_spec": {"machine_type": "a2-highgpu-1g",
+                                            "accelerator_type": "NVIDIA_TESLA_A100",
+                                            "accelerator_count": 1},
+                           "replica_count": 1}]})
         announce(accuracy_metrics=run.outputs["metrics"])
 
     out = tmp_path / "nightly.yaml"

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 from google.cloud import aiplatform_v1
 
-from components.gpu_validation import validate_worker_pool_specs
-from components.training_report import trainer_arguments
-from components.vertex_training import TrainingSpecError, custom_job_spec
+from components.gpu.validation import validate_worker_pool_specs
+from components.training.vertex_job import TrainingSpecError, custom_job_spec
 from pipelines.config import Config
+from trainer.options import TrainingOptions
+from trainer.schema import to_flags
 
 
 def _spec():
@@ -17,9 +18,8 @@ def _spec():
                            dataset_path="/gcs/b/root/run/prepare-dataset/dataset",
                            output_uri="gs://b/root/run/vertex-training-spec/training_job",
                            output_path="/gcs/b/root/run/vertex-training-spec/training_job",
-                           trainer_args=trainer_arguments(
-                               epochs=3, batch_size=64, learning_rate=0.01, model="cnn",
-                               mixed_precision="auto", xla="auto"))
+                           trainer_args=to_flags(TrainingOptions(
+                               epochs=3, batch_size=64, learning_rate=0.01, model="cnn")))
 
 
 def test_pools_parse_as_aiplatform_types():

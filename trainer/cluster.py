@@ -10,8 +10,10 @@ import dataclasses
 import json
 from typing import Mapping
 
+from trainer.errors import InputError
 
-class ClusterConfigError(ValueError):
+
+class ClusterConfigError(InputError):
     """TF_CONFIG is present but unusable."""
 
 

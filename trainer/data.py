@@ -5,14 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
-from components.dataset import FEATURE_IMAGE, FEATURE_LABEL
+from trainer.contract import FEATURE_IMAGE, FEATURE_LABEL, feature_spec
 from trainer.model import preprocess
 
 log = logging.getLogger("trainer")
-
-#: Decoded images are cached in memory when the split's pixels fit in this budget.
-DEFAULT_CACHE_BUDGET_MB = 2048
-
 
 def fits_in_cache(examples: int, image_size: int, budget_mb: float) -> bool:
     """Whether `examples` decoded uint8 images of the given size fit the cache budget."""
@@ -46,10 +42,7 @@ def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int
         A tf.data.Dataset.
     """
     autotune = tf.data.AUTOTUNE
-    features = {
-        FEATURE_IMAGE: tf.io.FixedLenFeature([], tf.string),
-        FEATURE_LABEL: tf.io.FixedLenFeature([], tf.int64),
-    }
+    features = feature_spec(tf)
 
     def parse(record):
         example = tf.io.parse_single_example(record, features)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from trainer.errors import InputError
+
 MODELS = ("cnn", "resnet50")
 
 
-class ModelConfigError(ValueError):
+class ModelConfigError(InputError):
     """A model option the trainer cannot honour."""
 
 

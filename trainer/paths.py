@@ -1,27 +1,19 @@
-"""Output locations of the trainer, from flags and the variables Vertex AI sets."""
+"""Output locations of the trainer, from flags and the variables Vertex AI sets.
+
+`gs://` locations are used through Vertex AI's Cloud Storage mount (`trainer.gcs`).
+"""
 
 from __future__ import annotations
 
 import os
 from typing import Mapping
 
-from components.dataset import GCS_MOUNT
-
-
-def local_path(uri: str) -> str:
-    """Maps `gs://bucket/path` to Vertex AI's Cloud Storage FUSE mount `/gcs/bucket/path`.
-
-    Plain file APIs (and atomic renames) then work on Vertex without TensorFlow's GCS
-    filesystem plugin; other paths are returned unchanged.
-    """
-    if uri.startswith("gs://"):
-        return GCS_MOUNT + uri[len("gs://"):]
-    return uri
+from trainer.gcs import to_mount_path
 
 
 def _choose(explicit: str | None, environ: Mapping[str, str], variable: str,
             default: str) -> str:
-    return local_path(explicit or environ.get(variable) or default)
+    return to_mount_path(explicit or environ.get(variable) or default)
 
 
 def model_dir(job_dir: str, environ: Mapping[str, str], explicit: str | None = None) -> str:

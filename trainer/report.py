@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 HISTORY_FILE = "history.json"
 METRICS_FILE = "metrics.json"
 CURVES_FILE = "training_curves.html"
+REPORT_FILE = "training_report.json"
 
 
 def load_history(job_dir: str) -> list[dict[str, float]]:
@@ -113,5 +114,5 @@ def write_reports(job_dir: str, report: Mapping[str, Any]) -> None:
         json.dump(final_metrics(history), f, indent=2)
     with open(os.path.join(job_dir, CURVES_FILE), "w") as f:
         f.write(curves_html(history))
-    with open(os.path.join(job_dir, "training_report.json"), "w") as f:
+    with open(os.path.join(job_dir, REPORT_FILE), "w") as f:
         json.dump({**report, "history": history}, f, indent=2)

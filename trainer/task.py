@@ -21,55 +21,42 @@ import time
 from typing import Any, Sequence
 
 from trainer import cluster as cluster_lib
-from trainer import paths
+from trainer import paths, schema
+from trainer.errors import ProjectError
+from trainer.gcs import to_mount_path
+from trainer.options import TrainingOptions
 
 log = logging.getLogger("trainer")
 
-_TRISTATE = ("auto", "on", "off")
-
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parses the trainer's flags."""
-    from trainer.model import MODELS
+    """Parses the trainer's flags: the job's locations, then every training option.
 
+    Returns:
+        The namespace; `options` holds the validated `TrainingOptions`.
+    """
     parser = argparse.ArgumentParser(prog="python -m trainer.task",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--job-dir", required=True,
-                        help="Output directory of the job (reports; default checkpoint, "
-                             "TensorBoard and model locations); gs:// paths are read through "
-                             "the /gcs/ mount.")
-    parser.add_argument("--data-dir", required=True,
-                        help="Prepared dataset directory (manifest.json and TFRecord shards).")
-    parser.add_argument("--model-dir", help="Final SavedModel directory (default: "
-                        "$AIP_MODEL_DIR, else <job-dir>/model).")
-    parser.add_argument("--checkpoint-dir", help="Checkpoints and restart backup (default: "
-                        "$AIP_CHECKPOINT_DIR, else <job-dir>/checkpoints).")
-    parser.add_argument("--tensorboard-dir", help="TensorBoard logs (default: "
-                        "$AIP_TENSORBOARD_LOG_DIR, else <job-dir>/tensorboard).")
-    parser.add_argument("--model", choices=MODELS, default="cnn")
-    parser.add_argument("--weights", help="resnet50: weights file of the base "
-                        "(include_top=False); random initialisation without it.")
-    parser.add_argument("--freeze-base", action="store_true",
-                        help="resnet50: train only the new head (transfer learning).")
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=32,
-                        help="Per-replica batch size; global batch = this x replicas in sync.")
-    parser.add_argument("--learning-rate", type=float, default=0.003)
-    parser.add_argument("--mixed-precision", choices=_TRISTATE, default="auto",
-                        help="mixed_float16 compute (auto: on with GPUs, off on CPU).")
-    parser.add_argument("--xla", choices=_TRISTATE, default="auto",
-                        help="XLA-compile the training step (auto: on with GPUs, off on CPU).")
-    parser.add_argument("--cache", choices=_TRISTATE, default="auto",
-                        help="Keep decoded images in memory (auto: when they fit "
-                             "--cache-budget-mb).")
-    parser.add_argument("--cache-budget-mb", type=float, default=None)
-    parser.add_argument("--seed", type=int, default=42)
+    where = parser.add_argument_group("locations")
+    where.add_argument("--job-dir", required=True,
+                       help="Output directory of the job (reports; default checkpoint, "
+                            "TensorBoard and model locations); gs:// paths are read through "
+                            "the /gcs/ mount.")
+    where.add_argument("--data-dir", required=True,
+                       help="Prepared dataset directory (manifest.json and TFRecord shards).")
+    where.add_argument("--model-dir", help="Final SavedModel directory (default: "
+                       "$AIP_MODEL_DIR, else <job-dir>/model).")
+    where.add_argument("--checkpoint-dir", help="Checkpoints and restart backup (default: "
+                       "$AIP_CHECKPOINT_DIR, else <job-dir>/checkpoints).")
+    where.add_argument("--tensorboard-dir", help="TensorBoard logs (default: "
+                       "$AIP_TENSORBOARD_LOG_DIR, else <job-dir>/tensorboard).")
+    names = schema.add_arguments(parser.add_argument_group("training options"),
+                                 TrainingOptions, with_defaults=True)
     args = parser.parse_args(argv)
-    for name in ("epochs", "batch_size"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} is {getattr(args, name)}; expected >= 1")
-    if args.learning_rate <= 0:
-        parser.error(f"--learning-rate is {args.learning_rate}; expected > 0")
+    try:
+        args.options = schema.validate(TrainingOptions, schema.given(args, names))
+    except schema.OptionsError as exc:
+        parser.error(str(exc))
     return args
 
 
@@ -99,15 +86,16 @@ def weights_digest(model: Any) -> str:
 def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
           environ: dict[str, str]) -> dict[str, Any]:
     """Trains and exports the model; returns the training report (chief and workers)."""
+    opts: TrainingOptions = args.options
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
 
     strategy = _create_strategy(tf, info)  # First TensorFlow op: collectives need it so.
     import tf_keras as keras
 
-    from components.dataset import load_manifest, shard_paths
     from trainer import report as report_lib
-    from trainer.data import DEFAULT_CACHE_BUDGET_MB, fits_in_cache, make_dataset
+    from trainer.contract import load_manifest, shard_paths
+    from trainer.data import fits_in_cache, make_dataset
     from trainer.export import save_model
     from trainer.model import build_model
 
@@ -119,40 +107,39 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
     log.info("devices: %s; GPUs: %s", ", ".join(d.name for d in tf.config.list_logical_devices()),
              ", ".join(f"/gpu:{i}" for i in range(len(gpus))) or "none")
 
-    data_dir = paths.local_path(args.data_dir)
-    job_dir = paths.local_path(args.job_dir)
+    data_dir = to_mount_path(args.data_dir)
+    job_dir = to_mount_path(args.job_dir)
     ckpt_dir = paths.checkpoint_dir(job_dir, environ, args.checkpoint_dir)
     manifest = load_manifest(data_dir)
     image_size = manifest["image_size"][0]
     classes = manifest["classes"]
-    global_batch = args.batch_size * replicas
+    global_batch = opts.batch_size * replicas
     train_count = manifest["splits"]["train"]["count"]
     val_count = manifest["splits"]["validation"]["count"]
     # Every worker must run the same number of steps, or the collectives wait forever.
     steps_per_epoch = max(1, train_count // global_batch)
     validation_steps = max(1, val_count // global_batch)
 
-    mixed = _resolve(args.mixed_precision, len(gpus))
-    xla = _resolve(args.xla, len(gpus))
-    budget = args.cache_budget_mb or DEFAULT_CACHE_BUDGET_MB
-    cache = args.cache == "on" or (args.cache == "auto" and fits_in_cache(
-        train_count + val_count, image_size, budget))
+    mixed = _resolve(opts.mixed_precision, len(gpus))
+    xla = _resolve(opts.xla, len(gpus))
+    cache = opts.cache == "on" or (opts.cache == "auto" and fits_in_cache(
+        train_count + val_count, image_size, opts.cache_budget_mb))
     if mixed:
         keras.mixed_precision.set_global_policy("mixed_float16")
     log.info("data: %d train / %d validation examples, %d classes; global batch %d (%d per "
              "replica x %d), %d steps per epoch; cache %s, mixed precision %s, XLA %s",
-             train_count, val_count, len(classes), global_batch, args.batch_size, replicas,
+             train_count, val_count, len(classes), global_batch, opts.batch_size, replicas,
              steps_per_epoch, cache, mixed, xla)
 
-    keras.utils.set_random_seed(args.seed)
+    keras.utils.set_random_seed(opts.seed)
     common = dict(num_workers=info.num_workers, cache=cache)
     train_ds = make_dataset(tf, shard_paths(data_dir, manifest, "train"), image_size,
-                            global_batch, training=True, seed=args.seed, **common)
+                            global_batch, training=True, seed=opts.seed, **common)
     val_ds = make_dataset(tf, shard_paths(data_dir, manifest, "validation"), image_size,
-                          global_batch, training=True, seed=args.seed + 1, **common)
+                          global_batch, training=True, seed=opts.seed + 1, **common)
     with strategy.scope():
-        model = build_model(keras, args.model, image_size, len(classes), args.learning_rate,
-                            weights=args.weights, freeze_base=args.freeze_base, jit_compile=xla)
+        model = build_model(keras, opts.model, image_size, len(classes), opts.learning_rate,
+                            weights=opts.weights or None, freeze_base=opts.freeze_base, jit_compile=xla)
 
     first_epoch: list[int] = []
 
@@ -169,7 +156,7 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
         def on_epoch_end(self, epoch, logs=None):
             logs = logs or {}
             log.info("epoch %d/%d: loss %.4f accuracy %.4f val_loss %.4f val_accuracy %.4f",
-                     epoch + 1, args.epochs, logs.get("loss", float("nan")),
+                     epoch + 1, opts.epochs, logs.get("loss", float("nan")),
                      logs.get("accuracy", float("nan")), logs.get("val_loss", float("nan")),
                      logs.get("val_accuracy", float("nan")))
             if info.is_chief:
@@ -187,12 +174,12 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
             write_graph=False, profile_batch=0))
 
     started = time.monotonic()
-    model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps_per_epoch,
+    model.fit(train_ds, epochs=opts.epochs, steps_per_epoch=steps_per_epoch,
               validation_data=val_ds, validation_steps=validation_steps, callbacks=callbacks,
               verbose=0)
     seconds = time.monotonic() - started
     digest = weights_digest(model)
-    epochs_run = args.epochs - (first_epoch[0] if first_epoch else args.epochs)
+    epochs_run = opts.epochs - (first_epoch[0] if first_epoch else opts.epochs)
     log.info("trained %d epoch(s) in %.1f s; weights digest %s", epochs_run, seconds, digest)
 
     destination = paths.model_dir(job_dir, environ, args.model_dir)
@@ -201,10 +188,10 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
         "num_workers": info.num_workers,
         "replicas_in_sync": replicas,
         "global_batch_size": global_batch,
-        "per_replica_batch_size": args.batch_size,
-        "model": args.model,
-        "epochs": args.epochs,
-        "resumed_from_epoch": first_epoch[0] if first_epoch else args.epochs,
+        "per_replica_batch_size": opts.batch_size,
+        "model": opts.model,
+        "epochs": opts.epochs,
+        "resumed_from_epoch": first_epoch[0] if first_epoch else opts.epochs,
         "steps_per_epoch": steps_per_epoch,
         "mixed_precision": mixed,
         "xla": xla,
@@ -227,14 +214,12 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the trainer; returns the process exit code."""
-    from trainer.model import ModelConfigError
-
     args = parse_args(argv)
     try:
         info = cluster_lib.cluster_from_env(os.environ)
-    except cluster_lib.ClusterConfigError as exc:
+    except ProjectError as exc:
         print(f"trainer: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     # Only the trainer's own logger prints INFO; TensorFlow's chatter stays at WARNING.
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter(f"[trainer {info.name}] %(message)s"))
@@ -243,9 +228,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.propagate = False
     try:
         train(args, info, dict(os.environ))
-    except ModelConfigError as exc:
+    except ProjectError as exc:
         print(f"trainer: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     return 0
 
 

@@ -1,22 +1,20 @@
-"""GPU-configuration validation: Vertex AI worker pools and AI Platform config.yaml files.
+"""Vertex AI worker pools checked against the GPU rules.
 
 Checks every rule of the project's source documents (valid GPU counts per machine type,
-vCPU and memory backing, legacy machine types, scale tiers, regions and zones, Vertex AI
-worker pool rules, job names) before anything is spent: on the command line, before
-compile and run, and as the pipeline's validation stage. The facts live in
-`components.gpu_catalog`. Pure Python: importing this module never imports TensorFlow.
+vCPU and memory backing, legacy machine types, regions and zones, Vertex AI worker pool
+rules) before anything is spent: on the command line, before compile and run, and as the
+pipeline's validation stage. The facts live in `components.gpu.catalog`.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import datetime as _dt
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
-from components import gpu_catalog as cat
-from components.errors import InputError
+from components.gpu import catalog as cat
+from trainer.errors import InputError
 
 ACCELERATOR_TYPES = cat.ACCELERATOR_TYPES
 GPU_REGIONS = cat.GPU_REGIONS
@@ -31,7 +29,6 @@ VALID_GPU_COUNTS: dict[str, dict[str, tuple[int, ...]]] = {
 }
 
 _MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)+$")
-_JOB_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 
 class GpuConfigError(InputError):
@@ -59,6 +56,21 @@ class ValidationResult:
     warnings: list[str]
     specs: list[dict[str, Any]]
 
+    @property
+    def training_workers(self) -> int:
+        """Machines that train: the chief and the worker pool's replicas (pools 0 and 1)."""
+        return sum(p.get("replica_count", 1) for p in self.specs[:2] if p) or 1
+
+    def describe(self) -> str:
+        """The used pools in words: `1 x n1-standard-8 + 1 x NVIDIA_TESLA_T4; ...`."""
+        parts = []
+        for pool in (p for p in self.specs if p):
+            machine = pool["machine_spec"]
+            gpus = (f" + {machine['accelerator_count']} x {machine['accelerator_type']}"
+                    if machine.get("accelerator_type") else "")
+            parts.append(f"{pool['replica_count']} x {machine['machine_type']}{gpus}")
+        return "; ".join(parts)
+
     def raise_for_errors(self) -> "ValidationResult":
         """Raises GpuConfigError when the result has errors, else returns self."""
         if not self.ok:
@@ -66,7 +78,8 @@ class ValidationResult:
         return self
 
 
-def _fmt(values: Iterable[Any]) -> str:
+def listed(values: Iterable[Any]) -> str:
+    """Values joined for a message: `a, b, c`."""
     return ", ".join(str(v) for v in values)
 
 
@@ -114,13 +127,13 @@ def _shortfall(machine_type: str, gpu: str, count: int) -> str:
     if machine is None or gpu not in cat.GPU_BACKING:
         return ""
     if count not in cat.GPU_COUNTS[gpu]:
-        return f" ({gpu} attaches in counts of {_fmt(cat.GPU_COUNTS[gpu])} only)"
+        return f" ({gpu} attaches in counts of {listed(cat.GPU_COUNTS[gpu])} only)"
     vcpus, memory = cat.GPU_BACKING[gpu].limits(count)
     return (f" ({count} x {gpu} back at most {vcpus:g} vCPUs and {_gb(memory)}; {machine_type} "
             f"has {machine.vcpus} vCPUs and {_gb(machine.memory_gb)})")
 
 
-def _as_int(value: Any) -> Any:
+def as_int(value: Any) -> Any:
     """Integral floats and digit strings become ints: KFP passes list parameters through
     protobuf Struct, whose numbers are all doubles (1 arrives as 1.0), and JSON APIs send
     int64 values as strings. Anything else is returned as is."""
@@ -131,7 +144,7 @@ def _as_int(value: Any) -> Any:
     return value
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -166,7 +179,7 @@ def _check_machine(name: str, machine_type: Any, accelerator_type: str | None,
         accepting = machine_types_accepting(accelerator_type, accelerator_count)
         errors.append(f"{name}: machine_spec.machine_type is {machine_type!r}, which takes no "
                       f"GPUs; machine types taking {accelerator_count} x {accelerator_type}: "
-                      f"{_fmt(accepting) or 'none'}")
+                      f"{listed(accepting) or 'none'}")
     elif accelerator_type not in row:
         reason = ""
         if accelerator_type in cat.GPU_COUNTS and machine_type in cat.N1_MACHINES:
@@ -175,13 +188,13 @@ def _check_machine(name: str, machine_type: Any, accelerator_type: str | None,
         elif accelerator_type == cat.A100:
             reason = " (A100 GPUs come only with A2 machine types: a2-highgpu-*, a2-megagpu-16g)"
         errors.append(f"{name}: machine_spec.accelerator_type {accelerator_type} cannot be "
-                      f"attached to {machine_type}{reason}; {machine_type} takes {_fmt(row)}")
+                      f"attached to {machine_type}{reason}; {machine_type} takes {listed(row)}")
     elif accelerator_count not in row[accelerator_type]:
         others = machine_types_accepting(accelerator_type, accelerator_count)
         errors.append(f"{name}: machine_spec.accelerator_count is {accelerator_count}; "
-                      f"{machine_type} takes {_fmt(row[accelerator_type])} x {accelerator_type}"
+                      f"{machine_type} takes {listed(row[accelerator_type])} x {accelerator_type}"
                       f"{_shortfall(machine_type, accelerator_type, accelerator_count)}; "
-                      f"machine types taking {accelerator_count}: {_fmt(others) or 'none'}")
+                      f"machine types taking {accelerator_count}: {listed(others) or 'none'}")
     if accelerator_type in cat.END_OF_SUPPORT:
         warnings.append(f"{name}: {accelerator_type} {cat.END_OF_SUPPORT[accelerator_type]}; "
                         "Vertex AI may refuse it: choose NVIDIA_TESLA_T4 or newer")
@@ -197,7 +210,7 @@ def _validate_pool(name: str, index: int, pool: Mapping[str, Any], errors: list[
         machine_spec = {}
     unknown = sorted(set(machine_spec) - {"machine_type", "accelerator_type", "accelerator_count"})
     if unknown:
-        errors.append(f"{name}: unknown machine_spec field(s) {_fmt(unknown)}; valid fields are "
+        errors.append(f"{name}: unknown machine_spec field(s) {listed(unknown)}; valid fields are "
                       "machine_type, accelerator_type, accelerator_count")
     machine_type = machine_spec.get("machine_type")
     accelerator_type = machine_spec.get("accelerator_type") or None
@@ -208,28 +221,28 @@ def _validate_pool(name: str, index: int, pool: Mapping[str, Any], errors: list[
             warnings.append(f"{name}: machine_spec.accelerator_type {accelerator_type!r} read "
                             f"as {spelled}, the spelling the Vertex AI API takes")
             accelerator_type = spelled
-    accelerator_count = _as_int(machine_spec.get("accelerator_count", 0) or 0)
-    replica_count = _as_int(pool.get("replica_count", 1))
+    accelerator_count = as_int(machine_spec.get("accelerator_count", 0) or 0)
+    replica_count = as_int(pool.get("replica_count", 1))
 
-    if not _is_int(replica_count) or replica_count < 1:
+    if not is_int(replica_count) or replica_count < 1:
         errors.append(f"{name}: replica_count is {replica_count!r}; expected an integer >= 1")
     elif index == 0 and replica_count != 1:
         errors.append(f"{name}: replica_count is {replica_count}; the chief pool must have "
                       "exactly 1 replica (put the other machines in pool 1, the workers)")
 
-    if not _is_int(accelerator_count) or accelerator_count < 0:
+    if not is_int(accelerator_count) or accelerator_count < 0:
         errors.append(f"{name}: machine_spec.accelerator_count is {accelerator_count!r}; "
                       "expected a whole number of GPUs")
     elif accelerator_type is None and accelerator_count:
         errors.append(f"{name}: machine_spec.accelerator_count is {accelerator_count} but "
                       "accelerator_type is not set; give both or neither "
-                      f"(types: {_fmt(ACCELERATOR_TYPES)})")
+                      f"(types: {listed(ACCELERATOR_TYPES)})")
     elif accelerator_type is not None and not accelerator_count:
         errors.append(f"{name}: machine_spec.accelerator_type is {accelerator_type!r} but "
                       "accelerator_count is not set; give both or neither")
     elif accelerator_type is not None and accelerator_type not in ACCELERATOR_TYPES:
         errors.append(f"{name}: machine_spec.accelerator_type is {accelerator_type!r}; valid "
-                      f"types are {_fmt(ACCELERATOR_TYPES)}")
+                      f"types are {listed(ACCELERATOR_TYPES)}")
     else:
         _check_machine(name, machine_type, accelerator_type, accelerator_count, errors, warnings)
 
@@ -257,13 +270,13 @@ def _check_region(region: str, pools: Sequence[tuple[str, Mapping[str, Any]]],
         return
     if region not in GPU_REGIONS:
         errors.append(f"region is {region!r}, which offers no GPUs for training; GPU regions: "
-                      f"{_fmt(GPU_REGIONS)}")
+                      f"{listed(GPU_REGIONS)}")
         return
     zones = cat.ZONES.get(region)
     seed_types = [g for g in used if g in cat.GPU_COUNTS]
     if zones is None:
         if len(used) > 1:
-            warnings.append(f"region {region}: the GPU types {_fmt(used)} must all be offered in "
+            warnings.append(f"region {region}: the GPU types {listed(used)} must all be offered in "
                             "one zone of the region; zone data for this region is not recorded "
                             "here, so check it on Compute Engine's GPU regions and zones page")
         return
@@ -272,14 +285,14 @@ def _check_region(region: str, pools: Sequence[tuple[str, Mapping[str, Any]]],
         if not any(gpu in offered for offered in zones.values()):
             missing = True
             elsewhere = [r for r, zs in cat.ZONES.items() if any(gpu in z for z in zs.values())]
-            errors.append(f"{_fmt(used[gpu])}: {gpu} is not offered in region {region}; regions "
-                          f"offering it: {_fmt(elsewhere) or 'none recorded'}")
+            errors.append(f"{listed(used[gpu])}: {gpu} is not offered in region {region}; regions "
+                          f"offering it: {listed(elsewhere) or 'none recorded'}")
     if not missing and len(seed_types) > 1:
         together = [z for z, offered in zones.items() if set(seed_types) <= offered]
         if not together:
-            per_zone = "; ".join(f"{z}: {_fmt(sorted(g for g in o if g in seed_types))}"
+            per_zone = "; ".join(f"{z}: {listed(sorted(g for g in o if g in seed_types))}"
                                  for z, o in zones.items())
-            errors.append(f"region {region}: the job uses {_fmt(seed_types)}, which no single zone "
+            errors.append(f"region {region}: the job uses {listed(seed_types)}, which no single zone "
                           f"of {region} offers together ({per_zone}); all GPU types of a job "
                           "must be in one zone: use one GPU type, or another region")
 
@@ -325,203 +338,3 @@ def validate_worker_pool_specs(specs: Sequence[Mapping[str, Any]], region: str |
                       errors, warnings)
     return ValidationResult(not errors, errors, warnings, normalised)
 
-
-# --- Job names ---------------------------------------------------------------------------
-
-
-def validate_job_name(name: Any, field: str = "job_name", reserve: int = 0) -> list[str]:
-    """Checks a job name against the documents' rules; returns the problems.
-
-    Args:
-        name: The name.
-        field: Field name for the messages.
-        reserve: Characters kept free for a suffix (see `unique_job_name`).
-    """
-    if not isinstance(name, str) or not name:
-        return [f"{field} is {name!r}; expected letters, digits and underscores, starting "
-                "with a letter"]
-    problems = []
-    if not _JOB_NAME.match(name):
-        bad = sorted({c for c in name if not (c.isascii() and (c.isalnum() or c == "_"))})
-        what = (f"contains {_fmt(repr(c) for c in bad)}" if bad
-                else "does not start with a letter")
-        problems.append(f"{field} is {name!r}, which {what}; job names hold only letters, "
-                        "digits and underscores and start with a letter")
-    limit = cat.JOB_NAME_MAX - reserve
-    if len(name) > limit:
-        problems.append(f"{field} is {len(name)} characters long; at most {limit} fit"
-                        + (f" (a {reserve}-character date/time suffix makes each run's name "
-                           "unique)" if reserve else ""))
-    return problems
-
-
-#: Length of the `_YYYYMMDD_HHMMSS` suffix added by `unique_job_name`.
-JOB_NAME_SUFFIX = 16
-
-
-def unique_job_name(base: str, now: _dt.datetime | None = None) -> str:
-    """`<base>_<YYYYMMDD_HHMMSS>` in UTC: the documents' way to keep job names unique and
-    sorted, grouping a model's jobs together."""
-    now = now or _dt.datetime.now(_dt.timezone.utc)
-    return f"{base}_{now.strftime('%Y%m%d_%H%M%S')}"
-
-
-# --- AI Platform Training config.yaml -----------------------------------------------------
-
-#: (AI Platform task, Vertex pool index).
-_TASKS = (("master", 0), ("worker", 1), ("parameterServer", 2), ("evaluator", 3))
-
-
-@dataclasses.dataclass(frozen=True)
-class Conversion:
-    """An AI Platform `trainingInput` converted to Vertex AI worker pool specs."""
-
-    specs: list[dict[str, Any]]
-    errors: list[str]
-    warnings: list[str]
-    labels: list[str]
-
-
-def _gpu_type(value: Any) -> Any:
-    # gcloud flags spell GPU types as nvidia-tesla-t4; the API as NVIDIA_TESLA_T4.
-    return value.strip().upper().replace("-", "_") if isinstance(value, str) else value
-
-
-def convert_ai_platform_config(training_input: Any) -> Conversion:
-    """Converts an AI Platform Training `trainingInput` to Vertex AI worker pool specs.
-
-    Args:
-        training_input: The parsed config.yaml, with or without its `trainingInput` key.
-
-    Returns:
-        The specs (not yet checked against the GPU rules) with every conversion problem.
-    """
-    errors: list[str] = []
-    warnings: list[str] = []
-    labels = [f"trainingInput.{task} (worker_pool_specs[{i}], {POOL_ROLES[i]})"
-              for task, i in _TASKS]
-    if isinstance(training_input, Mapping) and "trainingInput" in training_input:
-        training_input = training_input["trainingInput"]
-    if not isinstance(training_input, Mapping):
-        return Conversion([], [f"trainingInput is {training_input!r}; expected a mapping with "
-                               "scaleTier, masterType, ..."], [], labels)
-    tier = str(training_input.get("scaleTier", "BASIC")).upper()
-    cluster_fields = [k for k in training_input if k.startswith(
-        ("master", "worker", "parameterServer", "evaluator"))]
-
-    if tier in cat.SCALE_TIERS:
-        if cluster_fields:
-            verb = "is" if len(cluster_fields) == 1 else "are"
-            errors.append(f"trainingInput.scaleTier is {tier}, which fixes the cluster, but "
-                          f"{_fmt(sorted(cluster_fields))} {verb} set; those need scaleTier "
-                          "CUSTOM")
-        legacy = cat.LEGACY_MACHINES[cat.SCALE_TIERS[tier]]
-        return Conversion([_legacy_pool(legacy, 1)], errors, warnings, labels)
-    if tier in cat.UNCONVERTIBLE_TIERS:
-        return Conversion([], [f"trainingInput.scaleTier is {tier}, which has no fixed machine "
-                               "types to carry over to Vertex AI; use scaleTier CUSTOM with "
-                               "masterType, workerType, ... set explicitly"], [], labels)
-    if tier != "CUSTOM":
-        valid = _fmt([*cat.SCALE_TIERS, *cat.UNCONVERTIBLE_TIERS, "CUSTOM"])
-        return Conversion([], [f"trainingInput.scaleTier is {tier!r}; valid tiers are {valid}"],
-                          [], labels)
-
-    pools: list[dict[str, Any]] = [{}, {}, {}, {}]
-    for task, index in _TASKS:
-        machine = training_input.get(f"{task}Type")
-        config = training_input.get(f"{task}Config") or {}
-        if index == 0:
-            count: Any = 1
-            if not machine:
-                errors.append("trainingInput.masterType is not set; scaleTier CUSTOM needs the "
-                              "master's machine type (e.g. n1-highcpu-16)")
-                continue
-        else:
-            count = _as_int(training_input.get(f"{task}Count", 0))
-            if not _is_int(count) or count < 0:
-                errors.append(f"trainingInput.{task}Count is {count!r}; expected a whole number")
-                continue
-            if count and not machine:
-                errors.append(f"trainingInput.{task}Type is not set; {task}Count is {count} and "
-                              "needs a machine type")
-                continue
-            if not count:
-                if machine or config:
-                    warnings.append(f"trainingInput.{task}Type/{task}Config are set but "
-                                    f"{task}Count is 0: no {POOL_ROLES[index]} runs")
-                continue
-        if not isinstance(config, Mapping):
-            errors.append(f"trainingInput.{task}Config is {config!r}; expected a mapping")
-            continue
-        accelerator = config.get("acceleratorConfig")
-        legacy = cat.LEGACY_MACHINES.get(machine) if isinstance(machine, str) else None
-        if legacy is not None:
-            if accelerator:
-                errors.append(f"trainingInput.{task}Config.acceleratorConfig is set, but "
-                              f"{task}Type {machine} is a legacy type that carries its own GPUs "
-                              f"({_legacy_gpus(legacy)}); use a Compute Engine machine type with "
-                              "acceleratorConfig, or the legacy type alone")
-                continue
-            pools[index] = _legacy_pool(legacy, count)
-            continue
-        pool: dict[str, Any] = {"machine_spec": {"machine_type": machine}, "replica_count": count}
-        if accelerator:
-            if not isinstance(accelerator, Mapping):
-                errors.append(f"trainingInput.{task}Config.acceleratorConfig is {accelerator!r}; "
-                              "expected a mapping with count and type")
-                continue
-            gpu = _gpu_type(accelerator.get("type"))
-            gpus = _as_int(accelerator.get("count"))
-            if not gpu or gpus in (None, 0):
-                errors.append(f"trainingInput.{task}Config.acceleratorConfig needs both count and "
-                              f"type (got count {accelerator.get('count')!r}, type "
-                              f"{accelerator.get('type')!r})")
-                continue
-            pool["machine_spec"].update(accelerator_type=gpu, accelerator_count=gpus)
-        pools[index] = pool
-    while pools and not pools[-1]:
-        pools.pop()
-    return Conversion(pools, errors, warnings, labels)
-
-
-def _legacy_gpus(legacy: cat.LegacyMachine) -> str:
-    return f"{legacy.gpu[1]} x {legacy.gpu[0]}" if legacy.gpu else "no GPU"
-
-
-def _legacy_pool(legacy: cat.LegacyMachine, count: int) -> dict[str, Any]:
-    spec: dict[str, Any] = {"machine_type": legacy.equivalent}
-    if legacy.gpu:
-        spec.update(accelerator_type=legacy.gpu[0], accelerator_count=legacy.gpu[1])
-    return {"machine_spec": spec, "replica_count": count}
-
-
-def from_ai_platform_config(training_input: Any) -> list[dict[str, Any]]:
-    """Converts an AI Platform Training config to Vertex AI worker pool specs.
-
-    Legacy machine types become their Compute Engine equivalents with the GPUs they
-    carry; master -> pool 0, workers -> pool 1, parameter servers -> pool 2, evaluators
-    -> pool 3 (an unused pool between used ones stays `{}`).
-
-    Args:
-        training_input: The parsed config.yaml, with or without its `trainingInput` key.
-
-    Returns:
-        Worker pool specs for `validate_worker_pool_specs` and the CustomJob API.
-
-    Raises:
-        GpuConfigError: The config cannot be converted (every problem listed).
-    """
-    conversion = convert_ai_platform_config(training_input)
-    if conversion.errors:
-        raise GpuConfigError(conversion.errors, "cannot convert the AI Platform config")
-    return conversion.specs
-
-
-def validate_ai_platform_config(training_input: Any, region: str | None = None
-                                ) -> ValidationResult:
-    """Converts and validates an AI Platform config in one step (messages name its fields)."""
-    conversion = convert_ai_platform_config(training_input)
-    if conversion.errors:
-        return ValidationResult(False, conversion.errors, conversion.warnings, conversion.specs)
-    result = validate_worker_pool_specs(conversion.specs, region, labels=conversion.labels)
-    return dataclasses.replace(result, warnings=conversion.warnings + result.warnings)

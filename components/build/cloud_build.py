@@ -13,7 +13,10 @@ import dataclasses
 import re
 from typing import Any
 
-from components import images
+from components import images, project
+from components.stage import say
+from trainer.errors import InputError, StageError
+from trainer.gcs import split_gcs_uri
 
 #: The builder image Cloud Build runs `docker build` with.
 DOCKER_BUILDER = "gcr.io/cloud-builders/docker"
@@ -23,8 +26,12 @@ _REPOSITORY = re.compile(r"^(?P<location>[a-z0-9-]+)-docker\.pkg\.dev/(?P<projec
                          r"(?P<repository>[a-z0-9-_.]+)$")
 
 
-class CloudBuildError(RuntimeError):
-    """The image cannot be built or pushed (bad repository, failed build)."""
+class CloudBuildError(StageError):
+    """The image could not be built or pushed."""
+
+
+class ImageRepositoryError(InputError):
+    """An image repository that is not an Artifact Registry Docker repository."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,11 +47,11 @@ class Repository:
         """Parses a repository URI.
 
         Raises:
-            CloudBuildError: Not an Artifact Registry Docker repository.
+            ImageRepositoryError: Not an Artifact Registry Docker repository.
         """
         match = _REPOSITORY.match(uri.rstrip("/"))
         if not match:
-            raise CloudBuildError(f"image repository {uri!r} is not an Artifact Registry Docker "
+            raise ImageRepositoryError(f"image repository {uri!r} is not an Artifact Registry Docker "
                                   "repository; expected LOCATION-docker.pkg.dev/PROJECT/REPOSITORY")
         return cls(**match.groupdict())
 
@@ -60,8 +67,6 @@ class Repository:
 
 def context_object(bucket_uri: str, digest: str) -> tuple[str, str]:
     """(bucket, object) where a build context with `digest` is stored under `bucket_uri`."""
-    from components.dataset import split_gcs_uri
-
     bucket, prefix = split_gcs_uri(bucket_uri.rstrip("/") + "/")
     return bucket, f"{prefix}build-contexts/context-{digest.split(':', 1)[1]}.tar.gz"
 
@@ -89,8 +94,6 @@ def build_request(repository: Repository, tag: str, source_uri: str, *,
     from google.cloud.devtools import cloudbuild_v1
     from google.protobuf import duration_pb2
 
-    from components.dataset import split_gcs_uri
-
     image = images.image_uri(repository.uri, tag)
     bucket, name = split_gcs_uri(source_uri)
     build = cloudbuild_v1.Build(
@@ -100,7 +103,7 @@ def build_request(repository: Repository, tag: str, source_uri: str, *,
                                        args=["build", "--tag", image, "."])],
         images=[image],
         timeout=duration_pb2.Duration(seconds=BUILD_TIMEOUT_SECONDS),
-        tags=["gpu-pipeline", tag],
+        tags=[project.NAME, tag],
         service_account=service_account,
     )
     return cloudbuild_v1.CreateBuildRequest(
@@ -123,7 +126,7 @@ def existing_digest(repository: Repository, tag: str, registry_client: Any) -> s
 
 def ensure_image(repository_uri: str, tag: str, source_uri: str, *, build_client: Any,
                  registry_client: Any, service_account: str = "",
-                 log=print) -> tuple[str, bool]:
+                 log=say) -> tuple[str, bool]:
     """Returns the image `REPO/gpu-pipeline:TAG@sha256:...`, building it only if missing.
 
     Args:
@@ -145,9 +148,9 @@ def ensure_image(repository_uri: str, tag: str, source_uri: str, *, build_client
     image = images.image_uri(repository.uri, tag)
     digest = existing_digest(repository, tag, registry_client)
     if digest:
-        log(f"[gpu-pipeline] image {image} exists ({digest}): not rebuilt")
+        log(f"image {image} exists ({digest}): not rebuilt")
         return f"{image}@{digest}", False
-    log(f"[gpu-pipeline] building {image} with Cloud Build from {source_uri}")
+    log(f"building {image} with Cloud Build from {source_uri}")
     operation = build_client.create_build(request=build_request(
         repository, tag, source_uri, service_account=service_account))
     build = operation.result()
@@ -155,5 +158,5 @@ def ensure_image(repository_uri: str, tag: str, source_uri: str, *, build_client
     if not built or not built[0].digest:
         raise CloudBuildError(f"Cloud Build {build.id} finished ({build.status.name}) without "
                               f"pushing {image}; see {build.log_url}")
-    log(f"[gpu-pipeline] pushed {image}@{built[0].digest}")
+    log(f"pushed {image}@{built[0].digest}")
     return f"{image}@{built[0].digest}", True

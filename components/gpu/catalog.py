@@ -209,9 +209,3 @@ ZONES: dict[str, dict[str, frozenset[str]]] = {
 #: (https://cloud.google.com/compute/docs/eol/k80-eol); Vertex AI marks it deprecated.
 END_OF_SUPPORT = {K80: "reached end of support on 2024-05-01 "
                        "(https://cloud.google.com/compute/docs/eol/k80-eol)"}
-
-# --- Job names -----------------------------------------------------------------------
-
-#: The seeds' job name rules: unique in the project, letters, digits and underscores,
-#: starting with a letter, at most 128 characters.
-JOB_NAME_MAX = 128

@@ -1,6 +1,7 @@
-"""Vertex AI training stage: the CustomJob request for the validated worker pools.
+"""Vertex AI training: the CustomJob's worker pools for the validated machines.
 
-Only this stage differs between Vertex and local runs; see `pipelines.pipeline`.
+Only training differs between Vertex and local runs (`components.training.local_cluster`);
+see `pipelines.pipeline`.
 """
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Sequence
 
-from components.errors import InputError
-from components.gpu_validation import JOB_NAME_SUFFIX, unique_job_name, validate_job_name
+from components.training.job_names import JOB_NAME_SUFFIX, unique_job_name, validate_job_name
+from trainer.errors import InputError
 
 #: Vertex AI sets AIP_MODEL_DIR to `<base_output_directory>/model`.
 MODEL_SUBDIR = "model"
@@ -35,7 +36,7 @@ def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], image_uri: str,
         dataset_path: Local (FUSE) path of the prepared dataset.
         output_uri: `gs://` URI for the job's outputs (base_output_directory).
         output_path: The same location as a local (FUSE) path.
-        trainer_args: Further trainer flags (see `trainer_arguments`).
+        trainer_args: Further trainer flags (`trainer.schema.to_flags` of the options).
         job_name: Base of the job's display name; a date/time suffix makes it unique.
 
     Returns:

@@ -1,4 +1,4 @@
-"""Training report stage: the trainer's curves and final metrics as KFP artifacts.
+"""The training report: the trainer's curves and final metrics as KFP artifacts.
 
 The trainer (chief) writes `metrics.json`, `training_curves.html` and
 `training_report.json` into its job directory, locally or under the Vertex CustomJob's
@@ -12,19 +12,12 @@ import os
 import shutil
 from typing import Any
 
-from trainer.report import CURVES_FILE, METRICS_FILE
+from trainer.errors import StageError
+from trainer.report import CURVES_FILE, METRICS_FILE, REPORT_FILE
 
 
-class TrainingReportError(RuntimeError):
+class TrainingReportError(StageError):
     """The training job directory holds no report (training did not complete)."""
-
-
-def trainer_arguments(*, epochs: int, batch_size: int, learning_rate: float, model: str,
-                      mixed_precision: str, xla: str) -> list[str]:
-    """The trainer flags of a run's training settings (the same for both targets)."""
-    return ["--epochs", str(epochs), "--batch-size", str(batch_size),
-            "--learning-rate", str(learning_rate), "--model", model,
-            "--mixed-precision", mixed_precision, "--xla", xla]
 
 
 def publish_training_report(job_dir: str, curves_path: str) -> dict[str, Any]:
@@ -34,14 +27,14 @@ def publish_training_report(job_dir: str, curves_path: str) -> dict[str, Any]:
         TrainingReportError: A report file is missing.
     """
     files = {name: os.path.join(job_dir, name)
-             for name in (METRICS_FILE, CURVES_FILE, "training_report.json")}
+             for name in (METRICS_FILE, CURVES_FILE, REPORT_FILE)}
     missing = [n for n, p in files.items() if not os.path.isfile(p)]
     if missing:
         raise TrainingReportError(f"training job directory {job_dir!r} lacks "
                                   f"{', '.join(missing)}; did training complete?")
     with open(files[METRICS_FILE]) as f:
         metrics = json.load(f)
-    with open(files["training_report.json"]) as f:
+    with open(files[REPORT_FILE]) as f:
         report = json.load(f)
     os.makedirs(os.path.dirname(curves_path) or ".", exist_ok=True)
     shutil.copyfile(files[CURVES_FILE], curves_path)

@@ -1,8 +1,7 @@
-"""Build stage: the trainer's build context, packed deterministically, and its digest.
+"""The image's build context: the Dockerfile and sources, packed deterministically.
 
 The image tag is derived from the content digest, so the same sources always name the
-same image. Building and pushing needs a Docker engine or Cloud Build; a local run
-says so plainly and uses the trainer installed in its own environment instead.
+same image.
 """
 
 from __future__ import annotations
@@ -15,9 +14,9 @@ import os
 import shutil
 import tarfile
 from pathlib import Path
-from typing import Any, Callable
 
 from components import images
+from trainer.errors import StageError
 
 #: Files and package folders that make up the image, relative to the project root.
 CONTEXT_FILES = ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md")
@@ -26,7 +25,7 @@ _SKIP_DIRS = {"__pycache__", ".pytest_cache"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")
 
 
-class BuildContextError(RuntimeError):
+class BuildContextError(StageError):
     """The project sources needed for the image cannot be found."""
 
 
@@ -63,7 +62,7 @@ def project_root() -> Path:
     Raises:
         BuildContextError: The installed project is not an editable checkout.
     """
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     missing = [f for f in ("Dockerfile", "pyproject.toml") if not (root / f).is_file()]
     if missing:
         raise BuildContextError(
@@ -135,65 +134,3 @@ def write_build_context(destination: str | os.PathLike, root: Path | None = None
 def trainer_image_uri(repository: str, context: BuildContext) -> str:
     """The image URI the build context produces: `<repository>/gpu-pipeline:src-<digest>`."""
     return images.image_uri(repository, context.tag)
-
-
-def run_build_stage(context_dir: str, context_uri: str, image_repository: str, *, push: bool,
-                    trainer_source_uri: str = "", service_account: str = "",
-                    clients: tuple[Any, Any, Any] | None = None,
-                    log: Callable[[str], None] = print) -> tuple[str, dict[str, Any]]:
-    """Stage 3: the trainer's build context, and on Vertex the image built from it.
-
-    Args:
-        context_dir: Local (or /gcs/ FUSE) directory of the stage's build context artifact.
-        context_uri: The same location as a URI (`gs://...` on Vertex).
-        image_repository: Artifact Registry repository of the project image.
-        push: Build and push with Cloud Build (Vertex); False for local runs, which train
-            with the trainer installed in their own environment.
-        trainer_source_uri: A build context tarball uploaded by `gpu-pipeline submit`;
-            empty to use the sources of the stage's own image.
-        service_account: Service account Cloud Build runs as.
-        clients: (storage, Cloud Build, Artifact Registry) clients; created when None.
-        log: Where progress lines go.
-
-    Returns:
-        (image to train with, "" for local runs; metadata for the artifact).
-    """
-    context = write_build_context(context_dir)
-    metadata: dict[str, Any] = {"digest": context.digest, "files": len(context.files),
-                                "image_uri": trainer_image_uri(image_repository, context)}
-    if not push:
-        log(f"[gpu-pipeline] build context: {len(context.files)} files, {context.digest}")
-        log(f"[gpu-pipeline] local run: image {metadata['image_uri']} was not built or pushed "
-            "(no Docker engine is used); training uses the trainer installed in this "
-            "environment")
-        return "", {**metadata, "pushed": False}
-
-    from components import cloud_build
-
-    storage, builder, registry = clients or _cloud_clients()
-    source_uri = f"{context_uri.rstrip('/')}/context.tar.gz"
-    tag = context.tag
-    if trainer_source_uri:  # sources uploaded by `gpu-pipeline submit`: build those
-        from components.dataset import split_gcs_uri
-
-        bucket, name = split_gcs_uri(trainer_source_uri)
-        data = storage.bucket(bucket).blob(name).download_as_bytes()
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        tag, source_uri = content_tag(digest), trainer_source_uri
-        metadata.update(digest=digest, image_uri=images.image_uri(image_repository, tag))
-    log(f"[gpu-pipeline] build context {source_uri} ({metadata['digest']})")
-    image, built = cloud_build.ensure_image(image_repository, tag, source_uri,
-                                            build_client=builder, registry_client=registry,
-                                            service_account=service_account, log=log)
-    return image, {**metadata, "image_uri": image, "pushed": True, "built": built,
-                   "source_uri": source_uri}
-
-
-def _cloud_clients() -> tuple[Any, Any, Any]:
-    from google.cloud import artifactregistry_v1
-    from google.cloud.devtools import cloudbuild_v1
-
-    from components.dataset import storage_client
-
-    return (storage_client(), cloudbuild_v1.CloudBuildClient(),
-            artifactregistry_v1.ArtifactRegistryClient())

@@ -1,4 +1,4 @@
-"""Export stage: load the trained SavedModel back, evaluate it, and publish it.
+"""Stage 5, export: load the trained SavedModel back, evaluate it, and publish it.
 
 The model is evaluated through its serving signature on the validation split's encoded
 images, exactly as a prediction client would send them, then copied atomically to the
@@ -13,10 +13,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from components.dataset import FEATURE_IMAGE, FEATURE_LABEL, load_manifest, shard_paths
+from trainer.contract import (FEATURE_IMAGE, FEATURE_LABEL, feature_spec, load_manifest,
+                              shard_paths)
+from trainer.errors import StageError
 
 
-class ExportError(RuntimeError):
+class ExportError(StageError):
     """The trained model is missing or unusable."""
 
 
@@ -49,8 +51,7 @@ def evaluate_saved_model(model_dir: str | os.PathLike, dataset_dir: str | os.Pat
     serve = loaded.signatures[SIGNATURE_BYTES]
     manifest = load_manifest(dataset_dir)
     classes = manifest["classes"]
-    features = {FEATURE_IMAGE: tf.io.FixedLenFeature([], tf.string),
-                FEATURE_LABEL: tf.io.FixedLenFeature([], tf.int64)}
+    features = feature_spec(tf)
     ds = (tf.data.TFRecordDataset(shard_paths(dataset_dir, manifest, split))
           .batch(batch_size)
           .map(lambda r: tf.io.parse_example(r, features)))
@@ -88,3 +89,20 @@ def publish_model(model_dir: str | os.PathLike, destination: str | os.PathLike,
         shutil.copytree(model_dir, staging, dirs_exist_ok=True)
         (Path(staging) / "evaluation.json").write_text(json.dumps(metrics, indent=2) + "\n")
     return Path(destination)
+
+
+def evaluate_and_publish(model_dir: str | os.PathLike, dataset_dir: str | os.PathLike,
+                         destination: str | os.PathLike) -> dict[str, Any]:
+    """Stage 5: evaluates the trained model on the validation (and test) split, then
+    publishes it with its metrics.
+
+    Returns:
+        The metrics: validation `accuracy`, `examples` and per-class accuracies, plus
+        `test_accuracy` and `test_examples` when the dataset has a test split.
+    """
+    results = evaluate_saved_model(model_dir, dataset_dir)
+    if "test" in load_manifest(dataset_dir)["splits"]:
+        test = evaluate_saved_model(model_dir, dataset_dir, split="test")
+        results.update(test_accuracy=test["accuracy"], test_examples=test["examples"])
+    publish_model(model_dir, destination, results)
+    return results

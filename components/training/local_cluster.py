@@ -1,4 +1,4 @@
-"""Local training stage: the trainer as several worker processes on localhost.
+"""Local training: the trainer as several worker processes on localhost.
 
 Each process gets TF_CONFIG in the format Vertex AI sets (one `chief`, the rest
 `worker` from index 0), so the trainer runs exactly as it does on a Vertex cluster.
@@ -16,9 +16,10 @@ from collections import deque
 from typing import Sequence, TextIO
 
 from trainer.cluster import vertex_tf_config
+from trainer.errors import StageError
 
 
-class LocalTrainingError(RuntimeError):
+class LocalTrainingError(StageError):
     """A worker process failed or the cluster did not finish in time."""
 
 

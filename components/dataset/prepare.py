@@ -1,0 +1,180 @@
+"""The dataset stage: a source -> sharded TFRecords per split, a manifest and a report.
+
+Images are decoded, resized and re-encoded by a pool of processes (all cores) and written
+as they come. Undecodable images are skipped and listed; above a threshold the stage fails.
+Shards are written to a temporary directory and moved into place only when complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from components.dataset.encode import results
+from components.dataset.options import DatasetOptions
+from components.dataset.plan import plan_shards, split_of
+from components.dataset.report import REPORT_NAME, markdown_report
+from components.dataset.sources import DatasetError, Example, list_source
+from trainer import contract
+from trainer.schema import OptionsError, validate
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def prepare_dataset(source: str, output_dir: str | os.PathLike, image_size: int = 32,
+                    validation_fraction: float = 0.2, test_fraction: float = 0.0,
+                    num_shards: int = 0, min_shards: int = 1, max_bad_fraction: float = 0.01,
+                    processes: int = 0, builtin_images_per_class: int = 400,
+                    report_path: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Prepares sharded TFRecords per split and a manifest from an image source.
+
+    Args:
+        source: See the module docstring.
+        output_dir: Directory to create; must not exist or be empty.
+        image_size: Images are resized to image_size x image_size RGB.
+        validation_fraction: Fraction of examples in the validation split.
+        test_fraction: Fraction of examples in the test split (0 for none).
+        num_shards: Shards per split; 0 plans them (see `plan_shards`).
+        min_shards: Training workers; planned shard counts are multiples of it.
+        max_bad_fraction: Above this fraction of undecodable images, the stage fails.
+        processes: Decoding processes; 0 uses every core.
+        builtin_images_per_class: Images per class drawn for `builtin://shapes`.
+        report_path: Also write the Markdown report here (for a KFP Markdown artifact).
+
+    Returns:
+        The manifest (also written to `output_dir/manifest.json`).
+
+    Raises:
+        DatasetError: A parameter or the source is unusable, or too many images are bad.
+    """
+    try:
+        validate(DatasetOptions, {
+            "source": source, "image_size": image_size,
+            "validation_fraction": validation_fraction, "test_fraction": test_fraction,
+            "num_shards": num_shards, "max_bad_fraction": max_bad_fraction}, strict=False)
+    except OptionsError as exc:
+        raise DatasetError(str(exc)) from None
+    if min_shards < 1:
+        raise DatasetError(f"min_shards is {min_shards!r}; expected the number of training "
+                           "workers, >= 1")
+    out = Path(output_dir)
+    if out.exists() and any(out.iterdir()):
+        raise DatasetError(f"output directory {str(out)!r} is not empty")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    processes = processes or os.cpu_count() or 1
+
+    with tempfile.TemporaryDirectory(prefix=".dataset-", dir=out.parent) as work:
+        work_dir = Path(work)
+        listing = list_source(source, work_dir, image_size, builtin_images_per_class)
+        by_split: dict[str, list[Example]] = {s: [] for s in contract.SPLITS}
+        for ex in listing.examples:
+            by_split[split_of(ex.identity, validation_fraction, test_fraction)].append(ex)
+        wanted = [s for s in contract.SPLITS if s != "test" or test_fraction > 0]
+        for split in wanted:
+            if not by_split[split]:
+                raise DatasetError(f"the {split} split is empty ({len(listing.examples)} "
+                                   f"examples, validation_fraction={validation_fraction}, "
+                                   f"test_fraction={test_fraction}); add images or change "
+                                   "the fractions")
+        staging = work_dir / "shards"
+        staging.mkdir()
+        import tensorflow as tf  # Late import: only the writing needs TensorFlow.
+
+        # One ordered stream over all splits; each split's writers take their share.
+        order = [ex for split in wanted for ex in by_split[split]]
+        plans, writers, names = {}, {}, {}
+        for split in wanted:
+            items = by_split[split]
+            if num_shards:
+                plans[split] = min(num_shards, len(items))
+            else:
+                estimate = sum(e.size for e in items) or len(items) * image_size**2 * 3
+                plans[split] = plan_shards(len(items), estimate, min_shards)
+            names[split] = [f"{split}-{i:05d}-of-{plans[split]:05d}.tfrecord"
+                            for i in range(plans[split])]
+        split_of_index = [split for split in wanted for _ in by_split[split]]
+        counts = {s: [0] * plans[s] for s in wanted}
+        per_class = {s: [0] * len(listing.classes) for s in wanted}
+        written = {s: 0 for s in wanted}
+        skipped: list[dict[str, str]] = []
+        try:
+            for split in wanted:
+                writers[split] = [tf.io.TFRecordWriter(str(staging / n)) for n in names[split]]
+            for index, data, error, label in results(listing, order, image_size, processes):
+                ex, split = order[index], split_of_index[index]
+                if data is None:
+                    skipped.append({"file": ex.ref, "reason": error or "unreadable"})
+                    continue
+                label = ex.label if label is None else label
+                shard = written[split] % plans[split]
+                writers[split][shard].write(
+                    contract.serialize_example(tf, data, label, ex.identity))
+                counts[split][shard] += 1
+                per_class[split][label] += 1
+                written[split] += 1
+        finally:
+            for split_writers in writers.values():
+                for w in split_writers:
+                    w.close()
+
+        total = len(order)
+        bad_fraction = len(skipped) / total if total else 0.0
+        if bad_fraction > max_bad_fraction:
+            listed = "; ".join(f"{s['file']}: {s['reason']}" for s in skipped[:5])
+            raise DatasetError(f"{len(skipped)} of {total} images ({bad_fraction:.1%}) could not "
+                               f"be decoded, above max_bad_fraction {max_bad_fraction:.1%}: "
+                               f"{listed}{' ...' if len(skipped) > 5 else ''}; fix or remove "
+                               "them, or raise max_bad_fraction")
+        for split in wanted:
+            if not written[split]:
+                raise DatasetError(f"every image of the {split} split was skipped")
+
+        manifest: dict[str, Any] = {
+            "format_version": contract.FORMAT_VERSION,
+            "classes": listing.classes,
+            "image_size": [image_size, image_size, 3],
+            "image_format": "png",
+            "features": {"image": contract.FEATURE_IMAGE, "label": contract.FEATURE_LABEL,
+                         "id": contract.FEATURE_ID},
+            "source": source,
+            "source_kind": listing.kind,
+            "source_fingerprint": listing.fingerprint,
+            "validation_fraction": validation_fraction,
+            "test_fraction": test_fraction,
+            "examples": total,
+            "skipped": skipped,
+            "bad_fraction": bad_fraction,
+            "splits": {},
+        }
+        for split in wanted:
+            shards = [{"file": n, "count": c, "bytes": (staging / n).stat().st_size,
+                       "sha256": _sha256_file(staging / n)}
+                      for n, c in zip(names[split], counts[split]) if c]
+            for n, c in zip(names[split], counts[split]):
+                if not c:  # all of a shard's images were skipped
+                    (staging / n).unlink()
+            manifest["splits"][split] = {
+                "count": written[split],
+                "per_class": dict(zip(listing.classes, per_class[split])),
+                "shards": shards,
+            }
+        (staging / contract.MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+        report = markdown_report(manifest)
+        (staging / REPORT_NAME).write_text(report)
+        if report_path is not None:
+            Path(report_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(report_path).write_text(report)
+        if out.exists():
+            out.rmdir()
+        shutil.move(str(staging), str(out))
+    return manifest

@@ -1,0 +1,289 @@
+"""Dataset sources: what a source holds and a fingerprint of its state, without reading images.
+
+Sources (`dataset.source`):
+
+- a folder with one sub-folder of images per class: a local path, Vertex's `/gcs/` mount,
+  or a `gs://bucket/prefix` read with google-cloud-storage;
+- a CSV or JSONL manifest of (image URI, label), the URIs local, relative to the manifest
+  or `gs://`;
+- `tfds://NAME[/SPLIT]`, a TensorFlow Datasets dataset already on disk (optional extra;
+  never downloaded);
+- `builtin://shapes`, drawn by `components.dataset.shapes`.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from components.dataset.shapes import SHAPE_CLASSES, generate_shapes
+from trainer.errors import InputError
+from trainer.gcs import read_bytes, split_gcs_uri, storage_client
+
+BUILTIN_SHAPES = "builtin://shapes"
+TFDS_PREFIX = "tfds://"
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
+
+
+class DatasetError(InputError):
+    """A dataset source or parameter the stage cannot use."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """One source image: where to read it, its stable identity and its label index."""
+
+    ref: str
+    identity: str
+    label: int
+    size: int = 0
+
+
+@dataclasses.dataclass
+class SourceListing:
+    """What a source holds, before any image is read."""
+
+    kind: str
+    classes: list[str]
+    examples: list[Example]
+    fingerprint: str
+
+
+
+
+def _classes_from(labels: Iterable[str], where: str) -> list[str]:
+    classes = sorted(set(labels))
+    if len(classes) < 2:
+        raise DatasetError(f"{where} has {len(classes)} class(es) ({', '.join(classes) or 'none'});"
+                           " classification needs at least 2")
+    return classes
+
+
+def _check_extension(name: str, where: str, unknown: list[str]) -> bool:
+    suffix = Path(name).suffix.lower()
+    if suffix in IMAGE_EXTENSIONS:
+        return True
+    unknown.append(f"{where}/{name}" if where else name)
+    return False
+
+
+def _raise_unknown(unknown: list[str], where: str) -> None:
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5
+                                          else "")
+        raise DatasetError(f"{where} holds {len(unknown)} file(s) of unknown type ({shown}); "
+                           f"image files end in {', '.join(IMAGE_EXTENSIONS)}: remove or "
+                           "convert the others")
+
+
+def list_image_folder(source_dir: str | os.PathLike) -> tuple[list[str], list[tuple[str, int]]]:
+    """Lists a local image folder with one sub-folder per class.
+
+    Args:
+        source_dir: Directory whose sub-folders are the class names.
+
+    Returns:
+        (class names sorted, [(path relative to source_dir, label index), ...]).
+
+    Raises:
+        DatasetError: The directory is missing, has fewer than two classes, a class folder
+            holds no image, or files of unknown type.
+    """
+    listing = _list_local_folder(str(source_dir))
+    return listing.classes, [(e.identity, e.label) for e in listing.examples]
+
+
+def _list_local_folder(source: str) -> SourceListing:
+    root = Path(source)
+    if not root.is_dir():
+        raise DatasetError(f"dataset source {source!r} is not a directory; expected a folder "
+                           f"with one sub-folder of images per class, a CSV/JSONL manifest, a "
+                           f"gs:// prefix, {TFDS_PREFIX}NAME or {BUILTIN_SHAPES!r}")
+    names = [p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    classes = _classes_from(names, f"dataset source {source!r}")
+    examples, unknown = [], []
+    h = hashlib.sha256()
+    for label, name in enumerate(classes):
+        count = 0
+        for path in sorted((root / name).rglob("*")):
+            rel = str(path.relative_to(root))
+            if not path.is_file() or any(p.startswith(".") for p in Path(rel).parts):
+                continue
+            if _check_extension(rel, "", unknown):
+                stat = path.stat()
+                examples.append(Example(str(path), rel, label, stat.st_size))
+                h.update(f"{rel}\0{label}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+                count += 1
+        if not count and not unknown:
+            raise DatasetError(f"class folder {str(root / name)!r} holds no image "
+                               f"({', '.join(IMAGE_EXTENSIONS)})")
+    _raise_unknown(unknown, f"dataset source {source!r}")
+    return SourceListing("folder", classes, examples, "sha256:" + h.hexdigest())
+
+
+def _list_gcs_folder(source: str) -> SourceListing:
+    bucket, prefix = split_gcs_uri(source.rstrip("/") + "/")
+    blobs = sorted(storage_client().list_blobs(bucket, prefix=prefix), key=lambda b: b.name)
+    by_class: dict[str, list[Any]] = {}
+    unknown: list[str] = []
+    for blob in blobs:
+        rel = blob.name[len(prefix):]
+        if "/" not in rel or rel.endswith("/") or any(p.startswith(".") for p in rel.split("/")):
+            continue
+        if _check_extension(rel, "", unknown):
+            by_class.setdefault(rel.split("/", 1)[0], []).append(blob)
+    if not blobs:
+        raise DatasetError(f"dataset source {source!r} holds no objects; expected "
+                           f"{source.rstrip('/')}/<class>/<image> objects")
+    _raise_unknown(unknown, f"dataset source {source!r}")
+    classes = _classes_from(by_class, f"dataset source {source!r}")
+    examples = []
+    h = hashlib.sha256()
+    for label, name in enumerate(classes):
+        for blob in by_class[name]:
+            rel = blob.name[len(prefix):]
+            examples.append(Example(f"gs://{bucket}/{blob.name}", rel, label, blob.size or 0))
+            h.update(f"{rel}\0{label}\0{blob.size}\0{blob.md5_hash}\0{blob.generation}\n".encode())
+    return SourceListing("gcs-folder", classes, examples, "sha256:" + h.hexdigest())
+
+
+def _manifest_rows(source: str, text: str) -> Iterator[tuple[int, str | None, str | None]]:
+    if source.lower().endswith(".jsonl"):
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{source}:{number} is not valid JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise DatasetError(f"{source}:{number} is not a JSON object with image and label")
+            yield number, row.get("image"), row.get("label")
+    else:
+        reader = csv.DictReader(io.StringIO(text))
+        missing = {"image", "label"} - set(reader.fieldnames or ())
+        if missing:
+            raise DatasetError(f"{source} lacks the column(s) {', '.join(sorted(missing))}; a "
+                               "CSV manifest needs a header with image,label")
+        for number, row in enumerate(reader, 2):
+            yield number, row.get("image"), row.get("label")
+
+
+def _list_manifest(source: str) -> SourceListing:
+    try:
+        text = read_bytes(source).decode("utf-8")
+    except FileNotFoundError:
+        raise DatasetError(f"dataset manifest {source!r} does not exist") from None
+    base = os.path.dirname(source)
+    rows, problems, unknown = [], [], []
+    for number, image, label in _manifest_rows(source, text):
+        label = str(label).strip() if label not in (None, "") else ""
+        if not image:
+            problems.append(f"{source}:{number}: no image URI")
+        elif not label:
+            problems.append(f"{source}:{number}: image {image!r} has no label")
+        elif _check_extension(str(image), "", unknown):
+            ref = image if image.startswith("gs://") or os.path.isabs(image) \
+                else os.path.join(base, image)
+            rows.append((ref, label))
+    if problems:
+        raise DatasetError(f"dataset manifest {source!r} has {len(problems)} unusable row(s): "
+                           + "; ".join(problems[:5]) + (" ..." if len(problems) > 5 else ""))
+    _raise_unknown(unknown, f"dataset manifest {source!r}")
+    if not rows:
+        raise DatasetError(f"dataset manifest {source!r} lists no images")
+    classes = _classes_from((label for _, label in rows), f"dataset manifest {source!r}")
+    index = {c: i for i, c in enumerate(classes)}
+    examples = [Example(ref, ref, index[label]) for ref, label in rows]
+    h = hashlib.sha256(text.encode())
+    for ex in examples:  # the images' own state, so a replaced file changes the key
+        if not ex.ref.startswith("gs://") and os.path.exists(ex.ref):
+            stat = os.stat(ex.ref)
+            h.update(f"{ex.ref}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return SourceListing("manifest", classes, examples, "sha256:" + h.hexdigest())
+
+
+def _list_tfds(source: str) -> SourceListing:
+    name, _, split = source[len(TFDS_PREFIX):].partition("/")
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:
+        raise DatasetError(f"dataset source {source!r} needs tensorflow-datasets: install the "
+                           "project with the [tfds] extra") from None
+    try:
+        builder = tfds.builder(name)
+        info = builder.info
+        prepared = os.path.isdir(builder.data_dir) and bool(os.listdir(builder.data_dir))
+    except Exception as exc:  # noqa: BLE001 - tfds raises many types for unknown names
+        raise DatasetError(f"TFDS dataset {name!r} cannot be used: {exc}") from None
+    if not prepared:
+        raise DatasetError(f"TFDS dataset {name!r} is not on disk under {builder.data_dir}; "
+                           "prepare it first (this stage never downloads)")
+    classes = list(info.features["label"].names)
+    split = split or "train"
+    total = info.splits[split].num_examples
+    examples = [Example(f"{source}#{i}", f"{name}/{split}/{i}", -1) for i in range(total)]
+    fingerprint = f"tfds:{name}:{info.version}:{split}:{total}"
+    return SourceListing("tfds", classes, examples, fingerprint)
+
+
+def list_source(source: str, work_dir: str | os.PathLike | None = None,
+                image_size: int = 32, builtin_images_per_class: int = 400) -> SourceListing:
+    """Lists a dataset source without reading its images.
+
+    Args:
+        source: See the module docstring for the accepted forms.
+        work_dir: Where `builtin://shapes` is drawn (required for it).
+        image_size: Size the builtin shapes are drawn at.
+        builtin_images_per_class: Images per class of the builtin shapes.
+
+    Returns:
+        The classes, the examples and a fingerprint that changes when the source does.
+
+    Raises:
+        DatasetError: The source is missing or unusable (the message says how).
+    """
+    if not isinstance(source, str) or not source:
+        raise DatasetError(f"dataset source is {source!r}; expected a folder, a manifest, a "
+                           f"gs:// prefix, {TFDS_PREFIX}NAME or {BUILTIN_SHAPES!r}")
+    if source == BUILTIN_SHAPES:
+        if work_dir is None:
+            return SourceListing("builtin", list(SHAPE_CLASSES), [], _builtin_fingerprint(
+                image_size, builtin_images_per_class))
+        folder = generate_shapes(Path(work_dir) / "builtin-shapes", builtin_images_per_class,
+                                 image_size)
+        listing = _list_local_folder(str(folder))
+        listing.kind = "builtin"
+        listing.fingerprint = _builtin_fingerprint(image_size, builtin_images_per_class)
+        return listing
+    if source.startswith(TFDS_PREFIX):
+        return _list_tfds(source)
+    if source.lower().endswith((".csv", ".jsonl")):
+        return _list_manifest(source)
+    if source.startswith("gs://"):
+        return _list_gcs_folder(source)
+    if "://" in source:
+        raise DatasetError(f"dataset source {source!r} has an unknown scheme; use a local or "
+                           f"/gcs/ path, gs://, {TFDS_PREFIX} or {BUILTIN_SHAPES}")
+    return _list_local_folder(source)
+
+
+def _builtin_fingerprint(image_size: int, per_class: int) -> str:
+    return f"{BUILTIN_SHAPES}?images_per_class={per_class}&image_size={image_size}&v=2"
+
+
+def source_fingerprint(source: str, image_size: int = 32,
+                       builtin_images_per_class: int = 400) -> str:
+    """A cheap key of the source's current state (names, sizes, times or checksums).
+
+    The pipeline passes it to the preparation stage, so KFP's cache reuses the prepared
+    data exactly when the source is unchanged.
+    """
+    return list_source(source, None, image_size, builtin_images_per_class).fingerprint
+

@@ -1,0 +1,32 @@
+"""What every stage prints: progress lines with the project's prefix, and a user's mistake
+as its message alone (no traceback) with exit code 1."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Iterator
+
+from components.project import LOG_PREFIX
+from trainer.errors import ProjectError
+
+
+def say(message: str) -> None:
+    """Prints one progress line (`[gpu-pipeline] message`)."""
+    print(f"{LOG_PREFIX} {message}", flush=True)
+
+
+@contextlib.contextmanager
+def stage_errors(stage: str) -> Iterator[None]:
+    """Ends a component on a project error with its message and exit code 1.
+
+    KFP (locally and on Vertex) marks the task failed on the non-zero exit; the log shows
+    the message alone, since a traceback would only point into our own code. Errors that
+    are not the project's (bugs) keep their traceback.
+    """
+    try:
+        yield
+    except ProjectError as exc:
+        for line in str(exc).splitlines():
+            say(f"{stage}: {line}")
+        sys.exit(1)

@@ -1,0 +1,71 @@
+"""How a run uses Vertex AI: worker pools, the CustomJob's settings, model registration.
+
+Declared once (see `trainer.schema`); the config file's `vertex` section extends it with
+what only the client needs (`pipelines.config.VertexConfig`), and the pipeline receives it
+as its `vertex` parameter, which the stages read back through this model.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any, Literal
+
+import pydantic
+from pydantic import Field
+
+from components import images
+from components.training.job_names import JOB_NAME_SUFFIX, validate_job_name
+from trainer.schema import STRICT
+
+
+def default_pools() -> list[dict[str, Any]]:
+    """A chief and one worker, each an n1-standard-8 with one T4: the smallest real
+    multi-worker GPU cluster, valid in every GPU region."""
+    pool = {"machine_spec": {"machine_type": "n1-standard-8",
+                             "accelerator_type": "NVIDIA_TESLA_T4", "accelerator_count": 1},
+            "replica_count": 1}
+    return [copy.deepcopy(pool) for _ in range(2)]
+
+
+class VertexOptions(pydantic.BaseModel):
+    """The Vertex AI settings the pipeline's stages use at run time."""
+
+    model_config = STRICT
+
+    region: str = Field("us-central1", description="Vertex AI region of the job.")
+    worker_pool_specs: list[Any] = Field(default_factory=default_pools, description=(
+        "CustomJob worker pools: 0 chief, 1 workers, 2 parameter servers, 3 evaluators."))
+    job_name: str = Field("gpu_training", description=(
+        "Letters, digits and underscores; each run adds a _YYYYMMDD_HHMMSS suffix."))
+    image_repository: str = Field(images.DEFAULT_IMAGE_REPOSITORY, description=(
+        "Artifact Registry Docker repository of the project image."))
+    service_account: str = Field("", description="Service account the jobs run as.")
+    network: str = Field("", description=(
+        "projects/NUMBER/global/networks/NAME for VPC peering; empty for none."))
+    restart_job_on_worker_restart: bool = Field(True, description=(
+        "Restart the whole job when a worker restarts (training then resumes)."))
+    scheduling_strategy: Literal["STANDARD", "SPOT"] = Field("STANDARD", description=(
+        "STANDARD or SPOT (preemptible) machines."))
+    timeout: str = Field("604800s", description="Most time the CustomJob may run, e.g. 86400s.")
+    tensorboard: str = Field("", description=(
+        "projects/.../locations/.../tensorboards/ID; empty for none."))
+    accuracy_threshold: float = Field(0.9, ge=0, le=1, description=(
+        "Register the model only at or above this validation accuracy."))
+    model_display_name: str = Field("gpu-pipeline-model", description=(
+        "Display name of the registered model."))
+    parent_model: str = Field("", description=(
+        "projects/.../locations/.../models/ID: register as a new version of it."))
+    serving_image: str = Field(images.SERVING_IMAGE, description=(
+        "Serving container of the registered model."))
+
+    def problems(self) -> list[str]:
+        """Rules a single field's type cannot say (formats); the GPU rules are stage 2's."""
+        found = validate_job_name(self.job_name, "job_name", reserve=JOB_NAME_SUFFIX)
+        if not re.fullmatch(r"\d+(\.\d+)?s", self.timeout):
+            found.append(f"timeout is {self.timeout!r}; expected seconds like '86400s'")
+        if self.parent_model and not re.fullmatch(
+                r"projects/[^/]+/locations/[^/]+/models/[^/]+", self.parent_model):
+            found.append(f"parent_model is {self.parent_model!r}; expected "
+                         "projects/PROJECT/locations/REGION/models/ID")
+        return found

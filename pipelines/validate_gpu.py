@@ -1,0 +1,92 @@
+"""`gpu-pipeline validate-gpu`: any GPU configuration file or flags, checked against the rules.
+
+Reads an AI Platform Training `config.yaml`, a list of Vertex AI worker pool specs (YAML or
+JSON) or a gpu-pipeline configuration, and prints the problems or the normalised pools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from trainer.errors import InputError
+
+
+def validate_file(path: Path, region: str | None):
+    """Validates a file in any of the accepted formats; returns (result, region, format)."""
+    import yaml
+
+    from components.gpu.ai_platform import validate_ai_platform_config
+    from components.gpu.validation import validate_worker_pool_specs
+
+    if not path.is_file():
+        raise InputError(f"--config {str(path)!r} is not a readable file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise InputError(f"--config {str(path)!r} is not valid YAML or JSON: {exc}") from None
+    if isinstance(data, list):
+        return validate_worker_pool_specs(data, region), region, "vertex worker pool specs"
+    if isinstance(data, dict) and ({"trainingInput", "scaleTier", "masterType"} & set(data)):
+        region = region or (data.get("trainingInput") or {}).get("region")
+        return validate_ai_platform_config(data, region), region, "AI Platform config.yaml"
+    if isinstance(data, dict) and "worker_pool_specs" in data:
+        region = region or data.get("region")
+        return (validate_worker_pool_specs(data["worker_pool_specs"], region), region,
+                "vertex worker pool specs")
+    from pipelines.config import SECTIONS
+
+    if isinstance(data, dict) and set(data) <= set(SECTIONS):
+        from pipelines.config import Config
+
+        defaults, vertex = Config().vertex, data.get("vertex") or {}
+        region = region or vertex.get("region") or defaults.region
+        specs = vertex.get("worker_pool_specs", list(defaults.worker_pool_specs))
+        return validate_worker_pool_specs(specs, region), region, "gpu-pipeline config"
+    raise InputError(f"--config {str(path)!r} is in no format validate-gpu reads: expected an AI "
+                     "Platform config.yaml (trainingInput: ...), Vertex worker pool specs (a "
+                     "list, or worker_pool_specs: [...]), or a gpu-pipeline config (vertex: ...)")
+
+
+def command(args: argparse.Namespace) -> int:
+    """`gpu-pipeline validate-gpu`: exit code 0 when valid, 1 when not."""
+    from components.gpu.validation import validate_worker_pool_specs
+
+    if args.config is not None:
+        if args.machine_type:
+            raise InputError("give either --config FILE or --machine-type, not both")
+        result, region, source = validate_file(args.config, args.region)
+    elif args.machine_type:
+        machine_spec: dict[str, Any] = {"machine_type": args.machine_type}
+        if args.accelerator_type is not None:
+            machine_spec["accelerator_type"] = args.accelerator_type
+        if args.accelerator_count is not None:
+            machine_spec["accelerator_count"] = args.accelerator_count
+        specs = [{"machine_spec": machine_spec, "replica_count": 1}]
+        if args.replica_count > 1:
+            specs.append({"machine_spec": dict(machine_spec),
+                          "replica_count": args.replica_count - 1})
+        region, source = args.region, "command line"
+        result = validate_worker_pool_specs(specs, region=region)
+    else:
+        raise InputError("give --machine-type (with --accelerator-type/--accelerator-count) "
+                         "or --config FILE")
+    if args.json:
+        print(json.dumps({"ok": result.ok, "errors": result.errors, "warnings": result.warnings,
+                          "worker_pool_specs": result.specs, "region": region,
+                          "input": source}, indent=2))
+    else:
+        for warning in result.warnings:
+            print(f"warning: {warning}")
+        if result.ok:
+            used = [p for p in result.specs if p]
+            print(f"valid ({source}): {len(used)} worker pool(s)"
+                  + (f" in {region}" if region else ""))
+            print(json.dumps(result.specs, indent=2))
+        else:
+            print(f"invalid GPU configuration ({source}):")
+            for error in result.errors:
+                print(f"  - {error}")
+    return 0 if result.ok else 1

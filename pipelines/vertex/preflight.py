@@ -1,0 +1,60 @@
+"""Pre-flight: what must hold before anything is uploaded, built or submitted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from components import images
+from pipelines.config import Config
+from trainer.errors import InputError
+from trainer.gcs import mounted_gcs_uri, split_gcs_uri
+
+
+class VertexSettingsError(InputError):
+    """The configuration lacks what a run on Vertex AI needs."""
+
+
+def require_vertex_settings(config: Config) -> None:
+    """Raises VertexSettingsError unless project, pipeline root and image repository are set
+    and the dataset source is one the pipeline can read on Vertex AI."""
+    missing = [name for name, value in (("vertex.project", config.vertex.project),
+                                        ("vertex.pipeline_root", config.vertex.pipeline_root))
+               if not value]
+    if config.vertex.image_repository == images.DEFAULT_IMAGE_REPOSITORY:
+        missing.append("vertex.image_repository")
+    problems = [f"{', '.join(missing)} must be set for Vertex AI (in the config file or with "
+                "--project/--pipeline-root/--image-repository)"] if missing else []
+    source = config.dataset.source
+    if "://" not in source and not mounted_gcs_uri(source):
+        problems.append(f"dataset.source is {source!r}, a path on this machine, which the "
+                        "pipeline on Vertex AI cannot read; copy it to Cloud Storage (gcloud "
+                        f"storage cp -r {source} gs://BUCKET/PATH) and give gs://BUCKET/PATH")
+    if problems:
+        raise VertexSettingsError("; ".join(problems))
+
+
+def bucket_location_warnings(config: Config, storage: Any) -> list[str]:
+    """The pipeline root's bucket and the dataset's bucket should be in the job's region.
+
+    Data in another region makes jobs slower (and costs egress), as the training concepts
+    document warns.
+    """
+    places = [("vertex.pipeline_root", config.vertex.pipeline_root)]
+    source = mounted_gcs_uri(config.dataset.source) or config.dataset.source
+    if source.startswith("gs://"):
+        places.append(("dataset.source", source))
+    warnings = []
+    for field, uri in places:
+        bucket_name, _ = split_gcs_uri(uri)
+        bucket = storage.lookup_bucket(bucket_name)
+        if bucket is None:
+            warnings.append(f"{field} bucket {bucket_name!r} does not exist (or is not visible "
+                            "to these credentials)")
+            continue
+        location = (bucket.location or "").lower()
+        if location != config.vertex.region:
+            warnings.append(f"{field} bucket {bucket_name!r} is in {location.upper() or '?'}, "
+                            f"not in the job's region {config.vertex.region}: reading and "
+                            "writing data across regions makes jobs slower; use a bucket in "
+                            f"{config.vertex.region}")
+    return warnings

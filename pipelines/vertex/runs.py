@@ -1,0 +1,141 @@
+"""A run on Vertex AI: sources uploaded, image found or built, the PipelineJob submitted."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from components import images, project
+from components.build import cloud_build
+from components.build.context import write_build_context
+from components.stage import say
+from pipelines.config import Config
+from pipelines.vertex.clients import Clients
+from pipelines.vertex.preflight import require_vertex_settings
+from pipelines.vertex.spec import compile_for_vertex
+
+
+def pipeline_job(config: Config, template_path: Path, trainer_source_uri: str = "",
+                 credentials: Any = None) -> Any:
+    """The `aiplatform.PipelineJob` of a run (built offline; nothing is sent)."""
+    from google.cloud import aiplatform
+
+    from pipelines.pipeline import vertex_arguments
+
+    return aiplatform.PipelineJob(
+        display_name=config.vertex.job_name,
+        template_path=str(template_path),
+        pipeline_root=config.vertex.pipeline_root,
+        parameter_values=vertex_arguments(config, trainer_source_uri),
+        enable_caching=config.vertex.enable_caching,
+        labels={"app": project.NAME, **config.vertex.labels},
+        project=config.vertex.project, location=config.vertex.region,
+        credentials=credentials)
+
+
+def create_request(job: Any, config: Config) -> Any:
+    """The CreatePipelineJobRequest that `job.submit()` sends, as the library's type."""
+    from google.cloud import aiplatform_v1
+
+    resource = aiplatform_v1.PipelineJob.from_json(json.dumps(job.to_dict()),
+                                                   ignore_unknown_fields=True)
+    if config.vertex.service_account:
+        resource.service_account = config.vertex.service_account
+    if config.vertex.network:
+        resource.network = config.vertex.network
+    return aiplatform_v1.CreatePipelineJobRequest(
+        parent=f"projects/{config.vertex.project}/locations/{config.vertex.region}",
+        pipeline_job=resource, pipeline_job_id=job.job_id)
+
+
+@dataclasses.dataclass
+class Prepared:
+    """A run ready to send: its job, the request, and the image and sources it uses."""
+
+    job: Any
+    request: Any
+    image: str
+    source_uri: str
+    build_request: Any
+    template: Path
+
+
+def prepare_run(config: Config, work_dir: Path, *, dry_run: bool, clients: Clients,
+                credentials: Any = None, log: Callable[[str], None] = say) -> Prepared:
+    """Packs and uploads the sources, makes sure the image exists, and builds the job.
+
+    With `dry_run`, nothing is uploaded or built: the returned requests show what would be.
+    """
+    require_vertex_settings(config)
+    context = write_build_context(work_dir / "build-context")
+    repository = cloud_build.Repository.parse(config.vertex.image_repository)
+    bucket, name = cloud_build.context_object(config.vertex.pipeline_root, context.digest)
+    source_uri = f"gs://{bucket}/{name}"
+    image = images.image_uri(repository.uri, context.tag)
+    build_request = cloud_build.build_request(repository, context.tag, source_uri)
+    if not dry_run:
+        cloud_build.upload_context(context.tarball.read_bytes(), context.digest,
+                                   config.vertex.pipeline_root, clients.get_storage())
+        log(f"sources uploaded: {source_uri}")
+        builder, registry = clients.get_builders()
+        image, _ = cloud_build.ensure_image(repository.uri, context.tag, source_uri,
+                                            build_client=builder, registry_client=registry,
+                                            log=log)
+    template = compile_for_vertex(work_dir / "pipeline.yaml", image)
+    job = pipeline_job(config, template, source_uri, credentials)
+    return Prepared(job, create_request(job, config), image, source_uri, build_request,
+                    template)
+
+
+@contextlib.contextmanager
+def prepared_run(config: Config, dry_run: bool, clients: Clients, credentials: Any,
+                 log: Callable[[str], None]) -> Iterator[tuple[Prepared, Any]]:
+    """A prepared run (in a temporary directory) and the credentials it was built with."""
+    credentials = credentials or _dry_run_credentials(dry_run)
+    with tempfile.TemporaryDirectory(prefix=f"{project.NAME}-") as work:
+        yield prepare_run(config, Path(work), dry_run=dry_run, clients=clients,
+                          credentials=credentials, log=log), credentials
+
+
+def _dry_run_credentials(dry_run: bool) -> Any:
+    # A dry run sends nothing, so it needs no account: anonymous credentials build the job.
+    if not dry_run:
+        return None
+    from google.auth.credentials import AnonymousCredentials
+
+    return AnonymousCredentials()
+
+
+def to_json(message: Any) -> str:
+    """A proto-plus request as the JSON body the API receives."""
+    return type(message).to_json(message, indent=2, use_integers_for_enums=False,
+                                 always_print_fields_with_no_presence=False)
+
+
+def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,
+           credentials: Any = None, log: Callable[[str], None] = say) -> Any:
+    """Submits a run (`aiplatform.PipelineJob.submit`), or prints it with `dry_run`.
+
+    Returns:
+        The CreatePipelineJobRequest (dry run) or the submitted PipelineJob.
+    """
+    clients = clients or Clients()
+    with prepared_run(config, dry_run, clients, credentials, log) as (prepared, _):
+        if dry_run:
+            log("dry run: nothing was uploaded, built or submitted")
+            log(f"sources would go to {prepared.source_uri}; if {prepared.image} is missing, "
+                "Cloud Build would receive:")
+            print(to_json(prepared.build_request))
+            log("Vertex AI would receive this CreatePipelineJobRequest:")
+            print(to_json(prepared.request))
+            return prepared.request
+        if clients.pipeline_api is not None:
+            prepared.job.api_client = clients.pipeline_api
+        prepared.job.submit(service_account=config.vertex.service_account or None,
+                            network=config.vertex.network or None)
+        log(f"submitted {prepared.job.resource_name}")
+        return prepared.job
