@@ -1,8 +1,9 @@
 """Stage 5, export: load the trained SavedModel back, evaluate it, and publish it.
 
 The model is evaluated through its serving signature on the validation split's encoded
-images, exactly as a prediction client would send them, then copied atomically to the
-exported model location with its metrics.
+images, exactly as a prediction client would send them, then committed to the exported
+model location with its metrics (`trainer.commit`: a fresh directory and a marker written
+last, as Cloud Storage FUSE cannot rename directories).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from trainer.contract import (FEATURE_IMAGE, FEATURE_LABEL, feature_spec, load_manifest,
                               shard_paths)
+from trainer.commit import MARKER, commit_directory, committed
 from trainer.errors import StageError
 
 
@@ -27,7 +29,7 @@ def evaluate_saved_model(model_dir: str | os.PathLike, dataset_dir: str | os.Pat
     """Evaluates a SavedModel's `serving_default` signature on a dataset split.
 
     Args:
-        model_dir: SavedModel directory written by the trainer.
+        model_dir: A SavedModel directory, or a location the trainer committed one to.
         dataset_dir: Prepared dataset directory.
         split: Split to evaluate on.
         batch_size: Examples per signature call.
@@ -40,6 +42,7 @@ def evaluate_saved_model(model_dir: str | os.PathLike, dataset_dir: str | os.Pat
     """
     from trainer.export import SIGNATURE_BYTES
 
+    model_dir = saved_model_dir(model_dir)
     if not (Path(model_dir) / "saved_model.pb").is_file():
         raise ExportError(f"{str(model_dir)!r} holds no SavedModel (no saved_model.pb)")
     import tensorflow as tf  # The SavedModel is served without Keras.
@@ -71,38 +74,52 @@ def evaluate_saved_model(model_dir: str | os.PathLike, dataset_dir: str | os.Pat
     return metrics
 
 
+def saved_model_dir(location: str | os.PathLike) -> str:
+    """The SavedModel directory at `location`: itself, or the one committed under it.
+
+    Raises:
+        ExportError: Neither holds a SavedModel.
+    """
+    if (Path(location) / "saved_model.pb").is_file():
+        return str(location)
+    found = committed(location)
+    if found is None:
+        raise ExportError(f"{str(location)!r} holds no SavedModel and no committed one "
+                          f"({MARKER}); did training finish?")
+    return found
+
+
 def publish_model(model_dir: str | os.PathLike, destination: str | os.PathLike,
-                  metrics: dict[str, Any]) -> Path:
-    """Copies the SavedModel to `destination` atomically, with its evaluation beside it.
+                  metrics: dict[str, Any]) -> str:
+    """Commits a copy of the SavedModel under `destination`, with its evaluation beside it.
 
     Args:
-        model_dir: Trained SavedModel directory.
-        destination: Exported model directory; must not exist or be empty.
+        model_dir: Trained SavedModel directory (or where the trainer committed it).
+        destination: Exported model location (`trainer.commit` layout).
         metrics: Evaluation metrics, written to `evaluation.json` in the copy.
 
     Returns:
-        The destination path.
+        The committed SavedModel directory (what a model upload points at).
     """
-    from trainer.export import atomic_directory
-
-    with atomic_directory(destination) as staging:
-        shutil.copytree(model_dir, staging, dirs_exist_ok=True)
+    source = saved_model_dir(model_dir)
+    with commit_directory(destination, written_by="export") as staging:
+        shutil.copytree(source, staging, dirs_exist_ok=True)
         (Path(staging) / "evaluation.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    return Path(destination)
+    return staging
 
 
 def evaluate_and_publish(model_dir: str | os.PathLike, dataset_dir: str | os.PathLike,
-                         destination: str | os.PathLike) -> dict[str, Any]:
+                         destination: str | os.PathLike) -> tuple[dict[str, Any], str]:
     """Stage 5: evaluates the trained model on the validation (and test) split, then
     publishes it with its metrics.
 
     Returns:
-        The metrics: validation `accuracy`, `examples` and per-class accuracies, plus
-        `test_accuracy` and `test_examples` when the dataset has a test split.
+        (the metrics: validation `accuracy`, `examples` and per-class accuracies, plus
+        `test_accuracy` and `test_examples` when the dataset has a test split; the
+        committed SavedModel directory).
     """
     results = evaluate_saved_model(model_dir, dataset_dir)
     if "test" in load_manifest(dataset_dir)["splits"]:
         test = evaluate_saved_model(model_dir, dataset_dir, split="test")
         results.update(test_accuracy=test["accuracy"], test_examples=test["examples"])
-    publish_model(model_dir, destination, results)
-    return results
+    return results, publish_model(model_dir, destination, results)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from components import project
 
-#: TensorFlow version of the trainer: the pip pin, the base image and the serving
-#: container must agree, or a SavedModel may use ops the server does not know.
+#: TensorFlow version of the trainer: the pip pin and the base image must agree. The
+#: registered model is served by the same image (trainer/serving.py), so the server runs
+#: the TensorFlow the model was trained with; Vertex AI's prebuilt TensorFlow prediction
+#: containers stop at 2.15 (Vertex AI docs: "Prebuilt containers for prediction").
 TENSORFLOW_VERSION = "2.21.0"
 
 #: GPU base image of the trainer container (CUDA and cuDNN matching TENSORFLOW_VERSION).
@@ -40,12 +42,3 @@ def pipeline_image(repository: str = DEFAULT_IMAGE_REPOSITORY) -> str:
     """Returns the image the pipeline's lightweight components run in (tagged with the
     project's release)."""
     return image_uri(repository, project.version())
-
-
-#: Vertex AI prebuilt TensorFlow serving container for the pinned minor version, named as
-#: Vertex names them (us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.MAJOR-MINOR). Where
-#: Vertex has not published one for this minor, set `vertex.serving_image` to the
-#: newest it has; the SavedModel's serving signatures use only core TensorFlow ops.
-SERVING_IMAGE = ("us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu."
-                 + "-".join(TENSORFLOW_VERSION.split(".")[:2]) + ":latest")
-

@@ -192,16 +192,22 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model],
                      "ExportOutputs", [("accuracy", float), ("model_uri", str)]):
     """Stage 5: loads the SavedModel back, evaluates it, and exports it with its metrics."""
     import json
+    import os
     from collections import namedtuple
 
     from components.export import evaluate_and_publish
     from components.stage import say, stage_errors
 
     with stage_errors("export"):
-        results = evaluate_and_publish(trained_model.path, dataset.path, exported_model.path)
+        results, saved = evaluate_and_publish(trained_model.path, dataset.path,
+                                              exported_model.path)
     for name, value in results.items():
         metrics.log_metric(name, value)
+    # The SavedModel is committed in a directory of its own under the artifact (no
+    # directory renames on Cloud Storage FUSE); its URI is what a model upload points at.
+    saved_model_uri = f"{exported_model.uri.rstrip('/')}/{os.path.basename(saved)}"
     exported_model.metadata.update({"framework": "tensorflow", "accuracy": results["accuracy"],
+                                    "saved_model_uri": saved_model_uri,
                                     "trained_model": trained_model.uri, "dataset": dataset.uri})
     test = (f"; test accuracy {results['test_accuracy']:.4f} on {results['test_examples']}"
             if "test_accuracy" in results else "")
@@ -209,14 +215,18 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model],
         f"{results['accuracy']:.4f}{test}; " + json.dumps(
             {k: round(v, 4) for k, v in results.items() if k.startswith("accuracy_")}))
     return namedtuple("ExportOutputs", ["accuracy", "model_uri"])(results["accuracy"],
-                                                                  exported_model.uri)
+                                                                  saved_model_uri)
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def registration_plan(vertex: dict, accuracy: float) -> NamedTuple(
+def registration_plan(vertex: dict, accuracy: float, image_uri: str) -> NamedTuple(
         "RegistrationPlan", [("register", bool), ("region", str), ("display_name", str),
                              ("parent_model", str), ("serving_image", str)]):
-    """Stage 5 (Vertex), part 2: whether and how the exported model is registered."""
+    """Stage 5 (Vertex), part 2: whether and how the exported model is registered.
+
+    The model is served by `vertex.serving_image`, by default the run's own project image
+    (`image_uri`, pinned by digest), which runs the TensorFlow it was trained with.
+    """
     from collections import namedtuple
 
     from components.stage import say, stage_errors
@@ -232,4 +242,4 @@ def registration_plan(vertex: dict, accuracy: float) -> NamedTuple(
     fields = ["register", "region", "display_name", "parent_model", "serving_image"]
     return namedtuple("RegistrationPlan", fields)(
         register, options.region, options.model_display_name, options.parent_model,
-        options.serving_image)
+        options.serving_image or image_uri)

@@ -56,8 +56,9 @@ class VertexOptions(pydantic.BaseModel):
         "Display name of the registered model."))
     parent_model: str = Field("", description=(
         "projects/.../locations/.../models/ID: register as a new version of it."))
-    serving_image: str = Field(images.SERVING_IMAGE, description=(
-        "Serving container of the registered model."))
+    serving_image: str = Field("", description=(
+        "Image serving the registered model; empty: the run's own project image (the "
+        "TensorFlow it was trained with), which must be an image built from this project."))
 
     def problems(self) -> list[str]:
         """Rules a single field's type cannot say (formats); the GPU rules are stage 2's."""

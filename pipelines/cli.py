@@ -126,13 +126,15 @@ def build_parser() -> argparse.ArgumentParser:
     schedule.add_argument("--max-concurrent-runs", type=_positive_int,
                           help="Runs of the schedule allowed at once.")
 
-    publish = sub.add_parser("publish", help="Share the compiled spec with other teams.")
+    publish = sub.add_parser(
+        "publish", help="Share the pipeline with other teams: the spec of this configuration, "
+        "its components pinned to the project image (built or found, as submit does).")
     publish.add_argument("destination", help="https://REGION-kfp.pkg.dev/PROJECT/REPO (Artifact "
                          "Registry Kubeflow Pipelines repository) or gs://BUCKET/PATH.")
-    publish.add_argument("--spec", type=Path, default=DEFAULT_SPEC,
-                         help=f"Compiled spec to publish (default: {DEFAULT_SPEC}).")
     publish.add_argument("--tag", action="append", dest="tags",
                          help="Version tag (repeatable; default: v<version> and latest).")
+    _add_config_flags(publish)
+    _add_vertex_flags(publish)
 
     val = sub.add_parser("validate-gpu", help="Check a GPU configuration against the rules.")
     val.add_argument("--config", type=Path, help="An AI Platform config.yaml (trainingInput), "
@@ -248,10 +250,11 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
 
 def _cmd_publish(args: argparse.Namespace) -> int:
     from components.project import version
-    from pipelines.vertex.publish import publish
+    from pipelines.vertex.publish import publish_run
 
     tags = args.tags or [f"v{version()}", "latest"]
-    for where in publish(args.spec, args.destination, tags):
+    config = _vertex_config(args)
+    for where in publish_run(config, args.destination, tags, dry_run=args.dry_run):
         say(f"published {where}")
     return 0
 
@@ -266,14 +269,14 @@ def _cmd_compile(args: argparse.Namespace) -> int:
                          f"such as {str(args.output / DEFAULT_SPEC.name)!r}")
     _make_directory(args.output.parent, "--output's directory")
     from pipelines.compile import compile_pipeline
-    from pipelines.pipeline import vertex_arguments
+    from pipelines.pipeline import resources_of, vertex_arguments
 
     # The configuration's values become the spec's parameter defaults.
     defaults = vertex_arguments(config)
     defaults.pop("trainer_source_uri")
     if not config.vertex.project:
         defaults.pop("project")  # keep Vertex's own project placeholder
-    path = compile_pipeline(args.output, defaults)
+    path = compile_pipeline(args.output, defaults, resources_of(config))
     say(f"wrote {path}")
     return 0
 

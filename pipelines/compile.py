@@ -14,9 +14,9 @@ import yaml
 _VOLATILE = ("sdkVersion",)
 
 
-def compile_pipeline(output: str | os.PathLike,
-                     parameters: dict[str, Any] | None = None) -> Path:
-    """Compiles `pipelines.pipeline.vertex_pipeline` to a YAML spec.
+def compile_pipeline(output: str | os.PathLike, parameters: dict[str, Any] | None = None,
+                     resources: Any = None) -> Path:
+    """Compiles the Vertex AI pipeline (`pipelines.pipeline`) to a YAML spec.
 
     The spec is written beside the target and moved into place, so a failed compile
     never leaves a half-written spec where the committed one was.
@@ -25,20 +25,23 @@ def compile_pipeline(output: str | os.PathLike,
         output: File to write; its directory is created.
         parameters: Default values for the spec's parameters (a configuration's values);
             the pipeline's own defaults otherwise.
+        resources: CPU and memory of the heavy components (`pipeline.Resources`); the
+            default configuration's otherwise.
 
     Returns:
         The written path.
     """
     from kfp import compiler
 
-    from pipelines.pipeline import vertex_pipeline
+    from pipelines.pipeline import make_vertex_pipeline, vertex_pipeline
 
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
     # KFP picks the format from the suffix, so the partial file keeps it.
     partial = path.with_name(f".{path.stem}.partial{path.suffix}")
     try:
-        compiler.Compiler().compile(vertex_pipeline, str(partial),
+        pipeline = vertex_pipeline if resources is None else make_vertex_pipeline(resources)
+        compiler.Compiler().compile(pipeline, str(partial),
                                     pipeline_parameters=parameters)
         partial.write_text(_stable_header(partial.read_text()))
         os.replace(partial, path)

@@ -44,14 +44,32 @@ class VertexConfig(VertexOptions):
     project: str = Field("", description="Google Cloud project of the runs.")
     pipeline_root: str = Field("", description=(
         "gs://BUCKET/PATH: artifacts, staging and build contexts."))
-    enable_caching: bool = Field(True, description="Let KFP reuse the prepared dataset.")
+    enable_caching: bool = Field(True, description=(
+        "Reuse the prepared dataset while its source is unchanged (the only cached task); "
+        "false prepares it again."))
     labels: dict[str, str] = Field(default_factory=dict, description=(
         "Labels of the pipeline job, for cost tracking."))
+    # Vertex AI takes up to 96 CPUs and 624 GB per pipeline step (docs: "Specify the
+    # machine configuration for a pipeline step").
+    component_cpu: str = Field("8", pattern=r"^([1-9]\d*|\d+m)$", description=(
+        "CPUs of the dataset preparation and export steps on Vertex AI (e.g. 8 or 500m)."))
+    component_memory: str = Field("32G", pattern=r"^[1-9]\d*(\.\d+)?[KMG]?$", description=(
+        "Memory of the dataset preparation and export steps on Vertex AI (e.g. 32G)."))
 
     def problems(self) -> list[str]:
         import re
 
         found = super().problems()
+        cpu = self.component_cpu
+        cpus = int(cpu[:-1]) / 1000 if cpu.endswith("m") else int(cpu)
+        if not 0 < cpus <= 96:
+            found.append(f"component_cpu is {cpu!r}; Vertex AI Pipelines gives a step from "
+                         "1m to 96 CPUs")
+        memory = self.component_memory
+        unit = {"K": 2**-20, "M": 2**-10, "G": 1}.get(memory[-1], 2**-30)
+        if float(memory.rstrip("KMG")) * unit > 624:
+            found.append(f"component_memory is {memory!r}; Vertex AI Pipelines gives a step "
+                         "at most 624G")
         if self.pipeline_root and not self.pipeline_root.startswith("gs://"):
             found.append(f"pipeline_root is {self.pipeline_root!r}; expected gs://BUCKET/PATH")
         for key, value in self.labels.items():
@@ -163,8 +181,8 @@ def _sections(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
             sections[name] = validate(field.annotation, raw, prefix=name)
         except OptionsError as exc:
             errors.extend(exc.problems)
-            if not isinstance(raw, Mapping):
-                continue
+            if not isinstance(raw, Mapping) or not exc.fields:
+                continue  # not a mapping, or only rules between valid fields failed
             # The section's valid values still take part in the rules between fields and
             # between sections, so that every problem is reported at once.
             try:

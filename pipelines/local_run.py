@@ -179,7 +179,7 @@ def run_local(config: Config, pipeline_root: str | os.PathLike, *, verbose: bool
     return LocalRunResult(
         pipeline_root=str(root),
         run_dir=str(run_dir),
-        model_uri=model.uri,
+        model_uri=model.metadata.get("saved_model_uri", model.uri),
         metrics=dict(metrics_artifact.metadata),
         artifacts=artifacts,
         seconds=round(time.monotonic() - started, 1),

@@ -3,7 +3,9 @@
 validate GPU config -> prepare dataset, build image -> train -> report and export
 (-> register, on Vertex).
 
-Each stage is a small function below, called in order by the two pipelines. Only training
+Each stage is a small function below, called in order by the two pipelines. Only the
+dataset preparation may be served from KFP's cache (keyed on its source's fingerprint);
+every other task runs every time, so a scheduled retraining retrains. Only training
 differs between the targets: on Vertex AI it is a CustomJob (google-cloud-pipeline-
 components) whose worker pools are the validation stage's output at run time; locally a
 component starts the workers as processes on localhost. Options travel as dict parameters
@@ -39,7 +41,7 @@ def validate(vertex: dict):
     return gpu
 
 
-def prepare(dataset: dict, training_workers, gpu):
+def prepare(dataset: dict, training_workers, gpu, resources: "Resources | None" = None):
     """Stage 1, after stage 2: the prepared dataset, reused from the cache while the source
     is unchanged.
 
@@ -53,6 +55,8 @@ def prepare(dataset: dict, training_workers, gpu):
     data = ops.prepare_dataset(options=dataset, source_fingerprint=fingerprint.output,
                                min_shards=training_workers)
     data.set_display_name("1 prepare dataset").after(gpu)
+    if resources is not None:  # decoding uses every core it is given
+        data.set_cpu_limit(resources.cpu).set_memory_limit(resources.memory)
     return data
 
 
@@ -88,7 +92,7 @@ def train_on_vertex(project_id, training: dict, vertex: dict, gpu, data, image):
     job.set_display_name("4b train on Vertex AI").set_caching_options(False)
     trained = dsl.importer(artifact_uri=settings["model_uri"], artifact_class=Model,
                            reimport=False).after(job)
-    trained.set_display_name("4c trained model")
+    trained.set_display_name("4c trained model").set_caching_options(False)
     return trained.output, settings["training_job"], job
 
 
@@ -100,62 +104,95 @@ def train_locally(training: dict, num_workers, data, image):
     return task.outputs["model"], task.outputs["training_job"], task
 
 
-def report_and_export(data, trained_model, training_job, trained):
+def report_and_export(data, trained_model, training_job, trained,
+                      resources: "Resources | None" = None):
     """Stage 4's report and stage 5: the curves, then the evaluated, exported model."""
     report = ops.report_training(training_job=training_job).after(trained)
     report.set_display_name("4 training report").set_caching_options(False)
     export = ops.export_model(dataset=data.outputs["dataset"], trained_model=trained_model)
     export.set_display_name("5 export model").after(report).set_caching_options(False)
+    if resources is not None:  # loads the model and evaluates two splits
+        export.set_cpu_limit(resources.cpu).set_memory_limit(resources.memory)
     return export
 
 
-def register_if_better(project_id, vertex: dict, export):
-    """Stage 5 on Vertex AI: register a model that passes the accuracy threshold."""
+def register_if_better(project_id, vertex: dict, export, image):
+    """Stage 5 on Vertex AI: register a model that passes the accuracy threshold, served by
+    the run's own image (`trainer.serving`)."""
     from google_cloud_pipeline_components.types import artifact_types
     from google_cloud_pipeline_components.v1.model import ModelUploadOp
 
-    plan = ops.registration_plan(vertex=vertex, accuracy=export.outputs["accuracy"])
+    from trainer.serving import container_spec
+
+    plan = ops.registration_plan(vertex=vertex, accuracy=export.outputs["accuracy"],
+                                 image_uri=image.outputs["Output"])
     plan.set_display_name("5a registration plan").set_caching_options(False)
     decision = plan.outputs
     with dsl.If(decision["register"] == True, name="accuracy-passes"):  # noqa: E712 - KFP DSL
         serving = dsl.importer(
             artifact_uri=export.outputs["model_uri"],
             artifact_class=artifact_types.UnmanagedContainerModel,
-            metadata={"containerSpec": {"imageUri": decision["serving_image"]}})
-        serving.set_display_name("5b serving container")
+            metadata={"containerSpec": container_spec(decision["serving_image"])})
+        serving.set_display_name("5b serving container").set_caching_options(False)
         with dsl.If(decision["parent_model"] == "", name="new-model"):
-            ModelUploadOp(project=project_id, location=decision["region"],
-                          display_name=decision["display_name"],
-                          unmanaged_container_model=serving.output
-                          ).set_display_name("5c register model")
+            upload = ModelUploadOp(project=project_id, location=decision["region"],
+                                   display_name=decision["display_name"],
+                                   unmanaged_container_model=serving.output)
+            upload.set_display_name("5c register model").set_caching_options(False)
         with dsl.Else(name="new-version"):
             parent = dsl.importer(
                 artifact_uri=decision["parent_model"], artifact_class=artifact_types.VertexModel,
                 metadata={"resourceName": decision["parent_model"]})
-            parent.set_display_name("5c parent model")
-            ModelUploadOp(project=project_id, location=decision["region"],
-                          display_name=decision["display_name"],
-                          unmanaged_container_model=serving.output, parent_model=parent.output
-                          ).set_display_name("5d register model version")
+            parent.set_display_name("5c parent model").set_caching_options(False)
+            version = ModelUploadOp(
+                project=project_id, location=decision["region"],
+                display_name=decision["display_name"],
+                unmanaged_container_model=serving.output, parent_model=parent.output)
+            version.set_display_name("5d register model version").set_caching_options(False)
 
 
-@dsl.pipeline(name=PIPELINE_NAME, description=_DESCRIPTION)
-def vertex_pipeline(
-    project: str = "{{$.pipeline_google_cloud_project_id}}",
-    dataset: dict = _DEFAULTS.dataset.model_dump(),
-    training: dict = _DEFAULTS.training_options().model_dump(),
-    vertex: dict = _DEFAULTS.vertex_options().model_dump(),
-    trainer_source_uri: str = "",
-) -> PipelineOutputs:
-    """The pipeline for Vertex AI Pipelines (training as a Vertex AI CustomJob)."""
-    gpu = validate(vertex)
-    data = prepare(dataset, gpu.outputs["training_workers"], gpu)
-    # The image is built (Cloud Build) while the dataset is prepared; both need only stage 2.
-    image = build(vertex, push=True, trainer_source_uri=trainer_source_uri).after(gpu)
-    model, job_dir, trained = train_on_vertex(project, training, vertex, gpu, data, image)
-    export = report_and_export(data, model, job_dir, trained)
-    register_if_better(project, vertex, export)
-    return PipelineOutputs(export.outputs["exported_model"], export.outputs["metrics"])
+class Resources(NamedTuple):
+    """CPU and memory of the heavy lightweight components on Vertex AI (compile time).
+
+    Vertex AI Pipelines runs a component on an e2-standard-4 unless told otherwise
+    (Vertex AI docs: "Specify the machine configuration for a pipeline step").
+    """
+
+    cpu: str
+    memory: str
+
+
+def make_vertex_pipeline(resources: Resources):
+    """The Vertex AI pipeline, with `resources` for dataset preparation and export."""
+
+    @dsl.pipeline(name=PIPELINE_NAME, description=_DESCRIPTION)
+    def vertex_pipeline(
+        project: str = "{{$.pipeline_google_cloud_project_id}}",
+        dataset: dict = _DEFAULTS.dataset.model_dump(),
+        training: dict = _DEFAULTS.training_options().model_dump(),
+        vertex: dict = _DEFAULTS.vertex_options().model_dump(),
+        trainer_source_uri: str = "",
+    ) -> PipelineOutputs:
+        """The pipeline for Vertex AI Pipelines (training as a Vertex AI CustomJob)."""
+        gpu = validate(vertex)
+        data = prepare(dataset, gpu.outputs["training_workers"], gpu, resources)
+        # The image is built (Cloud Build) while the dataset is prepared; both need only
+        # stage 2.
+        image = build(vertex, push=True, trainer_source_uri=trainer_source_uri).after(gpu)
+        model, job_dir, trained = train_on_vertex(project, training, vertex, gpu, data, image)
+        export = report_and_export(data, model, job_dir, trained, resources)
+        register_if_better(project, vertex, export, image)
+        return PipelineOutputs(export.outputs["exported_model"], export.outputs["metrics"])
+
+    return vertex_pipeline
+
+
+def resources_of(config: Config) -> Resources:
+    """The component resources a configuration asks for."""
+    return Resources(config.vertex.component_cpu, config.vertex.component_memory)
+
+
+vertex_pipeline = make_vertex_pipeline(resources_of(_DEFAULTS))
 
 
 @dsl.pipeline(name=LOCAL_PIPELINE_NAME, description=_DESCRIPTION + " (local workers)")

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from components.training.local_cluster import cluster_environments
+from trainer.commit import MARKER, committed, require_committed
 
 pytestmark = pytest.mark.slow
 EPOCHS = 8
@@ -68,11 +69,12 @@ def test_killed_worker_then_restarted_cluster_resumes_without_repeating_epochs(
     assert report["resumed_from_epoch"] == done_second[0] - 1
     assert [h["epoch"] for h in report["history"]] == list(range(EPOCHS))  # no gap, no repeat
     # Exported once, by the chief; the backup is gone now that training completed.
-    assert (job / "model" / "saved_model.pb").is_file()
+    assert (Path(require_committed(job / "model")) / "saved_model.pb").is_file()
     assert sum("model written to" in log for log in logs) == 1
     backup = job / "checkpoints" / "backup"
     assert not backup.exists() or not os.listdir(backup)
-    assert not [p for p in os.listdir(job) if p.startswith(".partial-")]
+    assert sorted(os.listdir(job / "model")) == sorted(
+        [MARKER, Path(committed(job / "model")).name])  # no other copy
 
 
 EXPORT_SCRIPT = textwrap.dedent("""
@@ -95,21 +97,22 @@ def test_crash_during_export_leaves_the_final_location_empty_or_complete(tmp_pat
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert proc.stdout.readline().strip() == "saving"
-    # Kill it while the SavedModel is being written beside the destination.
+    # Kill it while the SavedModel is being written into its fresh directory.
     deadline = time.monotonic() + 120
-    while not any(p.name.startswith(".partial-model-") and any(p.rglob("*"))
-                  for p in tmp_path.iterdir()):
+    while not (dest.is_dir() and any(any(p.rglob("*")) for p in dest.iterdir())):
         assert proc.poll() is None and time.monotonic() < deadline, "export ended too soon"
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert not dest.exists(), "the final location must not hold a partial model"
+    assert committed(dest) is None, "readers must not find a partial model"
+    assert not (dest / MARKER).exists()
 
-    # A later export to the same place clears the debris and completes.
+    # A later export to the same place completes and clears the debris.
     rerun = subprocess.run([sys.executable, "-c", EXPORT_SCRIPT, str(dest), "cnn"],
                            capture_output=True, text=True, timeout=300,
                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert rerun.returncode == 0, rerun.stderr[-2000:]
-    assert sorted(os.listdir(tmp_path)) == ["model"]
-    assert {"saved_model.pb", "variables", "gpu_pipeline_model.json"} <= set(os.listdir(dest))
-    assert Path(dest, "variables", "variables.index").is_file()
+    model = Path(require_committed(dest))
+    assert sorted(os.listdir(dest)) == sorted([MARKER, model.name])
+    assert {"saved_model.pb", "variables", "gpu_pipeline_model.json"} <= set(os.listdir(model))
+    assert Path(model, "variables", "variables.index").is_file()

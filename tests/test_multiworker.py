@@ -6,11 +6,13 @@ import io
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 
 from components.export import ExportError, evaluate_saved_model, publish_model
 from components.training.local_cluster import LocalTrainingError, run_local_cluster
+from trainer.commit import MARKER, committed, require_committed
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +29,7 @@ def trained(small_dataset, tmp_path_factory):
         run_local_cluster(3, ["--job-dir", str(root / "job"), "--data-dir", str(small_dataset),
                               "--model-dir", str(root / "model"), "--epochs", "4",
                               "--batch-size", "8"], timeout_seconds=600, out=log)
-    return root / "job", root / "model", temp_root, log.getvalue()
+    return root / "job", Path(require_committed(root / "model")), temp_root, log.getvalue()
 
 
 def test_chief_and_two_workers_train_in_sync(trained):
@@ -52,7 +54,8 @@ def test_only_the_chief_keeps_a_model_and_no_temporary_directory_is_left(trained
     assert metadata["class_names"] == ["circle", "cross", "square", "triangle"]
     assert metadata["training"]["num_workers"] == 3
     assert os.listdir(temp_root) == []  # the workers' temporary copies were removed
-    assert sorted(os.listdir(model_dir.parent)) == ["job", "model", "tmp"]
+    assert sorted(os.listdir(model_dir.parent.parent)) == ["job", "model", "tmp"]
+    assert sorted(os.listdir(model_dir.parent)) == sorted([MARKER, model_dir.name])
     assert not (job_dir / "model").exists()  # nobody wrote a second copy
     assert log.count("model written to") == 1 and "[trainer chief:0] model written to" in log
 
@@ -91,17 +94,18 @@ def test_evaluate_and_publish(trained, small_dataset, tmp_path):
     assert metrics["examples"] > 0 and 0.0 <= metrics["accuracy"] <= 1.0
     assert {"accuracy_circle", "accuracy_cross", "accuracy_square", "accuracy_triangle"} <= \
         set(metrics)
-    exported = publish_model(model_dir, tmp_path / "exported", metrics)
+    exported = Path(publish_model(model_dir.parent, tmp_path / "exported", metrics))
+    assert exported == Path(require_committed(tmp_path / "exported"))
     assert (exported / "saved_model.pb").is_file()
     assert json.loads((exported / "evaluation.json").read_text())["accuracy"] == \
         metrics["accuracy"]
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "x").write_text("x")
-    with pytest.raises(OSError):
-        publish_model(model_dir, tmp_path / "taken", metrics)
-    assert sorted(os.listdir(tmp_path)) == ["exported", "taken"]  # no partial copy left
-    with pytest.raises(ExportError, match="no SavedModel"):
+    with pytest.raises(ExportError, match="no SavedModel and no committed one"):
         evaluate_saved_model(tmp_path / "taken", small_dataset)
+    with pytest.raises(ExportError, match="no SavedModel"):
+        publish_model(tmp_path / "taken", tmp_path / "other", metrics)
+    assert not (tmp_path / "other").exists() or committed(tmp_path / "other") is None
 
 
 def test_a_failing_worker_stops_the_cluster(small_dataset, tmp_path):

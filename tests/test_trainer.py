@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 
@@ -12,8 +13,14 @@ tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("tf_keras")
 
 from trainer import paths, report  # noqa: E402
+from trainer.commit import (  # noqa: E402
+    MARKER,
+    NotCommittedError,
+    commit_directory,
+    committed,
+    require_committed,
+)
 from trainer.data import fits_in_cache  # noqa: E402
-from trainer.export import atomic_directory  # noqa: E402
 from trainer.model import ModelConfigError, build_model  # noqa: E402
 
 
@@ -99,20 +106,43 @@ def test_vertex_output_variables():
     assert paths.tensorboard_dir("/job", {}, "/x") == "/x"
 
 
-def test_atomic_directory(tmp_path):
+def test_commit_publishes_a_complete_directory_or_none(tmp_path):
     dest = tmp_path / "model"
     with pytest.raises(RuntimeError):
-        with atomic_directory(dest) as staging:
+        with commit_directory(dest) as staging:
             open(os.path.join(staging, "half"), "w").close()
             raise RuntimeError("crash")
-    assert os.listdir(tmp_path) == []  # neither the destination nor the staging dir
-    (tmp_path / ".partial-model-stale").mkdir()  # left by a process that was killed
-    with atomic_directory(dest) as staging:
+    assert committed(dest) is None and os.listdir(dest) == []
+    (dest / "v-19990101T000000-deadbeef").mkdir()  # left by a process that was killed
+    with commit_directory(dest, written_by="test") as staging:
         open(os.path.join(staging, "whole"), "w").close()
-    assert os.listdir(tmp_path) == ["model"] and os.listdir(dest) == ["whole"]
-    with pytest.raises(FileExistsError):
-        with atomic_directory(dest):
-            pass
+    assert committed(dest) == staging and os.listdir(staging) == ["whole"]
+    assert sorted(os.listdir(dest)) == sorted([MARKER, os.path.basename(staging)])
+    assert json.loads((dest / MARKER).read_text())["written_by"] == "test"
+    # A second commit replaces the first; readers never see a partial one.
+    with commit_directory(dest) as second:
+        assert committed(dest) == staging
+    assert committed(dest) == second and not os.path.exists(staging)
+    with pytest.raises(NotCommittedError, match="holds no complete output"):
+        require_committed(tmp_path / "elsewhere")
+
+
+def test_commit_never_renames_a_directory(tmp_path, monkeypatch):
+    # Cloud Storage FUSE refuses directory renames (rename-dir-limit 0 on flat buckets).
+    real_rename, real_replace = os.rename, os.replace
+
+    def refuse_directories(rename):
+        def wrapped(src, dst, *args, **kwargs):
+            if os.path.isdir(src):
+                raise OSError(errno.ENOTSUP, "directory rename refused", str(src))
+            return rename(src, dst, *args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(os, "rename", refuse_directories(real_rename))
+    monkeypatch.setattr(os, "replace", refuse_directories(real_replace))
+    with commit_directory(tmp_path / "model") as staging:
+        os.makedirs(os.path.join(staging, "variables"))
+    assert os.path.isdir(os.path.join(committed(tmp_path / "model"), "variables"))
 
 
 def test_file_sharding_needs_a_file_per_worker(small_dataset, caplog):

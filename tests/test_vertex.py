@@ -154,6 +154,29 @@ def test_compiled_spec_builds_a_pipeline_job_request():
     assert pj.pipeline_spec["pipelineInfo"]["name"] == "gpu-training-pipeline"
 
 
+def _task_caching(pipeline_spec):
+    """Task name -> whether its cache may be used, over every DAG of a pipeline spec."""
+    dags = [pipeline_spec["root"]["dag"]] + [c["dag"] for c in pipeline_spec["components"]
+                                             .values() if "dag" in c]
+    return {name: bool(task.get("cachingOptions", {}).get("enableCache"))
+            for dag in dags for name, task in dag["tasks"].items()
+            if "componentRef" in task and not name.startswith("condition")}
+
+
+@pytest.mark.parametrize("enable_caching", [True, False])
+def test_only_the_dataset_preparation_may_be_served_from_cache(enable_caching):
+    # aiplatform's enable_caching=True overrides every task's setting: a weekly run would
+    # reuse the fingerprint, the training and the export, and never see new data.
+    cfg = config(enable_caching=enable_caching)
+    job = runs.pipeline_job(cfg, SPEC, "", AnonymousCredentials())
+    sent = aiplatform_v1.PipelineJob.to_dict(runs.create_request(job, cfg).pipeline_job)
+    caching = _task_caching(sent["pipeline_spec"])
+    assert {"fingerprint-dataset-source", "custom-training-job", "export-model",
+            "model-upload", "model-upload-2", "importer"} <= set(caching)
+    assert {name for name, cached in caching.items() if cached} == (
+        {"prepare-dataset"} if enable_caching else set())
+
+
 def test_submit_uploads_sources_builds_once_and_sends_the_dry_run_request(cloud, capsys,
                                                                         tmp_path):
     cfg = config()
@@ -181,6 +204,12 @@ def test_submit_uploads_sources_builds_once_and_sends_the_dry_run_request(cloud,
     assert build.build.steps[0].args == ["build", "--tag", images.image_uri(REPO, context.tag),
                                          "."]
     assert build.parent == "projects/my-proj/locations/us-central1"
+    # Run as the configured account, which Cloud Build takes as a resource name and only
+    # with logs in Cloud Logging (or a user bucket).
+    assert build.build.service_account == \
+        "projects/my-proj/serviceAccounts/trainer@my-proj.iam.gserviceaccount.com"
+    assert build.build.options.logging == \
+        cloudbuild_v1.BuildOptions.LoggingMode.CLOUD_LOGGING_ONLY
     # Components run in the built image, pinned by digest.
     executors = sent.pipeline_job.pipeline_spec["deploymentSpec"]["executors"]
     ours = {e["container"]["image"] for e in executors.values()
@@ -284,16 +313,68 @@ def test_list_and_pause_schedules(cloud):
 # --- Publishing and sharing ---------------------------------------------------------------------
 
 
-def test_publish_to_cloud_storage(cloud):
-    written = publish.publish(SPEC, "gs://pipelines/shared/", ["v0.1.0", "latest"],
-                             storage=cloud.storage)
+@pytest.fixture(scope="module")
+def pinned_spec(tmp_path_factory):
+    """The spec of a run, as `submit` and `publish` make it: components pinned by digest."""
+    from pipelines.vertex.spec import compile_for_vertex
+
+    image = f"{images.image_uri(REPO, 'src-0123456789abcdef')}@{DIGEST}"
+    return compile_for_vertex(config(), tmp_path_factory.mktemp("pinned") / "spec.yaml", image,
+                              "gs://pipelines/root/build-contexts/context-x.tar.gz")
+
+
+def test_the_placeholder_image_of_compiled_is_replaced_for_every_component(pinned_spec):
+    # compiled/ names the project image with a placeholder repository (for review and the
+    # golden test); every run and every published spec replaces it with the built image.
+    committed = SPEC.read_text()
+    placeholder = images.pipeline_image()
+    assert "PROJECT_ID" in placeholder and placeholder in committed
+    assert publish.unpinned_images(SPEC) == [placeholder]
+    text = pinned_spec.read_text()
+    assert "PROJECT_ID" not in text and publish.unpinned_images(pinned_spec) == []
+    executors = yaml.safe_load(text)["deploymentSpec"]["executors"]
+    ours = {name for name, e in executors.items() if "container" in e
+            and "pipeline-components" not in e["container"]["image"]}
+    assert ours == {name for name, e in yaml.safe_load(committed)["deploymentSpec"]
+                    ["executors"].items() if "container" in e
+                    and e["container"]["image"] == placeholder}
+    assert {executors[n]["container"]["image"] for n in ours} == \
+        {f"{images.image_uri(REPO, 'src-0123456789abcdef')}@{DIGEST}"}
+    # The configuration's values are the published spec's defaults.
+    params = yaml.safe_load(text)["root"]["inputDefinitions"]["parameters"]
+    assert params["project"]["defaultValue"] == "my-proj"
+    assert params["training"]["defaultValue"]["epochs"] == 3
+
+
+def test_publish_to_cloud_storage(cloud, pinned_spec):
+    written = publish.publish(pinned_spec, "gs://pipelines/shared/", ["v0.1.0", "latest"],
+                              storage=cloud.storage)
     assert written == ["gs://pipelines/shared/gpu-training-pipeline/v0.1.0.yaml",
                        "gs://pipelines/shared/gpu-training-pipeline/latest.yaml"]
     blob = cloud.storage.bucket("pipelines").blob("shared/gpu-training-pipeline/latest.yaml")
-    assert blob.download_as_bytes() == SPEC.read_bytes()
+    assert blob.download_as_bytes() == pinned_spec.read_bytes()
 
 
-def test_publish_to_a_kfp_registry_with_the_real_client():
+def test_publish_builds_or_finds_the_image_first(cloud, capsys):
+    cfg = config()
+    assert publish.publish_run(cfg, "gs://pipelines/shared", ["v1"], dry_run=True,
+                               clients=dataclasses.replace(cloud)) == []
+    assert cloud.build.requests == [] and "nothing was uploaded" in capsys.readouterr().out
+    (where,) = publish.publish_run(cfg, "gs://pipelines/shared", ["v1"], dry_run=False,
+                                   clients=cloud, credentials=AnonymousCredentials())
+    assert len(cloud.build.requests) == 1  # the image did not exist: built once
+    name = where[len("gs://pipelines/"):]
+    spec = yaml.safe_load(cloud.storage.bucket("pipelines").blob(name).download_as_bytes())
+    images_used = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()
+                   if "container" in e and "pipeline-components" not in e["container"]["image"]}
+    (image,) = images_used
+    assert image.startswith(f"{REPO}/gpu-pipeline:src-") and image.endswith(f"@{DIGEST}")
+    source = spec["root"]["inputDefinitions"]["parameters"]["trainer_source_uri"]
+    assert cloud.storage.bucket("pipelines").blob(
+        source["defaultValue"][len("gs://pipelines/"):]).exists()
+
+
+def test_publish_to_a_kfp_registry_with_the_real_client(pinned_spec):
     received = {}
 
     class Registry(http.server.BaseHTTPRequestHandler):
@@ -311,21 +392,23 @@ def test_publish_to_a_kfp_registry_with_the_real_client():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         host = f"http://127.0.0.1:{server.server_port}/my-proj/pipelines"
-        (where,) = publish.publish(SPEC, host, ["v0.1.0", "latest"])
+        (where,) = publish.publish(pinned_spec, host, ["v0.1.0", "latest"])
     finally:
         server.shutdown()
     assert where == f"{host}/gpu-training-pipeline/sha256:" + "cd" * 32
     assert received["path"] == "/my-proj/pipelines"
     assert received["type"].startswith("multipart/form-data")
     assert b'name="tags"\r\n\r\nv0.1.0,latest' in received["body"]
-    assert SPEC.read_bytes() in received["body"]
+    assert pinned_spec.read_bytes() in received["body"]
 
 
-def test_publish_errors(tmp_path):
+def test_publish_errors(tmp_path, pinned_spec):
     with pytest.raises(publish.PublishError, match="neither an Artifact Registry"):
-        publish.publish(SPEC, "s3://bucket", ["v1"])
+        publish.publish(pinned_spec, "s3://bucket", ["v1"])
     with pytest.raises(publish.PublishError, match="do not start with 'sha256:'"):
-        publish.publish(SPEC, "gs://b/x", ["sha256:abc"])
+        publish.publish(pinned_spec, "gs://b/x", ["sha256:abc"])
+    with pytest.raises(publish.PublishError, match="not pinned by digest"):
+        publish.publish(SPEC, "gs://b/x", ["v1"])
     with pytest.raises(publish.PublishError, match="run `gpu-pipeline compile` first"):
         publish.publish(tmp_path / "none.yaml", "gs://b/x", ["v1"])
 

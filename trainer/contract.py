@@ -47,6 +47,18 @@ def serialize_example(tf: Any, image: bytes, label: int, identity: str) -> bytes
     })).SerializeToString()
 
 
+def write_manifest(dataset_dir: str | os.PathLike, manifest: dict[str, Any]) -> None:
+    """Writes the manifest, the last file of a prepared dataset (its completion marker).
+
+    Written beside and replaced in one step, so readers see the whole manifest or none;
+    replacing a file (not a directory) works on Cloud Storage FUSE too.
+    """
+    path = Path(dataset_dir) / MANIFEST_NAME
+    partial = path.with_name(f".{MANIFEST_NAME}.partial")
+    partial.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(partial, path)
+
+
 def load_manifest(dataset_dir: str | os.PathLike) -> dict[str, Any]:
     """Reads the manifest of a prepared dataset.
 

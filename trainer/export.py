@@ -1,49 +1,19 @@
-"""SavedModel export with serving signatures, written atomically by the chief only."""
+"""SavedModel export with serving signatures, committed by the chief only (`trainer.commit`)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import tempfile
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
+from trainer.commit import commit_directory
 from trainer.model import preprocess
 
 METADATA_FILE = "gpu_pipeline_model.json"
 SIGNATURE_BYTES = "serving_default"
 SIGNATURE_IMAGES = "serving_images"
-
-
-@contextlib.contextmanager
-def atomic_directory(destination: str | os.PathLike) -> Iterator[str]:
-    """Yields a staging directory beside `destination`, renamed into place on success.
-
-    A failure removes the staging directory; a crash leaves at most a hidden
-    `.partial-<name>-*` sibling, which the next write to the same destination removes.
-    Either way `destination` is absent or complete, never partial.
-
-    Raises:
-        FileExistsError: `destination` already holds files.
-    """
-    destination = os.path.abspath(destination)
-    parent, name = os.path.dirname(destination), os.path.basename(destination)
-    if os.path.isdir(destination) and os.listdir(destination):
-        raise FileExistsError(f"destination {destination!r} already holds files")
-    os.makedirs(parent, exist_ok=True)
-    for stale in os.listdir(parent):
-        if stale.startswith(f".partial-{name}-"):
-            shutil.rmtree(os.path.join(parent, stale), ignore_errors=True)
-    staging = tempfile.mkdtemp(prefix=f".partial-{name}-", dir=parent)
-    try:
-        yield staging
-        if os.path.isdir(destination):
-            os.rmdir(destination)  # empty, checked above
-        os.rename(staging, destination)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def _serving_module(tf: Any, model: Any, image_size: int, class_names: Sequence[str]) -> Any:
@@ -84,20 +54,21 @@ def save_model(tf: Any, model: Any, destination: str, *, is_chief: bool, image_s
 
     Every worker saves (saving can run collective ops that need all of them), the
     non-chief ones to a unique temporary directory that is deleted afterwards. The chief
-    writes beside `destination` and renames into place, so `destination` is either
-    absent or complete, never partial.
+    commits its copy under `destination` (`trainer.commit`): readers find a complete
+    SavedModel through the marker, or none; no directory is ever renamed, which Cloud
+    Storage FUSE would refuse.
 
     Args:
         tf: The tensorflow module.
         model: The trained tf_keras model.
-        destination: Final model directory (a local or /gcs/ path); must not hold files.
+        destination: Where the model is committed (a local or /gcs/ path).
         is_chief: Whether this process is the chief.
         image_size: Input height and width of the model.
         class_names: Class names, in label order.
         extra_metadata: More fields for the model's metadata file.
 
     Returns:
-        `destination` on the chief, None on other workers.
+        The committed SavedModel directory on the chief, None on other workers.
     """
     module = _serving_module(tf, model, image_size, class_names)
     signatures = {SIGNATURE_BYTES: module.serve_bytes, SIGNATURE_IMAGES: module.serve_images}
@@ -109,7 +80,7 @@ def save_model(tf: Any, model: Any, destination: str, *, is_chief: bool, image_s
             shutil.rmtree(temp, ignore_errors=True)
         return None
 
-    with atomic_directory(destination) as staging:
+    with commit_directory(destination, written_by="trainer") as staging:
         tf.saved_model.save(module, staging, signatures=signatures)
         metadata = {"class_names": list(class_names), "image_size": image_size,
                     "signatures": {SIGNATURE_BYTES: "encoded JPEG/PNG bytes",
@@ -117,4 +88,4 @@ def save_model(tf: Any, model: Any, destination: str, *, is_chief: bool, image_s
                     "tensorflow_version": tf.__version__, **(extra_metadata or {})}
         with open(os.path.join(staging, METADATA_FILE), "w") as f:
             json.dump(metadata, f, indent=2)
-    return destination
+    return staging

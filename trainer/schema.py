@@ -99,7 +99,8 @@ def describe(field: FieldInfo) -> str:
             return f"{noun} {'<=' if high[0] == 'le' else '<'} {_number(high[1])}"
         return noun
     if annotation is str:
-        return "a string"
+        patterned = any(getattr(item, "pattern", None) for item in field.metadata)
+        return field.description if patterned and field.description else "a string"
     origin = typing.get_origin(annotation)
     if origin in (dict, Mapping):
         return "a mapping"

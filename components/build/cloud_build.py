@@ -84,6 +84,20 @@ def upload_context(tarball: bytes, digest: str, bucket_uri: str, storage_client:
     return f"gs://{bucket_name}/{name}"
 
 
+def service_account_resource(email: str, default_project: str) -> str:
+    """`projects/PROJECT/serviceAccounts/EMAIL` for a service account email.
+
+    The project is the account's own (`NAME@PROJECT.iam.gserviceaccount.com`), else
+    `default_project`; a resource name is returned unchanged.
+    """
+    if email.startswith("projects/"):
+        return email
+    domain = email.rpartition("@")[2]
+    owner = domain.split(".", 1)[0] if domain.endswith(".iam.gserviceaccount.com") \
+        else default_project
+    return f"projects/{owner}/serviceAccounts/{email}"
+
+
 def build_request(repository: Repository, tag: str, source_uri: str, *,
                   service_account: str = "") -> Any:
     """The Cloud Build request that builds the image from `source_uri` and pushes it.
@@ -104,8 +118,14 @@ def build_request(repository: Repository, tag: str, source_uri: str, *,
         images=[image],
         timeout=duration_pb2.Duration(seconds=BUILD_TIMEOUT_SECONDS),
         tags=[project.NAME, tag],
-        service_account=service_account,
     )
+    if service_account:
+        # Build.service_account is a resource name, and a build run as a user-specified
+        # account must log to Cloud Logging or a user bucket, not the default logs bucket
+        # (Cloud Build docs: "Configure user-specified service accounts").
+        build.service_account = service_account_resource(service_account, repository.project)
+        build.options = cloudbuild_v1.BuildOptions(
+            logging=cloudbuild_v1.BuildOptions.LoggingMode.CLOUD_LOGGING_ONLY)
     return cloudbuild_v1.CreateBuildRequest(
         parent=f"projects/{repository.project}/locations/{repository.location}",
         project_id=repository.project, build=build)

@@ -2,13 +2,15 @@
 
 Images are decoded, resized and re-encoded by a pool of processes (all cores) and written
 as they come. Undecodable images are skipped and listed; above a threshold the stage fails.
-Shards are written to a temporary directory and moved into place only when complete.
+Shards are written straight into the output directory (on Vertex AI a Cloud Storage FUSE
+path, where directories cannot be renamed into place) and the manifest last: a directory
+is a prepared dataset only once its manifest exists, and a failure removes what was
+written.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import tempfile
@@ -70,10 +72,31 @@ def prepare_dataset(source: str, output_dir: str | os.PathLike, image_size: int 
     out = Path(output_dir)
     if out.exists() and any(out.iterdir()):
         raise DatasetError(f"output directory {str(out)!r} is not empty")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
     processes = processes or os.cpu_count() or 1
+    try:
+        return _prepare(source, out, image_size, validation_fraction, test_fraction, num_shards,
+                        min_shards, max_bad_fraction, processes, builtin_images_per_class,
+                        report_path)
+    except BaseException:
+        # Nothing half-written stays: the directory was empty (or absent) before.
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        else:
+            for child in out.iterdir():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        raise
 
-    with tempfile.TemporaryDirectory(prefix=".dataset-", dir=out.parent) as work:
+
+def _prepare(source: str, out: Path, image_size: int, validation_fraction: float,
+             test_fraction: float, num_shards: int, min_shards: int, max_bad_fraction: float,
+             processes: int, builtin_images_per_class: int,
+             report_path: str | os.PathLike | None) -> dict[str, Any]:
+    """`prepare_dataset` once its parameters are checked: shards straight into `out` (on
+    Vertex, a Cloud Storage FUSE path), the manifest last."""
+    # Local scratch (the builtin shapes are drawn here), never on the Cloud Storage mount.
+    with tempfile.TemporaryDirectory(prefix="gpu-pipeline-dataset-") as work:
         work_dir = Path(work)
         listing = list_source(source, work_dir, image_size, builtin_images_per_class)
         by_split: dict[str, list[Example]] = {s: [] for s in contract.SPLITS}
@@ -86,8 +109,7 @@ def prepare_dataset(source: str, output_dir: str | os.PathLike, image_size: int 
                                    f"examples, validation_fraction={validation_fraction}, "
                                    f"test_fraction={test_fraction}); add images or change "
                                    "the fractions")
-        staging = work_dir / "shards"
-        staging.mkdir()
+        staging = out
         import tensorflow as tf  # Late import: only the writing needs TensorFlow.
 
         # One ordered stream over all splits; each split's writers take their share.
@@ -168,13 +190,11 @@ def prepare_dataset(source: str, output_dir: str | os.PathLike, image_size: int 
                 "per_class": dict(zip(listing.classes, per_class[split])),
                 "shards": shards,
             }
-        (staging / contract.MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
         report = markdown_report(manifest)
         (staging / REPORT_NAME).write_text(report)
         if report_path is not None:
             Path(report_path).parent.mkdir(parents=True, exist_ok=True)
             Path(report_path).write_text(report)
-        if out.exists():
-            out.rmdir()
-        shutil.move(str(staging), str(out))
+        # Last: the manifest is what makes the directory a prepared dataset.
+        contract.write_manifest(out, manifest)
     return manifest

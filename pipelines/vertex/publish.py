@@ -1,17 +1,66 @@
-"""Sharing the compiled spec: an Artifact Registry Kubeflow Pipelines repository, or gs://."""
+"""Sharing the compiled spec: an Artifact Registry Kubeflow Pipelines repository, or gs://.
+
+What is shared must run as published: `publish_run` prepares the spec the way `submit`
+does (sources uploaded, the project image built or found, every component pinned to it by
+digest, the configuration's values as the parameters' defaults), and `publish` refuses a
+spec whose components still name the placeholder image of `compiled/`.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from components import project
+from components.stage import say
+from pipelines.config import Config
+from pipelines.vertex.clients import Clients
+from pipelines.vertex.runs import prepared_run
 from trainer.errors import InputError
 from trainer.gcs import split_gcs_uri, storage_client
 
 
 class PublishError(InputError):
     """A spec, destination or tag `publish` cannot use."""
+
+
+def unpinned_images(spec: Path) -> list[str]:
+    """The project images a compiled spec runs that are not pinned by digest."""
+    import yaml
+
+    from components import images
+
+    executors = yaml.safe_load(spec.read_text())["deploymentSpec"]["executors"]
+    found = {e["container"]["image"] for e in executors.values() if "container" in e}
+    return sorted(i for i in found if f"/{images.IMAGE_NAME}:" in i and "@sha256:" not in i)
+
+
+def publish_run(config: Config, destination: str, tags: Sequence[str], *, dry_run: bool,
+                clients: Clients | None = None, credentials: Any = None, auth: Any = None,
+                log: Callable[[str], None] = say) -> list[str]:
+    """Prepares the run's spec as `submit` does, and publishes it (or says what it would).
+
+    Returns:
+        Where the spec now is; empty for a dry run.
+    """
+    clients = clients or Clients()
+    check_tags(tags)
+    with prepared_run(config, dry_run, clients, credentials, log) as (prepared, _):
+        if dry_run:
+            log(f"dry run: nothing was uploaded, built or published; {destination} would "
+                f"receive the spec with its components in {prepared.image} (pinned by digest "
+                f"once built), tagged {', '.join(tags)}")
+            return []
+        return publish(prepared.template, destination, tags, storage=clients.storage,
+                       auth=auth)
+
+
+def check_tags(tags: Sequence[str]) -> None:
+    """Raises PublishError for tags the registry would refuse."""
+    bad = [t for t in tags if not t or t.startswith("sha256:") or "/" in t]
+    if bad:
+        raise PublishError(f"tags {bad!r} are invalid; tags are non-empty, contain no '/' and "
+                           "do not start with 'sha256:'")
 
 
 def publish(spec: Path, destination: str, tags: Sequence[str], *, storage: Any = None,
@@ -31,10 +80,13 @@ def publish(spec: Path, destination: str, tags: Sequence[str], *, storage: Any =
     """
     if not spec.is_file():
         raise PublishError(f"{spec} does not exist; run `gpu-pipeline compile` first")
-    bad = [t for t in tags if not t or t.startswith("sha256:") or "/" in t]
-    if bad:
-        raise PublishError(f"tags {bad!r} are invalid; tags are non-empty, contain no '/' and "
-                           "do not start with 'sha256:'")
+    unpinned = unpinned_images(spec)
+    if unpinned:
+        raise PublishError(f"{spec} runs its components in {', '.join(unpinned)}, which is not "
+                           "pinned by digest (the placeholder of compiled/ names no image that "
+                           "exists); publish with `gpu-pipeline publish --config FILE "
+                           "DESTINATION`, which builds or finds the image first")
+    check_tags(tags)
     if destination.startswith("gs://"):
         storage = storage or storage_client()
         bucket, prefix = split_gcs_uri(destination.rstrip("/") + "/")

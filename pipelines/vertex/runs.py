@@ -31,7 +31,10 @@ def pipeline_job(config: Config, template_path: Path, trainer_source_uri: str = 
         template_path=str(template_path),
         pipeline_root=config.vertex.pipeline_root,
         parameter_values=vertex_arguments(config, trainer_source_uri),
-        enable_caching=config.vertex.enable_caching,
+        # True would override every task's own setting and serve training from the cache;
+        # None keeps the compiled spec's per-task settings, where only the dataset
+        # preparation is cacheable (aiplatform PipelineJob._set_enable_caching_value).
+        enable_caching=None if config.vertex.enable_caching else False,
         labels={"app": project.NAME, **config.vertex.labels},
         project=config.vertex.project, location=config.vertex.region,
         credentials=credentials)
@@ -76,7 +79,9 @@ def prepare_run(config: Config, work_dir: Path, *, dry_run: bool, clients: Clien
     bucket, name = cloud_build.context_object(config.vertex.pipeline_root, context.digest)
     source_uri = f"gs://{bucket}/{name}"
     image = images.image_uri(repository.uri, context.tag)
-    build_request = cloud_build.build_request(repository, context.tag, source_uri)
+    account = config.vertex.service_account
+    build_request = cloud_build.build_request(repository, context.tag, source_uri,
+                                              service_account=account)
     if not dry_run:
         cloud_build.upload_context(context.tarball.read_bytes(), context.digest,
                                    config.vertex.pipeline_root, clients.get_storage())
@@ -84,8 +89,8 @@ def prepare_run(config: Config, work_dir: Path, *, dry_run: bool, clients: Clien
         builder, registry = clients.get_builders()
         image, _ = cloud_build.ensure_image(repository.uri, context.tag, source_uri,
                                             build_client=builder, registry_client=registry,
-                                            log=log)
-    template = compile_for_vertex(work_dir / "pipeline.yaml", image)
+                                            service_account=account, log=log)
+    template = compile_for_vertex(config, work_dir / "pipeline.yaml", image, source_uri)
     job = pipeline_job(config, template, source_uri, credentials)
     return Prepared(job, create_request(job, config), image, source_uri, build_request,
                     template)

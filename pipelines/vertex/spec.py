@@ -8,11 +8,20 @@ import yaml
 
 from components import images
 from pipelines.compile import compile_pipeline
+from pipelines.config import Config
 
 
-def compile_for_vertex(output: Path, component_image: str) -> Path:
-    """Compiles the Vertex spec with the components running in `component_image`."""
-    path = compile_pipeline(output)
+def compile_for_vertex(config: Config, output: Path, component_image: str,
+                       trainer_source_uri: str) -> Path:
+    """Compiles the spec of a run: `config`'s values as the parameters' defaults, and every
+    component of the project running in `component_image` instead of the placeholder
+    `compiled/` names (`images.pipeline_image()`)."""
+    from pipelines.pipeline import resources_of, vertex_arguments
+
+    defaults = vertex_arguments(config, trainer_source_uri)
+    if not config.vertex.project:
+        defaults.pop("project")
+    path = compile_pipeline(output, defaults, resources_of(config))
     spec = yaml.safe_load(path.read_text())
     default = images.pipeline_image()
     for executor in spec["deploymentSpec"]["executors"].values():
