@@ -449,7 +449,11 @@ def test_schedule_cli_dry_run(capsys):
     assert main(["schedule", "create", "--cron", "TZ=Etc/UTC 0 5 * * *",
                  "--max-concurrent-runs", "2", *args]) == 0
     out = capsys.readouterr().out
-    body = json.loads(out[out.index("CreateScheduleRequest:") + len("CreateScheduleRequest:"):])
+    body, _ = json.JSONDecoder().raw_decode(
+        out[out.index("CreateScheduleRequest:") + len("CreateScheduleRequest:"):].lstrip())
+    # The dry run ends with what to check in the request.
+    assert "cache: only prepare-dataset may be reused" in out
+    assert "the registered model is served by that image" in out
     assert body["schedule"]["cron"] == "TZ=Etc/UTC 0 5 * * *"
     assert body["schedule"]["maxConcurrentRunCount"] == "2"
     assert body["schedule"]["createPipelineJobRequest"]["pipelineJob"]["runtimeConfig"][

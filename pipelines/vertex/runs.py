@@ -115,6 +115,28 @@ def _dry_run_credentials(dry_run: bool) -> Any:
     return AnonymousCredentials()
 
 
+def summary(prepared: Prepared, config: Config) -> list[str]:
+    """What a reader checks in the requests below: caching, images, serving, build account."""
+    from trainer.serving import SERVER_MODULE
+
+    spec = prepared.request.pipeline_job.pipeline_spec
+    dags = [spec["root"]["dag"]] + [c["dag"] for c in spec["components"].values() if "dag" in c]
+    cached = sorted(name for dag in dags for name, task in dag["tasks"].items()
+                    if task.get("cachingOptions", {}).get("enableCache"))
+    build = prepared.build_request.build
+    return [
+        "cache: " + (f"only {', '.join(cached)} may be reused (keyed on the source's "
+                     "fingerprint); every other task runs every time" if cached
+                     else "off for every task"),
+        f"components and trainer run in {prepared.image}"
+        + ("" if "@sha256:" in prepared.image else " (pinned by digest once built)"),
+        f"the registered model is served by {config.vertex.serving_image or 'that image'} "
+        f"(python -m {SERVER_MODULE}, predictor trainer.serving)",
+        "Cloud Build runs as " + (f"{build.service_account} (logs: Cloud Logging only)"
+                                  if build.service_account else "its default account"),
+    ]
+
+
 def to_json(message: Any) -> str:
     """A proto-plus request as the JSON body the API receives."""
     return type(message).to_json(message, indent=2, use_integers_for_enums=False,
@@ -137,6 +159,8 @@ def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,
             print(to_json(prepared.build_request))
             log("Vertex AI would receive this CreatePipelineJobRequest:")
             print(to_json(prepared.request))
+            for line in summary(prepared, config):
+                log(line)
             return prepared.request
         if clients.pipeline_api is not None:
             prepared.job.api_client = clients.pipeline_api

@@ -7,7 +7,7 @@ from typing import Any, Callable
 from components.stage import say
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients
-from pipelines.vertex.runs import prepared_run, to_json
+from pipelines.vertex.runs import prepared_run, summary, to_json
 
 
 def schedule_request(config: Config, create: Any) -> Any:
@@ -34,6 +34,8 @@ def create_schedule(config: Config, *, dry_run: bool, clients: Clients | None = 
         if dry_run:
             log("dry run: Vertex AI would receive this CreateScheduleRequest:")
             print(to_json(request))
+            for line in summary(prepared, config):
+                log(line)
             return request
         schedule = aiplatform.PipelineJobSchedule(
             pipeline_job=prepared.job, display_name=config.schedule.display_name,

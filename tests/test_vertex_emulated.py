@@ -1,0 +1,251 @@
+"""The compiled Vertex AI spec, run end to end against an emulated Vertex AI on loopback.
+
+`gpu-pipeline submit`'s own code uploads the sources (Cloud Storage emulator), builds the
+image (Cloud Build and Artifact Registry clients against the fake APIs) and sends the
+CreatePipelineJobRequest; the emulation then runs that request's spec task by task, with
+Google's own launchers for the CustomJob and the model upload. Every request is checked
+as the aiplatform_v1 type it is, and the registered model is served by the real serving
+container.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import aiplatform_v1, artifactregistry_v1
+from google.cloud.devtools import cloudbuild_v1
+
+from components import images
+from pipelines.config import load_config
+from pipelines.vertex import runs
+from pipelines.vertex.clients import Clients
+from tests.test_vertex import RecordingApi
+from tests.vertex_emulator.apis import FakeGoogleApis
+from tests.vertex_emulator.mount import StandInMount
+from tests.vertex_emulator.pipelines import EmulatedPipelines, environment
+
+pytestmark = pytest.mark.slow
+REPO = "us-central1-docker.pkg.dev/my-proj/ml-images"
+ACCOUNT = "trainer@my-proj.iam.gserviceaccount.com"
+
+
+@pytest.fixture(scope="module")
+def emulated_run(tmp_path_factory):
+    """Submits a small run with the real Vertex path and runs it on the emulated Vertex AI."""
+    from gcp_storage_emulator.server import create_server
+
+    from tests.vertex_emulator.apis import _free_ports
+    from trainer import gcs
+
+    work = tmp_path_factory.mktemp("vertex")
+    (port,) = _free_ports(1)
+    server = create_server("127.0.0.1", port, in_memory=True, default_bucket=None)
+    server.start()
+    storage_host = f"http://127.0.0.1:{port}"
+    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT")}
+    os.environ.update(STORAGE_EMULATOR_HOST=storage_host, GOOGLE_CLOUD_PROJECT="my-proj")
+    gcs.reset_client()
+    storage = gcs.storage_client()
+    storage.create_bucket("pipelines")
+    mount = StandInMount(work / "gcs", storage)
+    apis = FakeGoogleApis(work, {f"{REPO}/{images.IMAGE_NAME}":
+                                 [sys.executable, "-m", "trainer.task"]})
+    try:
+        with apis:
+            env = environment(apis.url, mount, storage_host, "my-proj")
+            (work / "tmp").mkdir()
+            env["TMPDIR"] = str(work / "tmp")
+            apis.environment = env
+            endpoint = {"api_endpoint": apis.url}
+            clients = Clients(
+                storage=storage,
+                build=cloudbuild_v1.CloudBuildClient(transport="rest", client_options=endpoint,
+                                                     credentials=AnonymousCredentials()),
+                registry=artifactregistry_v1.ArtifactRegistryClient(
+                    transport="rest", client_options=endpoint,
+                    credentials=AnonymousCredentials()),
+                pipeline_api=RecordingApi())
+            config = load_config(overrides={
+                "vertex": {"project": "my-proj", "region": "us-central1",
+                           "pipeline_root": "gs://pipelines/root", "image_repository": REPO,
+                           "service_account": ACCOUNT, "accuracy_threshold": 0.3,
+                           "job_name": "emulated"},
+                "training": {"epochs": 3, "batch_size": 32}})
+            runs.submit(config, dry_run=False, clients=clients,
+                        credentials=AnonymousCredentials(), log=lambda line: None)
+            (request,) = clients.pipeline_api.calls
+            started = time.monotonic()
+            tasks = EmulatedPipelines(work, mount, env).run(request)
+            yield {"tasks": tasks, "apis": apis, "request": request, "mount": mount,
+                   "storage": storage, "env": env, "work": work,
+                   "seconds": time.monotonic() - started}
+    finally:
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        gcs.reset_client()
+
+
+def test_every_stage_ran_from_the_compiled_spec(emulated_run):
+    tasks = emulated_run["tasks"]
+    ran = {name for name, task in tasks.items() if task.state == "SUCCEEDED"}
+    assert {"validate-gpu-config", "fingerprint-dataset-source", "prepare-dataset",
+            "build-trainer-image", "vertex-training-spec", "custom-training-job", "importer",
+            "report-training", "export-model", "registration-plan", "importer-2",
+            "model-upload"} <= ran
+    # A new model (no parent_model): the new-version branch did not run.
+    branches = {t.display_name: t.state for t in tasks.values() if t.name.startswith("condition")}
+    assert branches == {"accuracy-passes": "SUCCEEDED", "condition-branches-2": "SUCCEEDED",
+                        "new-model": "SUCCEEDED", "new-version": "SKIPPED"}
+    assert "model-upload-2" not in tasks
+    # Parameters reached the stages through protobuf Struct: numbers are doubles.
+    executor_input = tasks["validate-gpu-config"].executor_input
+    assert executor_input["inputs"]["parameterValues"]["vertex"]["worker_pool_specs"][0][
+        "replica_count"] == 1
+    prepared = tasks["prepare-dataset"].artifacts["dataset"]
+    assert prepared["uri"].startswith("gs://pipelines/root/") and \
+        prepared["uri"].endswith("/prepare-dataset/dataset")
+    assert tasks["prepare-dataset"].executor_input["inputs"]["parameterValues"][
+        "min_shards"] == 2  # from the validation stage's output, at run time
+
+
+def test_the_custom_job_request_and_the_environment_of_its_replicas(emulated_run):
+    apis = emulated_run["apis"]
+    (sent,) = apis.recorded(r"/customJobs$")
+    assert sent.host == "us-central1-aiplatform.googleapis.com"
+    assert sent.path == "/v1/projects/my-proj/locations/us-central1/customJobs"
+    job = aiplatform_v1.CustomJob.from_json(json.dumps(sent.body))
+    assert re.fullmatch(r"emulated_\d{8}_\d{6}", job.display_name)
+    spec = job.job_spec
+    assert spec.service_account == ACCOUNT
+    assert spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.STANDARD
+    assert spec.scheduling.restart_job_on_worker_restart
+    (build,) = apis.recorded(r"/builds$")
+    built = build.body["images"][0]
+    image = f"{built}@{apis.tags[next(iter(apis.tags))].rsplit('/', 1)[1]}"
+    assert [p.replica_count for p in spec.worker_pool_specs] == [1, 1]
+    for pool in spec.worker_pool_specs:
+        assert pool.machine_spec.machine_type == "n1-standard-8"
+        assert pool.machine_spec.accelerator_type == \
+            aiplatform_v1.AcceleratorType.NVIDIA_TESLA_T4
+        assert pool.container_spec.image_uri == image  # the built image, by digest
+        args = list(pool.container_spec.args)
+        assert args[args.index("--epochs") + 1] == "3"
+        assert args[args.index("--job-dir") + 1].startswith(emulated_run["mount"].prefix)
+    base = spec.base_output_directory.output_uri_prefix
+    assert base.startswith("gs://pipelines/root/")
+    job_record = next(iter(apis.jobs.values()))
+    assert job_record.state == "JOB_STATE_SUCCEEDED"
+    chief, worker = job_record.replicas
+    config = json.loads(chief.env["TF_CONFIG"])
+    assert config["task"] == {"type": "chief", "index": 0, "trial": ""}
+    assert set(config["cluster"]) == {"chief", "worker"} and config["environment"] == "cloud"
+    assert json.loads(worker.env["TF_CONFIG"])["task"]["type"] == "worker"
+    assert json.loads(chief.env["CLUSTER_SPEC"])["task"] == {"type": "workerpool0", "index": 0}
+    assert chief.env["AIP_MODEL_DIR"] == f"{base}/model/"
+    assert chief.env["AIP_CHECKPOINT_DIR"] == f"{base}/checkpoints/"
+    assert chief.env["AIP_TENSORBOARD_LOG_DIR"] == f"{base}/logs/"
+    log = chief.log.read_text()
+    assert "model written to" in log and "cluster: task chief:0" in log
+
+
+def test_the_build_stage_found_the_image_submit_built(emulated_run):
+    apis = emulated_run["apis"]
+    (build,) = apis.recorded(r"/builds$")  # once, by submit; the stage did not rebuild
+    request = cloudbuild_v1.Build.from_json(json.dumps(build.body))
+    assert request.service_account == f"projects/my-proj/serviceAccounts/{ACCOUNT}"
+    assert request.options.logging == cloudbuild_v1.BuildOptions.LoggingMode.CLOUD_LOGGING_ONLY
+    lookups = apis.recorded(r"/tags/", method="GET")
+    assert len(lookups) == 2  # submit's (missing), then the stage's (found)
+    log = emulated_run["tasks"]["build-trainer-image"].log.read_text()
+    assert "exists" in log and "not rebuilt" in log
+
+
+def test_the_model_upload_registers_a_complete_saved_model_with_the_project_image(emulated_run):
+    apis = emulated_run["apis"]
+    (upload,) = apis.recorded(r"/models:upload$")
+    assert upload.host == "us-central1-aiplatform.googleapis.com"
+    request = aiplatform_v1.UploadModelRequest.from_json(json.dumps(upload.body),
+                                                         ignore_unknown_fields=True)
+    model = request.model
+    (build,) = apis.recorded(r"/builds$")
+    assert model.container_spec.image_uri.startswith(build.body["images"][0] + "@sha256:")
+    assert list(model.container_spec.command) == [
+        "python", "-m", "google.cloud.aiplatform.prediction.model_server"]
+    env = {e.name: e.value for e in model.container_spec.env}
+    assert env["PREDICTOR_MODULE"] == "trainer.serving"
+    # The artifact URI is a committed, complete SavedModel, visible through gs://.
+    storage = emulated_run["storage"]
+    bucket, _, prefix = model.artifact_uri[len("gs://"):].partition("/")
+    names = {b.name[len(prefix) + 1:] for b in storage.list_blobs(bucket, prefix=prefix + "/")}
+    assert {"saved_model.pb", "variables/variables.index", "evaluation.json"} <= names
+    marker = storage.bucket(bucket).blob(prefix.rsplit("/", 1)[0] + "/COMMITTED.json")
+    assert json.loads(marker.download_as_bytes())["directory"] == prefix.rsplit("/", 1)[1]
+    registered = emulated_run["tasks"]["model-upload"].artifacts["model"]
+    assert registered["metadata"]["resourceName"].startswith(
+        "projects/my-proj/locations/us-central1/models/")
+
+
+def test_directory_renames_fail_on_the_stand_in_mount(emulated_run):
+    mount = emulated_run["mount"]
+    (mount.root / "pipelines" / "probe").mkdir(parents=True, exist_ok=True)
+    probe = ("import os; os.rename(os.environ['EMULATED_GCS_MOUNT'] + 'pipelines/probe', "
+             "os.environ['EMULATED_GCS_MOUNT'] + 'pipelines/moved')")
+    result = subprocess.run([sys.executable, "-c", probe], env=emulated_run["env"],
+                            capture_output=True, text=True)
+    assert result.returncode != 0 and "does not rename directories" in result.stderr
+    # ...and the whole run, which writes every output there, succeeded all the same.
+    assert emulated_run["tasks"]["export-model"].state == "SUCCEEDED"
+
+
+def test_the_serving_container_answers_from_the_registered_model(emulated_run):
+    from tests.test_serving import _free_port, _test_images
+
+    apis = emulated_run["apis"]
+    (upload,) = apis.recorded(r"/models:upload$")
+    model = upload.body["model"]
+    spec = model["container_spec"]
+    port = _free_port()
+    env = {**emulated_run["env"], **{e["name"]: e["value"] for e in spec["env"]},
+           "AIP_HTTP_PORT": str(port), "AIP_PREDICT_ROUTE": spec["predict_route"],
+           "AIP_HEALTH_ROUTE": spec["health_route"], "AIP_STORAGE_URI": model["artifact_uri"]}
+    server = subprocess.Popen([sys.executable, *spec["command"][1:]], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(base + spec["health_route"], timeout=2)
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, \
+                    server.stdout.read()[-3000:]
+                time.sleep(0.5)
+        dataset = emulated_run["mount"].path(
+            emulated_run["tasks"]["prepare-dataset"].artifacts["dataset"]["uri"])
+        images_ = _test_images(dataset, count=16)
+        body = json.dumps({"instances": [{"b64": base64.b64encode(png).decode()}
+                                         for png, _ in images_]}).encode()
+        answer = urllib.request.urlopen(urllib.request.Request(
+            base + spec["predict_route"], data=body,
+            headers={"Content-Type": "application/json"}), timeout=60)
+        predictions = json.loads(answer.read())["predictions"]
+        correct = sum(p["class_index"] == label for p, (_, label) in zip(predictions, images_))
+        assert len(predictions) == 16 and correct >= 8  # 3 epochs: far above chance (4)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
