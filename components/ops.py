@@ -25,29 +25,46 @@ _IMAGE = images.pipeline_image()
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def validate_gpu_config(vertex: dict) -> NamedTuple("GpuConfig", [("worker_pool_specs", list),
-                                                                  ("training_workers", int)]):
-    """Stage 2: the Vertex worker pools checked against the GPU rules, normalised.
+def validate_gpu_config(vertex: dict, training: dict, local_cluster: dict) -> NamedTuple(
+        "GpuConfig", [("worker_pool_specs", list), ("training_workers", int),
+                      ("strategy", str)]):
+    """Stage 2: the Vertex worker pools checked against the GPU rules and the strategy's
+    roles, normalised.
 
-    Returns the normalised pools and the number of machines that train (the chief and
-    the workers), which sets the dataset's shard multiple.
+    Returns the normalised pools, the number of processes that read the training data
+    (the dataset's shard multiple) and the strategy. `local_cluster` (workers, parameter
+    servers, evaluators) is the layout of a local run; empty on Vertex AI.
     """
     from collections import namedtuple
 
     from components.gpu.validation import validate_worker_pool_specs
     from components.stage import say, stage_errors
+    from components.training.layout import (check_layout, check_scheduling, input_pipelines,
+                                            layout_of)
     from components.vertex_options import VertexOptions
+    from trainer.cluster import Layout, choose_strategy
+    from trainer.options import TrainingOptions
     from trainer.schema import validate
 
     with stage_errors("GPU config"):
         options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
+        strategy = validate(TrainingOptions, training, prefix="training",
+                            strict=False).strategy
         result = validate_worker_pool_specs(options.worker_pool_specs, region=options.region)
-        for warning in result.warnings:
+        roles, advice = check_layout(result.specs, strategy) if result.ok else ([], [])
+        if result.ok:
+            roles += check_scheduling(result.specs, options.scheduling_strategy,
+                                      options.timeout)
+        for warning in result.warnings + advice:
             say(f"warning: {warning}")
+        result.errors.extend(roles)
         result.raise_for_errors()
+        layout = Layout(**{k: int(v) for k, v in local_cluster.items()}) if local_cluster \
+            else layout_of(result.specs)
+        chosen = choose_strategy(layout, strategy)
     say(f"GPU configuration valid for {options.region}: {result.describe()}")
-    outputs = namedtuple("GpuConfig", ["worker_pool_specs", "training_workers"])
-    return outputs(result.specs, result.training_workers)
+    outputs = namedtuple("GpuConfig", ["worker_pool_specs", "training_workers", "strategy"])
+    return outputs(result.specs, input_pipelines(layout, chosen), chosen)
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
@@ -119,22 +136,26 @@ def build_trainer_image(vertex: dict, push: bool, trainer_source_uri: str,
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def train_on_local_workers(dataset: Input[Dataset], training: dict, num_workers: int,
+def train_on_local_workers(dataset: Input[Dataset], training: dict, local_cluster: dict,
                            model: Output[Model], training_job: Output[Artifact]):
-    """Stage 4 (local): the trainer as `num_workers` processes on localhost."""
+    """Stage 4 (local): the trainer as one process per replica of `local_cluster` (workers,
+    parameter servers, evaluators besides the chief) on localhost."""
     from components.stage import say, stage_errors
-    from components.training.local_cluster import run_local_cluster
+    from components.training.local_cluster import replica_names, run_local_cluster
+    from trainer.cluster import Layout
     from trainer.options import TrainingOptions
     from trainer.schema import to_flags, validate
 
-    say(f"training: {num_workers} worker processes on localhost (MultiWorkerMirroredStrategy, "
-        "TF_CONFIG as Vertex AI sets it)")
     with stage_errors("training"):
         options = validate(TrainingOptions, training, prefix="training", strict=False)
-        run_local_cluster(num_workers, [
+        layout = Layout(**{k: int(v) for k, v in local_cluster.items()})
+        say(f"training: {len(replica_names(layout))} processes on localhost (1 chief, "
+            f"{layout.workers} worker(s), {layout.parameter_servers} parameter server(s), "
+            f"{layout.evaluators} evaluator(s)), TF_CONFIG as Vertex AI sets it")
+        chosen = run_local_cluster(layout, [
             "--job-dir", training_job.path, "--data-dir", dataset.path,
-            "--model-dir", model.path, *to_flags(options)])
-    model.metadata["framework"] = "tensorflow"
+            "--model-dir", model.path, *to_flags(options)], strategy=options.strategy)
+    model.metadata.update({"framework": "tensorflow", "strategy": chosen})
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
@@ -146,7 +167,8 @@ def vertex_training_spec(worker_pool_specs: list, image_uri: str, dataset: Input
                                  ("model_uri", str), ("display_name", str), ("region", str),
                                  ("service_account", str), ("network", str), ("timeout", str),
                                  ("restart_job_on_worker_restart", bool),
-                                 ("scheduling_strategy", str), ("tensorboard", str)]):
+                                 ("scheduling_strategy", str), ("max_wait_duration", str),
+                                 ("tensorboard", str)]):
     """Stage 4 (Vertex), part 1: the CustomJob's worker pools and settings."""
     from collections import namedtuple
 
@@ -165,7 +187,8 @@ def vertex_training_spec(worker_pool_specs: list, image_uri: str, dataset: Input
     settings = {"region": job.region, "service_account": job.service_account,
                 "network": job.network, "timeout": job.timeout,
                 "restart_job_on_worker_restart": job.restart_job_on_worker_restart,
-                "scheduling_strategy": job.scheduling_strategy, "tensorboard": job.tensorboard}
+                "scheduling_strategy": job.scheduling_strategy,
+                "max_wait_duration": job.max_wait_duration, "tensorboard": job.tensorboard}
     values = {**spec, **settings}
     return namedtuple("VertexTrainingSpec", list(values))(**values)
 
@@ -181,9 +204,12 @@ def report_training(training_job: Input[Artifact], metrics: Output[Metrics],
         summary = publish_training_report(training_job.path, curves.path)
     for name, value in summary["metrics"].items():
         metrics.log_metric(name, value)
-    say(f"training: {summary['epochs']} epochs on {summary['num_workers']} worker(s), "
-        f"{summary['examples_per_second']:.0f} examples/s; final " + ", ".join(
-            f"{k} {v:.4f}" for k, v in summary["metrics"].items() if k != "epochs_completed"))
+    say(f"training: {summary['epochs']} epochs, {summary['strategy']} on "
+        f"{summary['num_workers']} training machine(s) and {summary['parameter_servers']} "
+        f"parameter server(s), {summary['examples_per_second']:.0f} examples/s; "
+        f"{summary['evaluations']} sidecar evaluation(s); final " + ", ".join(
+            f"{k} {v:.4f}" for k, v in summary["metrics"].items()
+            if k not in ("epochs_completed", "evaluator_epochs")))
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)

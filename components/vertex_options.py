@@ -45,8 +45,13 @@ class VertexOptions(pydantic.BaseModel):
         "projects/NUMBER/global/networks/NAME for VPC peering; empty for none."))
     restart_job_on_worker_restart: bool = Field(True, description=(
         "Restart the whole job when a worker restarts (training then resumes)."))
-    scheduling_strategy: Literal["STANDARD", "SPOT"] = Field("STANDARD", description=(
-        "STANDARD or SPOT (preemptible) machines."))
+    scheduling_strategy: Literal["STANDARD", "SPOT", "FLEX_START"] = Field(
+        "STANDARD", description=(
+            "STANDARD, SPOT (preemptible machines) or FLEX_START (Dynamic Workload "
+            "Scheduler: the job waits until the GPUs are available)."))
+    max_wait_duration: str = Field("", pattern=r"^(\d+s)?$", description=(
+        "FLEX_START: the longest the job waits for its GPUs, e.g. 3600s; empty: Vertex AI's "
+        "default."))
     timeout: str = Field("604800s", description="Most time the CustomJob may run, e.g. 86400s.")
     tensorboard: str = Field("", description=(
         "projects/.../locations/.../tensorboards/ID; empty for none."))

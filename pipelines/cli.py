@@ -77,7 +77,9 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return {
         "dataset": schema.given(args, _DERIVED.get("dataset", {})),
         "training": {**schema.given(args, _DERIVED.get("training", {})),
-                     "local_workers": getattr(args, "workers", None)},
+                     "local_workers": getattr(args, "workers", None),
+                     "local_parameter_servers": getattr(args, "parameter_servers", None),
+                     "local_evaluator": getattr(args, "evaluator", None)},
         "vertex": {"region": getattr(args, "region", None),
                    "project": getattr(args, "project", None),
                    "pipeline_root": getattr(args, "vertex_pipeline_root", None),
@@ -100,7 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--pipeline-root", type=Path, default=DEFAULT_LOCAL_ROOT,
                      help=f"Where run artifacts go (default: {DEFAULT_LOCAL_ROOT}/).")
     run.add_argument("--workers", type=_positive_int,
-                     help="Local training worker processes (default 2).")
+                     help="Training machines as processes: the chief and the workers "
+                          "(default: as the Vertex AI pools 0 and 1).")
+    run.add_argument("--parameter-servers", type=int,
+                     help="Parameter-server processes: parameter-server training "
+                          "(default: as Vertex AI pool 2).")
+    run.add_argument("--evaluator", action=argparse.BooleanOptionalAction, default=None,
+                     help="A sidecar evaluator process (default: as Vertex AI pool 3).")
     run.add_argument("--json", action="store_true",
                      help="End with one JSON line: pipeline_root, model_uri, metrics, artifacts.")
     run.add_argument("--verbose", action="store_true", help="Show KFP's full executor output.")
@@ -189,10 +197,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _make_directory(args.pipeline_root, "--pipeline-root")
     from pipelines.local_run import run_local
 
+    layout = _local_layout(config)
     pools = config.vertex.worker_pool_specs
-    say(f"local run: {config.training.local_workers} worker processes, "
-        f"{config.training.epochs} epochs, dataset {config.dataset.source}; Vertex worker "
-        f"pools to validate: {len(pools)} in {config.vertex.region}")
+    say(f"local run: {layout.training_machines} training machine(s), "
+        f"{layout.parameter_servers} parameter server(s), {layout.evaluators} evaluator(s) "
+        f"as processes; {config.training.epochs} epochs, dataset {config.dataset.source}; "
+        f"Vertex worker pools to validate: {len(pools)} in {config.vertex.region}")
     result = run_local(config, args.pipeline_root, verbose=args.verbose,
                        cache=not args.no_cache)
     if result.dataset_reused:
@@ -209,6 +219,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print(result.to_json())
     return 0
+
+
+def _local_layout(config):
+    """The local run's roles, checked before any work: what this machine can start, and
+    what the training strategy can run."""
+    from trainer.cluster import choose_strategy
+
+    layout = config.local_layout()
+    if layout.training_machines > 8 or layout.parameter_servers > 4:
+        raise UsageError(
+            f"a local run would start {layout.training_machines} training machine(s) and "
+            f"{layout.parameter_servers} parameter server(s) (as the Vertex AI pools); this "
+            "machine runs at most 8 and 4: give --workers and --parameter-servers")
+    choose_strategy(layout, config.training.strategy)
+    return layout
 
 
 def _vertex_config(args: argparse.Namespace):

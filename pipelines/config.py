@@ -20,8 +20,11 @@ from pydantic import Field
 
 from components.dataset.options import DatasetOptions
 from components.dataset.sources import BUILTIN_SHAPES
+from components.gpu.ai_platform import convert_ai_platform_config
 from components.gpu.validation import validate_worker_pool_specs
+from components.training.layout import check_layout, check_scheduling, layout_of
 from components.vertex_options import VertexOptions
+from trainer.cluster import Layout
 from trainer.gcs import mounted_gcs_uri
 from trainer.options import TrainingOptions
 from trainer.schema import STRICT, OptionsError, validate
@@ -32,10 +35,16 @@ class ConfigError(OptionsError):
 
 
 class TrainingConfig(TrainingOptions):
-    """The training options, and how many worker processes `run --local` starts."""
+    """The training options, and the processes `run --local` starts (by default, the roles
+    of the Vertex AI worker pools)."""
 
-    local_workers: int = Field(2, ge=1, le=8, description=(
-        "Training worker processes on localhost for `run --local`."))
+    local_workers: int | None = Field(None, ge=1, le=8, description=(
+        "Training machines (the chief and the workers) as processes for `run --local`; "
+        "empty: as many as the Vertex AI pools 0 and 1 hold."))
+    local_parameter_servers: int | None = Field(None, ge=0, le=4, description=(
+        "Parameter-server processes for `run --local`; empty: as in Vertex AI pool 2."))
+    local_evaluator: bool | None = Field(None, description=(
+        "A sidecar evaluator process for `run --local`; empty: as in Vertex AI pool 3."))
 
 
 class VertexConfig(VertexOptions):
@@ -131,9 +140,21 @@ class Config(pydantic.BaseModel):
         """Machines that train on Vertex AI: the chief plus the worker pool's replicas."""
         return validate_worker_pool_specs(self.vertex.worker_pool_specs).training_workers
 
+    def local_layout(self) -> Layout:
+        """The roles `run --local` starts: the `training.local_*` values, else the Vertex
+        AI pools' own."""
+        pools = layout_of(self.vertex.worker_pool_specs)
+        t = self.training
+        return Layout(
+            workers=pools.workers if t.local_workers is None else t.local_workers - 1,
+            parameter_servers=pools.parameter_servers if t.local_parameter_servers is None
+            else t.local_parameter_servers,
+            evaluators=min(pools.evaluators, 1) if t.local_evaluator is None
+            else int(t.local_evaluator))
+
     def problems(self) -> list[str]:
         """Rules between sections."""
-        shards, workers = self.dataset.num_shards, self.training.local_workers
+        shards, workers = self.dataset.num_shards, self.local_layout().training_machines
         if 0 < shards < workers:
             return [f"dataset.num_shards is {shards}, fewer than training.local_workers "
                     f"({workers}); every worker needs its own files: use at least as many "
@@ -168,6 +189,24 @@ def _merge(*layers: Mapping[str, Any]) -> dict[str, Any]:
         else:
             merged[section] = values
     return merged
+
+
+#: Top-level keys of an AI Platform Training config.yaml (the source documents' format).
+AI_PLATFORM_KEYS = {"trainingInput", "scaleTier", "masterType"}
+
+
+def _from_ai_platform(data: Mapping[str, Any], path: str | Path) -> dict[str, Any]:
+    """An AI Platform Training config.yaml as a configuration: its cluster becomes the
+    Vertex AI worker pools (master 0, workers 1, parameter servers 2, evaluators 3), which
+    `run --local` then starts as processes too."""
+    conversion = convert_ai_platform_config(data)
+    if conversion.errors:
+        raise ConfigError(conversion.errors, f"cannot convert the AI Platform config {path}")
+    training_input = data.get("trainingInput", data)
+    vertex: dict[str, Any] = {"worker_pool_specs": conversion.specs}
+    if isinstance(training_input, Mapping) and isinstance(training_input.get("region"), str):
+        vertex["region"] = training_input["region"]
+    return {"vertex": vertex}
 
 
 def _sections(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -214,9 +253,13 @@ def _preflight(sections: Mapping[str, Any], raw: Mapping[str, Any],
     if pools is not None:
         gpu = validate_worker_pool_specs(pools, region=region if isinstance(region, str)
                                          else None)
-        errors.extend(f"vertex.{e}" for e in gpu.errors)
+        strategy = training.strategy if training is not None else "auto"
+        roles, advice = check_layout(gpu.specs, strategy) if gpu.ok else ([], [])
+        if gpu.ok and vertex is not None:
+            roles += check_scheduling(gpu.specs, vertex.scheduling_strategy, vertex.timeout)
+        errors.extend(f"vertex.{e}" for e in gpu.errors + roles)
         if warnings is not None:
-            warnings.extend(f"vertex.{w}" for w in gpu.warnings)
+            warnings.extend(f"vertex.{w}" for w in gpu.warnings + advice)
     return errors
 
 
@@ -244,6 +287,8 @@ def load_config(path: str | Path | None = None,
         if not isinstance(data, Mapping):
             raise ConfigError([f"config file {str(path)!r} holds a {type(data).__name__}; "
                                f"expected a mapping with the sections {', '.join(SECTIONS)}"])
+        if AI_PLATFORM_KEYS & set(data):
+            data = _from_ai_platform(data, path)
     data = _merge(data, overrides or {})
     sections, errors = _sections(data)
     errors += _preflight(sections, data, warnings)

@@ -19,6 +19,7 @@ from kfp import dsl
 from kfp.dsl import Metrics, Model
 
 from components import ops, project
+from components.training.layout import layout_dict
 from pipelines.config import Config
 
 PIPELINE_NAME = project.PIPELINE_NAME
@@ -34,9 +35,9 @@ class PipelineOutputs(NamedTuple):
     metrics: Metrics
 
 
-def validate(vertex: dict):
+def validate(vertex: dict, training: dict, local_cluster: dict):
     """Stage 2, run first: nothing is spent on a configuration Vertex AI would refuse."""
-    gpu = ops.validate_gpu_config(vertex=vertex)
+    gpu = ops.validate_gpu_config(vertex=vertex, training=training, local_cluster=local_cluster)
     gpu.set_display_name("2 validate GPU config").set_caching_options(False)
     return gpu
 
@@ -88,7 +89,8 @@ def train_on_vertex(project_id, training: dict, vertex: dict, gpu, data, image):
         service_account=settings["service_account"], network=settings["network"],
         timeout=settings["timeout"],
         restart_job_on_worker_restart=settings["restart_job_on_worker_restart"],
-        strategy=settings["scheduling_strategy"], tensorboard=settings["tensorboard"])
+        strategy=settings["scheduling_strategy"],
+        max_wait_duration=settings["max_wait_duration"], tensorboard=settings["tensorboard"])
     job.set_display_name("4b train on Vertex AI").set_caching_options(False)
     trained = dsl.importer(artifact_uri=settings["model_uri"], artifact_class=Model,
                            reimport=False).after(job)
@@ -96,10 +98,11 @@ def train_on_vertex(project_id, training: dict, vertex: dict, gpu, data, image):
     return trained.output, settings["training_job"], job
 
 
-def train_locally(training: dict, num_workers, data, image):
-    """Stage 4 locally: worker processes on localhost; returns what `train_on_vertex` does."""
+def train_locally(training: dict, local_cluster: dict, data, image):
+    """Stage 4 locally: one process per replica on localhost; returns what
+    `train_on_vertex` does."""
     task = ops.train_on_local_workers(dataset=data.outputs["dataset"], training=training,
-                                      num_workers=num_workers)
+                                      local_cluster=local_cluster)
     task.set_display_name("4 train on local workers").after(image).set_caching_options(False)
     return task.outputs["model"], task.outputs["training_job"], task
 
@@ -174,7 +177,7 @@ def make_vertex_pipeline(resources: Resources):
         trainer_source_uri: str = "",
     ) -> PipelineOutputs:
         """The pipeline for Vertex AI Pipelines (training as a Vertex AI CustomJob)."""
-        gpu = validate(vertex)
+        gpu = validate(vertex, training, {})
         data = prepare(dataset, gpu.outputs["training_workers"], gpu, resources)
         # The image is built (Cloud Build) while the dataset is prepared; both need only
         # stage 2.
@@ -200,17 +203,18 @@ def local_pipeline(
     dataset: dict = _DEFAULTS.dataset.model_dump(),
     training: dict = _DEFAULTS.training_options().model_dump(),
     vertex: dict = _DEFAULTS.vertex_options().model_dump(),
-    local_workers: int = _DEFAULTS.training.local_workers,
+    local_cluster: dict = layout_dict(_DEFAULTS.local_layout()),
 ) -> PipelineOutputs:
     """The same pipeline with training as worker processes on localhost (kfp.local).
 
     The Vertex worker pools are validated all the same, so a bad cloud configuration is
-    caught on a laptop; the dataset is sharded for the local workers.
+    caught on a laptop; the dataset is sharded for the local layout (`local_cluster`:
+    workers, parameter servers and evaluators besides the chief).
     """
-    gpu = validate(vertex)
-    data = prepare(dataset, local_workers, gpu)
+    gpu = validate(vertex, training, local_cluster)
+    data = prepare(dataset, gpu.outputs["training_workers"], gpu)
     image = build(vertex, push=False, trainer_source_uri="").after(data)
-    model, job_dir, trained = train_locally(training, local_workers, data, image)
+    model, job_dir, trained = train_locally(training, local_cluster, data, image)
     export = report_and_export(data, model, job_dir, trained)
     return PipelineOutputs(export.outputs["exported_model"], export.outputs["metrics"])
 
@@ -220,7 +224,7 @@ def local_arguments(config: Config) -> dict:
     return {"dataset": config.dataset.model_dump(),
             "training": config.training_options().model_dump(),
             "vertex": config.vertex_options().model_dump(),
-            "local_workers": config.training.local_workers}
+            "local_cluster": layout_dict(config.local_layout())}
 
 
 def vertex_arguments(config: Config, trainer_source_uri: str = "") -> dict:

@@ -3,21 +3,36 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from components.training.local_cluster import cluster_environments
 from trainer import paths
 from trainer.gcs import to_mount_path
-from trainer.cluster import ClusterConfigError, cluster_from_env, vertex_tf_config
+from trainer.cluster import (ClusterConfigError, Layout, choose_strategy, cluster_from_env,
+                             vertex_tf_config)
+
+
+CLUSTER = {"chief": ["h:1"], "worker": ["h:2", "h:3"]}
 
 
 def test_vertex_chief_and_workers():
-    chief = cluster_from_env({"TF_CONFIG": vertex_tf_config("h:1", ["h:2", "h:3"], "chief", 0)})
-    worker0 = cluster_from_env({"TF_CONFIG": vertex_tf_config("h:1", ["h:2", "h:3"], "worker", 0)})
+    chief = cluster_from_env({"TF_CONFIG": vertex_tf_config(CLUSTER, "chief", 0)})
+    worker0 = cluster_from_env({"TF_CONFIG": vertex_tf_config(CLUSTER, "worker", 0)})
     assert (chief.is_chief, chief.num_workers, chief.name) == (True, 3, "chief:0")
     # Worker index 0 is not the chief when the cluster has a chief (Vertex's pool 0).
     assert (worker0.is_chief, worker0.num_workers) == (False, 3)
+
+
+def test_vertex_evaluator_is_a_task_outside_the_cluster():
+    # Vertex AI lists chief, worker and ps in the cluster, never the evaluator.
+    raw = vertex_tf_config({**CLUSTER, "ps": ["h:4"], "evaluator": ["h:5"]}, "evaluator", 0)
+    config = json.loads(raw)
+    assert set(config["cluster"]) == {"chief", "worker", "ps"}
+    evaluator = cluster_from_env({"TF_CONFIG": raw})
+    assert evaluator.task_type == "evaluator" and not evaluator.is_chief
+    assert evaluator.layout == Layout(workers=2, parameter_servers=1, evaluators=1)
 
 
 def test_cluster_without_chief_and_without_tf_config():
@@ -28,10 +43,37 @@ def test_cluster_without_chief_and_without_tf_config():
 
 
 @pytest.mark.parametrize("raw", ["{not json", json.dumps(
-    {"cluster": {"chief": ["h:1"]}, "task": {"type": "worker", "index": 0}})])
+    {"cluster": {"chief": ["h:1"]}, "task": {"type": "worker", "index": 0}}), json.dumps(
+    {"cluster": {"chief": ["h:1"]}, "task": {"type": "evaluator", "index": 1}})])
 def test_invalid_tf_config(raw):
     with pytest.raises(ClusterConfigError):
         cluster_from_env({"TF_CONFIG": raw})
+
+
+@pytest.mark.parametrize("layout,requested,chosen", [
+    (Layout(), "auto", "single"),
+    (Layout(workers=2), "auto", "multi_worker_mirrored"),
+    (Layout(workers=2, evaluators=1), "auto", "multi_worker_mirrored"),
+    (Layout(workers=2, parameter_servers=1), "auto", "parameter_server"),
+    (Layout(workers=9, parameter_servers=3), "parameter_server", "parameter_server"),
+    # Asked for explicitly, pool-2 replicas stay out of training (a Reduction Server).
+    (Layout(workers=1, parameter_servers=1), "multi_worker_mirrored", "multi_worker_mirrored"),
+])
+def test_the_strategy_follows_the_layout(layout, requested, chosen):
+    assert choose_strategy(layout, requested) == chosen
+
+
+@pytest.mark.parametrize("layout,requested,message", [
+    (Layout(workers=2), "parameter_server", "needs at least one worker and one parameter "
+                                            "server; the cluster has 2 worker(s) and 0"),
+    (Layout(parameter_servers=1), "auto", "the cluster has 0 worker(s) and 1 parameter"),
+    (Layout(workers=1, evaluators=2), "auto", "a sidecar evaluator is one replica"),
+    (Layout(), "sync", "training.strategy is 'sync'; valid values are auto, "
+                       "multi_worker_mirrored, parameter_server"),
+])
+def test_layouts_a_strategy_cannot_run(layout, requested, message):
+    with pytest.raises(ClusterConfigError, match=re.escape(message)):
+        choose_strategy(layout, requested)
 
 
 def test_paths():
@@ -43,12 +85,21 @@ def test_paths():
 
 
 def test_local_cluster_environments_follow_vertex_roles():
-    envs = cluster_environments(3, {"KEEP": "1"})
-    configs = [json.loads(e["TF_CONFIG"]) for e in envs]
+    envs = cluster_environments(Layout(workers=2, parameter_servers=1, evaluators=1),
+                                {"KEEP": "1"})
+    assert [name for name, _ in envs] == ["chief", "worker-0", "worker-1", "ps-0",
+                                          "evaluator-0"]
+    configs = [json.loads(e["TF_CONFIG"]) for _, e in envs]
     assert [(c["task"]["type"], c["task"]["index"]) for c in configs] == \
-        [("chief", 0), ("worker", 0), ("worker", 1)]
+        [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0), ("evaluator", 0)]
     cluster = configs[0]["cluster"]
-    assert len(cluster["chief"]) == 1 and len(cluster["worker"]) == 2
-    assert len(set(cluster["chief"] + cluster["worker"])) == 3  # distinct ports
-    assert all(c["cluster"] == cluster for c in configs) and envs[0]["KEEP"] == "1"
-    assert "TF_CONFIG" not in cluster_environments(1, {"TF_CONFIG": "stale"})[0]
+    assert {k: len(v) for k, v in cluster.items()} == {"chief": 1, "worker": 2, "ps": 1}
+    assert len(set(cluster["chief"] + cluster["worker"] + cluster["ps"])) == 4  # distinct ports
+    assert all(c["cluster"] == cluster and c["environment"] == "cloud" for c in configs)
+    specs = [json.loads(e["CLUSTER_SPEC"]) for _, e in envs]
+    assert set(specs[0]["cluster"]) == {"workerpool0", "workerpool1", "workerpool2",
+                                        "workerpool3"}
+    assert specs[4]["task"] == {"type": "workerpool3", "index": 0}
+    assert envs[0][1]["KEEP"] == "1"
+    ((_, single),) = cluster_environments(Layout(), {"TF_CONFIG": "stale"})
+    assert "TF_CONFIG" not in single

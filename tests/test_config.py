@@ -11,7 +11,8 @@ from pipelines.config import Config, ConfigError, load_config
 def test_defaults_are_valid_and_frozen():
     config = load_config()
     assert config == Config()
-    assert config.training.local_workers == 2
+    assert config.training.local_workers is None  # as the Vertex AI pools:
+    assert config.local_layout().training_machines == 2  # the chief and one worker
     assert config.dataset.num_shards == 0  # planned from the worker count and data size
     with pytest.raises(pydantic.ValidationError, match="frozen"):
         config.training.epochs = 3

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from components.training.local_cluster import cluster_environments
+from trainer.cluster import Layout
 from trainer.commit import MARKER, committed, require_committed
 
 pytestmark = pytest.mark.slow
@@ -27,7 +28,7 @@ def start_cluster(num_workers, args):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
     return [subprocess.Popen([sys.executable, "-m", "trainer.task", *args], env=e,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for e in cluster_environments(num_workers, env)]
+            for _, e in cluster_environments(Layout(workers=num_workers - 1), env)]
 
 
 def test_killed_worker_then_restarted_cluster_resumes_without_repeating_epochs(

@@ -56,7 +56,8 @@ def test_demo_runs_every_stage_and_says_what_it_did(demo):
     assert report["num_workers"] == 2 and report["replicas_in_sync"] == 2
     curves = artifacts["report-training/curves"].read_text()
     assert curves.startswith("<!doctype html>") and curves.count("<svg") == 2
-    assert "[gpu-pipeline] training: 10 epochs on 2 worker(s)" in stdout
+    assert "[gpu-pipeline] training: 10 epochs, multi_worker_mirrored on 2 training machine(s)" \
+        in stdout
     for line in ("GPU configuration valid for us-central1",
                  "was not built or pushed (no Docker engine is used); training uses the "
                  "trainer installed in this environment",

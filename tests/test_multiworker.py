@@ -12,6 +12,7 @@ import pytest
 
 from components.export import ExportError, evaluate_saved_model, publish_model
 from components.training.local_cluster import LocalTrainingError, run_local_cluster
+from trainer.cluster import Layout
 from trainer.commit import MARKER, committed, require_committed
 
 pytestmark = pytest.mark.slow
@@ -26,9 +27,10 @@ def trained(small_dataset, tmp_path_factory):
     log = io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TMPDIR", str(temp_root))  # where non-chief workers save their copies
-        run_local_cluster(3, ["--job-dir", str(root / "job"), "--data-dir", str(small_dataset),
-                              "--model-dir", str(root / "model"), "--epochs", "4",
-                              "--batch-size", "8"], timeout_seconds=600, out=log)
+        run_local_cluster(Layout(workers=2), [
+            "--job-dir", str(root / "job"), "--data-dir", str(small_dataset),
+            "--model-dir", str(root / "model"), "--epochs", "4", "--batch-size", "8"],
+            timeout_seconds=600, out=log)
     return root / "job", Path(require_committed(root / "model")), temp_root, log.getvalue()
 
 
@@ -68,7 +70,11 @@ def test_reports_checkpoints_and_cleaned_backup(trained):
     events = [f for _, _, files in os.walk(job_dir / "tensorboard") for f in files]
     assert any(f.startswith("events.out.tfevents") for f in events)
     checkpoints = job_dir / "checkpoints"
-    assert (checkpoints / "latest.index").is_file()
+    # Per-epoch weights for a sidecar evaluator (the last 3 kept), and the plan it reads.
+    kept = sorted(p.name for p in (checkpoints / "epochs").glob("ckpt-*.index"))
+    assert kept == ["ckpt-2.index", "ckpt-3.index", "ckpt-4.index"]
+    plan = json.loads((checkpoints / "epochs" / "plan.json").read_text())
+    assert plan["epochs"] == 4 and plan["steps_per_epoch"] > 0
     # BackupAndRestore removes its backup once training completes.
     assert not (checkpoints / "backup").exists() or not os.listdir(checkpoints / "backup")
 
@@ -110,5 +116,5 @@ def test_evaluate_and_publish(trained, small_dataset, tmp_path):
 
 def test_a_failing_worker_stops_the_cluster(small_dataset, tmp_path):
     with pytest.raises(LocalTrainingError, match="exited with code 2"):
-        run_local_cluster(2, ["--job-dir", str(tmp_path), "--data-dir", str(small_dataset),
+        run_local_cluster(Layout(workers=1), ["--job-dir", str(tmp_path), "--data-dir", str(small_dataset),
                               "--epochs", "0"], timeout_seconds=120, out=io.StringIO())

@@ -11,6 +11,7 @@ container.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -39,15 +40,14 @@ REPO = "us-central1-docker.pkg.dev/my-proj/ml-images"
 ACCOUNT = "trainer@my-proj.iam.gserviceaccount.com"
 
 
-@pytest.fixture(scope="module")
-def emulated_run(tmp_path_factory):
+@contextlib.contextmanager
+def emulate(work: Path, vertex: dict, training: dict):
     """Submits a small run with the real Vertex path and runs it on the emulated Vertex AI."""
     from gcp_storage_emulator.server import create_server
 
     from tests.vertex_emulator.apis import _free_ports
     from trainer import gcs
 
-    work = tmp_path_factory.mktemp("vertex")
     (port,) = _free_ports(1)
     server = create_server("127.0.0.1", port, in_memory=True, default_bucket=None)
     server.start()
@@ -79,8 +79,8 @@ def emulated_run(tmp_path_factory):
                 "vertex": {"project": "my-proj", "region": "us-central1",
                            "pipeline_root": "gs://pipelines/root", "image_repository": REPO,
                            "service_account": ACCOUNT, "accuracy_threshold": 0.3,
-                           "job_name": "emulated"},
-                "training": {"epochs": 3, "batch_size": 32}})
+                           "job_name": "emulated", **vertex},
+                "training": training})
             runs.submit(config, dry_run=False, clients=clients,
                         credentials=AnonymousCredentials(), log=lambda line: None)
             (request,) = clients.pipeline_api.calls
@@ -97,6 +97,14 @@ def emulated_run(tmp_path_factory):
             else:
                 os.environ[key] = value
         gcs.reset_client()
+
+
+@pytest.fixture(scope="module")
+def emulated_run(tmp_path_factory):
+    """The default layout (a chief and a worker, MultiWorkerMirroredStrategy)."""
+    with emulate(tmp_path_factory.mktemp("vertex"), {},
+                 {"epochs": 3, "batch_size": 32}) as run:
+        yield run
 
 
 def test_every_stage_ran_from_the_compiled_spec(emulated_run):
@@ -249,3 +257,34 @@ def test_the_serving_container_answers_from_the_registered_model(emulated_run):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_a_parameter_server_layout_trains_with_tf_config_as_vertex_sets_it(tmp_path):
+    gpu = {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
+           "accelerator_count": 1}
+    layout = [{"machine_spec": gpu, "replica_count": 1},
+              {"machine_spec": gpu, "replica_count": 2},
+              {"machine_spec": {"machine_type": "n1-highmem-8"}, "replica_count": 1}]
+    with emulate(tmp_path, {"worker_pool_specs": layout},
+                 {"epochs": 2, "batch_size": 32}) as run:
+        tasks, apis = run["tasks"], run["apis"]
+        assert tasks["validate-gpu-config"].parameters["strategy"] == "parameter_server"
+        assert tasks["validate-gpu-config"].parameters["training_workers"] == 2
+        (sent,) = apis.recorded(r"/customJobs$")
+        job = aiplatform_v1.CustomJob.from_json(json.dumps(sent.body))
+        assert [p.replica_count for p in job.job_spec.worker_pool_specs] == [1, 2, 1]
+        assert not job.job_spec.worker_pool_specs[2].machine_spec.accelerator_count
+        record = next(iter(apis.jobs.values()))
+        assert record.state == "JOB_STATE_SUCCEEDED"
+        configs = [json.loads(r.env["TF_CONFIG"]) for r in record.replicas]
+        assert [(c["task"]["type"], c["task"]["index"]) for c in configs] == \
+            [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)]
+        assert {k: len(v) for k, v in configs[0]["cluster"].items()} == \
+            {"chief": 1, "worker": 2, "ps": 1}
+        chief_log = record.replicas[0].log.read_text()
+        assert "parameter_server with 3 training machine(s), 1 parameter server(s)" in chief_log
+        assert "serving at" in record.replicas[3].log.read_text()
+        plan = tasks["registration-plan"].parameters
+        accuracy = tasks["export-model"].parameters["accuracy"]
+        assert plan["register"] == (accuracy >= 0.3)
+        assert ("model-upload" in tasks) == plan["register"]

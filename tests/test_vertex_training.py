@@ -76,3 +76,31 @@ def test_display_name_is_the_job_name_made_unique():
         custom_job_spec([{"machine_spec": {"machine_type": "n1-standard-8"}}], "img",
                         dataset_path="/d", output_uri="gs://b/o", output_path="/gcs/b/o",
                         job_name="night-ly")
+
+
+def test_every_role_runs_the_trainer_and_a_reduction_server_keeps_its_image():
+    cpu = {"machine_spec": {"machine_type": "n1-highmem-8"}}
+    gpu = {"machine_spec": {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
+                            "accelerator_count": 1}}
+    pools = [{**gpu, "replica_count": 1}, {**gpu, "replica_count": 2},
+             {**cpu, "replica_count": 1}, {**cpu, "replica_count": 1}]
+    args = to_flags(TrainingOptions(epochs=2))
+    spec = custom_job_spec(pools, "img", dataset_path="/d", output_uri="gs://b/o",
+                           output_path="/gcs/b/o", trainer_args=args)
+    parsed = [aiplatform_v1.WorkerPoolSpec(p) for p in spec["worker_pool_specs"]]
+    assert [p.container_spec.image_uri for p in parsed] == ["img"] * 4
+    assert all(list(p.container_spec.args) == list(parsed[0].container_spec.args) for p in parsed)
+    assert parsed[0].container_spec.args[parsed[0].container_spec.args.index("--strategy") + 1] \
+        == "auto"
+
+    from components.training.layout import REDUCTION_SERVER
+
+    reduction = {"machine_spec": {"machine_type": "n1-highcpu-16"}, "replica_count": 2,
+                 "container_spec": {"image_uri": f"{REDUCTION_SERVER}:latest"}}
+    spec = custom_job_spec(pools[:2] + [reduction], "img", dataset_path="/d",
+                           output_uri="gs://b/o", output_path="/gcs/b/o", trainer_args=args)
+    chief, _, server = (aiplatform_v1.WorkerPoolSpec(p) for p in spec["worker_pool_specs"])
+    assert server.container_spec.image_uri == f"{REDUCTION_SERVER}:latest"
+    assert not server.container_spec.args
+    trainer_args = list(chief.container_spec.args)
+    assert trainer_args[trainer_args.index("--strategy") + 1] == "multi_worker_mirrored"

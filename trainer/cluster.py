@@ -1,7 +1,11 @@
-"""Cluster awareness from TF_CONFIG, in the format Vertex AI sets it.
+"""The training cluster from TF_CONFIG, as Vertex AI sets it, and the one place that decides
+the distribution strategy.
 
-Pure Python (no TensorFlow): TF_CONFIG must be read and checked before TensorFlow
-starts, because the strategy has to be created before any other TensorFlow op.
+Vertex AI gives worker pool 0 the task type `chief`, pool 1 `worker`, pool 2 `ps` and pool 3
+`evaluator`; its TF_CONFIG `cluster` lists `chief`, `worker` and `ps`, never `evaluator`
+(the evaluator only knows its own task). Pure Python (no TensorFlow): TF_CONFIG must be
+read and checked before TensorFlow starts, because the strategy has to be created before
+any other TensorFlow op.
 """
 
 from __future__ import annotations
@@ -12,9 +16,59 @@ from typing import Mapping
 
 from trainer.errors import InputError
 
+#: Task types in Vertex AI's order of worker pools.
+ROLES = ("chief", "worker", "ps", "evaluator")
+#: The `training.strategy` option's values.
+STRATEGIES = ("auto", "multi_worker_mirrored", "parameter_server")
+
 
 class ClusterConfigError(InputError):
-    """TF_CONFIG is present but unusable."""
+    """TF_CONFIG, or a layout of roles, that the trainer cannot run."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How many replicas of each role a training cluster has."""
+
+    workers: int = 0
+    parameter_servers: int = 0
+    evaluators: int = 0
+
+    @property
+    def training_machines(self) -> int:
+        """The chief and the workers."""
+        return 1 + self.workers
+
+
+def choose_strategy(layout: Layout, requested: str = "auto") -> str:
+    """The distribution strategy for a layout: `parameter_server`, `multi_worker_mirrored`
+    or `single` (one machine: the default or MirroredStrategy over its GPUs).
+
+    With `auto`, parameter servers mean ParameterServerStrategy (the chief coordinates,
+    workers run the steps, parameter servers hold the variables); otherwise several
+    training machines mean MultiWorkerMirroredStrategy (synchronous all-reduce). An
+    evaluator runs beside either. `multi_worker_mirrored` asked for explicitly leaves any
+    pool-2 replicas out of training (a Reduction Server runs there).
+
+    Raises:
+        ClusterConfigError: The layout cannot run the requested strategy.
+    """
+    if requested not in STRATEGIES:
+        raise ClusterConfigError(f"training.strategy is {requested!r}; valid values are "
+                                 f"{', '.join(STRATEGIES)}")
+    if layout.evaluators > 1:
+        raise ClusterConfigError(f"the cluster has {layout.evaluators} evaluators; a sidecar "
+                                 "evaluator is one replica (TensorFlow expects no more)")
+    wants_ps = requested == "parameter_server" or (requested == "auto"
+                                                   and layout.parameter_servers > 0)
+    if wants_ps:
+        if layout.parameter_servers < 1 or layout.workers < 1:
+            raise ClusterConfigError(
+                f"parameter-server training needs at least one worker and one parameter "
+                f"server; the cluster has {layout.workers} worker(s) and "
+                f"{layout.parameter_servers} parameter server(s)")
+        return "parameter_server"
+    return "multi_worker_mirrored" if layout.training_machines > 1 else "single"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,16 +76,28 @@ class ClusterInfo:
     """This process's place in the training cluster.
 
     Attributes:
-        task_type: `chief`, `worker`, ... or None when there is no TF_CONFIG.
+        task_type: `chief`, `worker`, `ps`, `evaluator`, or None without TF_CONFIG.
         task_index: Index within the task type.
-        num_workers: Machines that train (chief + workers).
         cluster: The `cluster` part of TF_CONFIG (empty without TF_CONFIG).
     """
 
     task_type: str | None
     task_index: int
-    num_workers: int
     cluster: Mapping[str, list[str]]
+
+    @property
+    def layout(self) -> Layout:
+        """The replicas of each role (the evaluator counted when it is this task)."""
+        workers = len(self.cluster.get("worker", []))
+        if "chief" not in self.cluster and workers:
+            workers -= 1  # worker 0 is the chief of a cluster without one
+        return Layout(workers, len(self.cluster.get("ps", [])),
+                      int(self.task_type == "evaluator"))
+
+    @property
+    def num_workers(self) -> int:
+        """Machines that train (the chief and the workers)."""
+        return self.layout.training_machines
 
     @property
     def is_chief(self) -> bool:
@@ -62,11 +128,12 @@ def cluster_from_env(environ: Mapping[str, str]) -> ClusterInfo:
         The cluster info; a single-machine cluster when TF_CONFIG is absent.
 
     Raises:
-        ClusterConfigError: TF_CONFIG is not valid JSON or names a task not in the cluster.
+        ClusterConfigError: TF_CONFIG is not valid JSON or names a task not in the cluster
+            (the evaluator excepted: Vertex AI never lists it).
     """
     raw = environ.get("TF_CONFIG", "").strip()
     if not raw:
-        return ClusterInfo(None, 0, 1, {})
+        return ClusterInfo(None, 0, {})
     try:
         config = json.loads(raw)
         cluster = config.get("cluster") or {}
@@ -75,31 +142,28 @@ def cluster_from_env(environ: Mapping[str, str]) -> ClusterInfo:
         task_index = int(task.get("index", 0))
     except (ValueError, AttributeError, TypeError) as exc:
         raise ClusterConfigError(f"TF_CONFIG is not a valid cluster description: {exc}") from exc
-    if task_type not in cluster or not 0 <= task_index < len(cluster[task_type]):
+    listed = task_type in cluster and 0 <= task_index < len(cluster[task_type])
+    if not listed and not (task_type == "evaluator" and task_index == 0):
         raise ClusterConfigError(
             f"TF_CONFIG task {task_type}:{task_index} is not in its cluster "
             f"({', '.join(f'{k}: {len(v)}' for k, v in cluster.items()) or 'empty'})")
-    num_workers = len(cluster.get("chief", [])) + len(cluster.get("worker", []))
-    return ClusterInfo(task_type, task_index, max(num_workers, 1), cluster)
+    return ClusterInfo(task_type, task_index, cluster)
 
 
-def vertex_tf_config(chief: str, workers: list[str], task_type: str, task_index: int) -> str:
-    """Builds TF_CONFIG the way Vertex AI sets it for a chief pool and a worker pool.
+def vertex_tf_config(cluster: Mapping[str, list[str]], task_type: str, task_index: int) -> str:
+    """TF_CONFIG the way Vertex AI sets it for one replica.
 
     Args:
-        chief: `host:port` of the chief (worker pool 0).
-        workers: `host:port` of each worker (worker pool 1).
-        task_type: `chief` or `worker`.
-        task_index: Index within the task type (the chief is always 0).
+        cluster: `host:port` addresses per role (`chief`, `worker`, `ps`); an `evaluator`
+            entry is left out, as Vertex AI leaves it out.
+        task_type: `chief`, `worker`, `ps` or `evaluator`.
+        task_index: Index within the task type.
 
     Returns:
         The JSON string for the TF_CONFIG environment variable.
     """
-    cluster: dict[str, list[str]] = {"chief": [chief]}
-    if workers:
-        cluster["worker"] = list(workers)
     return json.dumps({
-        "cluster": cluster,
+        "cluster": {role: list(cluster[role]) for role in ROLES[:3] if cluster.get(role)},
         "task": {"type": task_type, "index": task_index, "trial": ""},
         "job": {"worker_pool_specs": []},
         "environment": "cloud",

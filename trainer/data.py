@@ -17,7 +17,7 @@ def fits_in_cache(examples: int, image_size: int, budget_mb: float) -> bool:
 
 def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int, *,
                  training: bool, num_workers: int, seed: int = 0, cache: bool = True,
-                 shuffle_buffer: int = 4096) -> Any:
+                 shuffle_buffer: int = 4096, shard: tuple[int, int] | None = None) -> Any:
     """Builds the dataset of (images, labels) batches.
 
     Files are read in parallel (interleave); each record is parsed and decoded once, and
@@ -37,6 +37,9 @@ def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int
         seed: Shuffle seed.
         cache: Keep decoded images in memory (see `fits_in_cache`).
         shuffle_buffer: Examples in the shuffle buffer.
+        shard: (input pipelines, this one's index) to read a share of the data explicitly
+            (ParameterServerStrategy's dataset functions); by file when there are enough
+            files, by record otherwise.
 
     Returns:
         A tf.data.Dataset.
@@ -50,9 +53,19 @@ def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int
         image = tf.ensure_shape(image, [image_size, image_size, 3])
         return image, example[FEATURE_LABEL]
 
-    ds = tf.data.Dataset.from_tensor_slices(list(files))
+    files = list(files)
+    by_record = None
+    if shard is not None and shard[0] > 1:
+        count, index = shard
+        if len(files) >= count:
+            files = files[index::count]
+        else:
+            by_record = shard
+    ds = tf.data.Dataset.from_tensor_slices(files)
     ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 8),
                        num_parallel_calls=autotune, deterministic=False)
+    if by_record is not None:
+        ds = ds.shard(*by_record)
     ds = ds.map(parse, num_parallel_calls=autotune, deterministic=False)
     if cache:
         ds = ds.cache()

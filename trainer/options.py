@@ -13,6 +13,7 @@ from typing import Literal
 import pydantic
 from pydantic import Field
 
+from trainer.cluster import STRATEGIES
 from trainer.model import MODELS
 from trainer.schema import STRICT, Switch
 
@@ -40,3 +41,6 @@ class TrainingOptions(pydantic.BaseModel):
     cache_budget_mb: float = Field(2048.0, gt=0, le=2**20, description=(
         "Memory for the decoded-image cache, in MB."))
     seed: int = Field(42, ge=0, le=2**31 - 1, description="Seed of weights and shuffling.")
+    strategy: Literal[STRATEGIES] = Field("auto", description=(
+        "auto: ParameterServerStrategy when the cluster has parameter servers, else "
+        "MultiWorkerMirroredStrategy on several machines."))

@@ -11,6 +11,8 @@ HISTORY_FILE = "history.json"
 METRICS_FILE = "metrics.json"
 CURVES_FILE = "training_curves.html"
 REPORT_FILE = "training_report.json"
+#: Written by the sidecar evaluator: one entry per evaluated checkpoint.
+EVALUATIONS_FILE = "evaluations.json"
 
 
 def load_history(job_dir: str) -> list[dict[str, float]]:
@@ -22,19 +24,41 @@ def load_history(job_dir: str) -> list[dict[str, float]]:
         return json.load(f)
 
 
-def record_epoch(job_dir: str, epoch: int, logs: Mapping[str, float]) -> list[dict[str, float]]:
-    """Stores one epoch's logs; a repeated epoch (after a restart) replaces the old one.
+def _write(job_dir: str, name: str, entries: list[dict[str, float]]) -> None:
+    # Written beside and replaced (a file, which Cloud Storage FUSE can replace), so a
+    # crash never leaves a torn file.
+    os.makedirs(job_dir, exist_ok=True)
+    path = os.path.join(job_dir, name)
+    with open(path + ".tmp", "w") as f:
+        json.dump(entries, f, indent=1)
+    os.replace(path + ".tmp", path)
 
-    Written to a temporary file and renamed, so a crash never leaves a torn history.
-    """
+
+def record_epoch(job_dir: str, epoch: int, logs: Mapping[str, float]) -> list[dict[str, float]]:
+    """Stores one epoch's logs; a repeated epoch (after a restart) replaces the old one."""
     history = [h for h in load_history(job_dir) if h["epoch"] < epoch]
     history.append({"epoch": epoch, **{k: float(v) for k, v in logs.items()}})
-    os.makedirs(job_dir, exist_ok=True)
-    path = os.path.join(job_dir, HISTORY_FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump(history, f, indent=1)
-    os.replace(path + ".tmp", path)
+    _write(job_dir, HISTORY_FILE, history)
     return history
+
+
+def load_evaluations(job_dir: str) -> list[dict[str, float]]:
+    """The sidecar evaluator's evaluations so far (empty without an evaluator)."""
+    path = os.path.join(job_dir, EVALUATIONS_FILE)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return json.load(f)
+
+
+def record_evaluation(job_dir: str, epoch: int,
+                      logs: Mapping[str, float]) -> list[dict[str, float]]:
+    """Stores the sidecar evaluator's metrics of one epoch's checkpoint."""
+    entries = [e for e in load_evaluations(job_dir) if e["epoch"] != epoch]
+    entries.append({"epoch": epoch, **{k: float(v) for k, v in logs.items()}})
+    entries.sort(key=lambda e: e["epoch"])
+    _write(job_dir, EVALUATIONS_FILE, entries)
+    return entries
 
 
 def final_metrics(history: Sequence[Mapping[str, float]]) -> dict[str, float]:
@@ -81,15 +105,22 @@ def _chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]],
     return "".join(parts)
 
 
-def curves_html(history: Sequence[Mapping[str, float]], title: str = "Training curves") -> str:
-    """A self-contained HTML page (inline SVG) of loss and accuracy per epoch.
+def curves_html(history: Sequence[Mapping[str, float]], title: str = "Training curves",
+                evaluations: Sequence[Mapping[str, float]] = ()) -> str:
+    """A self-contained HTML page (inline SVG) of loss and accuracy per epoch, with the
+    sidecar evaluator's curve when there was one.
 
     KFP and Vertex AI Pipelines show HTML artifacts in their UI; no plotting library or
     network access is needed to render it.
     """
     def series(*keys: str) -> dict[str, list[tuple[float, float]]]:
-        return {k: [(h["epoch"] + 1, h[k]) for h in history if k in h] for k in keys
-                if any(k in h for h in history)}
+        found = {k: [(h["epoch"] + 1, h[k]) for h in history if k in h] for k in keys
+                 if any(k in h for h in history)}
+        for key in keys:  # the evaluator's loss and accuracy on the validation split
+            if not key.startswith("val_") and any(key in e for e in evaluations):
+                found[f"evaluator {key}"] = [(e["epoch"] + 1, e[key]) for e in evaluations
+                                             if key in e]
+        return found
 
     def cell(value: float) -> str:
         return f"<td>{value:.4f}</td>"
@@ -108,11 +139,13 @@ def curves_html(history: Sequence[Mapping[str, float]], title: str = "Training c
 
 
 def write_reports(job_dir: str, report: Mapping[str, Any]) -> None:
-    """Writes metrics.json, training_curves.html and training_report.json into job_dir."""
+    """Writes metrics.json, training_curves.html and, last, training_report.json into
+    job_dir (its existence tells the other replicas that training is done)."""
     history = load_history(job_dir)
     with open(os.path.join(job_dir, METRICS_FILE), "w") as f:
         json.dump(final_metrics(history), f, indent=2)
     with open(os.path.join(job_dir, CURVES_FILE), "w") as f:
-        f.write(curves_html(history))
-    with open(os.path.join(job_dir, REPORT_FILE), "w") as f:
+        f.write(curves_html(history, evaluations=load_evaluations(job_dir)))
+    with open(os.path.join(job_dir, REPORT_FILE + ".tmp"), "w") as f:
         json.dump({**report, "history": history}, f, indent=2)
+    os.replace(os.path.join(job_dir, REPORT_FILE + ".tmp"), os.path.join(job_dir, REPORT_FILE))

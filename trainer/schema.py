@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import types
 import typing
 from typing import Annotated, Any, Iterable, Literal, Mapping, TypeVar
 
@@ -76,8 +77,22 @@ def _number(value: float) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def _optional(annotation: Any) -> tuple[Any, bool]:
+    """(the type, whether it may be None) of `X | None` and of a plain `X`."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1:
+            return rest[0], True
+    return annotation, False
+
+
 def describe(field: FieldInfo) -> str:
     """What a field accepts, in words: `an integer from 1 to 8`, `one of auto, on, off`."""
+    annotation, optional = _optional(field.annotation)
+    if optional:
+        inner = FieldInfo.merge_field_infos(field, annotation=annotation)
+        return f"{describe(inner)}, or nothing"
     annotation = field.annotation
     if typing.get_origin(annotation) is Literal:
         return "one of " + ", ".join(str(v) for v in typing.get_args(annotation))
@@ -208,7 +223,7 @@ def flag(name: str) -> str:
 
 
 def _parser_type(field: FieldInfo) -> Any:
-    annotation = field.annotation
+    annotation, _ = _optional(field.annotation)
     if typing.get_origin(annotation) is Literal:
         return str
     return annotation if annotation in (int, float, str) else None
@@ -234,12 +249,12 @@ def add_arguments(parser: argparse.ArgumentParser | Any, model: type[pydantic.Ba
         default = field.default if with_defaults else None
         help_text = f"{field.description or name} Valid: {describe(field)}; default: " \
                     f"{_plain(field.default)}."
-        if field.annotation is bool:
+        if _optional(field.annotation)[0] is bool:
             parser.add_argument(flag(dest), dest=dest, action=argparse.BooleanOptionalAction,
                                 default=default, help=help_text)
         elif _parser_type(field) is not None:
-            choices = typing.get_args(field.annotation) if typing.get_origin(
-                field.annotation) is Literal else None
+            kind = _optional(field.annotation)[0]
+            choices = typing.get_args(kind) if typing.get_origin(kind) is Literal else None
             parser.add_argument(flag(dest), dest=dest, type=_parser_type(field),
                                 default=default, choices=choices,
                                 metavar=None if choices else name.upper(), help=help_text)
@@ -266,7 +281,9 @@ def to_flags(options: pydantic.BaseModel) -> list[str]:
     flags = []
     for name, field in type(options).model_fields.items():
         value = getattr(options, name)
-        if field.annotation is bool:
+        if value is None:
+            continue
+        if _optional(field.annotation)[0] is bool:
             flags.append(flag(name) if value else "--no-" + name.replace("_", "-"))
         elif _parser_type(field) is not None:
             if isinstance(value, float) and not math.isfinite(value):

@@ -60,9 +60,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _create_strategy(tf: Any, info: cluster_lib.ClusterInfo) -> Any:
-    """Chooses the strategy; must run before any other TensorFlow op."""
-    if info.num_workers > 1:
+def _create_strategy(tf: Any, name: str) -> Any:
+    """The strategy `cluster.choose_strategy` chose; must run before any other TF op."""
+    if name == "parameter_server":
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        return tf.distribute.ParameterServerStrategy(resolver)
+    if name == "multi_worker_mirrored":
         return tf.distribute.MultiWorkerMirroredStrategy()
     if len(tf.config.list_physical_devices("GPU")) > 1:
         return tf.distribute.MirroredStrategy()
@@ -83,33 +86,86 @@ def weights_digest(model: Any) -> str:
     return h.hexdigest()
 
 
-def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
+def _locations(args: argparse.Namespace, environ: dict[str, str]) -> tuple[str, str, str, str]:
+    """(data dir, job dir, checkpoint dir, TensorBoard dir) as local or /gcs/ paths."""
+    job_dir = to_mount_path(args.job_dir)
+    return (to_mount_path(args.data_dir), job_dir,
+            paths.checkpoint_dir(job_dir, environ, args.checkpoint_dir),
+            paths.tensorboard_dir(job_dir, environ, args.tensorboard_dir))
+
+
+def _datasets(tf: Any, keras: Any, strategy_name: str, data_dir: str, manifest: dict,
+              batch: int, num_workers: int, seed: int, cache: bool) -> tuple[Any, Any]:
+    """The training and validation inputs: datasets, or under ParameterServerStrategy
+    dataset functions that every worker runs on its own share of the files."""
+    from trainer.contract import shard_paths
+    from trainer.data import make_dataset
+
+    size = manifest["image_size"][0]
+    splits = [(shard_paths(data_dir, manifest, split), seed + i)
+              for i, split in enumerate(("train", "validation"))]
+    if strategy_name != "parameter_server":
+        return tuple(make_dataset(tf, files, size, batch, training=True, seed=s, cache=cache,
+                                  num_workers=num_workers) for files, s in splits)
+
+    def creator(files: list[str], split_seed: int) -> Any:
+        def dataset_fn(context: Any) -> Any:
+            return make_dataset(tf, files, size, batch, training=True, seed=split_seed,
+                                cache=cache, num_workers=1,
+                                shard=(context.num_input_pipelines, context.input_pipeline_id))
+        return keras.utils.experimental.DatasetCreator(dataset_fn)
+
+    return tuple(creator(files, s) for files, s in splits)
+
+
+def _epoch_checkpoints(keras: Any, directory: str, keep: int = 3) -> list[Any]:
+    """Weights after every epoch as `ckpt-<epoch>` (what the sidecar evaluator reads), the
+    last `keep` kept."""
+    class _Prune(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            stale = f"ckpt-{epoch + 1 - keep}."
+            for name in os.listdir(directory):
+                if name.startswith(stale):
+                    os.remove(os.path.join(directory, name))
+
+    return [keras.callbacks.ModelCheckpoint(os.path.join(directory, "ckpt-{epoch}"),
+                                            save_weights_only=True), _Prune()]
+
+
+def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name: str,
           environ: dict[str, str]) -> dict[str, Any]:
-    """Trains and exports the model; returns the training report (chief and workers)."""
+    """Trains and exports the model; returns the training report (chief and MWMS workers).
+
+    Under ParameterServerStrategy only the chief runs this (it coordinates the workers).
+    """
+    import json
+
     opts: TrainingOptions = args.options
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
 
-    strategy = _create_strategy(tf, info)  # First TensorFlow op: collectives need it so.
+    strategy = _create_strategy(tf, strategy_name)  # First TensorFlow op, as collectives need.
     import tf_keras as keras
 
     from trainer import report as report_lib
-    from trainer.contract import load_manifest, shard_paths
-    from trainer.data import fits_in_cache, make_dataset
+    from trainer.contract import load_manifest
+    from trainer.data import fits_in_cache
+    from trainer.evaluator import EPOCHS_DIR, PLAN_FILE
     from trainer.export import save_model
     from trainer.model import build_model
 
     gpus = tf.config.list_physical_devices("GPU")
+    # Under ParameterServerStrategy a step is one worker's batch; otherwise the replicas
+    # in sync each take a batch.
     replicas = strategy.num_replicas_in_sync
-    log.info("cluster: task %s of %s, %d worker(s), %d replica(s) in sync, chief=%s",
-             info.name, dict(info.cluster) or "single machine", info.num_workers, replicas,
-             info.is_chief)
+    log.info("cluster: task %s of %s, %s with %d training machine(s), %d parameter "
+             "server(s); %d replica(s) in sync, chief=%s", info.name,
+             dict(info.cluster) or "single machine", strategy_name, info.num_workers,
+             info.layout.parameter_servers, replicas, info.is_chief)
     log.info("devices: %s; GPUs: %s", ", ".join(d.name for d in tf.config.list_logical_devices()),
              ", ".join(f"/gpu:{i}" for i in range(len(gpus))) or "none")
 
-    data_dir = to_mount_path(args.data_dir)
-    job_dir = to_mount_path(args.job_dir)
-    ckpt_dir = paths.checkpoint_dir(job_dir, environ, args.checkpoint_dir)
+    data_dir, job_dir, ckpt_dir, tensorboard_dir = _locations(args, environ)
     manifest = load_manifest(data_dir)
     image_size = manifest["image_size"][0]
     classes = manifest["classes"]
@@ -132,14 +188,12 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
              steps_per_epoch, cache, mixed, xla)
 
     keras.utils.set_random_seed(opts.seed)
-    common = dict(num_workers=info.num_workers, cache=cache)
-    train_ds = make_dataset(tf, shard_paths(data_dir, manifest, "train"), image_size,
-                            global_batch, training=True, seed=opts.seed, **common)
-    val_ds = make_dataset(tf, shard_paths(data_dir, manifest, "validation"), image_size,
-                          global_batch, training=True, seed=opts.seed + 1, **common)
+    train_ds, val_ds = _datasets(tf, keras, strategy_name, data_dir, manifest, global_batch,
+                                 info.num_workers, opts.seed, cache)
     with strategy.scope():
         model = build_model(keras, opts.model, image_size, len(classes), opts.learning_rate,
-                            weights=opts.weights or None, freeze_base=opts.freeze_base, jit_compile=xla)
+                            weights=opts.weights or None, freeze_base=opts.freeze_base,
+                            jit_compile=xla)
 
     first_epoch: list[int] = []
 
@@ -162,16 +216,20 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
             if info.is_chief:
                 report_lib.record_epoch(job_dir, epoch, logs)
 
+    epochs_dir = os.path.join(ckpt_dir, EPOCHS_DIR)
     callbacks = [
         # First, so an epoch's backup exists before anything reports the epoch as done.
         keras.callbacks.BackupAndRestore(backup_dir=os.path.join(ckpt_dir, "backup")),
-        keras.callbacks.ModelCheckpoint(os.path.join(ckpt_dir, "latest"), save_weights_only=True),
+        *_epoch_checkpoints(keras, epochs_dir),
         _EpochLog(),
     ]
     if info.is_chief:
-        callbacks.append(keras.callbacks.TensorBoard(
-            log_dir=paths.tensorboard_dir(job_dir, environ, args.tensorboard_dir),
-            write_graph=False, profile_batch=0))
+        os.makedirs(epochs_dir, exist_ok=True)
+        with open(os.path.join(epochs_dir, PLAN_FILE), "w") as f:  # for the evaluator
+            json.dump({"epochs": opts.epochs, "steps_per_epoch": steps_per_epoch}, f)
+        if strategy_name != "parameter_server":  # not supported under that strategy
+            callbacks.append(keras.callbacks.TensorBoard(log_dir=tensorboard_dir,
+                                                         write_graph=False, profile_batch=0))
 
     started = time.monotonic()
     model.fit(train_ds, epochs=opts.epochs, steps_per_epoch=steps_per_epoch,
@@ -185,7 +243,9 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
     destination = paths.model_dir(job_dir, environ, args.model_dir)
     report = {
         "task": info.name,
+        "strategy": strategy_name,
         "num_workers": info.num_workers,
+        "parameter_servers": info.layout.parameter_servers,
         "replicas_in_sync": replicas,
         "global_batch_size": global_batch,
         "per_replica_batch_size": opts.batch_size,
@@ -204,12 +264,55 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
     }
     saved = save_model(tf, model, destination, is_chief=info.is_chief, image_size=image_size,
                        class_names=classes, extra_metadata={"training": {
-                           k: report[k] for k in ("model", "num_workers", "replicas_in_sync",
+                           k: report[k] for k in ("model", "strategy", "num_workers",
+                                                  "parameter_servers", "replicas_in_sync",
                                                   "global_batch_size", "epochs")}})
     if saved:
         report_lib.write_reports(job_dir, report)
         log.info("model written to %s", saved)
     return report
+
+
+def evaluate_beside(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
+                    environ: dict[str, str]) -> int:
+    """The evaluator's role: the sidecar evaluator over the chief's checkpoints."""
+    opts: TrainingOptions = args.options
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from trainer.contract import load_manifest, shard_paths
+    from trainer.data import make_dataset
+    from trainer.evaluator import run_sidecar
+    from trainer.model import build_model
+
+    data_dir, job_dir, ckpt_dir, tensorboard_dir = _locations(args, environ)
+    manifest = load_manifest(data_dir)
+    size = manifest["image_size"][0]
+    if _resolve(opts.mixed_precision, len(tf.config.list_physical_devices("GPU"))):
+        keras.mixed_precision.set_global_policy("mixed_float16")
+    model = build_model(keras, opts.model, size, len(manifest["classes"]), opts.learning_rate,
+                        weights=opts.weights or None, freeze_base=opts.freeze_base)
+    data = make_dataset(tf, shard_paths(data_dir, manifest, "validation"), size,
+                        opts.batch_size, training=False, num_workers=1, cache=False)
+    evaluations = run_sidecar(keras, model, data, ckpt_dir, job_dir, tensorboard_dir, info)
+    log.info("sidecar evaluator done after %d evaluation(s)", evaluations)
+    return evaluations
+
+
+def run(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
+        environ: dict[str, str]) -> None:
+    """This replica's role in the strategy `cluster.choose_strategy` decides."""
+    from trainer.report import REPORT_FILE
+    from trainer.server import serve_until_done
+
+    strategy_name = cluster_lib.choose_strategy(info.layout, args.options.strategy)
+    if info.task_type == "evaluator":
+        evaluate_beside(args, info, environ)
+    elif strategy_name == "parameter_server" and info.task_type in ("worker", "ps"):
+        serve_until_done(info, os.path.join(_locations(args, environ)[1], REPORT_FILE))
+    else:
+        train(args, info, strategy_name, environ)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -227,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.setLevel(logging.INFO)
     log.propagate = False
     try:
-        train(args, info, dict(os.environ))
+        run(args, info, dict(os.environ))
     except ProjectError as exc:
         print(f"trainer: {exc}", file=sys.stderr)
         return exc.exit_code

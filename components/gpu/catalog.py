@@ -14,12 +14,18 @@ import dataclasses
 K80, P4, P100, T4, V100, A100 = (
     "NVIDIA_TESLA_K80", "NVIDIA_TESLA_P4", "NVIDIA_TESLA_P100", "NVIDIA_TESLA_T4",
     "NVIDIA_TESLA_V100", "NVIDIA_TESLA_A100")
-#: BEYOND THE SEEDS: today's Vertex AI accelerator types of the fixed-count families.
+#: BEYOND THE SEEDS (read 2026-11 from `google.cloud.aiplatform_v1.AcceleratorType` and
+#: Compute Engine's GPU and accelerator-optimized machine pages): today's Vertex AI
+#: accelerator types of the fixed-count machine families. A test checks every name
+#: against the enum.
 A100_80GB, H100_80GB, L4 = "NVIDIA_A100_80GB", "NVIDIA_H100_80GB", "NVIDIA_L4"
+H100_MEGA, H200, B200, GB200 = ("NVIDIA_H100_MEGA_80GB", "NVIDIA_H200_141GB", "NVIDIA_B200",
+                                "NVIDIA_GB200")
 
 #: The GPU types the seeds list for acceleratorConfig.
 SEED_ACCELERATORS = (A100, K80, P4, P100, T4, V100)
-ACCELERATOR_TYPES = SEED_ACCELERATORS + (A100_80GB, H100_80GB, L4)
+ACCELERATOR_TYPES = SEED_ACCELERATORS + (A100_80GB, H100_80GB, L4, H100_MEGA, H200, B200,
+                                         GB200)
 
 #: Counts a GPU type can be attached in at all (the seeds' table columns; 3 is in none).
 GPU_COUNTS = {K80: (1, 2, 4, 8), P4: (1, 2, 4), P100: (1, 2, 4), T4: (1, 2, 4),
@@ -71,6 +77,7 @@ class Machine:
     memory_gb: float
     fixed_gpu: tuple[str, int] | None = None
     beyond_seeds: bool = False
+    arm: bool = False  # an Arm (aarch64) CPU: the x86 trainer image cannot run on it
 
 
 def _n1(kind: str, vcpus: int) -> tuple[str, Machine]:
@@ -101,7 +108,22 @@ MODERN_MACHINES = {
     **{f"a3-highgpu-{n}g": Machine(26 * n, 234 * n, (H100_80GB, n), True) for n in (1, 2, 4, 8)},
     **{f"g2-standard-{v}": Machine(v, 4 * v, (L4, n), True)
        for v, n in ((4, 1), (8, 1), (12, 1), (16, 1), (24, 2), (32, 1), (48, 4), (96, 8))},
+    "a3-megagpu-8g": Machine(208, 1872, (H100_MEGA, 8), True),
+    "a3-ultragpu-8g": Machine(224, 2952, (H200, 8), True),
+    "a4-highgpu-8g": Machine(224, 3968, (B200, 8), True),
+    # GB200 superchips pair the GPUs with Arm (Grace) CPUs.
+    "a4x-highgpu-4g": Machine(140, 884, (GB200, 4), True, arm=True),
 }
+
+#: The platform of the trainer image (tensorflow/tensorflow's GPU images are x86 only).
+TRAINER_PLATFORM = "linux/amd64"
+
+#: BEYOND THE SEEDS (Vertex AI docs: "Schedule training jobs based on resource
+#: availability", Dynamic Workload Scheduler, read 2026-11): the GPU types FLEX_START
+#: scheduling serves.
+FLEX_START_ACCELERATORS = (L4, A100, A100_80GB, H100_80GB, H100_MEGA, H200, B200)
+#: FLEX_START jobs run for at most 7 days.
+FLEX_START_MAX_SECONDS = 7 * 24 * 3600
 
 #: The seeds' compatibility table, as printed: valid counts per machine type and GPU.
 #: The printed text lost its empty cells, so each row below was re-aligned to the columns

@@ -168,6 +168,12 @@ def _check_machine(name: str, machine_type: Any, accelerator_type: str | None,
         return
     row = VALID_GPU_COUNTS.get(machine_type)
     fixed = (cat.A2_MACHINES.get(machine_type) or cat.MODERN_MACHINES.get(machine_type))
+    if fixed is not None and fixed.arm:
+        errors.append(f"{name}: machine_spec.machine_type {machine_type!r} has Arm (aarch64) "
+                      f"CPUs, and the trainer image ({cat.TRAINER_PLATFORM}) cannot run on "
+                      "them; choose an x86 machine such as a4-highgpu-8g (B200) or "
+                      "a3-ultragpu-8g (H200)")
+        return
     if accelerator_type is None:
         if fixed is not None:
             gpu, count = fixed.fixed_gpu

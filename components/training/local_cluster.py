@@ -1,11 +1,13 @@
-"""Local training: the trainer as several worker processes on localhost.
+"""Local training: the trainer as one process per replica on localhost.
 
-Each process gets TF_CONFIG in the format Vertex AI sets (one `chief`, the rest
-`worker` from index 0), so the trainer runs exactly as it does on a Vertex cluster.
+Each process gets TF_CONFIG and CLUSTER_SPEC in the format Vertex AI sets them (`chief`,
+then `worker`, `ps` from index 0, and an `evaluator` that is not in the cluster), so the
+trainer runs exactly as it does on a Vertex cluster, in every layout of roles.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -15,12 +17,16 @@ import time
 from collections import deque
 from typing import Sequence, TextIO
 
-from trainer.cluster import vertex_tf_config
+from trainer.cluster import Layout, choose_strategy, vertex_tf_config
 from trainer.errors import StageError
+
+#: Seconds the replicas that do not decide the outcome (parameter servers, PS workers,
+#: the evaluator) get to end by themselves once training is done.
+WIND_DOWN_SECONDS = 120
 
 
 class LocalTrainingError(StageError):
-    """A worker process failed or the cluster did not finish in time."""
+    """A process of the local cluster failed or the cluster did not finish in time."""
 
 
 def free_ports(count: int) -> list[int]:
@@ -38,20 +44,37 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def cluster_environments(num_workers: int, base_env: dict[str, str]) -> list[dict[str, str]]:
-    """Environments of the `num_workers` processes: chief first, then workers 0..n-2."""
-    if num_workers < 1:
-        raise LocalTrainingError(f"num_workers is {num_workers}; expected >= 1")
-    addresses = [f"localhost:{p}" for p in free_ports(num_workers)]
+def replica_names(layout: Layout) -> list[tuple[str, int]]:
+    """(task type, index) of every replica of a layout, in Vertex AI's pool order."""
+    return ([("chief", 0)] + [("worker", i) for i in range(layout.workers)]
+            + [("ps", i) for i in range(layout.parameter_servers)]
+            + [("evaluator", i) for i in range(layout.evaluators)])
+
+
+def cluster_environments(layout: Layout, base_env: dict[str, str]
+                         ) -> list[tuple[str, dict[str, str]]]:
+    """(name, environment) of every process: TF_CONFIG and CLUSTER_SPEC as Vertex AI sets
+    them (no TF_CONFIG for a single replica, no evaluator in the cluster)."""
+    replicas = replica_names(layout)
+    addresses = iter(f"localhost:{p}" for p in free_ports(len(replicas)))
+    by_role: dict[str, list[str]] = {}
+    for task_type, _ in replicas:
+        by_role.setdefault(task_type, []).append(next(addresses))
+    pools = {f"workerpool{i}": by_role[role]
+             for i, role in enumerate(("chief", "worker", "ps", "evaluator")) if role in by_role}
+    pool_of = {role: i for i, role in enumerate(("chief", "worker", "ps", "evaluator"))}
     envs = []
-    for i in range(num_workers):
-        task_type, index = ("chief", 0) if i == 0 else ("worker", i - 1)
+    for task_type, index in replicas:
         env = dict(base_env)
-        if num_workers > 1:
-            env["TF_CONFIG"] = vertex_tf_config(addresses[0], addresses[1:], task_type, index)
+        if len(replicas) > 1:
+            env["TF_CONFIG"] = vertex_tf_config(by_role, task_type, index)
         else:
             env.pop("TF_CONFIG", None)
-        envs.append(env)
+        env["CLUSTER_SPEC"] = json.dumps({
+            "cluster": pools, "environment": "cloud",
+            "task": {"type": f"workerpool{pool_of[task_type]}", "index": index}})
+        name = "chief" if task_type == "chief" else f"{task_type}-{index}"
+        envs.append((name, env))
     return envs
 
 
@@ -63,27 +86,36 @@ def _pump(stream, out: TextIO | None, tail: deque) -> None:
         target.flush()
 
 
-def run_local_cluster(num_workers: int, trainer_args: Sequence[str],
-                      timeout_seconds: float = 1800, out: TextIO | None = None) -> None:
-    """Runs `python -m trainer.task` as `num_workers` processes and waits for all.
+def run_local_cluster(layout: Layout, trainer_args: Sequence[str], strategy: str = "auto",
+                      timeout_seconds: float = 1800, out: TextIO | None = None) -> str:
+    """Runs `python -m trainer.task` as one process per replica of `layout`.
 
-    If one process fails, the others are stopped (they would otherwise wait forever in
-    a collective) and the error carries the end of the failed process's log.
+    Training is done when the replicas that decide it have ended with 0: the chief and
+    the workers under MultiWorkerMirroredStrategy, the chief (the coordinator) under
+    ParameterServerStrategy, whose workers and parameter servers then stop by themselves,
+    as the evaluator does after its last evaluation. A process that fails stops the
+    others (they would otherwise wait forever), except a worker under
+    ParameterServerStrategy, which the coordinator survives. The error carries the end of
+    the failed process's log.
 
     Args:
-        num_workers: Processes to start (1 chief + num_workers-1 workers).
+        layout: Replicas of each role (the chief is always one).
         trainer_args: Arguments for trainer.task.
+        strategy: The `training.strategy` option (`trainer.cluster.choose_strategy`).
         timeout_seconds: Stop everything after this long.
         out: Where the processes' output lines go (default: stdout).
+
+    Returns:
+        The strategy the cluster ran.
 
     Raises:
         LocalTrainingError: A process failed or the timeout passed.
     """
+    chosen = choose_strategy(layout, strategy)
     base = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
             "PYTHONUNBUFFERED": "1"}
     procs: list[tuple[str, subprocess.Popen, deque, threading.Thread]] = []
-    for i, env in enumerate(cluster_environments(num_workers, base)):
-        name = "chief" if i == 0 else f"worker-{i - 1}"
+    for name, env in cluster_environments(layout, base):
         proc = subprocess.Popen([sys.executable, "-m", "trainer.task", *trainer_args], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 bufsize=1)
@@ -92,17 +124,28 @@ def run_local_cluster(num_workers: int, trainer_args: Sequence[str],
         pump.start()
         procs.append((name, proc, tail, pump))
 
+    deciding = {"chief"} | ({f"worker-{i}" for i in range(layout.workers)}
+                            if chosen == "multi_worker_mirrored" else set())
+    tolerated = {f"worker-{i}" for i in range(layout.workers)} \
+        if chosen == "parameter_server" else set()
     deadline = time.monotonic() + timeout_seconds
     failed: tuple[str, int, deque] | None = None
     try:
         while True:
             codes = [(name, p.poll(), tail) for name, p, tail, _ in procs]
-            failed = next(((n, c, t) for n, c, t in codes if c not in (None, 0)), None)
-            if failed or all(c == 0 for _, c, _ in codes):
+            failed = next(((n, c, t) for n, c, t in codes
+                           if c not in (None, 0) and n not in tolerated), None)
+            if failed or all(c == 0 for n, c, _ in codes if n in deciding):
                 break
             if time.monotonic() > deadline:
                 raise LocalTrainingError(f"training did not finish within {timeout_seconds:.0f} s")
             time.sleep(0.2)
+        if not failed:  # the others end by themselves once training is done
+            wind_down = time.monotonic() + WIND_DOWN_SECONDS
+            while any(p.poll() is None for _, p, _, _ in procs) and time.monotonic() < wind_down:
+                time.sleep(0.2)
+            failed = next(((n, p.returncode, t) for n, p, t, _ in procs
+                           if p.returncode not in (None, 0) and n not in tolerated), None)
     finally:
         for _, p, _, _ in procs:
             if p.poll() is None:
@@ -118,3 +161,4 @@ def run_local_cluster(num_workers: int, trainer_args: Sequence[str],
         name, code, tail = failed
         raise LocalTrainingError(f"training process {name} exited with code {code}; last lines:\n"
                                  + "\n".join(tail))
+    return chosen

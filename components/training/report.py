@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from typing import Any
 
 from trainer.errors import StageError
-from trainer.report import CURVES_FILE, METRICS_FILE, REPORT_FILE
+from trainer.report import (CURVES_FILE, METRICS_FILE, REPORT_FILE, curves_html,
+                            load_evaluations)
 
 
 class TrainingReportError(StageError):
@@ -21,7 +21,11 @@ class TrainingReportError(StageError):
 
 
 def publish_training_report(job_dir: str, curves_path: str) -> dict[str, Any]:
-    """Copies the curves page to `curves_path`; returns the metrics and a run summary.
+    """Writes the curves page to `curves_path`; returns the metrics and a run summary.
+
+    A sidecar evaluator may finish its last evaluation after the chief wrote its report,
+    so its evaluations are read here, once training is over: the page shows their curve
+    and the metrics gain `evaluator_loss` and `evaluator_accuracy` (its last ones).
 
     Raises:
         TrainingReportError: A report file is missing.
@@ -36,8 +40,16 @@ def publish_training_report(job_dir: str, curves_path: str) -> dict[str, Any]:
         metrics = json.load(f)
     with open(files[REPORT_FILE]) as f:
         report = json.load(f)
+    evaluations = load_evaluations(job_dir)
     os.makedirs(os.path.dirname(curves_path) or ".", exist_ok=True)
-    shutil.copyfile(files[CURVES_FILE], curves_path)
+    with open(curves_path, "w") as f:
+        f.write(curves_html(report["history"], evaluations=evaluations))
+    if evaluations:
+        last = evaluations[-1]
+        metrics.update({f"evaluator_{k}": v for k, v in last.items() if k != "epoch"},
+                       evaluator_epochs=float(len(evaluations)))
     return {"metrics": metrics, "epochs": report["epochs"],
-            "num_workers": report["num_workers"],
+            "num_workers": report["num_workers"], "strategy": report.get("strategy", ""),
+            "parameter_servers": report.get("parameter_servers", 0),
+            "evaluations": len(evaluations),
             "examples_per_second": report["examples_per_second"]}

@@ -9,7 +9,12 @@ from __future__ import annotations
 import copy
 from typing import Any, Sequence
 
-from components.training.job_names import JOB_NAME_SUFFIX, unique_job_name, validate_job_name
+from components.training.job_names import (
+    JOB_NAME_SUFFIX,
+    unique_job_name,
+    validate_job_name,
+)
+from components.training.layout import is_reduction_server
 from trainer.errors import InputError
 
 #: Vertex AI sets AIP_MODEL_DIR to `<base_output_directory>/model`.
@@ -26,8 +31,9 @@ def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], image_uri: str,
                     job_name: str = "gpu_training") -> dict[str, Any]:
     """Adds the trainer container to validated worker pools.
 
-    Every used pool runs the same image and arguments; the cluster roles come from the
-    TF_CONFIG Vertex sets. Paths given to the trainer are `/gcs/` paths (Cloud Storage
+    Every used pool runs the same image and arguments (the chief trains or coordinates,
+    workers train or serve, parameter servers serve, the evaluator evaluates: roles from
+    the TF_CONFIG Vertex sets), except a Reduction Server pool, which keeps its own image. Paths given to the trainer are `/gcs/` paths (Cloud Storage
     FUSE on Vertex), read with plain file APIs.
 
     Args:
@@ -54,10 +60,13 @@ def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], image_uri: str,
     if not worker_pool_specs or not worker_pool_specs[0]:
         raise TrainingSpecError("worker_pool_specs has no chief pool (pool 0)")
     args = ["--job-dir", output_path, "--data-dir", dataset_path, *map(str, trainer_args)]
+    reduction = any(is_reduction_server(p) for p in worker_pool_specs)
+    if reduction and "--strategy" in args:  # pool 2 is not parameter servers then
+        args[args.index("--strategy") + 1] = "multi_worker_mirrored"
     pools = []
     for pool in worker_pool_specs:
         pool = copy.deepcopy(dict(pool))
-        if pool:
+        if pool and not is_reduction_server(pool):  # which runs Vertex AI's own image
             pool["container_spec"] = {"image_uri": image_uri, "args": list(args)}
         pools.append(pool)
     base = output_uri.rstrip("/")
