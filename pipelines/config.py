@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import pydantic
-import yaml
 from pydantic import Field
 
 from components.dataset.options import DatasetOptions
@@ -24,6 +23,7 @@ from components.gpu.ai_platform import convert_ai_platform_config
 from components.gpu.validation import validate_worker_pool_specs
 from components.training.layout import check_layout, check_scheduling, layout_of
 from components.vertex_options import VertexOptions
+from pipelines.yaml_input import YamlFileError, read_yaml
 from trainer.cluster import Layout
 from trainer.gcs import mounted_gcs_uri
 from trainer.options import TrainingOptions
@@ -167,13 +167,9 @@ SECTIONS = tuple(Config.model_fields)
 
 def _read_yaml(path: str | Path) -> Any:
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError([f"config file {str(path)!r} cannot be read: {exc.strerror}"]) from None
-    try:
-        return yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"config file {str(path)!r} is not valid YAML: {exc}"]) from None
+        return read_yaml(path, "config file") or {}
+    except YamlFileError as exc:
+        raise ConfigError([str(exc)]) from None
 
 
 def _merge(*layers: Mapping[str, Any]) -> dict[str, Any]:

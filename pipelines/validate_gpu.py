@@ -13,37 +13,41 @@ from pathlib import Path
 from typing import Any
 
 from trainer.errors import InputError
+from trainer.schema import short
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _section(data: Any, key: str) -> dict:
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, dict) else {}
 
 
 def validate_file(path: Path, region: str | None):
     """Validates a file in any of the accepted formats; returns (result, region, format)."""
-    import yaml
-
     from components.gpu.ai_platform import validate_ai_platform_config
     from components.gpu.validation import validate_worker_pool_specs
+    from pipelines.config import AI_PLATFORM_KEYS, SECTIONS, Config
+    from pipelines.yaml_input import read_yaml
 
-    if not path.is_file():
-        raise InputError(f"--config {str(path)!r} is not a readable file")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise InputError(f"--config {str(path)!r} is not valid YAML or JSON: {exc}") from None
+    data = read_yaml(path, "--config")
     if isinstance(data, list):
         return validate_worker_pool_specs(data, region), region, "vertex worker pool specs"
-    if isinstance(data, dict) and ({"trainingInput", "scaleTier", "masterType"} & set(data)):
-        region = region or (data.get("trainingInput") or {}).get("region")
+    if isinstance(data, dict) and AI_PLATFORM_KEYS & set(data):
+        region = region or _text(_section(data, "trainingInput").get("region"))
         return validate_ai_platform_config(data, region), region, "AI Platform config.yaml"
     if isinstance(data, dict) and "worker_pool_specs" in data:
-        region = region or data.get("region")
+        region = region or _text(data.get("region"))
         return (validate_worker_pool_specs(data["worker_pool_specs"], region), region,
                 "vertex worker pool specs")
-    from pipelines.config import SECTIONS
-
     if isinstance(data, dict) and set(data) <= set(SECTIONS):
-        from pipelines.config import Config
-
-        defaults, vertex = Config().vertex, data.get("vertex") or {}
-        region = region or vertex.get("region") or defaults.region
+        if data.get("vertex") is not None and not isinstance(data["vertex"], dict):
+            raise InputError(f"--config {str(path)!r}: vertex is {short(data['vertex'])}; "
+                             "expected a mapping with region, worker_pool_specs, ...")
+        defaults, vertex = Config().vertex, _section(data, "vertex")
+        region = region or _text(vertex.get("region")) or defaults.region
         specs = vertex.get("worker_pool_specs", list(defaults.worker_pool_specs))
         return validate_worker_pool_specs(specs, region), region, "gpu-pipeline config"
     raise InputError(f"--config {str(path)!r} is in no format validate-gpu reads: expected an AI "

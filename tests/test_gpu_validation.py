@@ -390,6 +390,7 @@ def test_unique_job_names_sort_by_time():
 
 
 def test_module_does_not_import_tensorflow():
-    code = "import sys, components.gpu.validation, components.gpu.ai_platform; print('tensorflow' in sys.modules)"
+    code = ("import sys, components.gpu.validation, components.gpu.ai_platform; "
+            "print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -116,5 +116,6 @@ def test_evaluate_and_publish(trained, small_dataset, tmp_path):
 
 def test_a_failing_worker_stops_the_cluster(small_dataset, tmp_path):
     with pytest.raises(LocalTrainingError, match="exited with code 2"):
-        run_local_cluster(Layout(workers=1), ["--job-dir", str(tmp_path), "--data-dir", str(small_dataset),
-                              "--epochs", "0"], timeout_seconds=120, out=io.StringIO())
+        run_local_cluster(Layout(workers=1), [
+            "--job-dir", str(tmp_path), "--data-dir", str(small_dataset), "--epochs", "0"],
+            timeout_seconds=120, out=io.StringIO())

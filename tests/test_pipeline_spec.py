@@ -117,8 +117,8 @@ def test_a_model_that_passes_the_threshold_is_registered(fresh):
     components = spec["components"]
     assert {"comp-model-upload", "comp-model-upload-2"} <= set(components)  # new model / version
     executors = spec["deploymentSpec"]["executors"]
-    serving = next(e["importer"] for e in executors.values() if "importer" in e
-                   and e["importer"]["typeSchema"]["schemaTitle"] == "google.UnmanagedContainerModel")
+    serving = next(e["importer"] for e in executors.values() if "importer" in e and
+                   e["importer"]["typeSchema"]["schemaTitle"] == "google.UnmanagedContainerModel")
     assert serving["metadata"]["containerSpec"]["imageUri"].startswith("{{$.inputs.parameters")
     uploads = [e for name, e in executors.items() if name.startswith("exec-model-upload")]
     assert len(uploads) == 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import reprlib
 import types
 import typing
 from typing import Annotated, Any, Iterable, Literal, Mapping, TypeVar
@@ -54,10 +55,17 @@ def _switch(value: Any) -> Any:
 Switch = Annotated[Literal["auto", "on", "off"], BeforeValidator(_switch)]
 
 
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 200
+_REPR.maxlist = _REPR.maxdict = _REPR.maxtuple = 8
+_REPR.maxlevel = 3
+
+
 def short(value: Any, limit: int = 80) -> str:
-    """`repr(value)`, cut to `limit` characters: messages stay readable whatever the input."""
+    """`repr(value)`, cut to `limit` characters: messages stay readable whatever the input
+    (a huge or deeply nested value is never rendered whole)."""
     try:
-        text = repr(value)
+        text = _REPR.repr(value)
     except RecursionError:
         text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[:limit - 5] + " ...>"
@@ -158,7 +166,7 @@ def messages(error: pydantic.ValidationError, model: type[pydantic.BaseModel],
                          f"{f'of {where} ' if where else ''}are {valid}")
         elif kind in ("value_error", "assertion_error"):
             found.append(f"{path} is {value}; {str(item['msg']).split(', ', 1)[-1]}")
-        elif kind in ("model_type", "model_attributes_type", "dict_type") and field is not None \
+        elif kind in ("model_type", "model_attributes_type", "dict_type") \
                 and isinstance(owner, type) and issubclass(owner, pydantic.BaseModel):
             found.append(f"{path} is {value}; expected a mapping with the fields "
                          f"{', '.join(owner.model_fields)}")

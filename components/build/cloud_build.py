@@ -51,8 +51,9 @@ class Repository:
         """
         match = _REPOSITORY.match(uri.rstrip("/"))
         if not match:
-            raise ImageRepositoryError(f"image repository {uri!r} is not an Artifact Registry Docker "
-                                  "repository; expected LOCATION-docker.pkg.dev/PROJECT/REPOSITORY")
+            raise ImageRepositoryError(
+                f"image repository {uri!r} is not an Artifact Registry Docker repository; "
+                "expected LOCATION-docker.pkg.dev/PROJECT/REPOSITORY")
         return cls(**match.groupdict())
 
     @property

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from components.gpu import catalog as cat
 from components.gpu.validation import (POOL_ROLES, GpuConfigError, ValidationResult, as_int,
                                        listed, is_int, validate_worker_pool_specs)
+from trainer.schema import short
 
 #: (AI Platform task, Vertex pool index).
 _TASKS = (("master", 0), ("worker", 1), ("parameterServer", 2), ("evaluator", 3))
@@ -49,7 +50,7 @@ def convert_ai_platform_config(training_input: Any) -> Conversion:
     if isinstance(training_input, Mapping) and "trainingInput" in training_input:
         training_input = training_input["trainingInput"]
     if not isinstance(training_input, Mapping):
-        return Conversion([], [f"trainingInput is {training_input!r}; expected a mapping with "
+        return Conversion([], [f"trainingInput is {short(training_input)}; expected a mapping with "
                                "scaleTier, masterType, ..."], [], labels)
     tier = str(training_input.get("scaleTier", "BASIC")).upper()
     cluster_fields = [k for k in training_input if k.startswith(
@@ -69,8 +70,8 @@ def convert_ai_platform_config(training_input: Any) -> Conversion:
                                "masterType, workerType, ... set explicitly"], [], labels)
     if tier != "CUSTOM":
         valid = listed([*cat.SCALE_TIERS, *cat.UNCONVERTIBLE_TIERS, "CUSTOM"])
-        return Conversion([], [f"trainingInput.scaleTier is {tier!r}; valid tiers are {valid}"],
-                          [], labels)
+        return Conversion([], [f"trainingInput.scaleTier is {short(tier)}; valid tiers are "
+                               f"{valid}"], [], labels)
 
     pools: list[dict[str, Any]] = [{}, {}, {}, {}]
     for task, index in _TASKS:
@@ -85,7 +86,8 @@ def convert_ai_platform_config(training_input: Any) -> Conversion:
         else:
             count = as_int(training_input.get(f"{task}Count", 0))
             if not is_int(count) or count < 0:
-                errors.append(f"trainingInput.{task}Count is {count!r}; expected a whole number")
+                errors.append(f"trainingInput.{task}Count is {short(count)}; expected a whole "
+                              "number")
                 continue
             if count and not machine:
                 errors.append(f"trainingInput.{task}Type is not set; {task}Count is {count} and "
@@ -97,7 +99,7 @@ def convert_ai_platform_config(training_input: Any) -> Conversion:
                                     f"{task}Count is 0: no {POOL_ROLES[index]} runs")
                 continue
         if not isinstance(config, Mapping):
-            errors.append(f"trainingInput.{task}Config is {config!r}; expected a mapping")
+            errors.append(f"trainingInput.{task}Config is {short(config)}; expected a mapping")
             continue
         accelerator = config.get("acceleratorConfig")
         legacy = cat.LEGACY_MACHINES.get(machine) if isinstance(machine, str) else None
@@ -113,15 +115,15 @@ def convert_ai_platform_config(training_input: Any) -> Conversion:
         pool: dict[str, Any] = {"machine_spec": {"machine_type": machine}, "replica_count": count}
         if accelerator:
             if not isinstance(accelerator, Mapping):
-                errors.append(f"trainingInput.{task}Config.acceleratorConfig is {accelerator!r}; "
-                              "expected a mapping with count and type")
+                errors.append(f"trainingInput.{task}Config.acceleratorConfig is "
+                              f"{short(accelerator)}; expected a mapping with count and type")
                 continue
             gpu = _gpu_type(accelerator.get("type"))
             gpus = as_int(accelerator.get("count"))
             if not gpu or gpus in (None, 0):
                 errors.append(f"trainingInput.{task}Config.acceleratorConfig needs both count and "
-                              f"type (got count {accelerator.get('count')!r}, type "
-                              f"{accelerator.get('type')!r})")
+                              f"type (got count {short(accelerator.get('count'))}, type "
+                              f"{short(accelerator.get('type'))})")
                 continue
             pool["machine_spec"].update(accelerator_type=gpu, accelerator_count=gpus)
         pools[index] = pool

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from components.gpu import catalog as cat
 from trainer.errors import InputError
+from trainer.schema import short
 
 ACCELERATOR_TYPES = cat.ACCELERATOR_TYPES
 GPU_REGIONS = cat.GPU_REGIONS
@@ -152,24 +153,24 @@ def _check_machine(name: str, machine_type: Any, accelerator_type: str | None,
                    accelerator_count: int, errors: list[str], warnings: list[str]) -> None:
     """Checks the machine type against its GPUs; appends problems."""
     if not isinstance(machine_type, str) or not machine_type:
-        errors.append(f"{name}: machine_spec.machine_type is {machine_type!r}; expected a "
+        errors.append(f"{name}: machine_spec.machine_type is {short(machine_type)}; expected a "
                       "Compute Engine machine type such as n1-standard-8")
         return
     legacy = cat.LEGACY_MACHINES.get(machine_type)
     if legacy is not None:
         carries = f" with {legacy.gpu[1]} x {legacy.gpu[0]}" if legacy.gpu else ""
-        errors.append(f"{name}: machine_spec.machine_type {machine_type!r} is a legacy AI "
+        errors.append(f"{name}: machine_spec.machine_type {short(machine_type)} is a legacy AI "
                       f"Platform type, which Vertex AI does not accept; use its Compute Engine "
                       f"equivalent {legacy.equivalent}{carries}")
         return
     if not _MACHINE_TYPE.match(machine_type):
-        errors.append(f"{name}: machine_spec.machine_type is {machine_type!r}; expected a "
+        errors.append(f"{name}: machine_spec.machine_type is {short(machine_type)}; expected a "
                       "Compute Engine machine type such as n1-standard-8")
         return
     row = VALID_GPU_COUNTS.get(machine_type)
     fixed = (cat.A2_MACHINES.get(machine_type) or cat.MODERN_MACHINES.get(machine_type))
     if fixed is not None and fixed.arm:
-        errors.append(f"{name}: machine_spec.machine_type {machine_type!r} has Arm (aarch64) "
+        errors.append(f"{name}: machine_spec.machine_type {short(machine_type)} has Arm (aarch64) "
                       f"CPUs, and the trainer image ({cat.TRAINER_PLATFORM}) cannot run on "
                       "them; choose an x86 machine such as a4-highgpu-8g (B200) or "
                       "a3-ultragpu-8g (H200)")
@@ -183,7 +184,7 @@ def _check_machine(name: str, machine_type: Any, accelerator_type: str | None,
         return
     if row is None:
         accepting = machine_types_accepting(accelerator_type, accelerator_count)
-        errors.append(f"{name}: machine_spec.machine_type is {machine_type!r}, which takes no "
+        errors.append(f"{name}: machine_spec.machine_type is {short(machine_type)}, which takes no "
                       f"GPUs; machine types taking {accelerator_count} x {accelerator_type}: "
                       f"{listed(accepting) or 'none'}")
     elif accelerator_type not in row:
@@ -211,7 +212,7 @@ def _validate_pool(name: str, index: int, pool: Mapping[str, Any], errors: list[
     """Validates one non-empty pool and returns its normalised form."""
     machine_spec = pool.get("machine_spec")
     if not isinstance(machine_spec, Mapping):
-        errors.append(f"{name}: field 'machine_spec' is {machine_spec!r}; expected a mapping "
+        errors.append(f"{name}: field 'machine_spec' is {short(machine_spec)}; expected a mapping "
                       "with at least 'machine_type'")
         machine_spec = {}
     unknown = sorted(set(machine_spec) - {"machine_type", "accelerator_type", "accelerator_count"})
@@ -224,30 +225,30 @@ def _validate_pool(name: str, index: int, pool: Mapping[str, Any], errors: list[
         # gcloud's flags spell the types in lower case with hyphens (nvidia-tesla-t4).
         spelled = accelerator_type.strip().upper().replace("-", "_")
         if spelled in ACCELERATOR_TYPES:
-            warnings.append(f"{name}: machine_spec.accelerator_type {accelerator_type!r} read "
+            warnings.append(f"{name}: machine_spec.accelerator_type {short(accelerator_type)} read "
                             f"as {spelled}, the spelling the Vertex AI API takes")
             accelerator_type = spelled
     accelerator_count = as_int(machine_spec.get("accelerator_count", 0) or 0)
     replica_count = as_int(pool.get("replica_count", 1))
 
     if not is_int(replica_count) or replica_count < 1:
-        errors.append(f"{name}: replica_count is {replica_count!r}; expected an integer >= 1")
+        errors.append(f"{name}: replica_count is {short(replica_count)}; expected an integer >= 1")
     elif index == 0 and replica_count != 1:
         errors.append(f"{name}: replica_count is {replica_count}; the chief pool must have "
                       "exactly 1 replica (put the other machines in pool 1, the workers)")
 
     if not is_int(accelerator_count) or accelerator_count < 0:
-        errors.append(f"{name}: machine_spec.accelerator_count is {accelerator_count!r}; "
+        errors.append(f"{name}: machine_spec.accelerator_count is {short(accelerator_count)}; "
                       "expected a whole number of GPUs")
     elif accelerator_type is None and accelerator_count:
         errors.append(f"{name}: machine_spec.accelerator_count is {accelerator_count} but "
                       "accelerator_type is not set; give both or neither "
                       f"(types: {listed(ACCELERATOR_TYPES)})")
     elif accelerator_type is not None and not accelerator_count:
-        errors.append(f"{name}: machine_spec.accelerator_type is {accelerator_type!r} but "
+        errors.append(f"{name}: machine_spec.accelerator_type is {short(accelerator_type)} but "
                       "accelerator_count is not set; give both or neither")
     elif accelerator_type is not None and accelerator_type not in ACCELERATOR_TYPES:
-        errors.append(f"{name}: machine_spec.accelerator_type is {accelerator_type!r}; valid "
+        errors.append(f"{name}: machine_spec.accelerator_type is {short(accelerator_type)}; valid "
                       f"types are {listed(ACCELERATOR_TYPES)}")
     else:
         _check_machine(name, machine_type, accelerator_type, accelerator_count, errors, warnings)
@@ -275,7 +276,7 @@ def _check_region(region: str, pools: Sequence[tuple[str, Mapping[str, Any]]],
     if not used:
         return
     if region not in GPU_REGIONS:
-        errors.append(f"region is {region!r}, which offers no GPUs for training; GPU regions: "
+        errors.append(f"region is {short(region)}, which offers no GPUs for training; GPU regions: "
                       f"{listed(GPU_REGIONS)}")
         return
     zones = cat.ZONES.get(region)
@@ -298,8 +299,8 @@ def _check_region(region: str, pools: Sequence[tuple[str, Mapping[str, Any]]],
         if not together:
             per_zone = "; ".join(f"{z}: {listed(sorted(g for g in o if g in seed_types))}"
                                  for z, o in zones.items())
-            errors.append(f"region {region}: the job uses {listed(seed_types)}, which no single zone "
-                          f"of {region} offers together ({per_zone}); all GPU types of a job "
+            errors.append(f"region {region}: the job uses {listed(seed_types)}, which no single "
+                          f"zone of {region} offers together ({per_zone}); all GPU types of a job "
                           "must be in one zone: use one GPU type, or another region")
 
 
@@ -320,7 +321,7 @@ def validate_worker_pool_specs(specs: Sequence[Mapping[str, Any]], region: str |
     warnings: list[str] = []
     normalised: list[dict[str, Any]] = []
     if isinstance(specs, (str, bytes)) or not isinstance(specs, Sequence):
-        return ValidationResult(False, [f"worker_pool_specs is {specs!r}; expected a list of "
+        return ValidationResult(False, [f"worker_pool_specs is {short(specs)}; expected a list of "
                                         "1 to 4 worker pool specs"], [], [])
     if not 1 <= len(specs) <= len(POOL_ROLES):
         errors.append(f"worker_pool_specs has {len(specs)} pools; Vertex AI takes 1 to "
@@ -329,7 +330,7 @@ def validate_worker_pool_specs(specs: Sequence[Mapping[str, Any]], region: str |
              for i, role in enumerate(POOL_ROLES)]
     for index, pool in enumerate(specs[:len(POOL_ROLES)]):
         if not isinstance(pool, Mapping):
-            errors.append(f"{names[index]} is {pool!r}; expected a mapping")
+            errors.append(f"{names[index]} is {short(pool)}; expected a mapping")
             normalised.append({})
         elif not pool:
             if index == 0:

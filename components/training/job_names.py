@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from typing import Any
+from trainer.schema import short
 
 #: The seeds' job name rules: unique in the project, letters, digits and underscores,
 #: starting with a letter, at most 128 characters.
@@ -21,14 +22,14 @@ def validate_job_name(name: Any, field: str = "job_name", reserve: int = 0) -> l
         reserve: Characters kept free for a suffix (see `unique_job_name`).
     """
     if not isinstance(name, str) or not name:
-        return [f"{field} is {name!r}; expected letters, digits and underscores, starting "
+        return [f"{field} is {short(name)}; expected letters, digits and underscores, starting "
                 "with a letter"]
     problems = []
     if not _JOB_NAME.match(name):
         bad = sorted({c for c in name if not (c.isascii() and (c.isalnum() or c == "_"))})
         what = (f"contains {', '.join(repr(c) for c in bad)}" if bad
                 else "does not start with a letter")
-        problems.append(f"{field} is {name!r}, which {what}; job names hold only letters, "
+        problems.append(f"{field} is {short(name)}, which {what}; job names hold only letters, "
                         "digits and underscores and start with a letter")
     limit = JOB_NAME_MAX - reserve
     if len(name) > limit:

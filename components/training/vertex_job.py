@@ -33,8 +33,9 @@ def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], image_uri: str,
 
     Every used pool runs the same image and arguments (the chief trains or coordinates,
     workers train or serve, parameter servers serve, the evaluator evaluates: roles from
-    the TF_CONFIG Vertex sets), except a Reduction Server pool, which keeps its own image. Paths given to the trainer are `/gcs/` paths (Cloud Storage
-    FUSE on Vertex), read with plain file APIs.
+    the TF_CONFIG Vertex sets), except a Reduction Server pool, which keeps its own image.
+    Paths given to the trainer are `/gcs/` paths (Cloud Storage FUSE on Vertex), read with
+    plain file APIs.
 
     Args:
         worker_pool_specs: Normalised pools from the validation stage.
