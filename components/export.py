@@ -14,9 +14,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from trainer.contract import (FEATURE_IMAGE, FEATURE_LABEL, feature_spec, load_manifest,
-                              shard_paths)
 from trainer.commit import MARKER, commit_directory, committed
+from trainer.contract import (
+    FEATURE_IMAGE,
+    FEATURE_LABEL,
+    feature_spec,
+    load_manifest,
+    shard_paths,
+)
 from trainer.errors import StageError
 
 

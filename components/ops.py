@@ -39,8 +39,12 @@ def validate_gpu_config(vertex: dict, training: dict, local_cluster: dict) -> Na
 
     from components.gpu.validation import validate_worker_pool_specs
     from components.stage import say, stage_errors
-    from components.training.layout import (check_layout, check_scheduling, input_pipelines,
-                                            layout_of)
+    from components.training.layout import (
+        check_layout,
+        check_scheduling,
+        input_pipelines,
+        layout_of,
+    )
     from components.vertex_options import VertexOptions
     from trainer.cluster import Layout, choose_strategy
     from trainer.options import TrainingOptions

@@ -9,14 +9,33 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from components import images
+from components.cloud_names import (
+    DisplayName,
+    ImageReference,
+    Network,
+    Region,
+    ServiceAccount,
+    Tensorboard,
+)
 from components.training.job_names import JOB_NAME_SUFFIX, validate_job_name
-from trainer.schema import STRICT
+from trainer.schema import STRICT, short
+
+
+def _repository(value: str) -> str:
+    from components.build.cloud_build import Repository
+
+    if value != images.DEFAULT_IMAGE_REPOSITORY:  # the placeholder, refused by submit
+        Repository.parse(value)
+    return value
+
+
+ImageRepository = Annotated[str, AfterValidator(_repository)]
 
 
 def default_pools() -> list[dict[str, Any]]:
@@ -33,15 +52,15 @@ class VertexOptions(pydantic.BaseModel):
 
     model_config = STRICT
 
-    region: str = Field("us-central1", description="Vertex AI region of the job.")
+    region: Region = Field("us-central1", description="Vertex AI region of the job.")
     worker_pool_specs: list[Any] = Field(default_factory=default_pools, description=(
         "CustomJob worker pools: 0 chief, 1 workers, 2 parameter servers, 3 evaluators."))
     job_name: str = Field("gpu_training", description=(
         "Letters, digits and underscores; each run adds a _YYYYMMDD_HHMMSS suffix."))
-    image_repository: str = Field(images.DEFAULT_IMAGE_REPOSITORY, description=(
+    image_repository: ImageRepository = Field(images.DEFAULT_IMAGE_REPOSITORY, description=(
         "Artifact Registry Docker repository of the project image."))
-    service_account: str = Field("", description="Service account the jobs run as.")
-    network: str = Field("", description=(
+    service_account: ServiceAccount = Field("", description="Service account the jobs run as.")
+    network: Network = Field("", description=(
         "projects/NUMBER/global/networks/NAME for VPC peering; empty for none."))
     restart_job_on_worker_restart: bool = Field(True, description=(
         "Restart the whole job when a worker restarts (training then resumes)."))
@@ -53,25 +72,26 @@ class VertexOptions(pydantic.BaseModel):
         "FLEX_START: the longest the job waits for its GPUs, e.g. 3600s; empty: Vertex AI's "
         "default."))
     timeout: str = Field("604800s", description="Most time the CustomJob may run, e.g. 86400s.")
-    tensorboard: str = Field("", description=(
+    tensorboard: Tensorboard = Field("", description=(
         "projects/.../locations/.../tensorboards/ID; empty for none."))
     accuracy_threshold: float = Field(0.9, ge=0, le=1, description=(
         "Register the model only at or above this validation accuracy."))
-    model_display_name: str = Field("gpu-pipeline-model", description=(
+    model_display_name: DisplayName = Field("gpu-pipeline-model", description=(
         "Display name of the registered model."))
     parent_model: str = Field("", description=(
         "projects/.../locations/.../models/ID: register as a new version of it."))
-    serving_image: str = Field("", description=(
+    serving_image: ImageReference = Field("", description=(
         "Image serving the registered model; empty: the run's own project image (the "
         "TensorFlow it was trained with), which must be an image built from this project."))
 
     def problems(self) -> list[str]:
         """Rules a single field's type cannot say (formats); the GPU rules are stage 2's."""
         found = validate_job_name(self.job_name, "job_name", reserve=JOB_NAME_SUFFIX)
-        if not re.fullmatch(r"\d+(\.\d+)?s", self.timeout):
-            found.append(f"timeout is {self.timeout!r}; expected seconds like '86400s'")
+        if not re.fullmatch(r"\d+(\.\d+)?s", self.timeout) or float(self.timeout[:-1]) <= 0:
+            found.append(f"timeout is {short(self.timeout)}; expected a positive number of "
+                         "seconds like '86400s'")
         if self.parent_model and not re.fullmatch(
                 r"projects/[^/]+/locations/[^/]+/models/[^/]+", self.parent_model):
-            found.append(f"parent_model is {self.parent_model!r}; expected "
+            found.append(f"parent_model is {short(self.parent_model)}; expected "
                          "projects/PROJECT/locations/REGION/models/ID")
         return found

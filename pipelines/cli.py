@@ -16,6 +16,7 @@ from components import project
 from components.stage import say
 from trainer import schema
 from trainer.errors import InputError, ProjectError
+from trainer.schema import short
 
 DEFAULT_SPEC = Path("compiled") / "gpu_training_pipeline.yaml"
 DEFAULT_LOCAL_ROOT = Path("local_runs")
@@ -126,13 +127,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_vertex_flags(submit)
 
     schedule = sub.add_parser("schedule", help="Scheduled retraining on Vertex AI.")
-    schedule.add_argument("action", choices=("create", "list", "pause"))
-    schedule.add_argument("schedule_id", nargs="?", help="pause: schedule ID or resource name.")
-    _add_config_flags(schedule)
-    _add_vertex_flags(schedule)
-    schedule.add_argument("--cron", help="Cron expression, e.g. 'TZ=Etc/UTC 0 3 * * 1'.")
-    schedule.add_argument("--max-concurrent-runs", type=_positive_int,
-                          help="Runs of the schedule allowed at once.")
+    actions = schedule.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    create = actions.add_parser("create", help="Create a schedule around the run `submit` "
+                                "would send.")
+    _add_config_flags(create)
+    _add_vertex_flags(create)
+    create.add_argument("--cron", help="Cron expression, e.g. 'TZ=Etc/UTC 0 3 * * 1'.")
+    create.add_argument("--max-concurrent-runs", type=_positive_int,
+                        help="Runs of the schedule allowed at once.")
+    for name, what in (("list", "List the schedules: cron, state, last and next run."),
+                       ("pause", "Pause a schedule."), ("resume", "Resume a paused schedule."),
+                       ("delete", "Delete a schedule.")):
+        action = actions.add_parser(name, help=what)
+        if name != "list":
+            action.add_argument("schedule_id", help="Schedule ID or resource name.")
+        # Only what these requests use: the project and region, and whether to send them.
+        action.add_argument("--config", type=Path, help="YAML configuration file.")
+        action.add_argument("--project", help="Google Cloud project.")
+        action.add_argument("--region", help="Vertex AI region.")
+        action.add_argument("--dry-run", action="store_true",
+                            help="Print the request without sending it.")
 
     publish = sub.add_parser(
         "publish", help="Share the pipeline with other teams: the spec of this configuration, "
@@ -161,7 +175,7 @@ def _load(args: argparse.Namespace):
     """Loads and validates the configuration (the pre-flight); prints its warnings."""
     from pipelines.config import load_config
 
-    if args.config is not None and not args.config.is_file():
+    if args.config is not None and not _is(args.config, Path.is_file):
         raise UsageError(f"--config {str(args.config)!r} is not a readable file")
     warnings: list[str] = []
     try:
@@ -169,6 +183,15 @@ def _load(args: argparse.Namespace):
     finally:  # Warnings matter most when the configuration is refused.
         for warning in warnings:
             print(f"warning: {warning}", file=sys.stderr)
+
+
+def _is(path: Path, test) -> bool:
+    """`test(path)` (Path.is_file, ...), False for a path the system cannot even look at
+    (a name too long, a permission denied)."""
+    try:
+        return test(path)
+    except OSError:
+        return False
 
 
 def _make_directory(path: Path, flag: str) -> None:
@@ -190,7 +213,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from trainer.gcs import mounted_gcs_uri
 
     source, uri = config.dataset.source, mounted_gcs_uri(config.dataset.source)
-    if uri and not Path(source).exists():
+    if uri and not _is(Path(source), Path.exists):
         raise UsageError(f"dataset.source {source!r} is Vertex AI's Cloud Storage mount, which "
                          f"this machine does not have; for a local run give {uri!r} or a "
                          "local copy")
@@ -239,7 +262,10 @@ def _local_layout(config):
 def _vertex_config(args: argparse.Namespace):
     """Loads the configuration and runs the Vertex pre-flight checks."""
     from pipelines.vertex.clients import Clients
-    from pipelines.vertex.preflight import bucket_location_warnings, require_vertex_settings
+    from pipelines.vertex.preflight import (
+        bucket_location_warnings,
+        require_vertex_settings,
+    )
 
     config = _load(args)
     require_vertex_settings(config)
@@ -258,26 +284,36 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
 def _cmd_schedule(args: argparse.Namespace) -> int:
     from pipelines.vertex import schedules
+    from pipelines.vertex.runs import to_json
 
+    if args.action == "create":
+        schedules.create_schedule(_vertex_config(args), dry_run=args.dry_run)
+        return 0
+    config = _load(args)
     if args.action == "list":
-        for s in schedules.list_schedules(_load(args)):
-            print(f"{s.name}  {s.display_name}  {s.state.name}  {s.cron}  next: "
-                  f"{s.next_run_time.isoformat() if s.next_run_time else '-'}")
+        if args.dry_run:
+            say("dry run: Vertex AI would receive this ListSchedulesRequest:")
+            print(to_json(schedules.list_request(config)))
+            return 0
+        for found in schedules.list_schedules(config):
+            print(schedules.describe(found))
         return 0
-    if args.action == "pause":
-        if not args.schedule_id:
-            raise UsageError("schedule pause needs the schedule ID or resource name")
-        print(f"paused {schedules.pause_schedule(_load(args), args.schedule_id)}")
+    if args.dry_run:
+        request = schedules.change_request(config, args.action, args.schedule_id)
+        say(f"dry run: Vertex AI would receive this {type(request).__name__}:")
+        print(to_json(request))
         return 0
-    schedules.create_schedule(_vertex_config(args), dry_run=args.dry_run)
+    say(f"{args.action}: {schedules.change_schedule(config, args.action, args.schedule_id)}")
     return 0
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
     from components.project import version
-    from pipelines.vertex.publish import publish_run
+    from pipelines.vertex.publish import check_destination, check_tags, publish_run
 
     tags = args.tags or [f"v{version()}", "latest"]
+    check_tags(tags)  # before anything else: the destination and tags are the user's own
+    check_destination(args.destination)
     config = _vertex_config(args)
     for where in publish_run(config, args.destination, tags, dry_run=args.dry_run):
         say(f"published {where}")
@@ -289,7 +325,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     if args.output.suffix not in (".yaml", ".yml", ".json"):
         raise UsageError(f"--output {str(args.output)!r} must end in .yaml, .yml or .json "
                          "(the spec's format follows the suffix)")
-    if args.output.is_dir():
+    if _is(args.output, Path.is_dir):
         raise UsageError(f"--output {str(args.output)!r} is a directory; give a file path "
                          f"such as {str(args.output / DEFAULT_SPEC.name)!r}")
     _make_directory(args.output.parent, "--output's directory")
@@ -301,7 +337,11 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     defaults.pop("trainer_source_uri")
     if not config.vertex.project:
         defaults.pop("project")  # keep Vertex's own project placeholder
-    path = compile_pipeline(args.output, defaults, resources_of(config))
+    try:
+        path = compile_pipeline(args.output, defaults, resources_of(config))
+    except OSError as exc:
+        raise UsageError(f"--output {short(str(args.output))} cannot be written "
+                         f"({exc.strerror or exc}); give a writable file path") from None
     say(f"wrote {path}")
     return 0
 
@@ -312,8 +352,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     A project error ends with its message: exit code 2 for a user's input (`InputError`),
     1 for a failed stage (`StageError`). Anything else is a bug and keeps its traceback.
     """
-    from google.auth.exceptions import DefaultCredentialsError
-
     from pipelines.local_run import LocalRunError
 
     args = build_parser().parse_args(argv)
@@ -329,10 +367,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ProjectError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except DefaultCredentialsError:
-        print("error: no Google Cloud credentials: run `gcloud auth application-default login` "
-              "or set GOOGLE_APPLICATION_CREDENTIALS (`--dry-run` needs none)", file=sys.stderr)
-        return 2
+    except BrokenPipeError:  # `gpu-pipeline ... | head`: the reader left; so do we
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import pydantic
+from croniter import croniter
 from pydantic import Field
 
+from components.cloud_names import DisplayName, GcsUri, ProjectId
 from components.dataset.options import DatasetOptions
 from components.dataset.sources import BUILTIN_SHAPES
 from components.gpu.ai_platform import convert_ai_platform_config
@@ -27,7 +29,7 @@ from pipelines.yaml_input import YamlFileError, read_yaml
 from trainer.cluster import Layout
 from trainer.gcs import mounted_gcs_uri
 from trainer.options import TrainingOptions
-from trainer.schema import STRICT, OptionsError, validate
+from trainer.schema import STRICT, OptionsError, short, validate
 
 
 class ConfigError(OptionsError):
@@ -50,8 +52,8 @@ class TrainingConfig(TrainingOptions):
 class VertexConfig(VertexOptions):
     """The Vertex AI options, and what only the client needs to submit a run."""
 
-    project: str = Field("", description="Google Cloud project of the runs.")
-    pipeline_root: str = Field("", description=(
+    project: ProjectId = Field("", description="Google Cloud project of the runs.")
+    pipeline_root: GcsUri = Field("", description=(
         "gs://BUCKET/PATH: artifacts, staging and build contexts."))
     enable_caching: bool = Field(True, description=(
         "Reuse the prepared dataset while its source is unchanged (the only cached task); "
@@ -79,8 +81,6 @@ class VertexConfig(VertexOptions):
         if float(memory.rstrip("KMG")) * unit > 624:
             found.append(f"component_memory is {memory!r}; Vertex AI Pipelines gives a step "
                          "at most 624G")
-        if self.pipeline_root and not self.pipeline_root.startswith("gs://"):
-            found.append(f"pipeline_root is {self.pipeline_root!r}; expected gs://BUCKET/PATH")
         for key, value in self.labels.items():
             if not re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", key) or \
                     not re.fullmatch(r"[a-z0-9_-]{0,63}", value):
@@ -95,7 +95,7 @@ class ScheduleConfig(pydantic.BaseModel):
 
     model_config = STRICT
 
-    display_name: str = Field("gpu-pipeline-weekly", description="Name of the schedule.")
+    display_name: DisplayName = Field("gpu-pipeline-weekly", description="Name of the schedule.")
     cron: str = Field("TZ=Etc/UTC 0 3 * * 1", description=(
         "Unix cron, optionally after TZ=ZONE; default Mondays at 03:00 UTC."))
     max_concurrent_run_count: int = Field(1, ge=1, le=1000, description=(
@@ -109,11 +109,15 @@ class ScheduleConfig(pydantic.BaseModel):
             zone = fields.pop(0).split("=", 1)[1]
             known = zoneinfo.available_timezones()  # empty without a tz database: not checked
             if known and zone not in known:
-                found.append(f"cron has time zone {zone!r}, which is not an IANA time zone "
+                found.append(f"cron has time zone {short(zone)}, which is not an IANA time zone "
                              "name; e.g. Etc/UTC, Europe/Berlin, America/New_York")
         if len(fields) != 5:
-            found.append(f"cron is {self.cron!r}; expected a cron expression of 5 fields, "
+            found.append(f"cron is {short(self.cron)}; expected a cron expression of 5 fields, "
                          "optionally after TZ=ZONE (e.g. 'TZ=Etc/UTC 0 3 * * 1')")
+        elif not croniter.is_valid(" ".join(fields)):
+            found.append(f"cron is {short(self.cron)}; its fields are not a valid unix-cron "
+                         "schedule (minute 0-59, hour 0-23, day 1-31, month 1-12, weekday 0-6, "
+                         "with * , - /)")
         return found
 
 

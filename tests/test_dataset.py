@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,8 @@ from components.dataset.plan import plan_shards, split_of
 from components.dataset.prepare import prepare_dataset
 from components.dataset.shapes import generate_shapes
 from components.dataset.sources import BUILTIN_SHAPES, DatasetError, source_fingerprint
-from trainer.contract import load_manifest, shard_paths
 from tests import tfds_fixture
+from trainer.contract import load_manifest, shard_paths
 
 
 def make_folder(root, classes=("circle", "square"), per_class=6, size=24):
@@ -116,18 +117,19 @@ def test_decoding_pool_reads_at_most_a_window_ahead_of_the_writer():
             pulled += 1
             yield i
 
-    with multiprocessing.get_context("spawn").Pool(2) as pool:
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(2, mp_context=context) as pool:
         leads, results = [], []
         for consumed, value in enumerate(bounded_imap(pool, abs, inputs(400), window=40,
                                                       chunksize=8), start=1):
-            time.sleep(0.002 if consumed > 5 else 0.2)  # a slow writer; the feeder waits
+            time.sleep(0.002 if consumed > 5 else 0.2)  # a slow writer; nothing more is sent
             leads.append(pulled - consumed)
             results.append(value)
         assert results == list(range(400))
         assert max(leads) <= 40 and max(leads) >= 30  # it does read ahead, up to the window
         started = time.monotonic()
         for value in bounded_imap(pool, abs, inputs(10**9), window=40, chunksize=8):
-            break  # a consumer that stops early (an error) must not leave the feeder stuck
+            break  # a consumer that stops early (an error) must not leave the pool stuck
     assert time.monotonic() - started < 30
 
 
@@ -200,7 +202,7 @@ def test_bad_parameters_and_nonempty_output(tmp_path):
     with pytest.raises(DatasetError, match="test_fraction is 0.5"):
         prepare_dataset(BUILTIN_SHAPES, tmp_path / "a", validation_fraction=0.5,
                         test_fraction=0.5)
-    with pytest.raises(DatasetError, match="unknown scheme"):
+    with pytest.raises(DatasetError, match="dataset.source is .s3:..bucket.data.; the scheme s3:.. is not read"):
         prepare_dataset("s3://bucket/data", tmp_path / "a")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("x")
@@ -339,3 +341,82 @@ def test_gcs_manifest_and_missing_objects(tmp_path, bucket):
                                     "reason": "missing file"}]
     with pytest.raises(DatasetError, match="holds no objects"):
         prepare_dataset("gs://images/nothing-here", tmp_path / "none")
+
+
+PREPARE_SCRIPT = """
+import sys
+from components.dataset.prepare import prepare_dataset
+from trainer.errors import ProjectError
+if __name__ == "__main__":
+    try:
+        prepare_dataset(sys.argv[1], sys.argv[2], image_size=32, processes=2)
+    except ProjectError as exc:
+        print(f"stage error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    print("prepared")
+"""
+
+
+def _big_image_folder(root, copies=150):
+    """Two classes of large noisy PNGs: decoding takes long enough to be interrupted."""
+    import random
+
+    from PIL import Image
+
+    rng = random.Random(0)
+    picture = Image.frombytes("RGB", (1024, 1024), rng.randbytes(1024 * 1024 * 3))
+    for label in ("a", "b"):
+        (root / label).mkdir(parents=True)
+        picture.save(root / label / "0.png")
+        for i in range(1, copies):
+            shutil.copyfile(root / label / "0.png", root / label / f"{i}.png")
+    return root
+
+
+def _children(pid):
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append((int(entry.name), cmdline))
+    return found
+
+
+def test_a_killed_decoding_process_fails_the_stage_instead_of_hanging(tmp_path):
+    import signal
+    import time
+
+    source = _big_image_folder(tmp_path / "images")
+    script = tmp_path / "prepare.py"
+    script.write_text(PREPARE_SCRIPT)
+    proc = subprocess.Popen([sys.executable, str(script), str(source), str(tmp_path / "out")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    workers = []
+    while not workers:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        workers = [pid for pid, cmd in _children(proc.pid) if "spawn_main" in cmd]
+        time.sleep(0.05)
+    time.sleep(1.0)  # decoding is under way
+    os.kill(workers[0], signal.SIGKILL)  # as the kernel's OOM killer would
+    out, err = proc.communicate(timeout=120)  # fails; never hangs
+    assert proc.returncode == 1, (out, err)
+    assert "stage error: a decoding process died" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()  # nothing half-written is left
+
+
+def test_a_program_read_from_standard_input_fails_clearly(tmp_path):
+    # Under the spawn start method every worker re-imports the main program, which code
+    # read from standard input cannot be: the workers die at start.
+    source = make_folder(tmp_path / "src", per_class=12)
+    proc = subprocess.run([sys.executable, "-", str(source), str(tmp_path / "out")],
+                          input=PREPARE_SCRIPT, capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "stage error: a decoding process died" in proc.stderr
+    assert "run the program from a file" in proc.stderr

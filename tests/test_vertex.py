@@ -106,6 +106,8 @@ class RecordingApi:
     def pause_schedule(self, request):
         self.calls.append(request)
 
+    resume_schedule = delete_schedule = pause_schedule
+
 
 @pytest.fixture
 def cloud(storage_emulator):
@@ -263,10 +265,10 @@ def test_vertex_settings_are_required(capsys):
     assert main(["submit", "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "vertex.project, vertex.pipeline_root, vertex.image_repository must be set" in err
-    assert main(["submit", "--dry-run", "--project", "p", "--pipeline-root", "s3://x",
+    assert main(["submit", "--dry-run", "--project", "my-proj", "--pipeline-root", "s3://x",
                  "--image-repository", REPO]) == 2
     assert "vertex.pipeline_root is 's3://x'; expected gs://BUCKET/PATH" in capsys.readouterr().err
-    assert main(["submit", "--dry-run", "--project", "p", "--pipeline-root", "gs://x/root",
+    assert main(["submit", "--dry-run", "--project", "my-proj", "--pipeline-root", "gs://xyz/r",
                  "--image-repository", REPO, "--dataset-source", str(ROOT / "tests")]) == 2
     assert "a path on this machine, which the pipeline on Vertex AI cannot read" \
         in capsys.readouterr().err
@@ -298,16 +300,21 @@ def test_schedule_request_and_sdk_create(cloud):
     assert schedule.resource_name.endswith("/schedules/42")
 
 
-def test_list_and_pause_schedules(cloud):
+def test_list_pause_resume_and_delete_schedules(cloud):
     cfg = config()
     (found,) = schedules.list_schedules(cfg, cloud)
     assert found.display_name == "gpu-pipeline-weekly"
     assert cloud.schedule_api.calls[-1] == aiplatform_v1.ListSchedulesRequest(
         parent="projects/my-proj/locations/us-central1", order_by="create_time desc")
-    assert schedules.pause_schedule(cfg, "42", cloud) == \
-        "projects/my-proj/locations/us-central1/schedules/42"
-    assert cloud.schedule_api.calls[-1] == aiplatform_v1.PauseScheduleRequest(
-        name="projects/my-proj/locations/us-central1/schedules/42")
+    name = "projects/my-proj/locations/us-central1/schedules/42"
+    for action, request in (("pause", aiplatform_v1.PauseScheduleRequest),
+                            ("resume", aiplatform_v1.ResumeScheduleRequest),
+                            ("delete", aiplatform_v1.DeleteScheduleRequest)):
+        assert schedules.change_schedule(cfg, action, "42", cloud) == name
+        assert cloud.schedule_api.calls[-1] == request(name=name)
+    assert "cron '0 3 * * 1'" in schedules.describe(found)
+    with pytest.raises(schedules.VertexSettingsError, match="neither a schedule ID"):
+        schedules.change_schedule(cfg, "pause", "../42", cloud)
 
 
 # --- Publishing and sharing ---------------------------------------------------------------------
@@ -405,7 +412,7 @@ def test_publish_to_a_kfp_registry_with_the_real_client(pinned_spec):
 def test_publish_errors(tmp_path, pinned_spec):
     with pytest.raises(publish.PublishError, match="neither an Artifact Registry"):
         publish.publish(pinned_spec, "s3://bucket", ["v1"])
-    with pytest.raises(publish.PublishError, match="do not start with 'sha256:'"):
+    with pytest.raises(publish.PublishError, match="does not start with 'sha256'"):
         publish.publish(pinned_spec, "gs://b/x", ["sha256:abc"])
     with pytest.raises(publish.PublishError, match="not pinned by digest"):
         publish.publish(SPEC, "gs://b/x", ["v1"])
@@ -458,5 +465,6 @@ def test_schedule_cli_dry_run(capsys):
     assert body["schedule"]["maxConcurrentRunCount"] == "2"
     assert body["schedule"]["createPipelineJobRequest"]["pipelineJob"]["runtimeConfig"][
         "gcsOutputDirectory"] == "gs://pipelines/root"
-    assert main(["schedule", "pause"]) == 2
-    assert "needs the schedule ID" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["schedule", "pause"])
+    assert "the following arguments are required: schedule_id" in capsys.readouterr().err

@@ -21,6 +21,10 @@ class GcsUriError(InputError):
     """A `gs://` URI without a bucket."""
 
 
+class GcsCredentialsError(InputError):
+    """No credentials to read Cloud Storage with."""
+
+
 def to_mount_path(uri: str) -> str:
     """`gs://bucket/path` -> `/gcs/bucket/path`; other paths are returned unchanged."""
     if uri.startswith("gs://"):
@@ -60,7 +64,15 @@ def storage_client() -> Any:
             _CLIENT = storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT", "local"),
                                      credentials=AnonymousCredentials())
         else:
-            _CLIENT = storage.Client()
+            from google.auth.exceptions import DefaultCredentialsError
+
+            try:
+                _CLIENT = storage.Client()
+            except DefaultCredentialsError:
+                raise GcsCredentialsError(
+                    "reading gs:// needs Google Cloud credentials: run `gcloud auth "
+                    "application-default login` or set GOOGLE_APPLICATION_CREDENTIALS (on "
+                    "Vertex AI the job's service account is used)") from None
     return _CLIENT
 
 

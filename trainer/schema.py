@@ -26,7 +26,7 @@ M = TypeVar("M", bound=pydantic.BaseModel)
 
 #: Config shared by every options model: unknown keys are errors, values are frozen, and
 #: types are strict (YAML's `"10"` is not 10; an integer is still a valid float).
-STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class OptionsError(InputError):

@@ -6,11 +6,15 @@ ahead of the writer, so memory does not grow with the dataset.
 
 from __future__ import annotations
 
+import collections
 import io
+import itertools
 import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Iterable, Iterator, Sequence
 
 from components.dataset.sources import TFDS_PREFIX, Example, SourceListing
+from trainer.errors import StageError
 from trainer.gcs import read_bytes
 
 #: (index in the write order, PNG bytes or None, reason when None, label or None).
@@ -67,20 +71,26 @@ def _tfds_results(order: Sequence[Example], size: int) -> Iterator[Result]:
             yield wanted[position], _to_png(Image.fromarray(image), size), None, int(label)
 
 
-_END = object()
+class DecodingPoolError(StageError):
+    """A decoding process died (killed for memory, or it could not start)."""
 
 
-def bounded_imap(pool: Any, func: Any, items: Iterable[Any], window: int,
+def _map_chunk(func: Any, chunk: list[Any]) -> list[Any]:
+    return [func(item) for item in chunk]
+
+
+def bounded_imap(executor: Any, func: Any, items: Iterable[Any], window: int,
                  chunksize: int = 16) -> Iterator[Any]:
-    """`pool.imap` that takes at most `window` items ahead of the consumer.
+    """`map` over a process pool that takes at most `window` items ahead of the consumer.
 
-    Plain `imap` reads its whole input at once and queues results as fast as the workers
+    A plain `imap` reads its whole input at once and queues results as fast as the workers
     make them; when writing is slower than decoding (many cores, a slow disk or the /gcs/
-    mount), memory would grow with the dataset. Here the pool's feeder thread waits until
-    the consumer has taken results.
+    mount), memory would grow with the dataset. Here chunks are submitted only while fewer
+    than `window` items are in flight. A `concurrent.futures` pool, unlike
+    `multiprocessing.Pool`, notices a worker that died and fails instead of waiting forever.
 
     Args:
-        pool: A `multiprocessing` pool.
+        executor: A `concurrent.futures.ProcessPoolExecutor`.
         func: Function to map (picklable).
         items: Its inputs, read lazily.
         window: Most items taken but not yet consumed; must exceed `chunksize`.
@@ -88,34 +98,43 @@ def bounded_imap(pool: Any, func: Any, items: Iterable[Any], window: int,
 
     Yields:
         `func(item)` for each item, in order.
+
+    Raises:
+        DecodingPoolError: A worker process died.
     """
-    import threading
+    from concurrent.futures.process import BrokenProcessPool
 
     if window <= chunksize:
         raise ValueError(f"window {window} must exceed chunksize {chunksize}")
-    slots, stop = threading.Semaphore(window), threading.Event()
-
-    def feed() -> Iterator[Any]:
-        iterator = iter(items)
-        while True:
-            while not slots.acquire(timeout=0.1):  # a slot first, then the next item
-                if stop.is_set():  # the consumer is gone: let the pool shut down
-                    return
-            item = next(iterator, _END)
-            if item is _END:
-                return
-            yield item
-
+    iterator = iter(items)
+    pending: collections.deque = collections.deque()
+    in_flight = 0
     try:
-        for result in pool.imap(func, feed(), chunksize=chunksize):
-            slots.release()
-            yield result
+        while True:
+            while in_flight + chunksize <= window:
+                chunk = list(itertools.islice(iterator, chunksize))
+                if not chunk:
+                    break
+                pending.append(executor.submit(_map_chunk, func, chunk))
+                in_flight += len(chunk)
+            if not pending:
+                return
+            done = pending.popleft().result()
+            in_flight -= len(done)
+            yield from done
+    except BrokenProcessPool:
+        raise DecodingPoolError(
+            "a decoding process died (killed, perhaps for memory by a huge image, or unable "
+            "to start: under the spawn start method the calling program must be an importable "
+            "file or module, not code read from standard input); lower the number of "
+            "processes or the image sizes, and run the program from a file") from None
     finally:
-        stop.set()
+        for future in pending:
+            future.cancel()
 
 
 def results(listing: SourceListing, order: Sequence[Example], size: int,
-             processes: int) -> Iterator[Result]:
+            processes: int) -> Iterator[Result]:
     """Encoded images, from a pool of processes (or inline for one)."""
     if listing.kind == "tfds":
         yield from _tfds_results(order, size) if order else ()
@@ -125,7 +144,8 @@ def results(listing: SourceListing, order: Sequence[Example], size: int,
         yield from map(_encode, tasks)
         return
     # spawn: the workers must not inherit TensorFlow's threads (forking them is unsafe).
-    with multiprocessing.get_context("spawn").Pool(processes) as pool:
-        yield from bounded_imap(pool, _encode, tasks, window=64 * processes)
-
-
+    executor = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        yield from bounded_imap(executor, _encode, tasks, window=64 * processes)
+    finally:
+        executor.shutdown(wait=False, cancel_futures=True)

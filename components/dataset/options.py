@@ -3,11 +3,35 @@ pipeline's `dataset` parameter (see `trainer.schema`)."""
 
 from __future__ import annotations
 
-import pydantic
-from pydantic import Field
+import re
+from typing import Annotated
 
-from components.dataset.sources import BUILTIN_SHAPES
+import pydantic
+from pydantic import AfterValidator, Field
+
+from components.cloud_names import gcs_uri_problem
+from components.dataset.sources import BUILTIN_SHAPES, TFDS_PREFIX
 from trainer.schema import STRICT
+
+
+def _source(value: str) -> str:
+    if value.startswith("gs://"):
+        problem = gcs_uri_problem(value)
+    elif value.startswith(TFDS_PREFIX):
+        problem = None if re.fullmatch(r"[a-z0-9_]+(:[0-9.]+)?(/[\w\[\]:%+.-]+)?",
+                                       value[len(TFDS_PREFIX):]) \
+            else "expected tfds://NAME or tfds://NAME/SPLIT"
+    elif value.startswith("builtin://"):
+        problem = None if value == BUILTIN_SHAPES else \
+            f"the only builtin dataset is {BUILTIN_SHAPES}"
+    elif "://" in value:
+        problem = (f"the scheme {value.split('://', 1)[0]}:// is not read; expected a local or "
+                   f"/gcs/ path, gs://BUCKET/PATH, {TFDS_PREFIX}NAME or {BUILTIN_SHAPES}")
+    else:
+        problem = None if value.strip() and "\0" not in value else "expected a path"
+    if problem:
+        raise ValueError(problem)
+    return value
 
 
 class DatasetOptions(pydantic.BaseModel):
@@ -15,7 +39,7 @@ class DatasetOptions(pydantic.BaseModel):
 
     model_config = STRICT
 
-    source: str = Field(BUILTIN_SHAPES, min_length=1, description=(
+    source: Annotated[str, AfterValidator(_source)] = Field(BUILTIN_SHAPES, description=(
         "A folder with one sub-folder of images per class (local, /gcs/ or gs://), a "
         "CSV/JSONL manifest, tfds://NAME[/SPLIT] or builtin://shapes."))
     image_size: int = Field(32, ge=8, le=1024, description=(

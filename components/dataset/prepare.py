@@ -25,6 +25,7 @@ from components.dataset.sources import DatasetError, Example, list_source
 from trainer import contract
 from trainer.schema import OptionsError, validate
 
+
 def _sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -63,7 +64,8 @@ def prepare_dataset(source: str, output_dir: str | os.PathLike, image_size: int 
         validate(DatasetOptions, {
             "source": source, "image_size": image_size,
             "validation_fraction": validation_fraction, "test_fraction": test_fraction,
-            "num_shards": num_shards, "max_bad_fraction": max_bad_fraction}, strict=False)
+            "num_shards": num_shards, "max_bad_fraction": max_bad_fraction}, prefix="dataset",
+            strict=False)
     except OptionsError as exc:
         raise DatasetError(str(exc)) from None
     if min_shards < 1:

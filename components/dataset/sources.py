@@ -129,7 +129,14 @@ def _list_local_folder(source: str) -> SourceListing:
 
 def _list_gcs_folder(source: str) -> SourceListing:
     bucket, prefix = split_gcs_uri(source.rstrip("/") + "/")
-    blobs = sorted(storage_client().list_blobs(bucket, prefix=prefix), key=lambda b: b.name)
+    from google.api_core import exceptions
+
+    try:
+        blobs = sorted(storage_client().list_blobs(bucket, prefix=prefix),
+                       key=lambda b: b.name)
+    except exceptions.GoogleAPIError as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise DatasetError(f"dataset source {source!r} cannot be listed: {first[:300]}") from None
     by_class: dict[str, list[Any]] = {}
     unknown: list[str] = []
     for blob in blobs:

@@ -11,9 +11,25 @@ import dataclasses
 from typing import Any, Mapping
 
 from components.gpu import catalog as cat
-from components.gpu.validation import (POOL_ROLES, GpuConfigError, ValidationResult, as_int,
-                                       listed, is_int, validate_worker_pool_specs)
+from components.gpu.validation import (
+    POOL_ROLES,
+    GpuConfigError,
+    ValidationResult,
+    as_int,
+    is_int,
+    listed,
+    validate_worker_pool_specs,
+)
 from trainer.schema import short
+
+#: The fields of AI Platform Training's TrainingInput (its REST reference); the cluster's
+#: are converted, the others belong to the job and are not needed on Vertex AI.
+TRAINING_INPUT_KEYS = frozenset({
+    "scaleTier", "masterType", "masterConfig", "workerType", "workerConfig", "workerCount",
+    "parameterServerType", "parameterServerConfig", "parameterServerCount", "evaluatorType",
+    "evaluatorConfig", "evaluatorCount", "region", "runtimeVersion", "pythonVersion", "jobDir",
+    "packageUris", "pythonModule", "args", "hyperparameters", "scheduling", "network",
+    "serviceAccount", "useChiefInTfConfig", "encryptionConfig", "enableWebAccess"})
 
 #: (AI Platform task, Vertex pool index).
 _TASKS = (("master", 0), ("worker", 1), ("parameterServer", 2), ("evaluator", 3))
@@ -52,7 +68,22 @@ def convert_ai_platform_config(training_input: Any) -> Conversion:
     if not isinstance(training_input, Mapping):
         return Conversion([], [f"trainingInput is {short(training_input)}; expected a mapping with "
                                "scaleTier, masterType, ..."], [], labels)
-    tier = str(training_input.get("scaleTier", "BASIC")).upper()
+    unknown = [k for k in training_input if k not in TRAINING_INPUT_KEYS]
+    for key in unknown:
+        close = [k for k in TRAINING_INPUT_KEYS if str(key).lower() == k.lower()]
+        errors.append(f"trainingInput has the unknown key {short(key)}"
+                      + (f"; did you mean {close[0]}?" if close else
+                         f"; valid keys are {listed(sorted(TRAINING_INPUT_KEYS))}"))
+    tier = training_input.get("scaleTier", "BASIC")
+    if not isinstance(tier, str):
+        errors.append(f"trainingInput.scaleTier is {short(tier)}; expected one of "
+                      f"{listed([*cat.SCALE_TIERS, *cat.UNCONVERTIBLE_TIERS, 'CUSTOM'])}")
+    if errors:
+        return Conversion([], errors, warnings, labels)
+    if tier != tier.upper():  # gcloud's --scale-tier takes lower case; the API, upper
+        warnings.append(f"trainingInput.scaleTier {short(tier)} read as {tier.upper()}, the "
+                        "spelling the API takes")
+        tier = tier.upper()
     cluster_fields = [k for k in training_input if k.startswith(
         ("master", "worker", "parameterServer", "evaluator"))]
 

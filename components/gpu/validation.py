@@ -29,6 +29,8 @@ VALID_GPU_COUNTS: dict[str, dict[str, tuple[int, ...]]] = {
     **{name: {m.fixed_gpu[0]: (m.fixed_gpu[1],)} for name, m in cat.MODERN_MACHINES.items()},
 }
 
+#: Replicas of one pool: far beyond any quota, but within what the API's int64 takes.
+MAX_REPLICAS = 10_000
 _MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)+$")
 
 
@@ -140,7 +142,7 @@ def as_int(value: Any) -> Any:
     int64 values as strings. Anything else is returned as is."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 19:
         return int(value)
     return value
 
@@ -221,6 +223,10 @@ def _validate_pool(name: str, index: int, pool: Mapping[str, Any], errors: list[
                       "machine_type, accelerator_type, accelerator_count")
     machine_type = machine_spec.get("machine_type")
     accelerator_type = machine_spec.get("accelerator_type") or None
+    if accelerator_type is not None and not isinstance(accelerator_type, str):
+        errors.append(f"{name}: machine_spec.accelerator_type is {short(accelerator_type)}; "
+                      f"expected one GPU type name such as NVIDIA_TESLA_T4")
+        accelerator_type = None
     if isinstance(accelerator_type, str) and accelerator_type not in ACCELERATOR_TYPES:
         # gcloud's flags spell the types in lower case with hyphens (nvidia-tesla-t4).
         spelled = accelerator_type.strip().upper().replace("-", "_")
@@ -231,8 +237,9 @@ def _validate_pool(name: str, index: int, pool: Mapping[str, Any], errors: list[
     accelerator_count = as_int(machine_spec.get("accelerator_count", 0) or 0)
     replica_count = as_int(pool.get("replica_count", 1))
 
-    if not is_int(replica_count) or replica_count < 1:
-        errors.append(f"{name}: replica_count is {short(replica_count)}; expected an integer >= 1")
+    if not is_int(replica_count) or not 1 <= replica_count <= MAX_REPLICAS:
+        errors.append(f"{name}: replica_count is {short(replica_count)}; expected an integer "
+                      f"from 1 to {MAX_REPLICAS}")
     elif index == 0 and replica_count != 1:
         errors.append(f"{name}: replica_count is {replica_count}; the chief pool must have "
                       "exactly 1 replica (put the other machines in pool 1, the workers)")
@@ -245,8 +252,9 @@ def _validate_pool(name: str, index: int, pool: Mapping[str, Any], errors: list[
                       "accelerator_type is not set; give both or neither "
                       f"(types: {listed(ACCELERATOR_TYPES)})")
     elif accelerator_type is not None and not accelerator_count:
+        given = "is 0" if "accelerator_count" in machine_spec else "is not set"
         errors.append(f"{name}: machine_spec.accelerator_type is {short(accelerator_type)} but "
-                      "accelerator_count is not set; give both or neither")
+                      f"accelerator_count {given}; give at least 1 GPU, or neither field")
     elif accelerator_type is not None and accelerator_type not in ACCELERATOR_TYPES:
         errors.append(f"{name}: machine_spec.accelerator_type is {short(accelerator_type)}; valid "
                       f"types are {listed(ACCELERATOR_TYPES)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from typing import Any
+
 from trainer.schema import short
 
 #: The seeds' job name rules: unique in the project, letters, digits and underscores,

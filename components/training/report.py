@@ -12,8 +12,13 @@ import os
 from typing import Any
 
 from trainer.errors import StageError
-from trainer.report import (CURVES_FILE, METRICS_FILE, REPORT_FILE, curves_html,
-                            load_evaluations)
+from trainer.report import (
+    CURVES_FILE,
+    METRICS_FILE,
+    REPORT_FILE,
+    curves_html,
+    load_evaluations,
+)
 
 
 class TrainingReportError(StageError):

@@ -2,10 +2,44 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any
+from typing import Any, Iterator
 
+from trainer.errors import InputError, StageError
 from trainer.gcs import storage_client
+from trainer.schema import short
+
+
+class CloudCallError(StageError):
+    """A Google Cloud API could not be reached, or refused a request."""
+
+
+class CredentialsError(InputError):
+    """No Google Cloud credentials on this machine."""
+
+
+@contextlib.contextmanager
+def remote_call(what: str) -> Iterator[None]:
+    """Turns the client libraries' network and API errors into one clear message.
+
+    Args:
+        what: What was being done, for the message (e.g. "submitting the run").
+    """
+    import google.api_core.exceptions as api
+    import google.auth.exceptions as auth
+    import requests
+
+    try:
+        yield
+    except auth.DefaultCredentialsError:
+        raise CredentialsError(
+            f"{what} needs Google Cloud credentials: run `gcloud auth application-default "
+            "login` or set GOOGLE_APPLICATION_CREDENTIALS (`--dry-run` needs none)") from None
+    except (api.GoogleAPIError, auth.TransportError, auth.RefreshError,
+            requests.exceptions.RequestException, ConnectionError, TimeoutError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise CloudCallError(f"{what} failed: {short(first, 300)}") from None
 
 
 @dataclasses.dataclass
@@ -25,7 +59,8 @@ class Clients:
     def get_storage(self) -> Any:
         """The Cloud Storage client (the default one unless given)."""
         if self.storage is None:
-            self.storage = storage_client()
+            with remote_call("connecting to Cloud Storage"):
+                self.storage = storage_client()
         return self.storage
 
     def get_builders(self) -> tuple[Any, Any]:
@@ -33,5 +68,6 @@ class Clients:
         if self.build is None or self.registry is None:
             from components.build.stage import cloud_clients
 
-            _, self.build, self.registry = cloud_clients()
+            with remote_call("connecting to Cloud Build and Artifact Registry"):
+                _, self.build, self.registry = cloud_clients()
         return self.build, self.registry

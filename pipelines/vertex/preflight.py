@@ -6,6 +6,7 @@ from typing import Any
 
 from components import images
 from pipelines.config import Config
+from pipelines.vertex.clients import remote_call
 from trainer.errors import InputError
 from trainer.gcs import mounted_gcs_uri, split_gcs_uri
 
@@ -46,7 +47,8 @@ def bucket_location_warnings(config: Config, storage: Any) -> list[str]:
     warnings = []
     for field, uri in places:
         bucket_name, _ = split_gcs_uri(uri)
-        bucket = storage.lookup_bucket(bucket_name)
+        with remote_call(f"looking up the bucket {bucket_name}"):
+            bucket = storage.lookup_bucket(bucket_name)
         if bucket is None:
             warnings.append(f"{field} bucket {bucket_name!r} does not exist (or is not visible "
                             "to these credentials)")

@@ -8,16 +8,24 @@ spec whose components still name the placeholder image of `compiled/`.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from components import project
+from components.cloud_names import TAG, gcs_uri_problem
 from components.stage import say
 from pipelines.config import Config
-from pipelines.vertex.clients import Clients
+from pipelines.vertex.clients import Clients, remote_call
 from pipelines.vertex.runs import prepared_run
 from trainer.errors import InputError
 from trainer.gcs import split_gcs_uri, storage_client
+from trainer.schema import short
+
+#: Artifact Registry Kubeflow Pipelines repositories, or a registry on loopback (tests, a
+#: port-forwarded registry).
+_REGISTRY = re.compile(r"(https://[a-z0-9-]+-kfp\.pkg\.dev|http://127\.0\.0\.1:[0-9]+)"
+                       r"/[a-z0-9-]+(/[a-z0-9._-]+)+")
 
 
 class PublishError(InputError):
@@ -45,6 +53,7 @@ def publish_run(config: Config, destination: str, tags: Sequence[str], *, dry_ru
     """
     clients = clients or Clients()
     check_tags(tags)
+    check_destination(destination)
     with prepared_run(config, dry_run, clients, credentials, log) as (prepared, _):
         if dry_run:
             log(f"dry run: nothing was uploaded, built or published; {destination} would "
@@ -57,10 +66,24 @@ def publish_run(config: Config, destination: str, tags: Sequence[str], *, dry_ru
 
 def check_tags(tags: Sequence[str]) -> None:
     """Raises PublishError for tags the registry would refuse."""
-    bad = [t for t in tags if not t or t.startswith("sha256:") or "/" in t]
+    bad = [t for t in tags if not TAG.fullmatch(t) or t.startswith("sha256")]
     if bad:
-        raise PublishError(f"tags {bad!r} are invalid; tags are non-empty, contain no '/' and "
-                           "do not start with 'sha256:'")
+        raise PublishError(f"tags {short(bad)} are invalid; a tag is 1 to 128 letters, digits, "
+                           "'_', '.' and '-', starting with a letter, digit or '_', and does "
+                           "not start with 'sha256'")
+
+
+def check_destination(destination: str) -> None:
+    """Raises PublishError unless `destination` is a place `publish` can write to."""
+    if destination.startswith("gs://"):
+        problem = gcs_uri_problem(destination)
+        if problem:
+            raise PublishError(f"publish destination {short(destination)}: {problem}")
+        return
+    if not _REGISTRY.fullmatch(destination.rstrip("/")):
+        raise PublishError(f"publish destination {short(destination)} is neither an Artifact "
+                           "Registry Kubeflow Pipelines repository "
+                           "(https://REGION-kfp.pkg.dev/PROJECT/REPO) nor gs://BUCKET/PATH")
 
 
 def publish(spec: Path, destination: str, tags: Sequence[str], *, storage: Any = None,
@@ -87,6 +110,7 @@ def publish(spec: Path, destination: str, tags: Sequence[str], *, storage: Any =
                            "exists); publish with `gpu-pipeline publish --config FILE "
                            "DESTINATION`, which builds or finds the image first")
     check_tags(tags)
+    check_destination(destination)
     if destination.startswith("gs://"):
         storage = storage or storage_client()
         bucket, prefix = split_gcs_uri(destination.rstrip("/") + "/")
@@ -94,15 +118,17 @@ def publish(spec: Path, destination: str, tags: Sequence[str], *, storage: Any =
         written = []
         for tag in tags:
             name = f"{prefix}{project.PIPELINE_NAME}/{tag}.yaml"
-            storage.bucket(bucket).blob(name).upload_from_string(data,
-                                                                 content_type="application/yaml")
+            with remote_call(f"uploading the spec to gs://{bucket}"):
+                storage.bucket(bucket).blob(name).upload_from_string(
+                    data, content_type="application/yaml")
             written.append(f"gs://{bucket}/{name}")
         return written
     if destination.startswith(("https://", "http://")):
         from kfp.registry import RegistryClient
 
-        client = RegistryClient(host=destination, auth=auth)
-        package, version = client.upload_pipeline(file_name=str(spec), tags=list(tags))
+        with remote_call(f"uploading the spec to {destination}"):
+            client = RegistryClient(host=destination, auth=auth)
+            package, version = client.upload_pipeline(file_name=str(spec), tags=list(tags))
         return [f"{destination.rstrip('/')}/{package}/{version}"]
     raise PublishError(f"publish destination {destination!r} is neither an Artifact Registry "
                        "Kubeflow Pipelines repository (https://REGION-kfp.pkg.dev/PROJECT/REPO) "

@@ -14,7 +14,7 @@ from components.build import cloud_build
 from components.build.context import write_build_context
 from components.stage import say
 from pipelines.config import Config
-from pipelines.vertex.clients import Clients
+from pipelines.vertex.clients import Clients, remote_call
 from pipelines.vertex.preflight import require_vertex_settings
 from pipelines.vertex.spec import compile_for_vertex
 
@@ -83,13 +83,15 @@ def prepare_run(config: Config, work_dir: Path, *, dry_run: bool, clients: Clien
     build_request = cloud_build.build_request(repository, context.tag, source_uri,
                                               service_account=account)
     if not dry_run:
-        cloud_build.upload_context(context.tarball.read_bytes(), context.digest,
-                                   config.vertex.pipeline_root, clients.get_storage())
+        with remote_call("uploading the sources"):
+            cloud_build.upload_context(context.tarball.read_bytes(), context.digest,
+                                       config.vertex.pipeline_root, clients.get_storage())
         log(f"sources uploaded: {source_uri}")
-        builder, registry = clients.get_builders()
-        image, _ = cloud_build.ensure_image(repository.uri, context.tag, source_uri,
-                                            build_client=builder, registry_client=registry,
-                                            service_account=account, log=log)
+        with remote_call("building or finding the image"):
+            builder, registry = clients.get_builders()
+            image, _ = cloud_build.ensure_image(repository.uri, context.tag, source_uri,
+                                                build_client=builder, registry_client=registry,
+                                                service_account=account, log=log)
     template = compile_for_vertex(config, work_dir / "pipeline.yaml", image, source_uri)
     job = pipeline_job(config, template, source_uri, credentials)
     return Prepared(job, create_request(job, config), image, source_uri, build_request,
@@ -164,7 +166,8 @@ def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,
             return prepared.request
         if clients.pipeline_api is not None:
             prepared.job.api_client = clients.pipeline_api
-        prepared.job.submit(service_account=config.vertex.service_account or None,
-                            network=config.vertex.network or None)
+        with remote_call("submitting the run"):
+            prepared.job.submit(service_account=config.vertex.service_account or None,
+                                network=config.vertex.network or None)
         log(f"submitted {prepared.job.resource_name}")
         return prepared.job

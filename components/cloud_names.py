@@ -1,0 +1,87 @@
+"""Google Cloud names checked by their documented formats, as annotated option types.
+
+Each type accepts "" where the option is optional (meaning "not set") and otherwise the
+format its API takes, so a typo is refused when the configuration is loaded instead of
+by the API after the earlier stages have run. The messages say what is valid.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Callable
+
+from pydantic import AfterValidator
+
+# Project IDs: 6 to 30 lowercase letters, digits and hyphens, starting with a letter and
+# not ending with a hyphen (Resource Manager docs), optionally domain-scoped.
+_PROJECT = re.compile(r"(?:[a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
+# Bucket names: 3 to 63 lowercase letters, digits, dashes, underscores and dots, starting
+# and ending with a letter or digit (Cloud Storage docs: bucket naming).
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
+_SERVICE_ACCOUNT = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}@[a-z0-9][a-z0-9.-]*"
+                              r"\.gserviceaccount\.com")
+_NETWORK = re.compile(r"projects/[0-9]+/global/networks/[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+_TENSORBOARD = re.compile(r"projects/[^/\s]+/locations/[a-z0-9-]+/tensorboards/[0-9]+")
+# Image references: registry host, path, optional tag and digest (Docker's grammar).
+_IMAGE = re.compile(r"[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+                    r"(@sha256:[a-f0-9]{64})?")
+#: A tag of an image or of a published pipeline version (Docker's and Artifact Registry's).
+TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_REGION = re.compile(r"[a-z]+(-[a-z0-9]+)+")
+
+
+def bucket_problem(name: str) -> str | None:
+    """Why `name` is not a Cloud Storage bucket name, or None."""
+    if not _BUCKET.fullmatch(name) or ".." in name or name.startswith("goog") \
+            or "google" in name:
+        return (f"bucket {name!r} is not a valid Cloud Storage bucket name: 3 to 63 lowercase "
+                "letters, digits, '-', '_' and '.', starting and ending with a letter or "
+                "digit, without 'goog'")
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return None
+    return f"bucket {name!r} looks like an IP address, which bucket names may not"
+
+
+def gcs_uri_problem(uri: str) -> str | None:
+    """Why `uri` is not `gs://BUCKET[/PATH]`, or None."""
+    if not uri.startswith("gs://"):
+        return "expected gs://BUCKET/PATH"
+    bucket = uri[len("gs://"):].split("/", 1)[0]
+    return bucket_problem(bucket)
+
+
+def _checker(test: Callable[[str], str | None], optional: bool = True):
+    def check(value: str) -> str:
+        if optional and value == "":
+            return value
+        problem = test(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+    return AfterValidator(check)
+
+
+def _pattern(regex: re.Pattern, valid: str) -> Callable[[str], str | None]:
+    return lambda value: None if regex.fullmatch(value) else f"expected {valid}"
+
+
+ProjectId = Annotated[str, _checker(_pattern(
+    _PROJECT, "a project ID: 6 to 30 lowercase letters, digits and hyphens, starting with a "
+              "letter (e.g. my-project-123)"))]
+Region = Annotated[str, _checker(_pattern(_REGION, "a region such as us-central1"), False)]
+GcsUri = Annotated[str, _checker(gcs_uri_problem)]
+ServiceAccount = Annotated[str, _checker(_pattern(
+    _SERVICE_ACCOUNT, "a service account email such as "
+                      "trainer@my-project.iam.gserviceaccount.com"))]
+Network = Annotated[str, _checker(_pattern(
+    _NETWORK, "projects/PROJECT_NUMBER/global/networks/NAME"))]
+Tensorboard = Annotated[str, _checker(_pattern(
+    _TENSORBOARD, "projects/PROJECT/locations/REGION/tensorboards/ID"))]
+ImageReference = Annotated[str, _checker(_pattern(
+    _IMAGE, "an image reference such as us-docker.pkg.dev/my-project/repo/name:tag"))]
+DisplayName = Annotated[str, _checker(lambda value: None if 0 < len(value) <= 128 and
+                                      value.isprintable() else
+                                      "expected 1 to 128 printable characters", False)]
