@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -346,6 +348,20 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+_signals_received: list[int] = []
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGINT or SIGTERM: stop every process this command started, then unwind."""
+    from pipelines.process_tree import stop_descendants
+
+    _signals_received.append(signum)
+    # First the processes: KFP's runner waits for a task in another thread, which an
+    # exception in this one would not stop.
+    stop_descendants()
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `gpu-pipeline` console script; returns the exit code.
 
@@ -355,6 +371,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pipelines.local_run import LocalRunError
 
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        # Ctrl-C and SIGTERM (a scheduler, `kill`) stop the whole run.
+        signal.signal(signal.SIGINT, _interrupt)
+        signal.signal(signal.SIGTERM, _interrupt)
     from pipelines import validate_gpu
 
     commands = {"run": _cmd_run, "compile": _cmd_compile, "validate-gpu": validate_gpu.command,
@@ -371,8 +391,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        print("interrupted: every process of the run was stopped, and what it had written "
+              "was removed", file=sys.stderr)
+        return 128 + _signals_received[-1] if _signals_received else 130
 
 
 if __name__ == "__main__":

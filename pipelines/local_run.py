@@ -13,14 +13,18 @@ import json
 import logging
 import os
 import re
+import shutil
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
+from components import project
 from components.project import LOG_PREFIX
 from pipelines.config import Config
+from pipelines.process_tree import stop_descendants
 from trainer.errors import StageError
 
 
@@ -118,6 +122,39 @@ def _quiet_kfp(out: TextIO, verbose: bool) -> Iterator[None]:
         kfp_logger.handlers[:], kfp_logger.propagate = saved
 
 
+@contextlib.contextmanager
+def _contained(root: Path) -> Iterator[None]:
+    """Keeps what a run leaves to what it is for.
+
+    Temporary files (KFP's runner writes each component's source to a temporary directory)
+    go to a private directory that is removed afterwards. An interruption (SIGINT, or
+    SIGTERM turned into one by the CLI) stops every process the run started, stage
+    processes and trainer workers alike, and removes what the run added under the
+    pipeline root (its run directory, its cache entries): it leaves no partial artifact.
+    """
+    cache = root / ".kfp_cache"
+    before = {p for p in root.iterdir()} | ({p for p in cache.iterdir()} if cache.is_dir()
+                                            else set())
+    private = tempfile.mkdtemp(prefix=f"{project.NAME}-run-")
+    saved = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = private
+    try:
+        yield
+    except KeyboardInterrupt:
+        stop_descendants()
+        after = set(root.iterdir()) | (set(cache.iterdir()) if cache.is_dir() else set())
+        for added in after - before:
+            shutil.rmtree(added, ignore_errors=True) if added.is_dir() \
+                else added.unlink(missing_ok=True)
+        raise
+    finally:
+        if saved is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved
+        shutil.rmtree(private, ignore_errors=True)
+
+
 def _artifacts(run_dir: Path) -> dict[str, str]:
     """Maps `<task>/<output>` to its path for every output under the run directory."""
     found = {}
@@ -165,7 +202,7 @@ def run_local(config: Config, pipeline_root: str | os.PathLike, *, verbose: bool
         local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root),
                    raise_on_error=True, enable_caching=cache)
         try:
-            with _quiet_kfp(out, verbose):
+            with _contained(root), _quiet_kfp(out, verbose):
                 task = local_pipeline(**local_arguments(config))
         except RuntimeError as exc:
             raise LocalRunError(_ANSI.sub("", str(exc)).strip().splitlines()[0]) from None

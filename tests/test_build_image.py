@@ -8,6 +8,8 @@ import tarfile
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from components import images
 from components.build.context import project_root, trainer_image_uri, write_build_context
 
@@ -62,3 +64,46 @@ def test_dockerignore_keeps_secrets_and_environments_out():
     ignore = (ROOT / ".dockerignore").read_text().splitlines()
     assert "*" in ignore  # everything is excluded unless listed
     assert "!.venv/" not in ignore and "**/.env" in ignore
+
+
+SECRETS = ("components/.env", "trainer/key.json", "pipelines/service-account-key.json",
+           "trainer/gcp-credentials.json", "components/gpu/id_rsa", "trainer/tls.pem",
+           ".env", "local_runs/model/saved_model.pb", ".venv/bin/python", "notes.txt",
+           "pipelines/__pycache__/cli.cpython-311.pyc", "trainer/db_secret.yaml")
+
+
+def test_the_build_context_follows_dockerignore_and_leaves_planted_secrets_out(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md"):
+        shutil.copyfile(ROOT / name, project / name)
+    for package in ("pipelines", "components", "trainer"):
+        shutil.copytree(ROOT / package, project / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    for secret in SECRETS:
+        (project / secret).parent.mkdir(parents=True, exist_ok=True)
+        (project / secret).write_text("do-not-ship")
+    context = write_build_context(tmp_path / "out", root=project)
+    assert not set(SECRETS) & set(context.files)
+    with tarfile.open(context.tarball) as tar:
+        names = tar.getnames()
+        assert not set(SECRETS) & set(names)
+        assert all(b"do-not-ship" not in tar.extractfile(m).read() for m in tar.getmembers())
+    assert "trainer/task.py" in names and "Dockerfile" in names
+
+
+@pytest.mark.parametrize("patterns,path,excluded", [
+    ("*\n!trainer/\n", "trainer/task.py", False),
+    ("*\n!trainer/\n", "pipelines/cli.py", True),
+    ("**/*.pem\n", "a/b/c.pem", True),
+    ("**/*.pem\n", "c.pem", True),
+    ("docs\n!docs/keep.md\n", "docs/keep.md", False),
+    ("docs\n!docs/keep.md\n", "docs/other.md", True),
+    ("/build/\n", "build/x", True),
+    ("a?c\n", "abc", True),
+    ("*.txt\n", "dir/x.txt", False),  # `*` stays within one segment, as in Docker
+])
+def test_dockerignore_rules_are_dockers(patterns, path, excluded):
+    from components.build.dockerignore import DockerIgnore
+
+    assert DockerIgnore(patterns).excluded(path) is excluded

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,9 +22,13 @@ BIN = Path(sys.executable).parent / "gpu-pipeline"
 def demo(tmp_path_factory):
     """`gpu-pipeline run --local --json` on the embedded default, in an empty directory."""
     cwd = tmp_path_factory.mktemp("demo")
+    temp = tmp_path_factory.mktemp("tmp")
     result = subprocess.run([str(BIN), "run", "--local", "--json"], cwd=cwd,
-                            capture_output=True, text=True, timeout=600)
+                            capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "TMPDIR": str(temp)})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # KFP's runner writes every component's source to a temporary directory: removed.
+    assert os.listdir(temp) == []
     return cwd, result.stdout
 
 

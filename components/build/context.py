@@ -16,13 +16,8 @@ import tarfile
 from pathlib import Path
 
 from components import images
+from components.build.dockerignore import DockerIgnore
 from trainer.errors import StageError
-
-#: Files and package folders that make up the image, relative to the project root.
-CONTEXT_FILES = ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md")
-CONTEXT_PACKAGES = ("pipelines", "components", "trainer")
-_SKIP_DIRS = {"__pycache__", ".pytest_cache"}
-_SKIP_SUFFIXES = (".pyc", ".pyo")
 
 
 class BuildContextError(StageError):
@@ -73,14 +68,8 @@ def project_root() -> Path:
 
 
 def _context_files(root: Path) -> list[str]:
-    files = [f for f in CONTEXT_FILES if (root / f).is_file()]
-    for package in CONTEXT_PACKAGES:
-        for dirpath, dirnames, filenames in os.walk(root / package):
-            dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-            for name in filenames:
-                if not name.endswith(_SKIP_SUFFIXES):
-                    files.append(str((Path(dirpath) / name).relative_to(root)))
-    return sorted(files)
+    """The files `.dockerignore` leaves in the context, as the Docker engine would."""
+    return DockerIgnore.of(root).files(root)
 
 
 def deterministic_tarball(root: Path, files: list[str]) -> bytes:

@@ -1,0 +1,54 @@
+"""Interrupting a local run stops every process it started and leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent / "gpu-pipeline"
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if text in cmdline and state != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_run_stops_its_workers_and_removes_its_partial_run(tmp_path, signum,
+                                                                          code):
+    root, temp = tmp_path / "runs", tmp_path / "tmp"
+    temp.mkdir()
+    log = open(tmp_path / "out.log", "w")
+    run = subprocess.Popen([str(BIN), "run", "--local", "--pipeline-root", str(root)],
+                           stdout=log, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "TMPDIR": str(temp)})
+    deadline = time.monotonic() + 300
+    while "[trainer chief:0] epoch 1/" not in (tmp_path / "out.log").read_text():
+        assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()
+        time.sleep(0.2)
+    assert len(_processes_mentioning(str(root))) >= 3  # the stage and both trainer workers
+    run.send_signal(signum)  # to the command alone, as `kill` or a scheduler would
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == code, err
+    assert "interrupted: every process of the run was stopped" in err
+    assert "Traceback" not in err
+    time.sleep(2)
+    assert _processes_mentioning(str(root)) == []  # no worker runs on
+    assert sorted(os.listdir(root)) == []  # no partial run, no cache entry of it
+    assert os.listdir(temp) == []  # the runner's temporary files are gone too
