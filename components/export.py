@@ -95,13 +95,14 @@ def saved_model_dir(location: str | os.PathLike) -> str:
 
 
 def publish_model(model_dir: str | os.PathLike, destination: str | os.PathLike,
-                  metrics: dict[str, Any]) -> str:
+                  metrics: dict[str, Any], extra: dict[str, Any] | None = None) -> str:
     """Commits a copy of the SavedModel under `destination`, with its evaluation beside it.
 
     Args:
         model_dir: Trained SavedModel directory (or where the trainer committed it).
         destination: Exported model location (`trainer.commit` layout).
         metrics: Evaluation metrics, written to `evaluation.json` in the copy.
+        extra: More JSON files for the copy, by name (e.g. `lineage.json`).
 
     Returns:
         The committed SavedModel directory (what a model upload points at).
@@ -109,22 +110,17 @@ def publish_model(model_dir: str | os.PathLike, destination: str | os.PathLike,
     source = saved_model_dir(model_dir)
     with commit_directory(destination, written_by="export") as staging:
         shutil.copytree(source, staging, dirs_exist_ok=True)
-        (Path(staging) / "evaluation.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        for name, content in {"evaluation.json": metrics, **(extra or {})}.items():
+            (Path(staging) / name).write_text(json.dumps(content, indent=2) + "\n")
     return staging
 
 
-def evaluate_and_publish(model_dir: str | os.PathLike, dataset_dir: str | os.PathLike,
-                         destination: str | os.PathLike) -> tuple[dict[str, Any], str]:
-    """Stage 5: evaluates the trained model on the validation (and test) split, then
-    publishes it with its metrics.
-
-    Returns:
-        (the metrics: validation `accuracy`, `examples` and per-class accuracies, plus
-        `test_accuracy` and `test_examples` when the dataset has a test split; the
-        committed SavedModel directory).
-    """
+def evaluate(model_dir: str | os.PathLike, dataset_dir: str | os.PathLike) -> dict[str, Any]:
+    """A model's metrics on the validation split, and the held-out test split when the
+    dataset has one: `accuracy`, `examples`, per-class accuracies, `test_accuracy`,
+    `test_examples`."""
     results = evaluate_saved_model(model_dir, dataset_dir)
     if "test" in load_manifest(dataset_dir)["splits"]:
         test = evaluate_saved_model(model_dir, dataset_dir, split="test")
         results.update(test_accuracy=test["accuracy"], test_examples=test["examples"])
-    return results, publish_model(model_dir, destination, results)
+    return results

@@ -172,7 +172,8 @@ def vertex_training_spec(worker_pool_specs: list, image_uri: str, dataset: Input
                                  ("service_account", str), ("network", str), ("timeout", str),
                                  ("restart_job_on_worker_restart", bool),
                                  ("scheduling_strategy", str), ("max_wait_duration", str),
-                                 ("tensorboard", str)]):
+                                 ("tensorboard", str), ("labels", dict),
+                                 ("persistent_resource_id", str)]):
     """Stage 4 (Vertex), part 1: the CustomJob's worker pools and settings."""
     from collections import namedtuple
 
@@ -192,7 +193,8 @@ def vertex_training_spec(worker_pool_specs: list, image_uri: str, dataset: Input
                 "network": job.network, "timeout": job.timeout,
                 "restart_job_on_worker_restart": job.restart_job_on_worker_restart,
                 "scheduling_strategy": job.scheduling_strategy,
-                "max_wait_duration": job.max_wait_duration, "tensorboard": job.tensorboard}
+                "max_wait_duration": job.max_wait_duration, "tensorboard": job.tensorboard,
+                "labels": job.labels, "persistent_resource_id": job.persistent_resource_id}
     values = {**spec, **settings}
     return namedtuple("VertexTrainingSpec", list(values))(**values)
 
@@ -217,45 +219,90 @@ def report_training(training_job: Input[Artifact], metrics: Output[Metrics],
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def export_model(dataset: Input[Dataset], trained_model: Input[Model],
-                 exported_model: Output[Model], metrics: Output[Metrics]) -> NamedTuple(
-                     "ExportOutputs", [("accuracy", float), ("model_uri", str)]):
-    """Stage 5: loads the SavedModel back, evaluates it, and exports it with its metrics."""
+def export_model(dataset: Input[Dataset], trained_model: Input[Model], training: dict,
+                 vertex: dict, strategy: str, worker_pool_specs: list, image_uri: str,
+                 registry_root: str, job_name: str, exported_model: Output[Model],
+                 metrics: Output[Metrics], comparison: Output[Markdown]) -> NamedTuple(
+                     "ExportOutputs", [("accuracy", float), ("model_uri", str),
+                                       ("register", bool), ("default", bool),
+                                       ("decision", str), ("labels", dict),
+                                       ("description", str)]):
+    """Stage 5: evaluates the new model and the champion on the same splits, decides with
+    the champion/challenger gate, and exports the new model with its lineage.
+
+    `registry_root` is the local registry (`run --local`: the model is registered there);
+    "" on Vertex AI, where the champion is `vertex.parent_model`'s default version and the
+    model upload that follows acts on the decision.
+    """
     import json
     import os
     from collections import namedtuple
+    from pathlib import Path
 
-    from components.export import evaluate_and_publish
+    from components.project import version
+    from components.registry.lineage import description, labels
+    from components.registry.local import RUNS
+    from components.registry.stage import comparison_markdown, export_and_gate
     from components.stage import say, stage_errors
+    from components.vertex_options import VertexOptions
+    from trainer.options import TrainingOptions
+    from trainer.schema import validate
 
     with stage_errors("export"):
-        results, saved = evaluate_and_publish(trained_model.path, dataset.path,
-                                              exported_model.path)
+        options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
+        settings = validate(TrainingOptions, training, prefix="training", strict=False)
+        outcome = export_and_gate(
+            trained_model.path, dataset.path, exported_model.path, vertex=options,
+            training=settings.model_dump(), image=image_uri, version=version(),
+            cluster={"strategy": strategy, "worker_pool_specs": worker_pool_specs},
+            registry_root=registry_root)
+    results, decision = outcome["metrics"], outcome["decision"]
     for name, value in results.items():
         metrics.log_metric(name, value)
+    for name, value in (outcome["champion"] or {}).items():
+        metrics.log_metric(f"champion_{name}", value)
+    Path(comparison.path).parent.mkdir(parents=True, exist_ok=True)
+    Path(comparison.path).write_text(comparison_markdown(decision, results, outcome["champion"]))
     # The SavedModel is committed in a directory of its own under the artifact (no
     # directory renames on Cloud Storage FUSE); its URI is what a model upload points at.
-    saved_model_uri = f"{exported_model.uri.rstrip('/')}/{os.path.basename(saved)}"
+    saved_model_uri = f"{exported_model.uri.rstrip('/')}/{os.path.basename(outcome['saved'])}"
     exported_model.metadata.update({"framework": "tensorflow", "accuracy": results["accuracy"],
                                     "saved_model_uri": saved_model_uri,
+                                    "decision": decision.reason, "promoted": decision.promoted,
+                                    "registered_version": outcome["registered"] or "",
                                     "trained_model": trained_model.uri, "dataset": dataset.uri})
+    if registry_root:  # for the run's summary (the exit handler)
+        runs = Path(registry_root) / RUNS
+        runs.mkdir(parents=True, exist_ok=True)
+        (runs / f"{job_name}.json").write_text(json.dumps(
+            {**decision.to_dict(), "registered_version": outcome["registered"]}))
     test = (f"; test accuracy {results['test_accuracy']:.4f} on {results['test_examples']}"
             if "test_accuracy" in results else "")
     say(f"exported model evaluated on {results['examples']} validation examples: accuracy "
         f"{results['accuracy']:.4f}{test}; " + json.dumps(
             {k: round(v, 4) for k, v in results.items() if k.startswith("accuracy_")}))
-    return namedtuple("ExportOutputs", ["accuracy", "model_uri"])(results["accuracy"],
-                                                                  saved_model_uri)
+    say(f"champion/challenger: {decision.reason}"
+        + (f" (local registry version {outcome['registered']})" if outcome["registered"]
+           else ""))
+    fields = ["accuracy", "model_uri", "register", "default", "decision", "labels",
+              "description"]
+    return namedtuple("ExportOutputs", fields)(
+        results["accuracy"], saved_model_uri, decision.register, decision.default,
+        decision.reason, labels(outcome["lineage"], decision.to_dict()),
+        description(outcome["lineage"], decision.to_dict()))
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def registration_plan(vertex: dict, accuracy: float, image_uri: str) -> NamedTuple(
+def registration_plan(vertex: dict, register: bool, default: bool, image_uri: str) -> NamedTuple(
         "RegistrationPlan", [("register", bool), ("region", str), ("display_name", str),
-                             ("parent_model", str), ("serving_image", str)]):
-    """Stage 5 (Vertex), part 2: whether and how the exported model is registered.
+                             ("parent_model", str), ("serving_image", str),
+                             ("version_aliases", list)]):
+    """Stage 5 (Vertex), part 2: how the gate's decision is registered.
 
     The model is served by `vertex.serving_image`, by default the run's own project image
-    (`image_uri`, pinned by digest), which runs the TensorFlow it was trained with.
+    (`image_uri`, pinned by digest), which runs the TensorFlow it was trained with. A new
+    version becomes the default only with the `default` alias (Vertex AI docs: "How to use
+    model version aliases"); without it, the champion stays the default.
     """
     from collections import namedtuple
 
@@ -265,11 +312,40 @@ def registration_plan(vertex: dict, accuracy: float, image_uri: str) -> NamedTup
 
     with stage_errors("registration"):
         options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
-    register = accuracy >= options.accuracy_threshold
-    say(f"registration: accuracy {accuracy:.4f} "
-        f"{'passes' if register else 'is below'} the threshold "
-        f"{options.accuracy_threshold:.4f}: {'registering' if register else 'not registered'}")
-    fields = ["register", "region", "display_name", "parent_model", "serving_image"]
+    aliases = ["default"] if default and options.parent_model else []
+    say(f"registration: {'registering' if register else 'not registered'}"
+        + (" as the default version" if register and default else
+           " as a non-default version" if register and options.parent_model else ""))
+    fields = ["register", "region", "display_name", "parent_model", "serving_image",
+              "version_aliases"]
     return namedtuple("RegistrationPlan", fields)(
         register, options.region, options.model_display_name, options.parent_model,
-        options.serving_image or image_uri)
+        options.serving_image or image_uri, aliases)
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def summarize_run(status: dsl.PipelineTaskFinalStatus, registry_root: str, job_name: str,
+                  summary: Output[Markdown]):
+    """The exit handler: runs whatever the outcome and says how the run ended, with the
+    champion/challenger decision when there was one."""
+    import json
+    from pathlib import Path
+
+    from components.registry.local import RUNS
+    from components.stage import say
+
+    facts = [("state", status.state)]
+    if status.error_message:
+        facts.append(("error", status.error_message))
+    decision = Path(registry_root) / RUNS / f"{job_name}.json" if registry_root else None
+    if decision is not None and decision.is_file():
+        made = json.loads(decision.read_text())
+        facts.append(("champion/challenger", made["reason"]))
+        if made.get("registered_version"):
+            facts.append(("local registry version", made["registered_version"]))
+    Path(summary.path).parent.mkdir(parents=True, exist_ok=True)
+    Path(summary.path).write_text("\n".join(
+        [f"# Run {status.pipeline_job_resource_name}", ""]
+        + [f"- {name}: {value}" for name, value in facts]) + "\n")
+    for name, value in facts:
+        say(f"run {name}: {value}")

@@ -80,6 +80,16 @@ class VertexOptions(pydantic.BaseModel):
         "Display name of the registered model."))
     parent_model: str = Field("", description=(
         "projects/.../locations/.../models/ID: register as a new version of it."))
+    promotion: Literal["default", "version_only", "never"] = Field("default", description=(
+        "default: a model that beats the champion by the margin becomes the default version, "
+        "one that only passes the threshold a non-default version; version_only: every "
+        "model that passes the threshold a non-default version; never: nothing registered."))
+    promotion_margin: float = Field(0.01, ge=0, lt=1, description=(
+        "How much the new model's test accuracy must beat the champion's by."))
+    persistent_resource_id: str = Field("", pattern=r"^([a-z][a-z0-9-]{0,62})?$", description=(
+        "A Vertex AI persistent resource to train on (fast starts); empty for none."))
+    labels: dict[str, str] = Field(default_factory=dict, description=(
+        "Labels of the pipeline job and the CustomJob, for cost tracking."))
     serving_image: ImageReference = Field("", description=(
         "Image serving the registered model; empty: the run's own project image (the "
         "TensorFlow it was trained with), which must be an image built from this project."))
@@ -90,6 +100,16 @@ class VertexOptions(pydantic.BaseModel):
         if not re.fullmatch(r"\d+(\.\d+)?s", self.timeout) or float(self.timeout[:-1]) <= 0:
             found.append(f"timeout is {short(self.timeout)}; expected a positive number of "
                          "seconds like '86400s'")
+        if self.tensorboard and not self.service_account:
+            found.append(f"tensorboard is {short(self.tensorboard)} but service_account is "
+                         "empty; a job writes to a Vertex AI TensorBoard only as a service "
+                         "account with access to it: set vertex.service_account")
+        for key, value in self.labels.items():
+            if not re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", key) or \
+                    not re.fullmatch(r"[a-z0-9_-]{0,63}", value):
+                found.append(f"labels has {short(key)}: {short(value)}; label keys start with "
+                             "a lowercase letter and keys and values hold only lowercase "
+                             "letters, digits, '_' and '-' (at most 63 characters)")
         if self.parent_model and not re.fullmatch(
                 r"projects/[^/]+/locations/[^/]+/models/[^/]+", self.parent_model):
             found.append(f"parent_model is {short(self.parent_model)}; expected "

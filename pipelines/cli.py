@@ -150,6 +150,20 @@ def build_parser() -> argparse.ArgumentParser:
         action.add_argument("--dry-run", action="store_true",
                             help="Print the request without sending it.")
 
+    models = sub.add_parser("models", help="The models the pipeline registered.")
+    model_actions = models.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    listing = model_actions.add_parser(
+        "list", help="The local registry's versions (the default marked *); with --config "
+        "or --project, the Vertex AI Model Registry's.")
+    listing.add_argument("--pipeline-root", type=Path, default=DEFAULT_LOCAL_ROOT,
+                         help=f"The local runs' root (default: {DEFAULT_LOCAL_ROOT}/).")
+    listing.add_argument("--config", type=Path, help="YAML configuration file: list its "
+                         "vertex.parent_model versions (or vertex.model_display_name models).")
+    listing.add_argument("--project", help="Google Cloud project.")
+    listing.add_argument("--region", help="Vertex AI region.")
+    listing.add_argument("--dry-run", action="store_true",
+                         help="Print the Vertex AI request without sending it.")
+
     publish = sub.add_parser(
         "publish", help="Share the pipeline with other teams: the spec of this configuration, "
         "its components pinned to the project image (built or found, as submit does).")
@@ -236,6 +250,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print()
     say(f"done in {result.seconds:.1f} s: validation accuracy "
         f"{result.metrics.get('accuracy', float('nan')):.4f} from the exported SavedModel")
+    say(f"champion/challenger: {result.decision}" + (
+        f" (registry version {result.registered_version})" if result.registered_version
+        else ""))
     print(f"  pipeline root: {result.pipeline_root}")
     print(f"  run:           {result.run_dir}")
     print(f"  model:         {result.model_uri}")
@@ -309,6 +326,33 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_models(args: argparse.Namespace) -> int:
+    if args.config is None and args.project is None:
+        from components.registry import local
+        from pipelines.local_run import REGISTRY
+
+        root = args.pipeline_root / REGISTRY
+        found = local.models(root)
+        if not found:
+            say(f"no model registered under {str(root)!r} yet (`gpu-pipeline run --local` "
+                "registers the models the gate accepts)")
+        for name, index in found.items():
+            print("\n".join(local.describe(name, index)))
+        return 0
+    from pipelines.vertex import models
+    from pipelines.vertex.runs import to_json
+
+    config = _load(args)
+    if args.dry_run:
+        request = models.list_request(config)
+        say(f"dry run: Vertex AI would receive this {type(request).__name__}:")
+        print(to_json(request))
+        return 0
+    for model in models.list_models(config):
+        print(models.describe(model))
+    return 0
+
+
 def _cmd_publish(args: argparse.Namespace) -> int:
     from components.project import version
     from pipelines.vertex.publish import check_destination, check_tags, publish_run
@@ -378,7 +422,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pipelines import validate_gpu
 
     commands = {"run": _cmd_run, "compile": _cmd_compile, "validate-gpu": validate_gpu.command,
-                "submit": _cmd_submit, "schedule": _cmd_schedule, "publish": _cmd_publish}
+                "submit": _cmd_submit, "schedule": _cmd_schedule, "publish": _cmd_publish,
+                "models": _cmd_models}
     try:
         return commands[args.command](args)
     except LocalRunError as exc:

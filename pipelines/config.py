@@ -10,13 +10,14 @@ be valid, every problem at once, before any work starts.
 
 from __future__ import annotations
 
+import re
 import zoneinfo
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
 
 import pydantic
 from croniter import croniter
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from components.cloud_names import DisplayName, GcsUri, ProjectId
 from components.dataset.options import DatasetOptions
@@ -49,6 +50,12 @@ class TrainingConfig(TrainingOptions):
         "A sidecar evaluator process for `run --local`; empty: as in Vertex AI pool 3."))
 
 
+def _email(value: str) -> str:
+    if not re.fullmatch(r"[^@\s\"]+@[a-z0-9.-]+\.[a-z]{2,}", value):
+        raise ValueError("expected an email address")
+    return value
+
+
 class VertexConfig(VertexOptions):
     """The Vertex AI options, and what only the client needs to submit a run."""
 
@@ -58,8 +65,9 @@ class VertexConfig(VertexOptions):
     enable_caching: bool = Field(True, description=(
         "Reuse the prepared dataset while its source is unchanged (the only cached task); "
         "false prepares it again."))
-    labels: dict[str, str] = Field(default_factory=dict, description=(
-        "Labels of the pipeline job, for cost tracking."))
+    notification_emails: list[Annotated[str, AfterValidator(_email)]] = Field(
+        default_factory=list, max_length=3, description=(
+            "Up to 3 addresses told of every run's outcome (Vertex AI's email notification)."))
     # Vertex AI takes up to 96 CPUs and 624 GB per pipeline step (docs: "Specify the
     # machine configuration for a pipeline step").
     component_cpu: str = Field("8", pattern=r"^([1-9]\d*|\d+m)$", description=(
@@ -68,8 +76,6 @@ class VertexConfig(VertexOptions):
         "Memory of the dataset preparation and export steps on Vertex AI (e.g. 32G)."))
 
     def problems(self) -> list[str]:
-        import re
-
         found = super().problems()
         cpu = self.component_cpu
         cpus = int(cpu[:-1]) / 1000 if cpu.endswith("m") else int(cpu)
@@ -81,12 +87,6 @@ class VertexConfig(VertexOptions):
         if float(memory.rstrip("KMG")) * unit > 624:
             found.append(f"component_memory is {memory!r}; Vertex AI Pipelines gives a step "
                          "at most 624G")
-        for key, value in self.labels.items():
-            if not re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", key) or \
-                    not re.fullmatch(r"[a-z0-9_-]{0,63}", value):
-                found.append(f"labels has {key}: {value!r}; label keys start with a lowercase "
-                             "letter and keys and values hold only lowercase letters, digits, "
-                             "'_' and '-' (at most 63 characters)")
         return found
 
 

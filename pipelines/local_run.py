@@ -28,6 +28,10 @@ from pipelines.process_tree import stop_descendants
 from trainer.errors import StageError
 
 
+#: The local model registry's directory under the pipeline root.
+REGISTRY = "registry"
+
+
 class LocalRunError(StageError):
     """A stage of the local pipeline failed (its log is above the message)."""
 
@@ -43,6 +47,9 @@ class LocalRunResult:
     artifacts: dict[str, str]
     seconds: float
     dataset_reused: bool = False
+    decision: str = ""
+    registered_version: str = ""
+    summary: str = ""
 
     def to_json(self) -> str:
         """One-line JSON summary (the last line of `gpu-pipeline run --local --json`)."""
@@ -165,6 +172,34 @@ def _artifacts(run_dir: Path) -> dict[str, str]:
     return found
 
 
+def _run_dir(root: Path, before: set[Path]) -> Path:
+    """The directory KFP's local runner made for this run (the pipeline has no outputs to
+    point at it: KFP allows none from inside an exit handler)."""
+    from pipelines.pipeline import LOCAL_PIPELINE_NAME
+
+    made = [p for p in set(root.iterdir()) - before
+            if p.is_dir() and p.name.startswith(LOCAL_PIPELINE_NAME)]
+    if len(made) != 1:
+        raise LocalRunError(f"cannot find this run's directory under {str(root)!r} "
+                            f"(new directories: {sorted(p.name for p in made)})")
+    return made[0]
+
+
+def _executor_output(task_dir: Path) -> dict[str, Any]:
+    """What a task of the run reported (KFP's executor output)."""
+    try:
+        return json.loads((task_dir / "executor_output.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise LocalRunError(f"the run's {task_dir.name} task left no readable output: "
+                            f"{exc}") from None
+
+
+def _summary(run_dir: Path) -> str:
+    """The exit handler's run summary (written, and printed, whatever the outcome)."""
+    path = run_dir / "summarize-run" / "summary"
+    return path.read_text() if path.is_file() else ""
+
+
 def run_local(config: Config, pipeline_root: str | os.PathLike, *, verbose: bool = False,
               cache: bool = True, out: TextIO | None = None) -> LocalRunResult:
     """Runs the whole pipeline on this machine.
@@ -201,24 +236,32 @@ def run_local(config: Config, pipeline_root: str | os.PathLike, *, verbose: bool
         warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
         local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root),
                    raise_on_error=True, enable_caching=cache)
+        before = set(root.iterdir())
+        failure = None
         try:
             with _contained(root), _quiet_kfp(out, verbose):
-                task = local_pipeline(**local_arguments(config))
+                local_pipeline(**local_arguments(config, str(root / REGISTRY)))
         except RuntimeError as exc:
-            raise LocalRunError(_ANSI.sub("", str(exc)).strip().splitlines()[0]) from None
-    model = task.outputs["model"]
-    metrics_artifact = task.outputs["metrics"]
-    run_dir = Path(model.path).parent.parent
+            failure = _ANSI.sub("", str(exc)).strip().splitlines()[0]
+    run_dir = _run_dir(root, before)
+    summary = _summary(run_dir)
+    if failure is not None:
+        raise LocalRunError(failure)
+    export = _executor_output(run_dir / "export-model")
+    model = export["artifacts"]["exported_model"]["artifacts"][0]["metadata"]
     artifacts = _artifacts(run_dir)
     reused = "prepare-dataset/dataset" not in artifacts  # taken from KFP's cache
     if reused:
-        artifacts["prepare-dataset/dataset"] = model.metadata.get("dataset", "")
+        artifacts["prepare-dataset/dataset"] = model.get("dataset", "")
     return LocalRunResult(
         pipeline_root=str(root),
         run_dir=str(run_dir),
-        model_uri=model.metadata.get("saved_model_uri", model.uri),
-        metrics=dict(metrics_artifact.metadata),
+        model_uri=model["saved_model_uri"],
+        metrics=dict(export["artifacts"]["metrics"]["artifacts"][0]["metadata"]),
         artifacts=artifacts,
         seconds=round(time.monotonic() - started, 1),
         dataset_reused=reused,
+        decision=model.get("decision", ""),
+        registered_version=model.get("registered_version", ""),
+        summary=summary,
     )

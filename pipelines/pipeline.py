@@ -16,7 +16,7 @@ component starts the workers as processes on localhost. Options travel as dict p
 from typing import NamedTuple
 
 from kfp import dsl
-from kfp.dsl import Metrics, Model
+from kfp.dsl import Model
 
 from components import ops, project
 from components.training.layout import layout_dict
@@ -28,11 +28,6 @@ _DESCRIPTION = ("Validates the GPU worker pools, prepares a sharded TFRecord dat
                 "builds the trainer image, trains on several workers and exports the "
                 "evaluated SavedModel.")
 _DEFAULTS = Config()
-
-
-class PipelineOutputs(NamedTuple):
-    model: Model
-    metrics: Metrics
 
 
 def validate(vertex: dict, training: dict, local_cluster: dict):
@@ -90,7 +85,8 @@ def train_on_vertex(project_id, training: dict, vertex: dict, gpu, data, image):
         timeout=settings["timeout"],
         restart_job_on_worker_restart=settings["restart_job_on_worker_restart"],
         strategy=settings["scheduling_strategy"],
-        max_wait_duration=settings["max_wait_duration"], tensorboard=settings["tensorboard"])
+        max_wait_duration=settings["max_wait_duration"], tensorboard=settings["tensorboard"],
+        labels=settings["labels"], persistent_resource_id=settings["persistent_resource_id"])
     job.set_display_name("4b train on Vertex AI").set_caching_options(False)
     trained = dsl.importer(artifact_uri=settings["model_uri"], artifact_class=Model,
                            reimport=False).after(job)
@@ -107,12 +103,18 @@ def train_locally(training: dict, local_cluster: dict, data, image):
     return task.outputs["model"], task.outputs["training_job"], task
 
 
-def report_and_export(data, trained_model, training_job, trained,
+def report_and_export(data, trained_model, training_job, trained, *, training: dict,
+                      vertex: dict, gpu, image_uri, registry_root,
                       resources: "Resources | None" = None):
-    """Stage 4's report and stage 5: the curves, then the evaluated, exported model."""
+    """Stage 4's report and stage 5: the curves, then the new model and the champion
+    evaluated on the same splits, the champion/challenger decision and the export."""
     report = ops.report_training(training_job=training_job).after(trained)
     report.set_display_name("4 training report").set_caching_options(False)
-    export = ops.export_model(dataset=data.outputs["dataset"], trained_model=trained_model)
+    export = ops.export_model(
+        dataset=data.outputs["dataset"], trained_model=trained_model, training=training,
+        vertex=vertex, strategy=gpu.outputs["strategy"],
+        worker_pool_specs=gpu.outputs["worker_pool_specs"], image_uri=image_uri,
+        registry_root=registry_root, job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
     export.set_display_name("5 export model").after(report).set_caching_options(False)
     if resources is not None:  # loads the model and evaluates two splits
         export.set_cpu_limit(resources.cpu).set_memory_limit(resources.memory)
@@ -120,18 +122,20 @@ def report_and_export(data, trained_model, training_job, trained,
 
 
 def register_if_better(project_id, vertex: dict, export, image):
-    """Stage 5 on Vertex AI: register a model that passes the accuracy threshold, served by
-    the run's own image (`trainer.serving`)."""
+    """Stage 5 on Vertex AI: register the model as the gate decided (a new default version,
+    a non-default version, or not at all), with its lineage as labels and description,
+    served by the run's own image (`trainer.serving`)."""
     from google_cloud_pipeline_components.types import artifact_types
     from google_cloud_pipeline_components.v1.model import ModelUploadOp
 
     from trainer.serving import container_spec
 
-    plan = ops.registration_plan(vertex=vertex, accuracy=export.outputs["accuracy"],
+    plan = ops.registration_plan(vertex=vertex, register=export.outputs["register"],
+                                 default=export.outputs["default"],
                                  image_uri=image.outputs["Output"])
     plan.set_display_name("5a registration plan").set_caching_options(False)
     decision = plan.outputs
-    with dsl.If(decision["register"] == True, name="accuracy-passes"):  # noqa: E712 - KFP DSL
+    with dsl.If(decision["register"] == True, name="gate-registers"):  # noqa: E712 - KFP DSL
         serving = dsl.importer(
             artifact_uri=export.outputs["model_uri"],
             artifact_class=artifact_types.UnmanagedContainerModel,
@@ -140,6 +144,8 @@ def register_if_better(project_id, vertex: dict, export, image):
         with dsl.If(decision["parent_model"] == "", name="new-model"):
             upload = ModelUploadOp(project=project_id, location=decision["region"],
                                    display_name=decision["display_name"],
+                                   description=export.outputs["description"],
+                                   labels=export.outputs["labels"],
                                    unmanaged_container_model=serving.output)
             upload.set_display_name("5c register model").set_caching_options(False)
         with dsl.Else(name="new-version"):
@@ -150,19 +156,37 @@ def register_if_better(project_id, vertex: dict, export, image):
             version = ModelUploadOp(
                 project=project_id, location=decision["region"],
                 display_name=decision["display_name"],
+                description=export.outputs["description"], labels=export.outputs["labels"],
+                version_aliases=decision["version_aliases"],
                 unmanaged_container_model=serving.output, parent_model=parent.output)
             version.set_display_name("5d register model version").set_caching_options(False)
 
 
-class Resources(NamedTuple):
-    """CPU and memory of the heavy lightweight components on Vertex AI (compile time).
+def notify(emails: tuple[str, ...], registry_root: str):
+    """The exit handler's task: it runs whatever the outcome. Vertex AI's email notification
+    (status and links) when addresses are configured; otherwise a summary in the run."""
+    if emails:
+        from google_cloud_pipeline_components.v1.vertex_notification_email import (
+            VertexNotificationEmailOp,
+        )
 
-    Vertex AI Pipelines runs a component on an e2-standard-4 unless told otherwise
-    (Vertex AI docs: "Specify the machine configuration for a pipeline step").
-    """
+        task = VertexNotificationEmailOp(recipients=list(emails))
+    else:
+        task = ops.summarize_run(registry_root=registry_root,
+                                 job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
+    task.set_display_name("notify").set_caching_options(False)
+    return task
+
+
+class Resources(NamedTuple):
+    """Compile-time settings of the Vertex AI pipeline: CPU and memory of the heavy
+    lightweight components (Vertex AI Pipelines runs a component on an e2-standard-4
+    unless told otherwise; docs: "Specify the machine configuration for a pipeline step"),
+    and who is told of every run's outcome."""
 
     cpu: str
     memory: str
+    emails: tuple[str, ...] = ()
 
 
 def make_vertex_pipeline(resources: Resources):
@@ -175,24 +199,28 @@ def make_vertex_pipeline(resources: Resources):
         training: dict = _DEFAULTS.training_options().model_dump(),
         vertex: dict = _DEFAULTS.vertex_options().model_dump(),
         trainer_source_uri: str = "",
-    ) -> PipelineOutputs:
+    ):
         """The pipeline for Vertex AI Pipelines (training as a Vertex AI CustomJob)."""
-        gpu = validate(vertex, training, {})
-        data = prepare(dataset, gpu.outputs["training_workers"], gpu, resources)
-        # The image is built (Cloud Build) while the dataset is prepared; both need only
-        # stage 2.
-        image = build(vertex, push=True, trainer_source_uri=trainer_source_uri).after(gpu)
-        model, job_dir, trained = train_on_vertex(project, training, vertex, gpu, data, image)
-        export = report_and_export(data, model, job_dir, trained, resources)
-        register_if_better(project, vertex, export, image)
-        return PipelineOutputs(export.outputs["exported_model"], export.outputs["metrics"])
+        with dsl.ExitHandler(notify(resources.emails, ""), name="run"):
+            gpu = validate(vertex, training, {})
+            data = prepare(dataset, gpu.outputs["training_workers"], gpu, resources)
+            # The image is built (Cloud Build) while the dataset is prepared; both need
+            # only stage 2.
+            image = build(vertex, push=True, trainer_source_uri=trainer_source_uri).after(gpu)
+            model, job_dir, trained = train_on_vertex(project, training, vertex, gpu, data,
+                                                      image)
+            export = report_and_export(data, model, job_dir, trained, training=training,
+                                       vertex=vertex, gpu=gpu, image_uri=image.outputs["Output"],
+                                       registry_root="", resources=resources)
+            register_if_better(project, vertex, export, image)
 
     return vertex_pipeline
 
 
 def resources_of(config: Config) -> Resources:
     """The component resources a configuration asks for."""
-    return Resources(config.vertex.component_cpu, config.vertex.component_memory)
+    return Resources(config.vertex.component_cpu, config.vertex.component_memory,
+                     tuple(config.vertex.notification_emails))
 
 
 vertex_pipeline = make_vertex_pipeline(resources_of(_DEFAULTS))
@@ -204,27 +232,32 @@ def local_pipeline(
     training: dict = _DEFAULTS.training_options().model_dump(),
     vertex: dict = _DEFAULTS.vertex_options().model_dump(),
     local_cluster: dict = layout_dict(_DEFAULTS.local_layout()),
-) -> PipelineOutputs:
+    registry_root: str = "",
+):
     """The same pipeline with training as worker processes on localhost (kfp.local).
 
     The Vertex worker pools are validated all the same, so a bad cloud configuration is
     caught on a laptop; the dataset is sharded for the local layout (`local_cluster`:
     workers, parameter servers and evaluators besides the chief).
     """
-    gpu = validate(vertex, training, local_cluster)
-    data = prepare(dataset, gpu.outputs["training_workers"], gpu)
-    image = build(vertex, push=False, trainer_source_uri="").after(data)
-    model, job_dir, trained = train_locally(training, local_cluster, data, image)
-    export = report_and_export(data, model, job_dir, trained)
-    return PipelineOutputs(export.outputs["exported_model"], export.outputs["metrics"])
+    with dsl.ExitHandler(notify((), registry_root), name="run"):
+        gpu = validate(vertex, training, local_cluster)
+        data = prepare(dataset, gpu.outputs["training_workers"], gpu)
+        image = build(vertex, push=False, trainer_source_uri="").after(data)
+        model, job_dir, trained = train_locally(training, local_cluster, data, image)
+        report_and_export(data, model, job_dir, trained, training=training, vertex=vertex,
+                          gpu=gpu, image_uri=image.outputs["Output"],
+                          registry_root=registry_root)
 
 
-def local_arguments(config: Config) -> dict:
-    """Arguments of `local_pipeline` for a configuration."""
+def local_arguments(config: Config, registry_root: str = "") -> dict:
+    """Arguments of `local_pipeline` for a configuration (`registry_root`: the local model
+    registry, `<pipeline_root>/registry`)."""
     return {"dataset": config.dataset.model_dump(),
             "training": config.training_options().model_dump(),
             "vertex": config.vertex_options().model_dump(),
-            "local_cluster": layout_dict(config.local_layout())}
+            "local_cluster": layout_dict(config.local_layout()),
+            "registry_root": registry_root}
 
 
 def vertex_arguments(config: Config, trainer_source_uri: str = "") -> dict:

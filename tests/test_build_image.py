@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 import shutil
 import tarfile
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from components import images
 from components.build.context import project_root, trainer_image_uri, write_build_context

@@ -9,10 +9,14 @@ import pytest
 
 from components.training.local_cluster import cluster_environments
 from trainer import paths
+from trainer.cluster import (
+    ClusterConfigError,
+    Layout,
+    choose_strategy,
+    cluster_from_env,
+    vertex_tf_config,
+)
 from trainer.gcs import to_mount_path
-from trainer.cluster import (ClusterConfigError, Layout, choose_strategy, cluster_from_env,
-                             vertex_tf_config)
-
 
 CLUSTER = {"chief": ["h:1"], "worker": ["h:2", "h:3"]}
 

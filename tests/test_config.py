@@ -93,7 +93,31 @@ def test_vertex_and_schedule_values_are_checked():
     for expected in ("vertex.scheduling_strategy is 'CHEAP'; expected one of STANDARD, SPOT",
                      "vertex.timeout is '1 day'; expected a positive number of seconds like '86400s'",
                      "vertex.restart_job_on_worker_restart is 'yes'; expected true or false",
-                     "vertex.labels has Team: 'x'",
+                     "vertex.labels has 'Team': 'x'",
                      "vertex.parent_model is 'models/1'",
                      "schedule.cron is 'weekly'"):
         assert expected in message
+
+
+def test_retraining_options_that_cannot_work_are_refused():
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides={"vertex": {
+            "tensorboard": "projects/p/locations/us-central1/tensorboards/1",
+            "persistent_resource_id": "Fast Pool", "promotion": "always",
+            "promotion_margin": 1.5, "notification_emails": ["a@example.com", "not-an-email",
+                                                             "c@example.com", "d@example.com"]}})
+    message = str(info.value)
+    for expected in ("vertex.tensorboard is 'projects/p/locations/us-central1/tensorboards/1' "
+                     "but service_account is empty",
+                     "vertex.persistent_resource_id is 'Fast Pool'",
+                     "vertex.promotion is 'always'; expected one of default, version_only, never",
+                     "vertex.promotion_margin is 1.5",
+                     "vertex.notification_emails"):
+        assert expected in message, message
+    config = load_config(overrides={"vertex": {
+        "tensorboard": "projects/p/locations/us-central1/tensorboards/1",
+        "service_account": "trainer@p.iam.gserviceaccount.com",
+        "persistent_resource_id": "fast-pool", "labels": {"team": "vision", "cost-center": "42"},
+        "notification_emails": ["ml-team@example.com"], "promotion": "version_only"}})
+    assert config.vertex.persistent_resource_id == "fast-pool"
+    assert config.vertex_options().labels == {"team": "vision", "cost-center": "42"}

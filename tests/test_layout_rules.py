@@ -8,8 +8,13 @@ from google.cloud import aiplatform_v1
 
 from components.gpu import catalog as cat
 from components.gpu.validation import validate_worker_pool_specs
-from components.training.layout import (REDUCTION_SERVER, check_layout, check_scheduling,
-                                        input_pipelines, layout_of)
+from components.training.layout import (
+    REDUCTION_SERVER,
+    check_layout,
+    check_scheduling,
+    input_pipelines,
+    layout_of,
+)
 from pipelines.config import ConfigError, load_config
 from trainer.cluster import Layout
 

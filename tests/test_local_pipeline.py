@@ -13,6 +13,7 @@ import pytest
 
 from pipelines.config import Config
 from pipelines.local_run import LocalRunError, run_local
+from trainer.commit import committed
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent / "gpu-pipeline"
@@ -73,18 +74,79 @@ def test_demo_runs_every_stage_and_says_what_it_did(demo):
     assert '"executorInput"' not in stdout and "inputDefinitions" not in stdout
 
 
-def test_a_second_run_reuses_the_prepared_dataset(demo):
-    cwd, stdout = demo
-    first = json.loads(stdout.strip().splitlines()[-1])
-    result = subprocess.run([str(BIN), "run", "--local", "--json", "--epochs", "1"], cwd=cwd,
+def _run(cwd: Path, *flags: str) -> tuple[dict, str]:
+    result = subprocess.run([str(BIN), "run", "--local", "--json", *flags], cwd=cwd,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    second = json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(result.stdout.strip().splitlines()[-1]), result.stdout
+
+
+def _registry(cwd: Path) -> dict:
+    return json.loads((cwd / "local_runs" / "registry" / "gpu-pipeline-model" /
+                       "registry.json").read_text())
+
+
+def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
+    """Three scheduled-style runs in a row: the first promotes, an identical second does
+    not beat it by the margin, a shorter third loses to it; the champion stays."""
+    cwd, stdout = demo
+    first = json.loads(stdout.strip().splitlines()[-1])
+    assert first["registered_version"] == "1"
+    assert first["decision"].startswith("no champion yet; test_accuracy")
+    assert first["decision"].endswith("promoted to the default version")
+    assert "run state: SUCCEEDED" in stdout and "run champion/challenger: no champion" in stdout
+    assert _registry(cwd)["default"] == "1"
+    champion = first["metrics"]["test_accuracy"]
+
+    second, out = _run(cwd)
     assert second["dataset_reused"] and second["run_dir"] != first["run_dir"]
     assert second["artifacts"]["prepare-dataset/dataset"] == \
         first["artifacts"]["prepare-dataset/dataset"]
-    assert "reused the dataset prepared earlier" in result.stdout
-    assert "[gpu-pipeline] dataset: 4 classes" not in result.stdout  # not prepared again
+    assert "reused the dataset prepared earlier" in out
+    assert "[gpu-pipeline] dataset: 4 classes" not in out  # not prepared again
+    # The same data, options and seeds train the same model: no better by the margin.
+    assert second["metrics"]["test_accuracy"] == champion
+    assert second["metrics"]["champion_test_accuracy"] == champion
+    assert f"does not beat the champion's {champion:.4f} by the margin 0.0100" in \
+        second["decision"]
+    assert second["decision"].endswith("registered as a non-default version; the champion "
+                                       "stays the default")
+    registry = _registry(cwd)
+    assert registry["default"] == "1" and [v["version"] for v in registry["versions"]] == \
+        ["1", "2"]
+
+    # A deliberately shorter training, with a threshold it passes: the champion refuses it.
+    config = cwd / "low-threshold.yaml"
+    config.write_text("vertex:\n  accuracy_threshold: 0.3\n  promotion: default\n")
+    third, out = _run(cwd, "--epochs", "1", "--config", str(config))
+    assert third["metrics"]["test_accuracy"] < champion
+    assert third["metrics"]["champion_test_accuracy"] == champion
+    assert "does not beat the champion's" in third["decision"]
+    assert third["registered_version"] == "3"
+    registry = _registry(cwd)
+    assert registry["default"] == "1"
+    assert [v["decision"]["promoted"] for v in registry["versions"]] == [True, False, False]
+    # Every version is a committed copy with its lineage, and the report has the table.
+    for entry in registry["versions"]:
+        version = cwd / "local_runs" / "registry" / "gpu-pipeline-model" / "versions" / \
+            entry["version"]
+        saved = Path(committed(version))
+        assert (saved / "saved_model.pb").is_file()
+        lineage = json.loads((saved / "lineage.json").read_text())
+        assert lineage["dataset"]["source_fingerprint"].startswith("builtin://shapes")
+        assert lineage["dataset"]["counts"]["test"] == third["metrics"]["test_examples"]
+        assert lineage["cluster"]["strategy"] == "multi_worker_mirrored"
+    comparison = Path(third["artifacts"]["export-model/comparison"]).read_text()
+    assert "| test_accuracy |" in comparison and f"{champion:.4f}" in comparison
+    assert "**Decision**: test_accuracy" in comparison
+    summary = (Path(third["run_dir"]) / "summarize-run" / "summary").read_text()
+    assert "- state: SUCCEEDED" in summary and "does not beat the champion's" in summary
+    listing = subprocess.run([str(BIN), "models", "list"], cwd=cwd, capture_output=True,
+                             text=True, timeout=120)
+    assert listing.returncode == 0, listing.stderr
+    lines = listing.stdout.splitlines()
+    assert lines[0] == "gpu-pipeline-model: 3 version(s), default 1"
+    assert lines[1].startswith(" * version 1") and lines[2].startswith("   version 2")
 
 
 def test_the_validation_stage_fails_the_run(tmp_path):
@@ -100,6 +162,10 @@ def test_the_validation_stage_fails_the_run(tmp_path):
         run_local(config, tmp_path, out=out)
     log = out.getvalue()
     assert "n1-standard-4 takes 1, 2, 4 x NVIDIA_TESLA_T4" in log
+    # The exit handler ran all the same, and said how the run ended.
+    assert "[gpu-pipeline] run state: FAILED" in log
+    summary, = tmp_path.glob("*/summarize-run/summary")
+    assert "- state: FAILED" in summary.read_text()
     # Validation runs first: nothing was prepared, built or trained.
     for stage in ("prepare-dataset", "build-trainer-image", "train-on-local-workers"):
         assert not list(tmp_path.rglob(stage)), stage

@@ -41,6 +41,11 @@ def test_normalisation_ignores_only_the_sdk_version(fresh, tmp_path):
     assert normalised_spec(other) != normalised_spec(fresh)
 
 
+def _stages(spec):
+    """The tasks of the five stages: everything inside the exit handler."""
+    return spec["components"]["comp-exit-handler-1"]["dag"]["tasks"]
+
+
 def _upstream(tasks, name, seen=None):
     seen = set() if seen is None else seen
     for dep in tasks[name].get("dependentTasks", []):
@@ -51,7 +56,7 @@ def _upstream(tasks, name, seen=None):
 
 
 def test_stages_run_in_order_validation_first(fresh):
-    tasks = yaml.safe_load(fresh.read_text())["root"]["dag"]["tasks"]
+    tasks = _stages(yaml.safe_load(fresh.read_text()))
     # Nothing is spent before the GPU configuration is known to be valid.
     assert not tasks["validate-gpu-config"].get("dependentTasks")
     for later in ("fingerprint-dataset-source", "prepare-dataset", "build-trainer-image"):
@@ -64,7 +69,7 @@ def test_stages_run_in_order_validation_first(fresh):
 
 
 def test_the_shard_multiple_comes_from_the_validated_pools_at_run_time(fresh):
-    tasks = yaml.safe_load(fresh.read_text())["root"]["dag"]["tasks"]
+    tasks = _stages(yaml.safe_load(fresh.read_text()))
     assert tasks["prepare-dataset"]["inputs"]["parameters"]["min_shards"] == {
         "taskOutputParameter": {"outputParameterKey": "training_workers",
                                 "producerTask": "validate-gpu-config"}}
@@ -72,14 +77,14 @@ def test_the_shard_multiple_comes_from_the_validated_pools_at_run_time(fresh):
 
 def test_training_is_a_custom_job_with_run_time_worker_pools(fresh):
     spec = yaml.safe_load(fresh.read_text())
-    tasks = spec["root"]["dag"]["tasks"]
+    tasks = _stages(spec)
     job = tasks["custom-training-job"]
     parameters = job["inputs"]["parameters"]
     assert tasks["vertex-training-spec"]["inputs"]["parameters"]["worker_pool_specs"] == \
         {"taskOutputParameter": {"outputParameterKey": "worker_pool_specs",
                                  "producerTask": "validate-gpu-config"}}
     assert tasks["validate-gpu-config"]["inputs"]["parameters"]["vertex"] == \
-        {"componentInputParameter": "vertex"}
+        {"componentInputParameter": "pipelinechannel--vertex"}
     assert job["componentRef"]["name"] == "comp-custom-training-job"
     executors = spec["deploymentSpec"]["executors"]
     assert "google-cloud-pipeline-components" in executors["exec-custom-training-job"][
@@ -91,11 +96,42 @@ def test_training_is_a_custom_job_with_run_time_worker_pools(fresh):
                           ("service_account", "service_account"), ("network", "network"),
                           ("restart_job_on_worker_restart", "restart_job_on_worker_restart"),
                           ("strategy", "scheduling_strategy"), ("timeout", "timeout"),
-                          ("tensorboard", "tensorboard")):
+                          ("tensorboard", "tensorboard"), ("labels", "labels"),
+                          ("persistent_resource_id", "persistent_resource_id")):
         assert parameters[field] == {"taskOutputParameter": {
             "outputParameterKey": output, "producerTask": "vertex-training-spec"}}, field
-    assert parameters["project"] == {"componentInputParameter": "project"}
-    assert {"model", "metrics"} == set(spec["root"]["outputDefinitions"]["artifacts"])
+    assert parameters["project"] == {"componentInputParameter": "pipelinechannel--project"}
+
+
+def test_an_exit_handler_reports_every_run_whatever_its_outcome(fresh):
+    spec = yaml.safe_load(fresh.read_text())
+    tasks = spec["root"]["dag"]["tasks"]
+    assert set(tasks) == {"exit-handler-1", "summarize-run"}
+    notify = tasks["summarize-run"]
+    assert notify["triggerPolicy"] == {"strategy": "ALL_UPSTREAM_TASKS_COMPLETED"}
+    assert notify["dependentTasks"] == ["exit-handler-1"]
+    assert notify["inputs"]["parameters"]["status"] == {
+        "taskFinalStatus": {"producerTask": "exit-handler-1"}}
+    # KFP allows no pipeline outputs from inside an exit handler.
+    assert "outputDefinitions" not in spec["root"]
+
+
+def test_notification_emails_compile_to_vertex_email_notifications(tmp_path):
+    from pipelines.config import Config
+    from pipelines.pipeline import resources_of
+
+    config = Config.model_validate({"vertex": {"notification_emails": [
+        "ml-team@example.com", "oncall@example.com"]}})
+    spec = yaml.safe_load(compile_pipeline(tmp_path / "spec.yaml",
+                                           resources=resources_of(config)).read_text())
+    tasks = spec["root"]["dag"]["tasks"]
+    assert set(tasks) == {"exit-handler-1", "vertex-pipelines-notification-email"}
+    email = tasks["vertex-pipelines-notification-email"]
+    assert email["triggerPolicy"] == {"strategy": "ALL_UPSTREAM_TASKS_COMPLETED"}
+    assert email["inputs"]["parameters"]["recipients"] == {"runtimeValue": {"constant": [
+        "ml-team@example.com", "oncall@example.com"]}}
+    assert email["inputs"]["parameters"]["pipeline_task_final_status"] == {
+        "taskFinalStatus": {"producerTask": "exit-handler-1"}}
 
 
 def test_options_are_dict_parameters_with_every_default(fresh):
@@ -109,11 +145,17 @@ def test_options_are_dict_parameters_with_every_default(fresh):
     assert params["vertex"]["defaultValue"] == config.vertex_options().model_dump()
 
 
-def test_a_model_that_passes_the_threshold_is_registered(fresh):
+def test_the_model_is_registered_as_the_gate_decided(fresh):
     spec = yaml.safe_load(fresh.read_text())
-    condition = spec["root"]["dag"]["tasks"]["condition-1"]
+    stages = _stages(spec)
+    condition = stages["condition-2"]
+    assert condition["taskInfo"]["name"] == "gate-registers"
     assert condition["triggerPolicy"]["condition"] == (
         "inputs.parameter_values['pipelinechannel--registration-plan-register'] == true")
+    plan = stages["registration-plan"]["inputs"]["parameters"]
+    for decided in ("register", "default"):
+        assert plan[decided] == {"taskOutputParameter": {
+            "outputParameterKey": decided, "producerTask": "export-model"}}
     components = spec["components"]
     assert {"comp-model-upload", "comp-model-upload-2"} <= set(components)  # new model / version
     executors = spec["deploymentSpec"]["executors"]

@@ -85,8 +85,13 @@ def _test_images(dataset_dir, count=24):
     """(PNG bytes, label) of the held-out test split, as the dataset stage stored them."""
     import tensorflow as tf
 
-    from trainer.contract import feature_spec, load_manifest, shard_paths, FEATURE_IMAGE, \
-        FEATURE_LABEL
+    from trainer.contract import (
+        FEATURE_IMAGE,
+        FEATURE_LABEL,
+        feature_spec,
+        load_manifest,
+        shard_paths,
+    )
 
     records = tf.data.TFRecordDataset(shard_paths(dataset_dir, load_manifest(dataset_dir),
                                                   "test")).take(count)

@@ -55,6 +55,7 @@ class Clients:
     registry: Any = None
     pipeline_api: Any = None  # replaces PipelineJob.api_client
     schedule_api: Any = None  # replaces PipelineJobSchedule.api_client / ScheduleService
+    model_api: Any = None  # replaces the ModelServiceClient of `models list`
 
     def get_storage(self) -> Any:
         """The Cloud Storage client (the default one unless given)."""

@@ -11,7 +11,9 @@ Every task comes from the request's compiled spec, never from Python function re
 - containers run their command and arguments from the spec, placeholders resolved with
   KFP's own resolver: KFP's executor for the lightweight components, Google's own
   launchers for the CustomJob and the model upload (against the fake APIs);
-- importers and conditions (`triggerPolicy`) as the spec says; a failed task fails the run.
+- importers and conditions (`triggerPolicy`) as the spec says; a failed task fails its
+  DAG and the run, after the exit handler's task (`ALL_UPSTREAM_TASKS_COMPLETED`, with a
+  `PipelineTaskFinalStatus` input) has run.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ class Task:
 
     name: str
     display_name: str
-    state: str  # SUCCEEDED or SKIPPED
+    state: str  # SUCCEEDED, FAILED or SKIPPED
+    error: str = ""
     parameters: dict[str, Any] = dataclasses.field(default_factory=dict)
     artifacts: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     executor_input: dict[str, Any] | None = None
@@ -105,6 +108,7 @@ class EmulatedPipelines:
         self.spec = job["pipeline_spec"]
         runtime = job["runtime_config"]
         self.job_id = request.pipeline_job_id
+        self.resource_name = f"{request.parent}/pipelineJobs/{self.job_id}"
         # Values Vertex AI substitutes for its runtime placeholders in parameter defaults.
         self.runtime_values = {
             "{{$.pipeline_google_cloud_project_id}}": request.parent.split("/")[1],
@@ -115,18 +119,27 @@ class EmulatedPipelines:
         root = self.spec["root"]
         parameters = {name: given.get(name, definition.get("defaultValue"))
                       for name, definition in root["inputDefinitions"]["parameters"].items()}
-        self._dag(root, parameters, {})
+        failed = self._dag(root, parameters, {})
+        if failed:
+            raise TaskFailed(failed)
         return self.tasks
 
     # --- DAGs ----------------------------------------------------------------------------
 
     def _dag(self, component: dict[str, Any], parameters: dict[str, Any],
-             artifacts: dict[str, Any]) -> None:
+             artifacts: dict[str, Any]) -> str:
+        """Runs a DAG's tasks in order; returns the first failure's message ("" if none)."""
         tasks = component["dag"]["tasks"]
         outputs: dict[str, Task] = {}
+        failure = ""
         for name in _in_order(tasks):
             task = tasks[name]
-            if any(outputs[d].state != "SUCCEEDED" for d in task.get("dependentTasks", [])):
+            # An exit handler's task runs once its upstream tasks are done, whatever their
+            # outcome; every other task only after they succeeded.
+            whatever = task.get("triggerPolicy", {}).get("strategy") == \
+                "ALL_UPSTREAM_TASKS_COMPLETED"
+            if not whatever and any(outputs[d].state != "SUCCEEDED"
+                                    for d in task.get("dependentTasks", [])):
                 outputs[name] = self._record(name, task, "SKIPPED")
                 continue
             params, arts = self._inputs(task, parameters, artifacts, outputs)
@@ -135,16 +148,23 @@ class EmulatedPipelines:
                 outputs[name] = self._record(name, task, "SKIPPED")
                 continue
             definition = self.spec["components"][task["componentRef"]["name"]]
-            if "dag" in definition:
-                self._dag(definition, params, arts)
-                outputs[name] = self._record(name, task, "SUCCEEDED")
-                continue
-            executor = self.spec["deploymentSpec"]["executors"][definition["executorLabel"]]
-            if "importer" in executor:
-                outputs[name] = self._importer(name, task, executor["importer"], params)
-            else:
-                outputs[name] = self._container(name, task, definition, executor["container"],
-                                                params, arts)
+            try:
+                if "dag" in definition:
+                    inner = self._dag(definition, params, arts)
+                    if inner:
+                        raise TaskFailed(inner)
+                    outputs[name] = self._record(name, task, "SUCCEEDED")
+                    continue
+                executor = self.spec["deploymentSpec"]["executors"][definition["executorLabel"]]
+                if "importer" in executor:
+                    outputs[name] = self._importer(name, task, executor["importer"], params)
+                else:
+                    outputs[name] = self._container(name, task, definition,
+                                                    executor["container"], params, arts)
+            except TaskFailed as exc:
+                outputs[name] = self._record(name, task, "FAILED", error=str(exc))
+                failure = failure or str(exc)
+        return failure
 
     def _record(self, name: str, task: dict[str, Any], state: str, **fields: Any) -> Task:
         record = Task(name, task["taskInfo"]["name"], state, **fields)
@@ -157,6 +177,14 @@ class EmulatedPipelines:
         for name, source in task.get("inputs", {}).get("parameters", {}).items():
             if "componentInputParameter" in source:
                 params[name] = parameters[source["componentInputParameter"]]
+            elif "taskFinalStatus" in source:  # as Vertex AI passes PipelineTaskFinalStatus
+                producer = outputs[source["taskFinalStatus"]["producerTask"]]
+                status = {"state": producer.state,
+                          "pipelineJobResourceName": self.resource_name,
+                          "pipelineTaskName": producer.name}
+                if producer.error:
+                    status["error"] = {"code": 2, "message": producer.error[:500]}
+                params[name] = status
             elif "taskOutputParameter" in source:
                 producer = source["taskOutputParameter"]
                 params[name] = outputs[producer["producerTask"]].parameters[

@@ -1,0 +1,89 @@
+"""The champion/challenger gate: a new model replaces the serving one only when it is better.
+
+Both models are evaluated on the same held-out split with the same metric (test accuracy,
+validation accuracy when the dataset has no test split). The first model, with no
+champion, is promoted on the absolute threshold alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+#: `vertex.promotion`: what a model that passes the gate (and one that does not) becomes.
+PROMOTIONS = ("default", "version_only", "never")
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """The gate's verdict.
+
+    Attributes:
+        register: Register the model (as a new model or a new version).
+        default: Make it the default version (the one that serves).
+        promoted: It beat the champion (or passed the threshold, with no champion).
+        reason: One sentence saying why, for the report and the notification.
+        metric: The metric compared.
+        challenger: The new model's value of it.
+        champion: The champion's value of it, None without a champion.
+    """
+
+    register: bool
+    default: bool
+    promoted: bool
+    reason: str
+    metric: str
+    challenger: float
+    champion: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def compared_metric(metrics: Mapping[str, Any]) -> str:
+    """The metric the gate compares: test accuracy, else validation accuracy."""
+    return "test_accuracy" if "test_accuracy" in metrics else "accuracy"
+
+
+def decide(challenger: Mapping[str, Any], champion: Mapping[str, Any] | None, *,
+           threshold: float, margin: float, promotion: str) -> Decision:
+    """The gate's decision for a challenger's metrics against the champion's (or none).
+
+    Args:
+        challenger: The new model's metrics.
+        champion: The champion's metrics on the same split, None when there is none.
+        threshold: The least value of the metric any registered model has.
+        margin: How much the challenger must beat the champion by.
+        promotion: `default` (a better model becomes the default version, a worse one
+            that passes the threshold a non-default version), `version_only` (every model
+            that passes the threshold a non-default version) or `never` (nothing is
+            registered; the decision is still reported).
+    """
+    metric = compared_metric(challenger)
+    value = float(challenger[metric])
+    best = None if champion is None else float(champion[metric])
+    if value < threshold:
+        promoted, why = False, (f"{metric} {value:.4f} is below the threshold {threshold:.4f}")
+    elif best is None:
+        promoted, why = True, (f"no champion yet; {metric} {value:.4f} passes the threshold "
+                               f"{threshold:.4f}")
+    elif value >= best + margin:
+        promoted, why = True, (f"{metric} {value:.4f} beats the champion's {best:.4f} by "
+                               f"{value - best:+.4f} (margin {margin:.4f})")
+    else:
+        promoted, why = False, (f"{metric} {value:.4f} does not beat the champion's "
+                                f"{best:.4f} by the margin {margin:.4f} ({value - best:+.4f})")
+    passes = value >= threshold
+    if promotion == "never":
+        return Decision(False, False, promoted, f"{why}; vertex.promotion is never: not "
+                        "registered", metric, value, best)
+    if promotion == "version_only":
+        return Decision(passes, False, promoted, f"{why}; "
+                        + ("registered as a non-default version (vertex.promotion "
+                           "version_only)" if passes else "not registered"), metric, value, best)
+    if promoted:
+        return Decision(True, True, True, f"{why}: promoted to the default version", metric,
+                        value, best)
+    return Decision(passes, False, False, f"{why}: " + (
+        "registered as a non-default version; the champion stays the default" if passes
+        else "not registered; the champion stays the default"), metric, value, best)

@@ -1,0 +1,70 @@
+"""What every model carries about its making: data, code, options, cluster and metrics.
+
+Beside the local model as `lineage.json`; on Vertex AI as Model Registry labels (within
+the API's label rules) and as the model's description.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+
+def lineage(*, manifest: Mapping[str, Any], training: Mapping[str, Any],
+            cluster: Mapping[str, Any], image: str, version: str,
+            metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The lineage record of a model."""
+    return {
+        "project_version": version,
+        "trainer_image": image or "local (this environment's trainer)",
+        "dataset": {
+            "source": manifest.get("source"),
+            "source_fingerprint": manifest.get("source_fingerprint"),
+            "examples": manifest.get("examples"),
+            "counts": {split: info.get("count")
+                       for split, info in manifest.get("splits", {}).items()},
+        },
+        "training": dict(training),
+        "cluster": dict(cluster),
+        "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))},
+    }
+
+
+def _label(value: Any) -> str:
+    text = re.sub(r"[^a-z0-9_-]", "-", str(value).lower())
+    return text[:63]
+
+
+def labels(record: Mapping[str, Any], decision: Mapping[str, Any]) -> dict[str, str]:
+    """Model Registry labels of a lineage record: lowercase keys and values of letters,
+    digits, `_` and `-`, at most 63 characters (Vertex AI's label rules)."""
+    fingerprint = str(record["dataset"].get("source_fingerprint") or "")
+    digest = fingerprint.split(":", 1)[-1] if fingerprint.startswith("sha256:") else fingerprint
+    image = str(record.get("trainer_image", ""))
+    return {
+        "gpu-pipeline-version": _label(record["project_version"]),
+        "dataset-fingerprint": _label(digest)[:16] or "none",
+        "trainer-image": _label(image.rsplit("@sha256:", 1)[-1][:16]) if "@sha256:" in image
+        else "local",
+        "model": _label(record["training"].get("model", "")),
+        "strategy": _label(record["cluster"].get("strategy", "")),
+        "compared-metric": _label(decision.get("metric", "")),
+        "challenger-value": _label(f"{decision.get('challenger', 0):.4f}".replace(".", "_")),
+        "promoted": _label(decision.get("promoted", False)),
+    }
+
+
+def description(record: Mapping[str, Any], decision: Mapping[str, Any]) -> str:
+    """The model's description: the gate's reason and a summary of the lineage.
+
+    Plain text without quotes or backslashes: google-cloud-pipeline-components builds the
+    upload request's JSON by concatenation, without escaping.
+    """
+    data = record["dataset"]
+    training = record["training"]
+    text = (f"{decision.get('reason', '')} | gpu-pipeline {record['project_version']} | "
+            f"dataset {data.get('source')} {data.get('source_fingerprint')} "
+            f"({data.get('examples')} examples) | image {record['trainer_image']} | "
+            f"{training.get('model')} {training.get('epochs')} epochs, "
+            f"{record['cluster'].get('strategy')}")
+    return re.sub(r'["\\\x00-\x1f]', "", text)[:2000]

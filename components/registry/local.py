@@ -1,0 +1,98 @@
+"""The local model registry of `run --local`: `<pipeline_root>/registry/<model name>/`.
+
+It mirrors what Vertex AI's Model Registry keeps: numbered versions, one of them the
+default (the champion), each with its metrics, its lineage and the gate's decision:
+
+    registry.json                 {"default": "2", "versions": [{"version": "1", ...}, ...]}
+    versions/<n>/COMMITTED.json   each version's SavedModel, committed (`trainer.commit`)
+    versions/<n>/v-.../
+    .runs/<pipeline job>.json     each run's decision, read by the run's summary
+
+`registry.json` is replaced in one step, so a reader never sees it half-written.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from trainer.commit import commit_directory, committed
+from trainer.errors import InputError
+
+INDEX = "registry.json"
+#: Each local run's decision, by pipeline job name, for the run's summary (exit handler).
+RUNS = ".runs"
+
+
+class RegistryError(InputError):
+    """A registry that cannot be read."""
+
+
+def load(model_dir: str | os.PathLike) -> dict[str, Any]:
+    """The registry of one model (empty when it has no version yet)."""
+    path = Path(model_dir) / INDEX
+    if not path.is_file():
+        return {"default": None, "versions": []}
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RegistryError(f"{str(path)!r} is not a readable model registry: {exc}") from None
+
+
+def champion(model_dir: str | os.PathLike) -> tuple[dict[str, Any], str] | None:
+    """(the default version's entry, its SavedModel directory), or None without one."""
+    index = load(model_dir)
+    for version in index["versions"]:
+        if version["version"] == index["default"]:
+            saved = committed(Path(model_dir) / "versions" / version["version"])
+            return (version, saved) if saved else None
+    return None
+
+
+def register(model_dir: str | os.PathLike, saved_model: str | os.PathLike,
+             metrics: dict[str, Any], lineage: dict[str, Any], decision: dict[str, Any],
+             default: bool) -> dict[str, Any]:
+    """Adds a version (a copy of the SavedModel); makes it the default when asked."""
+    model_dir = Path(model_dir)
+    index = load(model_dir)
+    number = str(1 + max((int(v["version"]) for v in index["versions"]), default=0))
+    with commit_directory(model_dir / "versions" / number, written_by="registry") as copy:
+        shutil.copytree(saved_model, copy, dirs_exist_ok=True)
+        (Path(copy) / "lineage.json").write_text(json.dumps(lineage, indent=2) + "\n")
+    entry = {"version": number,
+             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+             "metrics": metrics, "lineage": lineage, "decision": decision}
+    index["versions"].append(entry)
+    if default or index["default"] is None:  # a model's first version is its default
+        index["default"] = number
+    partial = model_dir / f".{INDEX}.partial"
+    partial.write_text(json.dumps(index, indent=2) + "\n")
+    os.replace(partial, model_dir / INDEX)
+    return entry
+
+
+def models(registry_root: str | os.PathLike) -> dict[str, dict[str, Any]]:
+    """Every model of a registry root with its index."""
+    root = Path(registry_root)
+    if not root.is_dir():
+        return {}
+    return {d.name: load(d) for d in sorted(root.iterdir()) if (d / INDEX).is_file()}
+
+
+def describe(name: str, index: dict[str, Any]) -> list[str]:
+    """The lines `models list` prints for one model: every version, the default marked."""
+    lines = [f"{name}: {len(index['versions'])} version(s), default {index['default']}"]
+    for entry in index["versions"]:
+        decision = entry.get("decision", {})
+        value = decision.get("challenger")
+        mark = "*" if entry["version"] == index["default"] else " "
+        lines.append(
+            f" {mark} version {entry['version']}  {entry['created']}  "
+            f"{decision.get('metric', '-')} {'-' if value is None else f'{value:.4f}'}  "
+            f"dataset {entry['lineage']['dataset'].get('source_fingerprint')}  "
+            f"{decision.get('reason', '')}")
+    return lines
