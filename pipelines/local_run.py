@@ -27,7 +27,6 @@ from pipelines.config import Config
 from pipelines.process_tree import stop_descendants
 from trainer.errors import StageError
 
-
 #: The local model registry's directory under the pipeline root.
 REGISTRY = "registry"
 

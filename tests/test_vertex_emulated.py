@@ -41,8 +41,9 @@ ACCOUNT = "trainer@my-proj.iam.gserviceaccount.com"
 
 
 @contextlib.contextmanager
-def emulate(work: Path, vertex: dict, training: dict):
-    """Submits a small run with the real Vertex path and runs it on the emulated Vertex AI."""
+def emulated_vertex(work: Path):
+    """An emulated Vertex AI on loopback; yields `run(vertex, training)`, which submits a
+    small run with the real Vertex path and runs it there (one Model Registry throughout)."""
     from gcp_storage_emulator.server import create_server
 
     from tests.vertex_emulator.apis import _free_ports
@@ -75,20 +76,26 @@ def emulate(work: Path, vertex: dict, training: dict):
                     transport="rest", client_options=endpoint,
                     credentials=AnonymousCredentials()),
                 pipeline_api=RecordingApi())
-            config = load_config(overrides={
-                "vertex": {"project": "my-proj", "region": "us-central1",
-                           "pipeline_root": "gs://pipelines/root", "image_repository": REPO,
-                           "service_account": ACCOUNT, "accuracy_threshold": 0.3,
-                           "job_name": "emulated", **vertex},
-                "training": training})
-            runs.submit(config, dry_run=False, clients=clients,
-                        credentials=AnonymousCredentials(), log=lambda line: None)
-            (request,) = clients.pipeline_api.calls
-            started = time.monotonic()
-            tasks = EmulatedPipelines(work, mount, env).run(request)
-            yield {"tasks": tasks, "apis": apis, "request": request, "mount": mount,
-                   "storage": storage, "env": env, "work": work,
-                   "seconds": time.monotonic() - started}
+
+            def run(vertex: dict, training: dict) -> dict:
+                config = load_config(overrides={
+                    "vertex": {"project": "my-proj", "region": "us-central1",
+                               "pipeline_root": "gs://pipelines/root",
+                               "image_repository": REPO, "service_account": ACCOUNT,
+                               "accuracy_threshold": 0.3, "job_name": "emulated", **vertex},
+                    "training": training})
+                runs.submit(config, dry_run=False, clients=clients,
+                            credentials=AnonymousCredentials(), log=lambda line: None)
+                request = clients.pipeline_api.calls[-1]
+                started = time.monotonic()
+                emulated = EmulatedPipelines(work / f"run{len(clients.pipeline_api.calls)}",
+                                             mount, env)
+                tasks = emulated.run(request)
+                return {"tasks": tasks, "apis": apis, "request": request, "mount": mount,
+                        "storage": storage, "env": env, "work": work,
+                        "seconds": time.monotonic() - started}
+
+            yield run
     finally:
         server.stop()
         for key, value in saved.items():
@@ -99,12 +106,17 @@ def emulate(work: Path, vertex: dict, training: dict):
         gcs.reset_client()
 
 
+LABELS = {"team": "vision", "cost-center": "ml-42"}
+
+
 @pytest.fixture(scope="module")
 def emulated_run(tmp_path_factory):
-    """The default layout (a chief and a worker, MultiWorkerMirroredStrategy)."""
-    with emulate(tmp_path_factory.mktemp("vertex"), {},
-                 {"epochs": 3, "batch_size": 32}) as run:
-        yield run
+    """The default layout (a chief and a worker, MultiWorkerMirroredStrategy), a new model;
+    `run` submits more runs to the same emulated Vertex AI."""
+    with emulated_vertex(tmp_path_factory.mktemp("vertex")) as run:
+        first = run({"labels": LABELS, "persistent_resource_id": "fast-pool"},
+                    {"epochs": 3, "batch_size": 32})
+        yield {**first, "run": run}
 
 
 def test_every_stage_ran_from_the_compiled_spec(emulated_run):
@@ -113,11 +125,17 @@ def test_every_stage_ran_from_the_compiled_spec(emulated_run):
     assert {"validate-gpu-config", "fingerprint-dataset-source", "prepare-dataset",
             "build-trainer-image", "vertex-training-spec", "custom-training-job", "importer",
             "report-training", "export-model", "registration-plan", "importer-2",
-            "model-upload"} <= ran
+            "model-upload", "exit-handler-1", "summarize-run"} <= ran
     # A new model (no parent_model): the new-version branch did not run.
     branches = {t.display_name: t.state for t in tasks.values() if t.name.startswith("condition")}
-    assert branches == {"accuracy-passes": "SUCCEEDED", "condition-branches-2": "SUCCEEDED",
+    assert branches == {"gate-registers": "SUCCEEDED", "condition-branches-3": "SUCCEEDED",
                         "new-model": "SUCCEEDED", "new-version": "SKIPPED"}
+    # The exit handler's task got the run's final status as Vertex AI passes it.
+    status = tasks["summarize-run"].executor_input["inputs"]["parameterValues"]["status"]
+    assert status["state"] == "SUCCEEDED" and status["pipelineJobResourceName"] == \
+        emulated_run["request"].parent + "/pipelineJobs/" + emulated_run["request"].pipeline_job_id
+    summary = tasks["summarize-run"].log.read_text()
+    assert "[gpu-pipeline] run state: SUCCEEDED" in summary
     assert "model-upload-2" not in tasks
     # Parameters reached the stages through protobuf Struct: numbers are doubles.
     executor_input = tasks["validate-gpu-config"].executor_input
@@ -141,6 +159,11 @@ def test_the_custom_job_request_and_the_environment_of_its_replicas(emulated_run
     assert spec.service_account == ACCOUNT
     assert spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.STANDARD
     assert spec.scheduling.restart_job_on_worker_restart
+    # Cost tracking and fast starts: the job carries the labels, on the persistent resource.
+    assert dict(job.labels) == LABELS
+    assert spec.persistent_resource_id == "fast-pool"
+    assert dict(emulated_run["request"].pipeline_job.labels) == {"app": "gpu-pipeline",
+                                                                 **LABELS}
     (build,) = apis.recorded(r"/builds$")
     built = build.body["images"][0]
     image = f"{built}@{apis.tags[next(iter(apis.tags))].rsplit('/', 1)[1]}"
@@ -205,6 +228,73 @@ def test_the_model_upload_registers_a_complete_saved_model_with_the_project_imag
     registered = emulated_run["tasks"]["model-upload"].artifacts["model"]
     assert registered["metadata"]["resourceName"].startswith(
         "projects/my-proj/locations/us-central1/models/")
+    # Lineage as Model Registry labels (within the label rules) and in the description.
+    labels = dict(model.labels)
+    digest = model.container_spec.image_uri.rsplit("@sha256:", 1)[1]
+    assert labels["trainer-image"] == digest[:16]
+    assert labels["strategy"] == "multi_worker_mirrored" and labels["promoted"] == "true"
+    assert labels["compared-metric"] == "test_accuracy" and labels["model"] == "small_cnn"
+    assert re.fullmatch(r"[0-9a-z_-]{1,63}", labels["dataset-fingerprint"])
+    assert all(re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", k) and re.fullmatch(r"[a-z0-9_-]{0,63}", v)
+               for k, v in labels.items())
+    assert model.description.startswith("no champion yet; test_accuracy")
+    assert "multi_worker_mirrored" in model.description
+    lineage = json.loads(storage.bucket(bucket).blob(prefix + "/lineage.json")
+                         .download_as_bytes())
+    assert lineage["trainer_image"] == model.container_spec.image_uri
+    assert lineage["cluster"]["strategy"] == "multi_worker_mirrored"
+
+
+def _uploads(apis) -> list:
+    return [aiplatform_v1.UploadModelRequest.from_json(json.dumps(r.body),
+                                                       ignore_unknown_fields=True)
+            for r in apis.recorded(r"/models:upload$")]
+
+
+def test_each_promotion_mode_registers_as_the_gate_decided(emulated_run):
+    """Retraining against the first run's model, the champion: the upload request (or its
+    absence) for each `vertex.promotion`, as Google's launcher sends it."""
+    run, apis = emulated_run["run"], emulated_run["apis"]
+    champion = _uploads(apis)[0]
+    parent = "projects/my-proj/locations/us-central1/models/1"
+    retrain = {"parent_model": parent, "accuracy_threshold": 0.0}
+    shorter = {"epochs": 1, "batch_size": 32}
+
+    # default: a shorter training loses to the champion; a version that does not serve.
+    lost = run({**retrain, "promotion": "default"}, shorter)
+    export = lost["tasks"]["export-model"].parameters
+    assert not export["default"] and export["register"]
+    assert "does not beat the champion's" in export["decision"]
+    upload = _uploads(apis)[-1]
+    assert upload.parent_model == parent and list(upload.model.version_aliases) == []
+    assert upload.model.labels["promoted"] == "false"
+    assert apis.defaults[parent] == "1"
+    metrics = lost["tasks"]["export-model"].artifacts["metrics"]["metadata"]
+    assert metrics["champion_test_accuracy"] > metrics["test_accuracy"]
+    assert upload.model.artifact_uri != champion.model.artifact_uri
+
+    # version_only: a version without the alias, whatever the comparison.
+    run({**retrain, "promotion": "version_only"}, shorter)
+    upload = _uploads(apis)[-1]
+    assert upload.parent_model == parent and list(upload.model.version_aliases) == []
+    assert apis.defaults[parent] == "1"
+
+    # never: decided and reported, nothing uploaded.
+    count = len(_uploads(apis))
+    never = run({**retrain, "promotion": "never"}, shorter)
+    assert len(_uploads(apis)) == count
+    assert never["tasks"]["condition-2"].state == "SKIPPED"
+    assert "vertex.promotion is never" in never["tasks"]["export-model"].parameters["decision"]
+
+    # default, against a weaker champion (version 2, made the default as a user would):
+    # the new model beats it and becomes the default version.
+    apis.set_default(parent, "2")
+    won = run({**retrain, "promotion": "default"}, {"epochs": 3, "batch_size": 32})
+    assert won["tasks"]["export-model"].parameters["default"]
+    upload = _uploads(apis)[-1]
+    assert upload.parent_model == parent and list(upload.model.version_aliases) == ["default"]
+    assert upload.model.labels["promoted"] == "true"
+    assert apis.defaults[parent] == "4"
 
 
 def test_directory_renames_fail_on_the_stand_in_mount(emulated_run):
@@ -265,8 +355,8 @@ def test_a_parameter_server_layout_trains_with_tf_config_as_vertex_sets_it(tmp_p
     layout = [{"machine_spec": gpu, "replica_count": 1},
               {"machine_spec": gpu, "replica_count": 2},
               {"machine_spec": {"machine_type": "n1-highmem-8"}, "replica_count": 1}]
-    with emulate(tmp_path, {"worker_pool_specs": layout},
-                 {"epochs": 2, "batch_size": 32}) as run:
+    with emulated_vertex(tmp_path) as submit:
+        run = submit({"worker_pool_specs": layout}, {"epochs": 2, "batch_size": 32})
         tasks, apis = run["tasks"], run["apis"]
         assert tasks["validate-gpu-config"].parameters["strategy"] == "parameter_server"
         assert tasks["validate-gpu-config"].parameters["training_workers"] == 2

@@ -13,6 +13,7 @@ TensorFlow is imported so that anything reaching `tf.keras` gets the same implem
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import logging
 import os
@@ -118,18 +119,25 @@ def _datasets(tf: Any, keras: Any, strategy_name: str, data_dir: str, manifest: 
     return tuple(creator(files, s) for files, s in splits)
 
 
-def _epoch_checkpoints(keras: Any, directory: str, keep: int = 3) -> list[Any]:
+def _epoch_checkpoints(keras: Any, directory: str, is_chief: bool,
+                       keep: int = 3) -> list[Any]:
     """Weights after every epoch as `ckpt-<epoch>` (what the sidecar evaluator reads), the
-    last `keep` kept."""
+    last `keep` kept.
+
+    Only the chief prunes: the directory is the chief's (the other workers' ModelCheckpoint
+    writes to temporary copies), and two processes removing the same files race.
+    """
     class _Prune(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
             stale = f"ckpt-{epoch + 1 - keep}."
             for name in os.listdir(directory):
                 if name.startswith(stale):
-                    os.remove(os.path.join(directory, name))
+                    with contextlib.suppress(FileNotFoundError):  # e.g. a restarted chief
+                        os.remove(os.path.join(directory, name))
 
-    return [keras.callbacks.ModelCheckpoint(os.path.join(directory, "ckpt-{epoch}"),
-                                            save_weights_only=True), _Prune()]
+    save = keras.callbacks.ModelCheckpoint(os.path.join(directory, "ckpt-{epoch}"),
+                                           save_weights_only=True)
+    return [save, _Prune()] if is_chief else [save]
 
 
 def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name: str,
@@ -220,7 +228,7 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name
     callbacks = [
         # First, so an epoch's backup exists before anything reports the epoch as done.
         keras.callbacks.BackupAndRestore(backup_dir=os.path.join(ckpt_dir, "backup")),
-        *_epoch_checkpoints(keras, epochs_dir),
+        *_epoch_checkpoints(keras, epochs_dir, info.is_chief),
         _EpochLog(),
     ]
     if info.is_chief:

@@ -1,6 +1,8 @@
 """A fake of the Google REST APIs a Vertex AI run calls, on 127.0.0.1, recording requests.
 
-Vertex AI: `customJobs` create/get/cancel and `models:upload` with its operation; Cloud
+Vertex AI: `customJobs` create/get/cancel, `models:upload` with its operation, and `models`
+get (the default version: a model's first version, then the last uploaded with the
+`default` alias; Vertex AI docs: "How to use model version aliases"); Cloud
 Build: `builds` create (the build "pushes" the image to the fake Artifact Registry); Artifact
 Registry: `tags` get. A CustomJob starts every replica of its worker pools as a local
 process with the container's command and arguments and the environment Vertex AI sets
@@ -91,6 +93,7 @@ class FakeGoogleApis:
         self.jobs: dict[str, CustomJob] = {}
         self.tags: dict[str, str] = {}  # Artifact Registry tag name -> version name
         self.models: list[dict[str, Any]] = []
+        self.defaults: dict[str, str] = {}  # model -> its default version
         self._lock = threading.Lock()
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self._server.server_port}"
@@ -123,6 +126,7 @@ class FakeGoogleApis:
             ("POST", r"^/v1/(projects/[^/]+/locations/[^/]+)/models:upload$", self._upload),
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/models/[^/]+/operations/[^/]+)$",
              self._operation),
+            ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/models/[^/:@]+)$", self._get_model),
             ("POST", r"^/v1/(projects/[^/]+(?:/locations/[^/]+)?)/builds$", self._build),
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/repositories/[^/]+/packages/[^/]+"
                     r"/tags/[^/]+)$", self._get_tag),
@@ -168,6 +172,9 @@ class FakeGoogleApis:
             model = parent_model or f"{parent}/models/{number}"
             version = str(1 + sum(m["model"] == model for m in self.models))
             self.models.append({"model": model, "version": version, "request": body})
+            aliases = body.get("model", {}).get("version_aliases") or []
+            if version == "1" or "default" in aliases:
+                self.set_default(model, version)
         operation = f"{model}/operations/{number}"
         return 200, {"name": operation, "done": False}
 
@@ -177,6 +184,22 @@ class FakeGoogleApis:
         return 200, {"name": name, "done": True, "response": {
             "@type": "type.googleapis.com/google.cloud.aiplatform.v1.UploadModelResponse",
             "model": model, "modelVersionId": version}}
+
+    def set_default(self, model: str, version: str) -> None:
+        """Gives `version` the `default` alias (as the console or an alias update would)."""
+        self.defaults[model] = version
+
+    def _get_model(self, name: str, body: Any) -> tuple[int, Any]:
+        version = self.defaults.get(name)
+        found = next((m for m in self.models if m["model"] == name
+                      and m["version"] == version), None)
+        if found is None:
+            return 404, _error(404, f"model {name} not found")
+        uploaded = found["request"]["model"]
+        return 200, {"name": name, "versionId": version, "versionAliases": ["default"],
+                     "displayName": uploaded.get("display_name", ""),
+                     "artifactUri": uploaded.get("artifact_uri", ""),
+                     "labels": uploaded.get("labels", {})}
 
     def _build(self, parent: str, body: dict[str, Any]) -> tuple[int, Any]:
         images = body.get("images", [])
