@@ -67,7 +67,7 @@ def decide(challenger: Mapping[str, Any], champion: Mapping[str, Any] | None, *,
     elif best is None:
         promoted, why = True, (f"no champion yet; {metric} {value:.4f} passes the threshold "
                                f"{threshold:.4f}")
-    elif value >= best + margin:
+    elif value - best >= margin - 1e-9:  # inclusive: 0.94 beats 0.93 by 0.01 exactly
         promoted, why = True, (f"{metric} {value:.4f} beats the champion's {best:.4f} by "
                                f"{value - best:+.4f} (margin {margin:.4f})")
     else:

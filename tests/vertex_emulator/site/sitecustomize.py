@@ -86,6 +86,7 @@ PATCHES = {
     "google.auth": _patch_auth,
     "requests.sessions": _patch_requests,
     "google.cloud.aiplatform_v1.services.job_service.client": _rest_transport("job"),
+    "google.cloud.aiplatform_v1.services.model_service.client": _rest_transport("model"),
     "google.cloud.devtools.cloudbuild_v1.services.cloud_build.client": _rest_transport("build"),
     "google.cloud.artifactregistry_v1.services.artifact_registry.client":
         _rest_transport("registry"),
