@@ -100,6 +100,8 @@ class VertexOptions(pydantic.BaseModel):
         if not re.fullmatch(r"\d+(\.\d+)?s", self.timeout) or float(self.timeout[:-1]) <= 0:
             found.append(f"timeout is {short(self.timeout)}; expected a positive number of "
                          "seconds like '86400s'")
+        # Vertex AI docs, "Set up Vertex AI TensorBoard": "The Vertex AI TensorBoard
+        # integration with custom training requires attaching a service account."
         if self.tensorboard and not self.service_account:
             found.append(f"tensorboard is {short(self.tensorboard)} but service_account is "
                          "empty; a job writes to a Vertex AI TensorBoard only as a service "
