@@ -25,7 +25,9 @@ test: install
 compile: install
 	$(BIN)/gpu-pipeline compile
 
+# Every benchmark, one after another; results in benchmarks/results/ (the README's figures).
 bench: install
+	$(BIN)/python benchmarks/multiworker.py
 	$(BIN)/python benchmarks/local_pipeline.py
 	$(BIN)/python benchmarks/input_pipeline.py
 	$(BIN)/python benchmarks/dataset_prep.py

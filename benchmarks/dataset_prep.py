@@ -1,28 +1,37 @@
-"""Dataset preparation speed: images/s with 1 process and with all cores, against the floor.
+"""Dataset preparation speed and shard sizes: small synthetic images and 224x224 photos.
 
-Generates a folder of a few thousand images (not timed), then times:
+Generates two sources (not timed): the builtin shapes (PNG, 128x128, prepared at 64x64)
+and photo-like JPEGs (500x375, the typical ImageNet photo, prepared at 224x224, stored as
+JPEG and as PNG). In interleaved rounds, times with 1 process and with all cores:
 
-  - the floor: reading and decoding every image once (nothing else), with 1 process and
-    with all cores;
+  - the floor: reading and decoding every source image once (nothing else);
   - the dataset stage (components.dataset.prepare_dataset: decode, resize, re-encode,
-    write sharded TFRecords, manifest and report), with 1 process and with all cores.
+    write sharded TFRecords, manifest and report).
 
-Usage: python benchmarks/dataset_prep.py [--images N] [--source-size PX] [--output FILE]
+Reports images/s (and per core), the ratio to the floor, the stored bytes per image, and
+the shards the stage plans at ImageNet's scale (1,281,167 images) against the TFRecord
+guide's 100-200 MB per shard.
+
+Usage: python benchmarks/dataset_prep.py [--shapes N] [--photos N] [--rounds N]
+       [--output FILE]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import common
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+IMAGENET_TRAIN = 1_281_167
+GUIDE_MB = (100, 200)
 
 
 def _decode(path: str) -> int:
@@ -48,54 +57,89 @@ def floor_seconds(paths: list[str], processes: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--images", type=int, default=3000)
-    parser.add_argument("--source-size", type=int, default=128)
-    parser.add_argument("--image-size", type=int, default=64)
+    parser.add_argument("--shapes", type=int, default=3000, help="Builtin shapes images.")
+    parser.add_argument("--photos", type=int, default=600, help="Photo-like images.")
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
 
+    from components.dataset.plan import estimated_bytes, plan_shards
     from components.dataset.prepare import prepare_dataset
     from components.dataset.shapes import generate_shapes
 
-    cores = os.cpu_count() or 1
-    with tempfile.TemporaryDirectory(prefix="bench-dataset-") as work:
-        source = generate_shapes(Path(work) / "source", args.images // 4, args.source_size)
-        paths = sorted(str(p) for p in source.rglob("*.png"))
-        n = len(paths)
-        print(f"{n} PNG images {args.source_size}x{args.source_size} -> "
-              f"{args.image_size}x{args.image_size}; {cores} cores", flush=True)
+    info = common.machine()
+    cores = info["cores"]
+    print(f"machine: {common.describe_machine(info)}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-dataset-") as tmp:
+        work = Path(tmp)
+        shapes = generate_shapes(work / "shapes", args.shapes // 4, 128)
+        photos = common.photo_like_folder(work / "photos", 3, args.photos // 3, 500, 375)
+        sources = {  # name: (folder, image size, format)
+            "shapes 64 png": (shapes, 64, "png"),
+            "photos 224 jpeg": (photos, 224, "jpeg"),
+            "photos 224 png": (photos, 224, "png")}
+        paths = {folder: sorted(str(p) for p in folder.rglob("*.*")) for folder in (shapes, photos)}
         import tensorflow  # noqa: F401 - imported once, outside the timings
 
-        results = {}
-        for processes in (1, cores):
-            floor = floor_seconds(paths, processes)
-            started = time.perf_counter()
-            prepare_dataset(str(source), Path(work) / f"out-{processes}",
-                            image_size=args.image_size, test_fraction=0.1, min_shards=2,
-                            processes=processes)
-            seconds = time.perf_counter() - started
-            results[processes] = {"prepare_seconds": round(seconds, 2),
-                                  "images_per_second": round(n / seconds, 1),
-                                  "floor_seconds": round(floor, 2),
-                                  "floor_images_per_second": round(n / floor, 1),
-                                  "ratio_to_floor": round(seconds / floor, 2)}
-            r = results[processes]
-            print(f"{processes} process(es): {r['images_per_second']:.0f} images/s "
-                  f"({seconds:.1f} s); floor (read + decode once) {r['floor_images_per_second']:.0f}"
-                  f" images/s ({floor:.1f} s); ratio {r['ratio_to_floor']:.2f}", flush=True)
+        stored: dict[str, float] = {}
+        runs = iter(range(10**6))
 
-    speedup = results[1]["prepare_seconds"] / results[cores]["prepare_seconds"]
-    print(f"all cores vs 1 process: {speedup:.2f}x")
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps({
-            "machine": f"{cores} CPUs, {platform.machine()}, Python {platform.python_version()}",
-            "images": n, "source_size": args.source_size, "image_size": args.image_size,
-            "runs": {str(k): v for k, v in results.items()}, "speedup": round(speedup, 2)},
-            indent=2) + "\n")
+        def prepare(name: str, processes: int) -> float:
+            folder, size, image_format = sources[name]
+            started = time.perf_counter()
+            manifest = prepare_dataset(str(folder), work / f"out-{next(runs)}", image_size=size,
+                                       test_fraction=0.1, min_shards=2, processes=processes,
+                                       image_format=image_format)
+            rate = len(paths[folder]) / (time.perf_counter() - started)
+            shards = [s for split in manifest["splits"].values() for s in split["shards"]]
+            stored[name] = sum(s["bytes"] for s in shards) / sum(s["count"] for s in shards)
+            return rate
+
+        cases = {}
+        for processes in sorted({1, cores}):
+            for folder, label in ((shapes, "shapes source"), (photos, "photos source")):
+                cases[f"floor {label}, {processes} proc"] = (
+                    lambda f=folder, p=processes: len(paths[f]) / floor_seconds(paths[f], p))
+            for name in sources:
+                cases[f"{name}, {processes} proc"] = (lambda n=name, p=processes: prepare(n, p))
+        samples = common.interleaved(cases, args.rounds, unit=" img/s")
+
+    med = common.medians(samples)
+    results = {"machine": info, "images": {"shapes": args.shapes, "photos": args.photos},
+               "images_per_second": samples, "median_images_per_second": med,
+               "stored_bytes_per_image": {k: round(v) for k, v in stored.items()},
+               "sources": {k: {"image_size": v[1], "format": v[2]} for k, v in sources.items()},
+               "per_source": {}}
+    for name, (folder, size, image_format) in sources.items():
+        floor_name = "shapes source" if folder == shapes else "photos source"
+        row = {}
+        for processes in sorted({1, cores}):
+            key = f"{name}, {processes} proc"
+            row[f"{processes}_proc"] = {
+                "images_per_second": round(med[key], 1),
+                "per_core": round(med[key] / processes, 1),
+                "ratio_to_floor": round(med[f"floor {floor_name}, {processes} proc"] / med[key], 2)}
+        planned = plan_shards(IMAGENET_TRAIN, estimated_bytes(IMAGENET_TRAIN, size, image_format),
+                              min_shards=8)
+        shard_mb = IMAGENET_TRAIN * stored[name] / planned / 2**20
+        row["imagenet_scale"] = {"shards": planned, "mb_per_shard": round(shard_mb, 1),
+                                 "within_guide": GUIDE_MB[0] <= shard_mb <= GUIDE_MB[1]}
+        results["per_source"][name] = row
+        all_cores = row[f"{cores}_proc"]
+        print(f"{name}: {row['1_proc']['images_per_second']:,.0f} images/s on 1 process "
+              f"({row['1_proc']['ratio_to_floor']:.2f}x the floor's time), "
+              f"{all_cores['images_per_second']:,.0f} on {cores} ({all_cores['per_core']:,.0f} "
+              f"per core); {stored[name]:,.0f} bytes per image; at ImageNet's scale "
+              f"{planned} shards of {shard_mb:.0f} MB (guide {GUIDE_MB[0]}-{GUIDE_MB[1]} MB)")
+    jpeg, png = (results["stored_bytes_per_image"][f"photos 224 {f}"] for f in ("jpeg", "png"))
+    results["png_over_jpeg_bytes"] = round(png / jpeg, 2)
+    results["jpeg_over_png_prepare_speed"] = common.ratio(
+        samples, f"photos 224 jpeg, {cores} proc", f"photos 224 png, {cores} proc")
+    print(f"photos at 224: PNG takes {results['png_over_jpeg_bytes']:.2f}x JPEG's bytes; JPEG "
+          f"prepares {results['jpeg_over_png_prepare_speed']['median']:.2f}x as fast")
+    print(f"results: {common.save('dataset_prep', results, args.output)}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     sys.exit(main())

@@ -420,3 +420,61 @@ def test_a_program_read_from_standard_input_fails_clearly(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "stage error: a decoding process died" in proc.stderr
     assert "run the program from a file" in proc.stderr
+
+
+def test_image_format_auto_jpeg_for_photos_png_for_small_or_builtin():
+    from components.dataset.options import stored_format
+
+    assert stored_format("auto", "/data/photos", 224) == "jpeg"
+    assert stored_format("auto", "/data/photos", 32) == "png"
+    assert stored_format("auto", BUILTIN_SHAPES, 224) == "png"
+    assert stored_format("png", "/data/photos", 224) == "png"
+    assert stored_format("jpeg", BUILTIN_SHAPES, 32) == "jpeg"
+
+
+def test_jpeg_shards_decode_close_to_the_png_ones_and_are_smaller(tmp_path):
+    import numpy as np
+    import tensorflow as tf
+    from PIL import Image
+
+    src = tmp_path / "src"
+    rng = np.random.default_rng(0)
+    for label in ("a", "b"):
+        (src / label).mkdir(parents=True)
+        for i in range(8):  # smooth photo-like fields with fine noise
+            coarse = rng.integers(0, 256, (4, 4, 3), dtype=np.uint8)
+            field = np.asarray(Image.fromarray(coarse).resize((120, 90), Image.BICUBIC), float)
+            field = np.clip(field + rng.normal(0, 8, field.shape), 0, 255).astype(np.uint8)
+            Image.fromarray(field).save(src / label / f"{i}.jpg", quality=92)
+    jpeg = prepare_dataset(str(src), tmp_path / "jpeg", image_size=64, validation_fraction=0.25)
+    png = prepare_dataset(str(src), tmp_path / "png", image_size=64, validation_fraction=0.25,
+                          image_format="png")
+    assert jpeg["image_format"] == "jpeg" and png["image_format"] == "png"
+    assert "RGB JPEG" in (tmp_path / "jpeg" / "report.md").read_text()
+    size = {m["image_format"]: sum(s["bytes"] for sp in m["splits"].values()
+                                   for s in sp["shards"]) for m in (jpeg, png)}
+    assert size["jpeg"] < size["png"] / 2
+
+    def pixels(directory, decode):
+        out = {}
+        for record in tf.data.TFRecordDataset(shard_paths(directory, load_manifest(directory),
+                                                          "train")):
+            example = tf.io.parse_single_example(record, {
+                "image/encoded": tf.io.FixedLenFeature([], tf.string),
+                "image/id": tf.io.FixedLenFeature([], tf.string)})
+            out[example["image/id"].numpy()] = decode(example["image/encoded"],
+                                                      channels=3).numpy().astype(float)
+        return out
+
+    lossy, lossless = pixels(tmp_path / "jpeg", tf.io.decode_jpeg), pixels(tmp_path / "png",
+                                                                        tf.io.decode_png)
+    assert lossy.keys() == lossless.keys()
+    for key, image in lossless.items():
+        assert image.shape == (64, 64, 3)
+        assert np.abs(lossy[key] - image).mean() < 4  # quality 95: close to lossless
+
+
+def test_bad_image_format_names_the_field(tmp_path):
+    with pytest.raises(DatasetError, match=r"dataset.image_format is 'webp'; expected one of auto, png, jpeg"):
+        prepare_dataset(BUILTIN_SHAPES, tmp_path / "out", image_format="webp")
+    assert not (tmp_path / "out").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,10 @@ def test_demo_runs_every_stage_and_says_what_it_did(demo):
                  "[trainer chief:0] model written to",
                  "Pipeline 'gpu-training-pipeline-local' finished with status SUCCESS"):
         assert line in stdout
+    if len(os.sched_getaffinity(0)) >= 2:  # each training process on its own core(s)
+        for task in ("chief:0", "worker:0"):
+            assert re.search(rf"\[trainer {task}\] data: .*; \d+ core\(s\) of a local cluster",
+                             stdout), stdout[-3000:]
     # Progress stays readable: KFP's executor input dumps are not shown.
     assert '"executorInput"' not in stdout and "inputDefinitions" not in stdout
 

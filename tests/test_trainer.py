@@ -160,3 +160,73 @@ def test_file_sharding_needs_a_file_per_worker(small_dataset, caplog):
     images, labels = next(iter(by_file))
     assert images.dtype == tf.float32 and float(tf.reduce_max(images)) <= 1.0
     assert images.shape[1:] == (32, 32, 3) and labels.dtype == tf.int64
+
+
+def test_augmented_jpeg_pipeline_crops_flips_and_keeps_shape(tmp_path):
+    """Training input from JPEG shards: random crops (decoded by window) resized back, and
+    flips; values stay images; validation input is not augmented."""
+    import numpy as np
+    from PIL import Image
+
+    from components.dataset.prepare import prepare_dataset
+    from trainer.contract import load_manifest, shard_paths
+    from trainer.data import make_dataset
+
+    src = tmp_path / "src"
+    for label in ("a", "b"):
+        (src / label).mkdir(parents=True)
+        for i in range(6):  # a left-to-right ramp: flips and crops change it visibly
+            ramp = np.tile(np.linspace(0, 255, 80, dtype=np.uint8)[None, :, None], (80, 1, 3))
+            Image.fromarray(ramp).save(src / label / f"{i}.png")
+    data = tmp_path / "data"
+    prepare_dataset(str(src), data, image_size=64, validation_fraction=0.2, image_format="jpeg")
+    files = shard_paths(data, load_manifest(data), "train")
+    plain = make_dataset(tf, files, 64, 8, training=False, num_workers=1, cache=False,
+                         image_format="jpeg")
+    reference = next(iter(plain))[0].numpy()
+    for cache in (False, True):  # crop at decode, and crop of cached decoded images
+        ds = make_dataset(tf, files, 64, 8, training=True, num_workers=1, cache=cache,
+                          image_format="jpeg", augment=True, threads=1)
+        batches = [b[0].numpy() for b in ds.take(4)]
+        images = np.concatenate(batches)
+        assert images.shape[1:] == (64, 64, 3) and images.dtype == np.float32
+        assert 0.0 <= images.min() and images.max() <= 1.0
+        slopes = np.sign(images[:, 32, -1, 0] - images[:, 32, 0, 0])
+        assert (slopes > 0).any() and (slopes < 0).any()  # some flipped, some not
+        # crops stretch a part of the ramp over the whole width: its steps get smaller
+        assert np.abs(np.diff(images[:, 32, :, 0], axis=1)).mean() < \
+            np.abs(np.diff(reference[:, 32, :, 0], axis=1)).mean() * 0.95
+    options = ds.options()
+    assert options.autotune.enabled is False and options.threading.private_threadpool_size == 1
+
+
+def test_local_cores_are_read_and_refused_when_malformed():
+    from trainer.cluster import ClusterConfigError, local_cores, pin_local_cores
+
+    assert local_cores({}) == [] and local_cores({"TRAINER_LOCAL_CORES": " "}) == []
+    assert local_cores({"TRAINER_LOCAL_CORES": "1,0,1"}) == [0, 1]
+    for bad in ("x", "-1", "0,,1"):
+        with pytest.raises(ClusterConfigError, match="TRAINER_LOCAL_CORES is"):
+            local_cores({"TRAINER_LOCAL_CORES": bad})
+    with pytest.raises(ClusterConfigError, match="this machine has cores"):
+        pin_local_cores({"TRAINER_LOCAL_CORES": "4096"})
+    assert os.sched_getaffinity(0)  # unchanged by the refused pin
+
+
+def test_untuned_device_datasets_turns_autotuning_off_once():
+    from tensorflow.python.data.ops import multi_device_iterator_ops as ops
+
+    from trainer.data import untuned_device_datasets
+
+    original = ops._create_device_dataset
+    try:
+        untuned_device_datasets(tf)
+        patched = ops._create_device_dataset
+        untuned_device_datasets(tf)
+        assert ops._create_device_dataset is patched  # not wrapped twice
+        iterator = ops.MultiDeviceIterator(tf.data.Dataset.range(4), ["/cpu:0"])
+        assert int(iterator.get_next()[0]) == 0
+        device_ds = patched(iterator._prototype_device_datasets[0], 0, 1, False)
+        assert device_ds.options().autotune.enabled is False
+    finally:
+        ops._create_device_dataset = original

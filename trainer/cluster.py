@@ -12,12 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from typing import Mapping
 
 from trainer.errors import InputError
 
 #: Task types in Vertex AI's order of worker pools.
 ROLES = ("chief", "worker", "ps", "evaluator")
+#: Set by the local cluster (`components.training.local_cluster`) on a process it gives
+#: some of the machine's cores: their numbers, comma-separated. TensorFlow would otherwise
+#: size its thread pools for the whole machine in every process, and the processes would
+#: oversubscribe it.
+LOCAL_CORES_ENV = "TRAINER_LOCAL_CORES"
 #: The `training.strategy` option's values.
 STRATEGIES = ("auto", "multi_worker_mirrored", "parameter_server")
 
@@ -168,3 +174,39 @@ def vertex_tf_config(cluster: Mapping[str, list[str]], task_type: str, task_inde
         "job": {"worker_pool_specs": []},
         "environment": "cloud",
     })
+
+
+def local_cores(environ: Mapping[str, str]) -> list[int]:
+    """The cores a local cluster gave this process (LOCAL_CORES_ENV); empty for all.
+
+    Raises:
+        ClusterConfigError: The variable is set but not a list of core numbers.
+    """
+    value = environ.get(LOCAL_CORES_ENV, "").strip()
+    if not value:
+        return []
+    try:
+        cores = sorted({int(c) for c in value.split(",")})
+    except ValueError:
+        cores = []
+    if not cores or cores[0] < 0:
+        raise ClusterConfigError(f"{LOCAL_CORES_ENV} is {value!r}; expected core numbers "
+                                 "separated by commas, e.g. 0,1")
+    return cores
+
+
+def pin_local_cores(environ: Mapping[str, str]) -> list[int]:
+    """Restricts this process to the cores a local cluster gave it (if any); returns them.
+
+    Raises:
+        ClusterConfigError: The cores are not a valid list, or not this machine's.
+    """
+    cores = local_cores(environ)
+    if cores:
+        try:
+            os.sched_setaffinity(0, cores)
+        except OSError as exc:
+            raise ClusterConfigError(f"{LOCAL_CORES_ENV} is {environ[LOCAL_CORES_ENV]!r}; "
+                                     f"this machine has cores {sorted(os.sched_getaffinity(0))} "
+                                     f"({exc.strerror})") from None
+    return cores

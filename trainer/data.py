@@ -15,17 +15,77 @@ def fits_in_cache(examples: int, image_size: int, budget_mb: float) -> bool:
     return examples * image_size * image_size * 3 <= budget_mb * 2**20
 
 
+#: Random crops cover this fraction of the image area, at aspect ratios in CROP_ASPECT
+#: (Inception-style crops, with a floor that suits small datasets).
+CROP_AREA = (0.35, 1.0)
+CROP_ASPECT = (3 / 4, 4 / 3)
+
+
+def crop_window(tf: Any, shape: Any, seed: int) -> Any:
+    """A random crop window [y, x, height, width] of an image of `shape` (Inception-style)."""
+    begin, size, _ = tf.image.sample_distorted_bounding_box(
+        shape, bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]), seed=seed,
+        min_object_covered=0.0, aspect_ratio_range=CROP_ASPECT, area_range=CROP_AREA,
+        max_attempts=10, use_image_if_no_bounding_boxes=True)
+    return tf.stack([begin[0], begin[1], size[0], size[1]])
+
+
+def resize_and_flip(tf: Any, image: Any, image_size: int, seed: int) -> Any:
+    """A cropped uint8 image resized back to the model's size and flipped left-right half
+    of the time, still uint8 (flipped as uint8, a quarter of the float bytes).
+
+    Bilinear interpolation stays within the input's range, so adding 0.5 before the
+    truncating cast rounds without clipping.
+    """
+    image = tf.image.resize(image, [image_size, image_size], method="bilinear")
+    return tf.image.random_flip_left_right(tf.cast(image + 0.5, tf.uint8), seed)
+
+
+def untuned_device_datasets(tf: Any) -> None:
+    """Turns tf.data autotuning off in the per-device datasets of distributed iterators.
+
+    Under MultiWorkerMirroredStrategy Keras reads through a multi-device iterator whose
+    per-device datasets take default options, so each runs tf.data's autotuning thread;
+    destroying the iterator at the end of `fit` waits for that thread's next wake-up, up
+    to ~10 s late when the wake-up is missed. In a local cluster on CPU the per-device
+    datasets only pass batches through, so there is nothing for autotuning to tune.
+    Applied once per process; the input pipeline itself is sized by `make_dataset`.
+    """
+    from tensorflow.python.data.ops import multi_device_iterator_ops as ops
+
+    create = ops._create_device_dataset
+    if getattr(create, "untuned", False):
+        return
+
+    def untuned(*args, **kwargs):
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        return create(*args, **kwargs).with_options(options)
+
+    untuned.untuned = True
+    ops._create_device_dataset = untuned
+
+
 def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int, *,
                  training: bool, num_workers: int, seed: int = 0, cache: bool = True,
-                 shuffle_buffer: int = 4096, shard: tuple[int, int] | None = None) -> Any:
+                 shuffle_buffer: int = 4096, shard: tuple[int, int] | None = None,
+                 image_format: str = "png", augment: bool = False,
+                 threads: int | None = None) -> Any:
     """Builds the dataset of (images, labels) batches.
 
-    Files are read in parallel (interleave); each record is parsed and decoded once, and
-    the decoded uint8 images are cached when `cache` is set, so later epochs skip the
-    decoding; batching comes before the float conversion, which then runs vectorised on
-    whole batches; prefetch overlaps input with training. Sharded by file across workers
-    when there are at least as many files as workers (each worker reads only its own
-    files), by data otherwise.
+    Files are read in parallel (interleave). With `cache` each record is parsed and decoded
+    once and the decoded uint8 images are kept in memory, so later epochs skip the
+    decoding; without, the encoded records are shuffled and decoded every epoch. Batching
+    comes before the float conversion, which then runs vectorised on whole batches;
+    prefetch overlaps input with training. Sharded by file across workers when there are
+    at least as many files as workers (each worker reads only its own files), by data
+    otherwise.
+
+    With `augment`, each training image is a random crop (a fraction CROP_AREA of it,
+    resized back) flipped left-right at random. Without a cache, JPEG crops are decoded
+    with `decode_and_crop_jpeg`, which decodes only the window (the TF Model Garden's
+    ImageNet input); with a cache, the whole image is decoded once and cropped each epoch.
+    benchmarks/input_pipeline.py measures each stage.
 
     Args:
         tf: The tensorflow module.
@@ -40,18 +100,36 @@ def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int
         shard: (input pipelines, this one's index) to read a share of the data explicitly
             (ParameterServerStrategy's dataset functions); by file when there are enough
             files, by record otherwise.
+        image_format: How the shards store images (the manifest's `image_format`).
+        augment: Random crops and flips (training only).
+        threads: Cores this process owns (a local cluster): parallelism fixed to it and
+            tf.data's autotuning off. Autotuning sizes for the whole machine, and its
+            background thread delays the end of multi-worker `fit` by up to ~10 s (the
+            distributed iterator's destructor waits for it to wake).
 
     Returns:
         A tf.data.Dataset.
     """
-    autotune = tf.data.AUTOTUNE
+    parallel = threads or tf.data.AUTOTUNE
     features = feature_spec(tf)
+    decode = tf.io.decode_jpeg if image_format == "jpeg" else tf.io.decode_png
+    augment = augment and training
+    crop_at_decode = augment and not cache and image_format == "jpeg"
 
     def parse(record):
         example = tf.io.parse_single_example(record, features)
-        image = tf.io.decode_png(example[FEATURE_IMAGE], channels=3)
-        image = tf.ensure_shape(image, [image_size, image_size, 3])
-        return image, example[FEATURE_LABEL]
+        data, label = example[FEATURE_IMAGE], example[FEATURE_LABEL]
+        if crop_at_decode:
+            window = crop_window(tf, tf.io.extract_jpeg_shape(data), seed)
+            image = tf.io.decode_and_crop_jpeg(data, window, channels=3)
+            return resize_and_flip(tf, image, image_size, seed), label
+        image = tf.ensure_shape(decode(data, channels=3), [image_size, image_size, 3])
+        return image, label
+
+    def crop(image, label):
+        window = crop_window(tf, tf.shape(image), seed)
+        image = tf.image.crop_to_bounding_box(image, window[0], window[1], window[2], window[3])
+        return resize_and_flip(tf, image, image_size, seed), label
 
     files = list(files)
     by_record = None
@@ -63,19 +141,25 @@ def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int
             by_record = shard
     ds = tf.data.Dataset.from_tensor_slices(files)
     ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 8),
-                       num_parallel_calls=autotune, deterministic=False)
+                       num_parallel_calls=parallel, deterministic=False)
     if by_record is not None:
         ds = ds.shard(*by_record)
-    ds = ds.map(parse, num_parallel_calls=autotune, deterministic=False)
-    if cache:
-        ds = ds.cache()
+    if cache:  # decoded once, shuffled as images
+        ds = ds.map(parse, num_parallel_calls=parallel, deterministic=False).cache()
     if training:
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
-    ds = ds.batch(batch_size, drop_remainder=training, num_parallel_calls=autotune)
-    ds = ds.map(lambda x, y: (preprocess(tf, x), y), num_parallel_calls=autotune)
-    ds = ds.prefetch(autotune)
+    if not cache:  # shuffled as encoded records (smaller), decoded every epoch
+        ds = ds.map(parse, num_parallel_calls=parallel, deterministic=False)
+    if augment and not crop_at_decode:
+        ds = ds.map(crop, num_parallel_calls=parallel, deterministic=False)
+    ds = ds.batch(batch_size, drop_remainder=training, num_parallel_calls=parallel)
+    ds = ds.map(lambda x, y: (preprocess(tf, x), y), num_parallel_calls=parallel)
+    ds = ds.prefetch(2 if threads else tf.data.AUTOTUNE)
 
     options = tf.data.Options()
+    if threads:
+        options.autotune.enabled = False
+        options.threading.private_threadpool_size = threads
     policy = tf.data.experimental.AutoShardPolicy
     if num_workers > 1 and len(files) < num_workers:
         log.warning("%d files for %d workers: sharding by data (every worker reads every "

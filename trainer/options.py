@@ -40,6 +40,9 @@ class TrainingOptions(pydantic.BaseModel):
         "Keep decoded images in memory; auto: when they fit cache_budget_mb."))
     cache_budget_mb: float = Field(2048.0, gt=0, le=2**20, description=(
         "Memory for the decoded-image cache, in MB."))
+    augment: Switch = Field("auto", description=(
+        "Random crops and left-right flips of training images; auto: on for datasets "
+        "stored as JPEG (photos), off for PNG (small or synthetic images)."))
     seed: int = Field(42, ge=0, le=2**31 - 1, description="Seed of weights and shuffling.")
     strategy: Literal[STRATEGIES] = Field("auto", description=(
         "auto: ParameterServerStrategy when the cluster has parameter servers, else "

@@ -96,27 +96,32 @@ def _locations(args: argparse.Namespace, environ: dict[str, str]) -> tuple[str, 
 
 
 def _datasets(tf: Any, keras: Any, strategy_name: str, data_dir: str, manifest: dict,
-              batch: int, num_workers: int, seed: int, cache: bool) -> tuple[Any, Any]:
+              batch: int, num_workers: int, seed: int, cache: bool, augment: bool,
+              threads: int | None) -> tuple[Any, Any]:
     """The training and validation inputs: datasets, or under ParameterServerStrategy
-    dataset functions that every worker runs on its own share of the files."""
+    dataset functions that every worker runs on its own share of the files. Only the
+    training split is augmented."""
     from trainer.contract import shard_paths
     from trainer.data import make_dataset
 
     size = manifest["image_size"][0]
-    splits = [(shard_paths(data_dir, manifest, split), seed + i)
+    splits = [(shard_paths(data_dir, manifest, split), seed + i, augment and i == 0)
               for i, split in enumerate(("train", "validation"))]
+    common = dict(cache=cache, image_format=manifest.get("image_format", "png"),
+                  threads=threads)
     if strategy_name != "parameter_server":
-        return tuple(make_dataset(tf, files, size, batch, training=True, seed=s, cache=cache,
-                                  num_workers=num_workers) for files, s in splits)
+        return tuple(make_dataset(tf, files, size, batch, training=True, seed=s, augment=a,
+                                  num_workers=num_workers, **common) for files, s, a in splits)
 
-    def creator(files: list[str], split_seed: int) -> Any:
+    def creator(files: list[str], split_seed: int, split_augment: bool) -> Any:
         def dataset_fn(context: Any) -> Any:
             return make_dataset(tf, files, size, batch, training=True, seed=split_seed,
-                                cache=cache, num_workers=1,
-                                shard=(context.num_input_pipelines, context.input_pipeline_id))
+                                augment=split_augment, num_workers=1,
+                                shard=(context.num_input_pipelines, context.input_pipeline_id),
+                                **common)
         return keras.utils.experimental.DatasetCreator(dataset_fn)
 
-    return tuple(creator(files, s) for files, s in splits)
+    return tuple(creator(*split) for split in splits)
 
 
 def _epoch_checkpoints(keras: Any, directory: str, is_chief: bool,
@@ -152,6 +157,12 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
 
+    threads = len(cluster_lib.local_cores(environ)) or None
+    if threads:  # before the first op, which creates the thread pools
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+        from trainer.data import untuned_device_datasets
+        untuned_device_datasets(tf)
     strategy = _create_strategy(tf, strategy_name)  # First TensorFlow op, as collectives need.
     import tf_keras as keras
 
@@ -188,16 +199,19 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name
     xla = _resolve(opts.xla, len(gpus))
     cache = opts.cache == "on" or (opts.cache == "auto" and fits_in_cache(
         train_count + val_count, image_size, opts.cache_budget_mb))
+    image_format = manifest.get("image_format", "png")
+    augment = opts.augment == "on" or (opts.augment == "auto" and image_format == "jpeg")
     if mixed:
         keras.mixed_precision.set_global_policy("mixed_float16")
-    log.info("data: %d train / %d validation examples, %d classes; global batch %d (%d per "
-             "replica x %d), %d steps per epoch; cache %s, mixed precision %s, XLA %s",
-             train_count, val_count, len(classes), global_batch, opts.batch_size, replicas,
-             steps_per_epoch, cache, mixed, xla)
+    log.info("data: %d train / %d validation examples, %d classes, %s; global batch %d (%d "
+             "per replica x %d), %d steps per epoch; cache %s, augment %s, mixed precision %s, "
+             "XLA %s%s", train_count, val_count, len(classes), image_format, global_batch,
+             opts.batch_size, replicas, steps_per_epoch, cache, augment, mixed, xla,
+             f"; {threads} core(s) of a local cluster" if threads else "")
 
     keras.utils.set_random_seed(opts.seed)
     train_ds, val_ds = _datasets(tf, keras, strategy_name, data_dir, manifest, global_batch,
-                                 info.num_workers, opts.seed, cache)
+                                 info.num_workers, opts.seed, cache, augment, threads)
     with strategy.scope():
         model = build_model(keras, opts.model, image_size, len(classes), opts.learning_rate,
                             weights=opts.weights or None, freeze_base=opts.freeze_base,
@@ -302,7 +316,9 @@ def evaluate_beside(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
     model = build_model(keras, opts.model, size, len(manifest["classes"]), opts.learning_rate,
                         weights=opts.weights or None, freeze_base=opts.freeze_base)
     data = make_dataset(tf, shard_paths(data_dir, manifest, "validation"), size,
-                        opts.batch_size, training=False, num_workers=1, cache=False)
+                        opts.batch_size, training=False, num_workers=1, cache=False,
+                        image_format=manifest.get("image_format", "png"),
+                        threads=len(cluster_lib.local_cores(environ)) or None)
     evaluations = run_sidecar(keras, model, data, ckpt_dir, job_dir, tensorboard_dir, info)
     log.info("sidecar evaluator done after %d evaluation(s)", evaluations)
     return evaluations
@@ -338,6 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.setLevel(logging.INFO)
     log.propagate = False
     try:
+        cluster_lib.pin_local_cores(os.environ)  # before TensorFlow starts
         run(args, info, dict(os.environ))
     except ProjectError as exc:
         print(f"trainer: {exc}", file=sys.stderr)

@@ -9,6 +9,17 @@ import math
 TARGET_SHARD_BYTES = 150 * 2**20
 
 
+#: Stored bytes per pixel of photos at 224x224 (benchmarks/input_pipeline.py: 17,853 and
+#: 88,432 bytes per image), to plan shards by the size they will have, not the sources'.
+BYTES_PER_PIXEL = {"jpeg": 0.36, "png": 1.76}
+
+
+def estimated_bytes(examples: int, image_size: int, image_format: str) -> int:
+    """What `examples` stored images of `image_size` will take in the shards (photos; the
+    synthetic shapes take less, but are small anyway)."""
+    return math.ceil(examples * image_size * image_size * BYTES_PER_PIXEL[image_format])
+
+
 def split_of(identity: str, validation_fraction: float, test_fraction: float = 0.0) -> str:
     """Assigns an example to a split by a hash of its identity.
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from components.dataset.encode import results
-from components.dataset.options import DatasetOptions
-from components.dataset.plan import plan_shards, split_of
+from components.dataset.options import DatasetOptions, stored_format
+from components.dataset.plan import estimated_bytes, plan_shards, split_of
 from components.dataset.report import REPORT_NAME, markdown_report
 from components.dataset.sources import DatasetError, Example, list_source
 from trainer import contract
@@ -37,7 +37,8 @@ def _sha256_file(path: Path) -> str:
 def prepare_dataset(source: str, output_dir: str | os.PathLike, image_size: int = 32,
                     validation_fraction: float = 0.2, test_fraction: float = 0.0,
                     num_shards: int = 0, min_shards: int = 1, max_bad_fraction: float = 0.01,
-                    processes: int = 0, builtin_images_per_class: int = 400,
+                    image_format: str = "auto", processes: int = 0,
+                    builtin_images_per_class: int = 400,
                     report_path: str | os.PathLike | None = None) -> dict[str, Any]:
     """Prepares sharded TFRecords per split and a manifest from an image source.
 
@@ -50,6 +51,7 @@ def prepare_dataset(source: str, output_dir: str | os.PathLike, image_size: int 
         num_shards: Shards per split; 0 plans them (see `plan_shards`).
         min_shards: Training workers; planned shard counts are multiples of it.
         max_bad_fraction: Above this fraction of undecodable images, the stage fails.
+        image_format: `png`, `jpeg` or `auto` (see `options.stored_format`).
         processes: Decoding processes; 0 uses every core.
         builtin_images_per_class: Images per class drawn for `builtin://shapes`.
         report_path: Also write the Markdown report here (for a KFP Markdown artifact).
@@ -64,7 +66,8 @@ def prepare_dataset(source: str, output_dir: str | os.PathLike, image_size: int 
         validate(DatasetOptions, {
             "source": source, "image_size": image_size,
             "validation_fraction": validation_fraction, "test_fraction": test_fraction,
-            "num_shards": num_shards, "max_bad_fraction": max_bad_fraction}, prefix="dataset",
+            "num_shards": num_shards, "max_bad_fraction": max_bad_fraction,
+            "image_format": image_format}, prefix="dataset",
             strict=False)
     except OptionsError as exc:
         raise DatasetError(str(exc)) from None
@@ -80,7 +83,7 @@ def prepare_dataset(source: str, output_dir: str | os.PathLike, image_size: int 
     try:
         return _prepare(source, out, image_size, validation_fraction, test_fraction, num_shards,
                         min_shards, max_bad_fraction, processes, builtin_images_per_class,
-                        report_path)
+                        report_path, stored_format(image_format, source, image_size))
     except BaseException:
         # Nothing half-written stays: the directory was empty (or absent) before.
         if created:
@@ -94,7 +97,7 @@ def prepare_dataset(source: str, output_dir: str | os.PathLike, image_size: int 
 def _prepare(source: str, out: Path, image_size: int, validation_fraction: float,
              test_fraction: float, num_shards: int, min_shards: int, max_bad_fraction: float,
              processes: int, builtin_images_per_class: int,
-             report_path: str | os.PathLike | None) -> dict[str, Any]:
+             report_path: str | os.PathLike | None, image_format: str) -> dict[str, Any]:
     """`prepare_dataset` once its parameters are checked: shards straight into `out` (on
     Vertex, a Cloud Storage FUSE path), the manifest last."""
     # Local scratch (the builtin shapes are drawn here), never on the Cloud Storage mount.
@@ -122,8 +125,9 @@ def _prepare(source: str, out: Path, image_size: int, validation_fraction: float
             if num_shards:
                 plans[split] = min(num_shards, len(items))
             else:
-                estimate = sum(e.size for e in items) or len(items) * image_size**2 * 3
-                plans[split] = plan_shards(len(items), estimate, min_shards)
+                plans[split] = plan_shards(
+                    len(items), estimated_bytes(len(items), image_size, image_format),
+                    min_shards)
             names[split] = [f"{split}-{i:05d}-of-{plans[split]:05d}.tfrecord"
                             for i in range(plans[split])]
         split_of_index = [split for split in wanted for _ in by_split[split]]
@@ -134,7 +138,8 @@ def _prepare(source: str, out: Path, image_size: int, validation_fraction: float
         try:
             for split in wanted:
                 writers[split] = [tf.io.TFRecordWriter(str(staging / n)) for n in names[split]]
-            for index, data, error, label in results(listing, order, image_size, processes):
+            for index, data, error, label in results(listing, order, image_size, processes,
+                                                          image_format):
                 ex, split = order[index], split_of_index[index]
                 if data is None:
                     skipped.append({"file": ex.ref, "reason": error or "unreadable"})
@@ -167,7 +172,7 @@ def _prepare(source: str, out: Path, image_size: int, validation_fraction: float
             "format_version": contract.FORMAT_VERSION,
             "classes": listing.classes,
             "image_size": [image_size, image_size, 3],
-            "image_format": "png",
+            "image_format": image_format,
             "features": {"image": contract.FEATURE_IMAGE, "label": contract.FEATURE_LABEL,
                          "id": contract.FEATURE_ID},
             "source": source,

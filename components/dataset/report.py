@@ -12,7 +12,8 @@ def markdown_report(manifest: dict[str, Any]) -> str:
     splits = list(manifest["splits"])
     lines = [f"# Dataset: {manifest['source']}", "",
              f"{manifest['examples']} images, {len(manifest['classes'])} classes, "
-             f"{manifest['image_size'][0]}x{manifest['image_size'][1]} RGB PNG; source "
+             f"{manifest['image_size'][0]}x{manifest['image_size'][1]} RGB "
+             f"{manifest.get('image_format', 'png').upper()}; source "
              f"fingerprint `{manifest['source_fingerprint']}`.", "",
              "| class | " + " | ".join(splits) + " |",
              "| --- | " + " | ".join("---:" for _ in splits) + " |"]

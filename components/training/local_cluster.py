@@ -17,7 +17,7 @@ import time
 from collections import deque
 from typing import Sequence, TextIO
 
-from trainer.cluster import Layout, choose_strategy, vertex_tf_config
+from trainer.cluster import LOCAL_CORES_ENV, Layout, choose_strategy, vertex_tf_config
 from trainer.errors import StageError
 
 #: Seconds the replicas that do not decide the outcome (parameter servers, PS workers,
@@ -78,6 +78,30 @@ def cluster_environments(layout: Layout, base_env: dict[str, str]
     return envs
 
 
+def core_plan(names: Sequence[str], cores: Sequence[int]) -> dict[str, list[int]]:
+    """Disjoint sets of cores for the training processes (the chief and the workers).
+
+    Each TensorFlow process sizes its thread pools for every core it may run on, so
+    processes sharing a machine oversubscribe it: two workers on two cores ran each step
+    ~25% slower unpinned (benchmarks/multiworker.py). When there are at least as many cores
+    as training processes, each gets an equal share of its own; otherwise (and for the
+    parameter servers and the evaluator, which mostly wait) nothing is pinned.
+
+    Args:
+        names: Process names (`chief`, `worker-0`, `ps-0`, `evaluator-0`, ...).
+        cores: The cores this process may use.
+
+    Returns:
+        Cores per pinned process name; names not in it run unpinned.
+    """
+    training = [n for n in names if n == "chief" or n.startswith("worker-")]
+    share = len(cores) // len(training) if training else 0
+    if share < 1:
+        return {}
+    ordered = sorted(cores)
+    return {name: ordered[i * share:(i + 1) * share] for i, name in enumerate(training)}
+
+
 def _pump(stream, out: TextIO | None, tail: deque) -> None:
     for line in iter(stream.readline, ""):
         tail.append(line.rstrip("\n"))
@@ -115,7 +139,13 @@ def run_local_cluster(layout: Layout, trainer_args: Sequence[str], strategy: str
     base = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
             "PYTHONUNBUFFERED": "1"}
     procs: list[tuple[str, subprocess.Popen, deque, threading.Thread]] = []
-    for name, env in cluster_environments(layout, base):
+    environments = cluster_environments(layout, base)
+    pinned = core_plan([name for name, _ in environments], sorted(os.sched_getaffinity(0))) \
+        if len(environments) > 1 else {}
+    for name, env in environments:
+        env.pop(LOCAL_CORES_ENV, None)
+        if name in pinned:  # the trainer pins itself before TensorFlow starts
+            env[LOCAL_CORES_ENV] = ",".join(map(str, pinned[name]))
         proc = subprocess.Popen([sys.executable, "-m", "trainer.task", *trainer_args], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 bufsize=1)
