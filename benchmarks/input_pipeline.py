@@ -91,7 +91,7 @@ def floor_dataset(tf, files, threads):
 def stage_datasets(tf, files, image_format, threads):
     """Our pipeline built up stage by stage (each batched, so all iterate alike)."""
     from trainer.contract import FEATURE_IMAGE, FEATURE_LABEL, feature_spec
-    from trainer.data import crop_window, resize_and_flip
+    from trainer.data import augment_decoded, augment_jpeg
 
     decode = tf.io.decode_jpeg if image_format == "jpeg" else tf.io.decode_png
 
@@ -102,15 +102,10 @@ def stage_datasets(tf, files, image_format, threads):
     def decoded(data, label):
         return decode(data, channels=3), label
 
-    def augmented(data, label):
+    def augmented(data, label):  # as make_dataset without a cache
         if image_format == "jpeg":
-            window = crop_window(tf, tf.io.extract_jpeg_shape(data), 0)
-            return resize_and_flip(tf, tf.io.decode_and_crop_jpeg(data, window, channels=3),
-                                   SIZE, 0), label
-        image = decode(data, channels=3)
-        window = crop_window(tf, tf.shape(image), 0)
-        image = tf.image.crop_to_bounding_box(image, window[0], window[1], window[2], window[3])
-        return resize_and_flip(tf, image, SIZE, 0), label
+            return augment_jpeg(tf, data, SIZE, 0), label
+        return augment_decoded(tf, decode(data, channels=3), SIZE, 0), label
 
     records = _records(tf, files, threads).repeat().map(parse, num_parallel_calls=threads)
     return {"read and parse": records.batch(BATCH),

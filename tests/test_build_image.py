@@ -16,6 +16,17 @@ from components.build.context import project_root, trainer_image_uri, write_buil
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def copy_project(destination: Path) -> Path:
+    """A copy of what the build context is made from (no caches), to change freely."""
+    destination.mkdir()
+    for name in ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md"):
+        shutil.copyfile(ROOT / name, destination / name)
+    for package in ("pipelines", "components", "trainer"):
+        shutil.copytree(ROOT / package, destination / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    return destination
+
+
 def test_context_holds_dockerfile_and_sources(tmp_path):
     context = write_build_context(tmp_path)
     assert {"Dockerfile", "pyproject.toml", "trainer/task.py", "components/ops.py",
@@ -32,13 +43,7 @@ def test_context_holds_dockerfile_and_sources(tmp_path):
 
 
 def test_same_sources_same_digest_and_a_change_changes_it(tmp_path):
-    copy = tmp_path / "project"
-    copy.mkdir()
-    for name in ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, copy / name)
-    for package in ("pipelines", "components", "trainer"):
-        shutil.copytree(ROOT / package, copy / package,
-                        ignore=shutil.ignore_patterns("__pycache__"))
+    copy = copy_project(tmp_path / "project")
     first = write_build_context(tmp_path / "a", root=copy)
     second = write_build_context(tmp_path / "b", root=copy)
     assert first.tarball.read_bytes() == second.tarball.read_bytes()
@@ -73,13 +78,7 @@ SECRETS = ("components/.env", "trainer/key.json", "pipelines/service-account-key
 
 
 def test_the_build_context_follows_dockerignore_and_leaves_planted_secrets_out(tmp_path):
-    project = tmp_path / "project"
-    project.mkdir()
-    for name in ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md"):
-        shutil.copyfile(ROOT / name, project / name)
-    for package in ("pipelines", "components", "trainer"):
-        shutil.copytree(ROOT / package, project / package,
-                        ignore=shutil.ignore_patterns("__pycache__"))
+    project = copy_project(tmp_path / "project")
     for secret in SECRETS:
         (project / secret).parent.mkdir(parents=True, exist_ok=True)
         (project / secret).write_text("do-not-ship")

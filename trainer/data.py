@@ -41,6 +41,21 @@ def resize_and_flip(tf: Any, image: Any, image_size: int, seed: int) -> Any:
     return tf.image.random_flip_left_right(tf.cast(image + 0.5, tf.uint8), seed)
 
 
+def augment_decoded(tf: Any, image: Any, image_size: int, seed: int) -> Any:
+    """A decoded uint8 image's random crop, resized back and maybe flipped."""
+    window = crop_window(tf, tf.shape(image), seed)
+    image = tf.image.crop_to_bounding_box(image, window[0], window[1], window[2], window[3])
+    return resize_and_flip(tf, image, image_size, seed)
+
+
+def augment_jpeg(tf: Any, data: Any, image_size: int, seed: int) -> Any:
+    """An encoded JPEG's random crop, decoding only the window, resized back and maybe
+    flipped (the TF Model Garden's ImageNet input)."""
+    window = crop_window(tf, tf.io.extract_jpeg_shape(data), seed)
+    image = tf.io.decode_and_crop_jpeg(data, window, channels=3)
+    return resize_and_flip(tf, image, image_size, seed)
+
+
 def untuned_device_datasets(tf: Any) -> None:
     """Turns tf.data autotuning off in the per-device datasets of distributed iterators.
 
@@ -120,16 +135,12 @@ def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int
         example = tf.io.parse_single_example(record, features)
         data, label = example[FEATURE_IMAGE], example[FEATURE_LABEL]
         if crop_at_decode:
-            window = crop_window(tf, tf.io.extract_jpeg_shape(data), seed)
-            image = tf.io.decode_and_crop_jpeg(data, window, channels=3)
-            return resize_and_flip(tf, image, image_size, seed), label
+            return augment_jpeg(tf, data, image_size, seed), label
         image = tf.ensure_shape(decode(data, channels=3), [image_size, image_size, 3])
         return image, label
 
     def crop(image, label):
-        window = crop_window(tf, tf.shape(image), seed)
-        image = tf.image.crop_to_bounding_box(image, window[0], window[1], window[2], window[3])
-        return resize_and_flip(tf, image, image_size, seed), label
+        return augment_decoded(tf, image, image_size, seed), label
 
     files = list(files)
     by_record = None

@@ -15,13 +15,17 @@ REPORT_FILE = "training_report.json"
 EVALUATIONS_FILE = "evaluations.json"
 
 
-def load_history(job_dir: str) -> list[dict[str, float]]:
-    """The per-epoch logs written so far (empty for a new job)."""
-    path = os.path.join(job_dir, HISTORY_FILE)
+def _read(job_dir: str, name: str) -> list[dict[str, float]]:
+    path = os.path.join(job_dir, name)
     if not os.path.exists(path):
         return []
     with open(path) as f:
         return json.load(f)
+
+
+def load_history(job_dir: str) -> list[dict[str, float]]:
+    """The per-epoch logs written so far (empty for a new job)."""
+    return _read(job_dir, HISTORY_FILE)
 
 
 def _write(job_dir: str, name: str, entries: list[dict[str, float]]) -> None:
@@ -44,11 +48,7 @@ def record_epoch(job_dir: str, epoch: int, logs: Mapping[str, float]) -> list[di
 
 def load_evaluations(job_dir: str) -> list[dict[str, float]]:
     """The sidecar evaluator's evaluations so far (empty without an evaluator)."""
-    path = os.path.join(job_dir, EVALUATIONS_FILE)
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return json.load(f)
+    return _read(job_dir, EVALUATIONS_FILE)
 
 
 def record_evaluation(job_dir: str, epoch: int,
