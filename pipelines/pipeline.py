@@ -128,7 +128,7 @@ def register_if_better(project_id, vertex: dict, export, image):
     from google_cloud_pipeline_components.types import artifact_types
     from google_cloud_pipeline_components.v1.model import ModelUploadOp
 
-    from trainer.serving import container_spec
+    from trainer.serving_container import container_spec
 
     plan = ops.registration_plan(vertex=vertex, register=export.outputs["register"],
                                  default=export.outputs["default"],

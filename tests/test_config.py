@@ -40,7 +40,8 @@ def test_every_problem_is_listed(tmp_path):
         load_config(path)
     message = str(info.value)
     for expected in ("unknown section 'extra'",
-                     "unknown field training.colour; valid fields of training are augment, batch_size",
+                     "unknown field training.colour; valid fields of training are augment, "
+                     "batch_size",
                      "training.epochs is 'ten'; expected an integer",
                      "dataset.validation_fraction is 1.5; expected a finite number in (0, 1)",
                      "dataset.num_shards is 1, fewer than training.local_workers (2)",

@@ -55,6 +55,26 @@ def test_generated_shapes_are_deterministic(tmp_path):
     assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
 
 
+def test_builtin_shapes_are_drawn_once_and_equal_their_folder(tmp_path):
+    """The stage draws the builtin images in its encoding processes, without TensorFlow;
+    the shards are byte for byte those of the same images written as a folder."""
+    code = ("import json, sys\n"
+            "from components.dataset.prepare import prepare_dataset\n"
+            f"m = prepare_dataset('builtin://shapes', {str(tmp_path / 'builtin')!r}, "
+            "image_size=16, builtin_images_per_class=6, processes=2)\n"
+            "assert 'tensorflow' not in sys.modules, 'the dataset stage imported TensorFlow'\n"
+            "print(json.dumps(m['splits']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    drawn = json.loads(done.stdout)
+    folder = generate_shapes(tmp_path / "folder", images_per_class=6, image_size=16)
+    assert prepare_dataset(str(folder), tmp_path / "from-folder", image_size=16,
+                           processes=1)["splits"] == drawn
+    assert [r[0] for r in records(tmp_path / "builtin", "train")] == \
+        [r[0] for r in records(tmp_path / "from-folder", "train")]
+
+
 def test_manifest_shards_and_three_splits(small_dataset):
     manifest = load_manifest(small_dataset)
     assert manifest["classes"] == ["circle", "cross", "square", "triangle"]
@@ -475,6 +495,7 @@ def test_jpeg_shards_decode_close_to_the_png_ones_and_are_smaller(tmp_path):
 
 
 def test_bad_image_format_names_the_field(tmp_path):
-    with pytest.raises(DatasetError, match=r"dataset.image_format is 'webp'; expected one of auto, png, jpeg"):
+    with pytest.raises(DatasetError,
+                       match=r"dataset.image_format is 'webp'; expected one of auto, png, jpeg"):
         prepare_dataset(BUILTIN_SHAPES, tmp_path / "out", image_format="webp")
     assert not (tmp_path / "out").exists()

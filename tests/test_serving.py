@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer import serving
+from trainer import serving, serving_container
 from trainer.commit import require_committed
 
 pytestmark = pytest.mark.slow
@@ -46,17 +46,18 @@ def exported(small_dataset, tmp_path_factory):
 def server(exported):
     """`python -m google.cloud.aiplatform.prediction.model_server`, as the container runs it."""
     port = _free_port()
-    env = {**os.environ, **serving.ENVIRONMENT, "AIP_HTTP_PORT": str(port),
-           "AIP_PREDICT_ROUTE": serving.PREDICT_ROUTE, "AIP_HEALTH_ROUTE": serving.HEALTH_ROUTE,
+    env = {**os.environ, **serving_container.ENVIRONMENT, "AIP_HTTP_PORT": str(port),
+           "AIP_PREDICT_ROUTE": serving_container.PREDICT_ROUTE,
+           "AIP_HEALTH_ROUTE": serving_container.HEALTH_ROUTE,
            "AIP_STORAGE_URI": str(exported), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    spec = serving.container_spec("unused")
+    spec = serving_container.container_spec("unused")
     process = subprocess.Popen([sys.executable, *spec["command"][1:]], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while True:
         try:
-            with urllib.request.urlopen(base + serving.HEALTH_ROUTE, timeout=2) as answer:
+            with urllib.request.urlopen(base + serving_container.HEALTH_ROUTE, timeout=2) as answer:
                 if answer.status == 200:
                     break
         except (urllib.error.URLError, ConnectionError):
@@ -72,7 +73,7 @@ def server(exported):
 
 def _post(base: str, body: bytes | dict) -> tuple[int, dict]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request = urllib.request.Request(base + serving.PREDICT_ROUTE, data=data,
+    request = urllib.request.Request(base + serving_container.PREDICT_ROUTE, data=data,
                                      headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=60) as answer:
@@ -100,7 +101,7 @@ def _test_images(dataset_dir, count=24):
 
 
 def test_the_container_spec_runs_this_server():
-    spec = serving.container_spec("REPO/gpu-pipeline:src-1@sha256:ab")
+    spec = serving_container.container_spec("REPO/gpu-pipeline:src-1@sha256:ab")
     assert spec["command"] == ["python", "-m", "google.cloud.aiplatform.prediction.model_server"]
     env = {e["name"]: e["value"] for e in spec["env"]}
     assert env["PREDICTOR_MODULE"] == "trainer.serving"
@@ -111,7 +112,7 @@ def test_the_container_spec_runs_this_server():
 
 
 def test_health_and_encoded_images(server, small_dataset):
-    with urllib.request.urlopen(server + serving.HEALTH_ROUTE) as answer:
+    with urllib.request.urlopen(server + serving_container.HEALTH_ROUTE) as answer:
         assert answer.status == 200
     images = _test_images(small_dataset)
     status, body = _post(server, {"instances": [

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from trainer import tfrecord
 from trainer.errors import InputError
 
 MANIFEST_NAME = "manifest.json"
@@ -37,14 +38,11 @@ def feature_spec(tf: Any) -> dict[str, Any]:
             FEATURE_LABEL: tf.io.FixedLenFeature([], tf.int64)}
 
 
-def serialize_example(tf: Any, image: bytes, label: int, identity: str) -> bytes:
-    """One record: encoded image bytes, label index and identity, serialised."""
-    feature = tf.train.Feature
-    return tf.train.Example(features=tf.train.Features(feature={
-        FEATURE_IMAGE: feature(bytes_list=tf.train.BytesList(value=[image])),
-        FEATURE_LABEL: feature(int64_list=tf.train.Int64List(value=[label])),
-        FEATURE_ID: feature(bytes_list=tf.train.BytesList(value=[identity.encode("utf-8")])),
-    })).SerializeToString()
+def serialize_example(image: bytes, label: int, identity: str) -> bytes:
+    """One record: encoded image bytes, label index and identity, serialised (a
+    `tf.train.Example`, written without TensorFlow: `trainer.tfrecord`)."""
+    return tfrecord.example({FEATURE_IMAGE: [image], FEATURE_LABEL: [label],
+                             FEATURE_ID: [identity.encode("utf-8")]})
 
 
 def write_manifest(dataset_dir: str | os.PathLike, manifest: dict[str, Any]) -> None:

@@ -4,7 +4,8 @@ The registered model is served by the project image itself (the TensorFlow it wa
 with; Vertex AI's prebuilt TensorFlow prediction containers stop at 2.15), run with
 aiplatform's own prediction framework: the CPR model server
 (`python -m google.cloud.aiplatform.prediction.model_server`) with its default
-`PredictionHandler` and the `SavedModelPredictor` below. Vertex AI sets
+`PredictionHandler` and the `SavedModelPredictor` below (the container spec that says so:
+`trainer.serving_container`). Vertex AI sets
 `AIP_HTTP_PORT`, `AIP_PREDICT_ROUTE`, `AIP_HEALTH_ROUTE` and `AIP_STORAGE_URI` (where it
 copied the model) for a custom container (Vertex AI docs: "Custom container requirements
 for prediction").
@@ -25,31 +26,6 @@ import tempfile
 from typing import Any
 
 from google.cloud.aiplatform.prediction.predictor import Predictor
-
-#: How the registered model's container runs: the CPR model server with our predictor.
-SERVER_MODULE = "google.cloud.aiplatform.prediction.model_server"
-PREDICT_ROUTE = "/predict"
-HEALTH_ROUTE = "/health"
-ENVIRONMENT = {
-    "HANDLER_MODULE": "google.cloud.aiplatform.prediction.handler",
-    "HANDLER_CLASS": "PredictionHandler",
-    "PREDICTOR_MODULE": "trainer.serving",
-    "PREDICTOR_CLASS": "SavedModelPredictor",
-    "TF_USE_LEGACY_KERAS": "1",
-    # One server process per container: a SavedModel loaded once, TensorFlow's own
-    # thread pools using every core.
-    "VERTEX_CPR_WEB_CONCURRENCY": "1",
-}
-
-
-def container_spec(image_uri: str) -> dict[str, Any]:
-    """The Model Registry `containerSpec` that serves a model exported by this project.
-
-    No port is given: Vertex AI then uses 8080 and passes it as AIP_HTTP_PORT.
-    """
-    return {"imageUri": image_uri, "command": ["python", "-m", SERVER_MODULE],
-            "env": [{"name": k, "value": v} for k, v in ENVIRONMENT.items()],
-            "predictRoute": PREDICT_ROUTE, "healthRoute": HEALTH_ROUTE}
 
 
 def _bad_request(message: str) -> Exception:

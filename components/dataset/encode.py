@@ -13,7 +13,13 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Iterable, Iterator, Sequence
 
-from components.dataset.sources import TFDS_PREFIX, Example, SourceListing
+from components.dataset.sources import (
+    BUILTIN_SHAPES,
+    TFDS_PREFIX,
+    Example,
+    SourceListing,
+    builtin_image,
+)
 from trainer.errors import StageError
 from trainer.gcs import read_bytes
 
@@ -45,10 +51,13 @@ def _to_bytes(img: Any, size: int, image_format: str) -> bytes:
 
 
 def _encode(task: tuple[int, str, int, str]) -> Result:
-    """Reads, decodes, converts and resizes one image; returns its bytes or the reason."""
+    """Reads (or draws), decodes, converts and resizes one image; returns its bytes or
+    the reason."""
     from PIL import Image
 
     index, ref, size, image_format = task
+    if ref.startswith(BUILTIN_SHAPES):  # drawn here, encoded once
+        return index, _to_bytes(builtin_image(ref, size), size, image_format), None, None
     try:
         data = read_bytes(ref)
     except Exception as exc:  # noqa: BLE001 - local and Cloud Storage errors alike

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from components.dataset.options import DatasetOptions, stored_format
 from components.dataset.plan import estimated_bytes, plan_shards, split_of
 from components.dataset.report import REPORT_NAME, markdown_report
 from components.dataset.sources import DatasetError, Example, list_source
-from trainer import contract
+from trainer import contract, tfrecord
 from trainer.schema import OptionsError, validate
 
 
@@ -100,108 +99,102 @@ def _prepare(source: str, out: Path, image_size: int, validation_fraction: float
              report_path: str | os.PathLike | None, image_format: str) -> dict[str, Any]:
     """`prepare_dataset` once its parameters are checked: shards straight into `out` (on
     Vertex, a Cloud Storage FUSE path), the manifest last."""
-    # Local scratch (the builtin shapes are drawn here), never on the Cloud Storage mount.
-    with tempfile.TemporaryDirectory(prefix="gpu-pipeline-dataset-") as work:
-        work_dir = Path(work)
-        listing = list_source(source, work_dir, image_size, builtin_images_per_class)
-        by_split: dict[str, list[Example]] = {s: [] for s in contract.SPLITS}
-        for ex in listing.examples:
-            by_split[split_of(ex.identity, validation_fraction, test_fraction)].append(ex)
-        wanted = [s for s in contract.SPLITS if s != "test" or test_fraction > 0]
+    listing = list_source(source, image_size, builtin_images_per_class)
+    by_split: dict[str, list[Example]] = {s: [] for s in contract.SPLITS}
+    for ex in listing.examples:
+        by_split[split_of(ex.identity, validation_fraction, test_fraction)].append(ex)
+    wanted = [s for s in contract.SPLITS if s != "test" or test_fraction > 0]
+    for split in wanted:
+        if not by_split[split]:
+            raise DatasetError(f"the {split} split is empty ({len(listing.examples)} "
+                               f"examples, validation_fraction={validation_fraction}, "
+                               f"test_fraction={test_fraction}); add images or change "
+                               "the fractions")
+    # One ordered stream over all splits; each split's writers take their share.
+    order = [ex for split in wanted for ex in by_split[split]]
+    plans, writers, names = {}, {}, {}
+    for split in wanted:
+        items = by_split[split]
+        if num_shards:
+            plans[split] = min(num_shards, len(items))
+        else:
+            plans[split] = plan_shards(
+                len(items), estimated_bytes(len(items), image_size, image_format),
+                min_shards)
+        names[split] = [f"{split}-{i:05d}-of-{plans[split]:05d}.tfrecord"
+                        for i in range(plans[split])]
+    split_of_index = [split for split in wanted for _ in by_split[split]]
+    counts = {s: [0] * plans[s] for s in wanted}
+    per_class = {s: [0] * len(listing.classes) for s in wanted}
+    written = {s: 0 for s in wanted}
+    skipped: list[dict[str, str]] = []
+    try:
         for split in wanted:
-            if not by_split[split]:
-                raise DatasetError(f"the {split} split is empty ({len(listing.examples)} "
-                                   f"examples, validation_fraction={validation_fraction}, "
-                                   f"test_fraction={test_fraction}); add images or change "
-                                   "the fractions")
-        staging = out
-        import tensorflow as tf  # Late import: only the writing needs TensorFlow.
+            writers[split] = [tfrecord.Writer(out / n) for n in names[split]]
+        for index, data, error, label in results(listing, order, image_size, processes,
+                                                      image_format):
+            ex, split = order[index], split_of_index[index]
+            if data is None:
+                skipped.append({"file": ex.ref, "reason": error or "unreadable"})
+                continue
+            label = ex.label if label is None else label
+            shard = written[split] % plans[split]
+            writers[split][shard].write(
+                contract.serialize_example(data, label, ex.identity))
+            counts[split][shard] += 1
+            per_class[split][label] += 1
+            written[split] += 1
+    finally:
+        for split_writers in writers.values():
+            for w in split_writers:
+                w.close()
 
-        # One ordered stream over all splits; each split's writers take their share.
-        order = [ex for split in wanted for ex in by_split[split]]
-        plans, writers, names = {}, {}, {}
-        for split in wanted:
-            items = by_split[split]
-            if num_shards:
-                plans[split] = min(num_shards, len(items))
-            else:
-                plans[split] = plan_shards(
-                    len(items), estimated_bytes(len(items), image_size, image_format),
-                    min_shards)
-            names[split] = [f"{split}-{i:05d}-of-{plans[split]:05d}.tfrecord"
-                            for i in range(plans[split])]
-        split_of_index = [split for split in wanted for _ in by_split[split]]
-        counts = {s: [0] * plans[s] for s in wanted}
-        per_class = {s: [0] * len(listing.classes) for s in wanted}
-        written = {s: 0 for s in wanted}
-        skipped: list[dict[str, str]] = []
-        try:
-            for split in wanted:
-                writers[split] = [tf.io.TFRecordWriter(str(staging / n)) for n in names[split]]
-            for index, data, error, label in results(listing, order, image_size, processes,
-                                                          image_format):
-                ex, split = order[index], split_of_index[index]
-                if data is None:
-                    skipped.append({"file": ex.ref, "reason": error or "unreadable"})
-                    continue
-                label = ex.label if label is None else label
-                shard = written[split] % plans[split]
-                writers[split][shard].write(
-                    contract.serialize_example(tf, data, label, ex.identity))
-                counts[split][shard] += 1
-                per_class[split][label] += 1
-                written[split] += 1
-        finally:
-            for split_writers in writers.values():
-                for w in split_writers:
-                    w.close()
+    total = len(order)
+    bad_fraction = len(skipped) / total if total else 0.0
+    if bad_fraction > max_bad_fraction:
+        listed = "; ".join(f"{s['file']}: {s['reason']}" for s in skipped[:5])
+        raise DatasetError(f"{len(skipped)} of {total} images ({bad_fraction:.1%}) could not "
+                           f"be decoded, above max_bad_fraction {max_bad_fraction:.1%}: "
+                           f"{listed}{' ...' if len(skipped) > 5 else ''}; fix or remove "
+                           "them, or raise max_bad_fraction")
+    for split in wanted:
+        if not written[split]:
+            raise DatasetError(f"every image of the {split} split was skipped")
 
-        total = len(order)
-        bad_fraction = len(skipped) / total if total else 0.0
-        if bad_fraction > max_bad_fraction:
-            listed = "; ".join(f"{s['file']}: {s['reason']}" for s in skipped[:5])
-            raise DatasetError(f"{len(skipped)} of {total} images ({bad_fraction:.1%}) could not "
-                               f"be decoded, above max_bad_fraction {max_bad_fraction:.1%}: "
-                               f"{listed}{' ...' if len(skipped) > 5 else ''}; fix or remove "
-                               "them, or raise max_bad_fraction")
-        for split in wanted:
-            if not written[split]:
-                raise DatasetError(f"every image of the {split} split was skipped")
-
-        manifest: dict[str, Any] = {
-            "format_version": contract.FORMAT_VERSION,
-            "classes": listing.classes,
-            "image_size": [image_size, image_size, 3],
-            "image_format": image_format,
-            "features": {"image": contract.FEATURE_IMAGE, "label": contract.FEATURE_LABEL,
-                         "id": contract.FEATURE_ID},
-            "source": source,
-            "source_kind": listing.kind,
-            "source_fingerprint": listing.fingerprint,
-            "validation_fraction": validation_fraction,
-            "test_fraction": test_fraction,
-            "examples": total,
-            "skipped": skipped,
-            "bad_fraction": bad_fraction,
-            "splits": {},
+    manifest: dict[str, Any] = {
+        "format_version": contract.FORMAT_VERSION,
+        "classes": listing.classes,
+        "image_size": [image_size, image_size, 3],
+        "image_format": image_format,
+        "features": {"image": contract.FEATURE_IMAGE, "label": contract.FEATURE_LABEL,
+                     "id": contract.FEATURE_ID},
+        "source": source,
+        "source_kind": listing.kind,
+        "source_fingerprint": listing.fingerprint,
+        "validation_fraction": validation_fraction,
+        "test_fraction": test_fraction,
+        "examples": total,
+        "skipped": skipped,
+        "bad_fraction": bad_fraction,
+        "splits": {},
+    }
+    for split in wanted:
+        shards = [{"file": n, "count": c, "bytes": (out / n).stat().st_size,
+                   "sha256": _sha256_file(out / n)}
+                  for n, c in zip(names[split], counts[split]) if c]
+        for n, c in zip(names[split], counts[split]):
+            if not c:  # all of a shard's images were skipped
+                (out / n).unlink()
+        manifest["splits"][split] = {
+            "count": written[split],
+            "per_class": dict(zip(listing.classes, per_class[split])),
+            "shards": shards,
         }
-        for split in wanted:
-            shards = [{"file": n, "count": c, "bytes": (staging / n).stat().st_size,
-                       "sha256": _sha256_file(staging / n)}
-                      for n, c in zip(names[split], counts[split]) if c]
-            for n, c in zip(names[split], counts[split]):
-                if not c:  # all of a shard's images were skipped
-                    (staging / n).unlink()
-            manifest["splits"][split] = {
-                "count": written[split],
-                "per_class": dict(zip(listing.classes, per_class[split])),
-                "shards": shards,
-            }
-        report = markdown_report(manifest)
-        (staging / REPORT_NAME).write_text(report)
-        if report_path is not None:
-            Path(report_path).parent.mkdir(parents=True, exist_ok=True)
-            Path(report_path).write_text(report)
-        # Last: the manifest is what makes the directory a prepared dataset.
-        contract.write_manifest(out, manifest)
+    report = markdown_report(manifest)
+    (out / REPORT_NAME).write_text(report)
+    if report_path is not None:
+        Path(report_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(report_path).write_text(report)
+    # Last: the manifest is what makes the directory a prepared dataset.
+    contract.write_manifest(out, manifest)
     return manifest

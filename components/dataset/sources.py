@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from components.dataset.shapes import SHAPE_CLASSES, generate_shapes
+from components.dataset.shapes import IDENTITY, SHAPE_CLASSES, draw_shape
 from trainer.errors import InputError
 from trainer.gcs import read_bytes, split_gcs_uri, storage_client
 
@@ -240,13 +240,12 @@ def _list_tfds(source: str) -> SourceListing:
     return SourceListing("tfds", classes, examples, fingerprint)
 
 
-def list_source(source: str, work_dir: str | os.PathLike | None = None,
-                image_size: int = 32, builtin_images_per_class: int = 400) -> SourceListing:
+def list_source(source: str, image_size: int = 32,
+                builtin_images_per_class: int = 400) -> SourceListing:
     """Lists a dataset source without reading its images.
 
     Args:
         source: See the module docstring for the accepted forms.
-        work_dir: Where `builtin://shapes` is drawn (required for it).
         image_size: Size the builtin shapes are drawn at.
         builtin_images_per_class: Images per class of the builtin shapes.
 
@@ -260,15 +259,7 @@ def list_source(source: str, work_dir: str | os.PathLike | None = None,
         raise DatasetError(f"dataset source is {source!r}; expected a folder, a manifest, a "
                            f"gs:// prefix, {TFDS_PREFIX}NAME or {BUILTIN_SHAPES!r}")
     if source == BUILTIN_SHAPES:
-        if work_dir is None:
-            return SourceListing("builtin", list(SHAPE_CLASSES), [], _builtin_fingerprint(
-                image_size, builtin_images_per_class))
-        folder = generate_shapes(Path(work_dir) / "builtin-shapes", builtin_images_per_class,
-                                 image_size)
-        listing = _list_local_folder(str(folder))
-        listing.kind = "builtin"
-        listing.fingerprint = _builtin_fingerprint(image_size, builtin_images_per_class)
-        return listing
+        return _list_builtin(image_size, builtin_images_per_class)
     if source.startswith(TFDS_PREFIX):
         return _list_tfds(source)
     if source.lower().endswith((".csv", ".jsonl")):
@@ -281,8 +272,21 @@ def list_source(source: str, work_dir: str | os.PathLike | None = None,
     return _list_local_folder(source)
 
 
-def _builtin_fingerprint(image_size: int, per_class: int) -> str:
-    return f"{BUILTIN_SHAPES}?images_per_class={per_class}&image_size={image_size}&v=2"
+def _list_builtin(image_size: int, per_class: int) -> SourceListing:
+    """The builtin shapes, drawn later by the encoding processes (`builtin_image`)."""
+    examples = [Example(f"{BUILTIN_SHAPES}#{identity}", identity, label)
+                for label, name in enumerate(SHAPE_CLASSES) for index in range(per_class)
+                for identity in [IDENTITY.format(label=name, index=index)]]
+    # v: the drawing's version; a new one draws other pixels (and misses KFP's cache).
+    fingerprint = f"{BUILTIN_SHAPES}?images_per_class={per_class}&image_size={image_size}&v=3"
+    return SourceListing("builtin", list(SHAPE_CLASSES), examples, fingerprint)
+
+
+def builtin_image(ref: str, image_size: int) -> Any:
+    """Draws the builtin image `ref` (`builtin://shapes#circle/circle_00007.png`)."""
+    identity = ref[len(BUILTIN_SHAPES) + 1:]
+    label, _, name = identity.partition("/")
+    return draw_shape(label, int(name.rsplit("_", 1)[1].split(".")[0]), image_size)
 
 
 def source_fingerprint(source: str, image_size: int = 32,
@@ -292,5 +296,5 @@ def source_fingerprint(source: str, image_size: int = 32,
     The pipeline passes it to the preparation stage, so KFP's cache reuses the prepared
     data exactly when the source is unchanged.
     """
-    return list_source(source, None, image_size, builtin_images_per_class).fingerprint
+    return list_source(source, image_size, builtin_images_per_class).fingerprint
 

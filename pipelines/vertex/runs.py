@@ -119,7 +119,7 @@ def _dry_run_credentials(dry_run: bool) -> Any:
 
 def summary(prepared: Prepared, config: Config) -> list[str]:
     """What a reader checks in the requests below: caching, images, serving, build account."""
-    from trainer.serving import SERVER_MODULE
+    from trainer.serving_container import SERVER_MODULE
 
     spec = prepared.request.pipeline_job.pipeline_spec
     dags = [spec["root"]["dag"]] + [c["dag"] for c in spec["components"].values() if "dag" in c]
