@@ -1,9 +1,11 @@
-"""Stage 5, export: load the trained SavedModel back, evaluate it, and publish it.
+"""Stage 5, export: the trained model's metrics, and its publication.
 
-The model is evaluated through its serving signature on the validation split's encoded
-images, exactly as a prediction client would send them, then committed to the exported
-model location with its metrics (`trainer.commit`: a fresh directory and a marker written
-last, as Cloud Storage FUSE cannot rename directories).
+The model's metrics are those its serving signature scores on the dataset's encoded
+images (`trainer.evaluation`): measured by the trainer before it committed the model, and
+measured here (with TensorFlow) only for a model that was measured on other data, such
+as a champion from before the dataset changed. The model is then committed to the
+exported model location with its metrics (`trainer.commit`: a fresh directory and a
+marker written last, as Cloud Storage FUSE cannot rename directories).
 """
 
 from __future__ import annotations
@@ -14,14 +16,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from trainer import evaluation
 from trainer.commit import MARKER, commit_directory, committed
-from trainer.contract import (
-    FEATURE_IMAGE,
-    FEATURE_LABEL,
-    feature_spec,
-    load_manifest,
-    shard_paths,
-)
+from trainer.contract import load_manifest
 from trainer.errors import StageError
 
 
@@ -29,54 +26,33 @@ class ExportError(StageError):
     """The trained model is missing or unusable."""
 
 
-def evaluate_saved_model(model_dir: str | os.PathLike, dataset_dir: str | os.PathLike,
-                         split: str = "validation", batch_size: int = 256) -> dict[str, Any]:
-    """Evaluates a SavedModel's `serving_default` signature on a dataset split.
+def model_metrics(model_dir: str | os.PathLike,
+                  dataset_dir: str | os.PathLike) -> tuple[dict[str, Any], bool]:
+    """A model's metrics on the dataset's validation and test splits.
 
     Args:
-        model_dir: A SavedModel directory, or a location the trainer committed one to.
+        model_dir: A SavedModel directory, or a location one was committed to.
         dataset_dir: Prepared dataset directory.
-        split: Split to evaluate on.
-        batch_size: Examples per signature call.
 
     Returns:
-        Metrics: `accuracy`, `examples`, per-class `accuracy_<class>`.
+        The metrics (`trainer.evaluation.evaluate`), and whether they were read from
+        beside the model rather than measured here.
 
     Raises:
-        ExportError: The model directory holds no SavedModel or lacks the signature.
+        ExportError: The location holds no SavedModel, or it cannot be evaluated.
     """
-    from trainer.export import SIGNATURE_BYTES
-
     model_dir = saved_model_dir(model_dir)
-    if not (Path(model_dir) / "saved_model.pb").is_file():
-        raise ExportError(f"{str(model_dir)!r} holds no SavedModel (no saved_model.pb)")
-    import tensorflow as tf  # The SavedModel is served without Keras.
-
-    loaded = tf.saved_model.load(str(model_dir))
-    if SIGNATURE_BYTES not in loaded.signatures:
-        raise ExportError(f"SavedModel {str(model_dir)!r} has no {SIGNATURE_BYTES!r} signature "
-                          f"(has: {', '.join(loaded.signatures) or 'none'})")
-    serve = loaded.signatures[SIGNATURE_BYTES]
     manifest = load_manifest(dataset_dir)
-    classes = manifest["classes"]
-    features = feature_spec(tf)
-    ds = (tf.data.TFRecordDataset(shard_paths(dataset_dir, manifest, split))
-          .batch(batch_size)
-          .map(lambda r: tf.io.parse_example(r, features)))
-    correct = [0] * len(classes)
-    total = [0] * len(classes)
-    for batch in ds:
-        predicted = serve(image_bytes=batch[FEATURE_IMAGE])["class_index"].numpy()
-        for label, guess in zip(batch[FEATURE_LABEL].numpy(), predicted):
-            total[label] += 1
-            correct[label] += int(label == guess)
-    examples = sum(total)
-    if examples == 0:
-        raise ExportError(f"the {split} split of {str(dataset_dir)!r} is empty")
-    metrics: dict[str, Any] = {"accuracy": sum(correct) / examples, "examples": examples}
-    for name, c, t in zip(classes, correct, total):
-        metrics[f"accuracy_{name}"] = c / t if t else 0.0
-    return metrics
+    known = evaluation.read(model_dir, manifest)
+    if known is not None:
+        return known, True
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tensorflow as tf  # only for a model not measured on this data
+
+    try:
+        return evaluation.evaluate(tf, model_dir, dataset_dir, manifest)["metrics"], False
+    except evaluation.EvaluationError as exc:
+        raise ExportError(str(exc)) from None
 
 
 def saved_model_dir(location: str | os.PathLike) -> str:
@@ -95,32 +71,25 @@ def saved_model_dir(location: str | os.PathLike) -> str:
 
 
 def publish_model(model_dir: str | os.PathLike, destination: str | os.PathLike,
-                  metrics: dict[str, Any], extra: dict[str, Any] | None = None) -> str:
+                  metrics: dict[str, Any], dataset_dir: str | os.PathLike,
+                  extra: dict[str, Any] | None = None) -> str:
     """Commits a copy of the SavedModel under `destination`, with its evaluation beside it.
 
     Args:
         model_dir: Trained SavedModel directory (or where the trainer committed it).
         destination: Exported model location (`trainer.commit` layout).
-        metrics: Evaluation metrics, written to `evaluation.json` in the copy.
+        metrics: The model's metrics (`model_metrics`).
+        dataset_dir: The dataset they were measured on (named in `evaluation.json`).
         extra: More JSON files for the copy, by name (e.g. `lineage.json`).
 
     Returns:
         The committed SavedModel directory (what a model upload points at).
     """
     source = saved_model_dir(model_dir)
+    measured = {"dataset": evaluation.dataset_digest(load_manifest(dataset_dir)),
+                "metrics": metrics}
     with commit_directory(destination, written_by="export") as staging:
         shutil.copytree(source, staging, dirs_exist_ok=True)
-        for name, content in {"evaluation.json": metrics, **(extra or {})}.items():
+        for name, content in {evaluation.EVALUATION_FILE: measured, **(extra or {})}.items():
             (Path(staging) / name).write_text(json.dumps(content, indent=2) + "\n")
     return staging
-
-
-def evaluate(model_dir: str | os.PathLike, dataset_dir: str | os.PathLike) -> dict[str, Any]:
-    """A model's metrics on the validation split, and the held-out test split when the
-    dataset has one: `accuracy`, `examples`, per-class accuracies, `test_accuracy`,
-    `test_examples`."""
-    results = evaluate_saved_model(model_dir, dataset_dir)
-    if "test" in load_manifest(dataset_dir)["splits"]:
-        test = evaluate_saved_model(model_dir, dataset_dir, split="test")
-        results.update(test_accuracy=test["accuracy"], test_examples=test["examples"])
-    return results

@@ -227,8 +227,9 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model], training:
                                        ("register", bool), ("default", bool),
                                        ("decision", str), ("labels", dict),
                                        ("description", str)]):
-    """Stage 5: evaluates the new model and the champion on the same splits, decides with
-    the champion/challenger gate, and exports the new model with its lineage.
+    """Stage 5: the new model's and the champion's metrics on the same splits (the
+    trainer's own when measured on this dataset), the champion/challenger gate's decision,
+    and the new model exported with its lineage.
 
     `registry_root` is the local registry (`run --local`: the model is registered there);
     "" on Vertex AI, where the champion is `vertex.parent_model`'s default version and the
@@ -278,10 +279,13 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model], training:
             {**decision.to_dict(), "registered_version": outcome["registered"]}))
     test = (f"; test accuracy {results['test_accuracy']:.4f} on {results['test_examples']}"
             if "test_accuracy" in results else "")
-    say(f"exported model evaluated on {results['examples']} validation examples: accuracy "
+    here = outcome["measured_here"]
+    source = "evaluated here" if "challenger" in here else "as the trainer measured it"
+    say(f"exported model, {source}, on {results['examples']} validation examples: accuracy "
         f"{results['accuracy']:.4f}{test}; " + json.dumps(
             {k: round(v, 4) for k, v in results.items() if k.startswith("accuracy_")}))
     say(f"champion/challenger: {decision.reason}"
+        + (" (the champion evaluated here on this dataset)" if "champion" in here else "")
         + (f" (local registry version {outcome['registered']})" if outcome["registered"]
            else ""))
     fields = ["accuracy", "model_uri", "register", "default", "decision", "labels",

@@ -48,7 +48,7 @@ def test_demo_reaches_target_accuracy_from_the_exported_model(demo):
     model = Path(summary["model_uri"])
     assert (model / "saved_model.pb").is_file()
     evaluation = json.loads((model / "evaluation.json").read_text())
-    assert evaluation["accuracy"] == summary["metrics"]["accuracy"]
+    assert evaluation["metrics"]["accuracy"] == summary["metrics"]["accuracy"]
 
 
 def test_demo_runs_every_stage_and_says_what_it_did(demo):
@@ -69,6 +69,9 @@ def test_demo_runs_every_stage_and_says_what_it_did(demo):
                  "was not built or pushed (no Docker engine is used); training uses the "
                  "trainer installed in this environment",
                  "[trainer chief:0] model written to",
+                 # The trainer measured the model it committed; export did not do it again.
+                 "[trainer chief:0] exported model through its serving signature",
+                 "[gpu-pipeline] exported model, as the trainer measured it, on",
                  "Pipeline 'gpu-training-pipeline-local' finished with status SUCCESS"):
         assert line in stdout
     if len(os.sched_getaffinity(0)) >= 2:  # each training process on its own core(s)
@@ -115,6 +118,9 @@ def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
     assert "reused the dataset prepared earlier" in out
     assert "[gpu-pipeline] dataset: 4 classes" not in out  # not prepared again
     assert second["metrics"]["champion_test_accuracy"] == champion
+    # Both models' figures on this (reused) dataset were committed beside them: no stage
+    # evaluated either again.
+    assert "as the trainer measured it" in out and "champion evaluated here" not in out
     assert abs(second["metrics"]["test_accuracy"] - champion) < 0.05
     assert f"does not beat the champion's {champion:.4f} by the margin 0.0500" in \
         second["decision"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from components.export import ExportError, evaluate_saved_model, publish_model
+from components.export import ExportError, model_metrics, publish_model
 from components.training.local_cluster import LocalTrainingError, run_local_cluster
 from trainer.cluster import Layout
 from trainer.commit import MARKER, committed, require_committed
@@ -94,23 +94,49 @@ def test_saved_model_serves_bytes_and_floats(trained, small_dataset):
     assert by_bytes["class_name"].numpy()[0].decode() in {"circle", "cross", "square", "triangle"}
 
 
-def test_evaluate_and_publish(trained, small_dataset, tmp_path):
-    _, model_dir, _, _ = trained
-    metrics = evaluate_saved_model(model_dir, small_dataset)
-    assert metrics["examples"] > 0 and 0.0 <= metrics["accuracy"] <= 1.0
+def test_the_trainer_measures_its_model_and_export_reuses_it(trained, small_dataset,
+                                                             tmp_path):
+    import shutil
+
+    import tensorflow as tf
+
+    from trainer import evaluation
+    from trainer.contract import load_manifest
+
+    _, model_dir, _, log = trained
+    manifest = load_manifest(small_dataset)
+    committed_with_model = json.loads((model_dir / "evaluation.json").read_text())
+    assert committed_with_model["dataset"] == evaluation.dataset_digest(manifest)
+    metrics = committed_with_model["metrics"]
+    assert "[trainer chief:0] exported model through its serving signature: validation " \
+        f"accuracy {metrics['accuracy']:.4f} on {metrics['examples']} examples" in log
+    # The same figures as an evaluation of the committed model from scratch.
+    assert evaluation.evaluate(tf, model_dir, small_dataset, manifest)["metrics"] == metrics
+    assert metrics["examples"] == manifest["splits"]["validation"]["count"]
+    assert metrics["test_examples"] == manifest["splits"]["test"]["count"]
     assert {"accuracy_circle", "accuracy_cross", "accuracy_square", "accuracy_triangle"} <= \
         set(metrics)
-    exported = Path(publish_model(model_dir.parent, tmp_path / "exported", metrics))
+    assert model_metrics(model_dir.parent, small_dataset) == (metrics, True)
+    # Measured on other data (here: a validation shard changed), the model is evaluated
+    # again by the export stage.
+    other = tmp_path / "other-data"
+    shutil.copytree(small_dataset, other)
+    changed = json.loads((other / "manifest.json").read_text())
+    changed["splits"]["validation"]["shards"][0]["sha256"] = "0" * 64
+    (other / "manifest.json").write_text(json.dumps(changed))
+    assert model_metrics(model_dir, other) == (metrics, False)
+
+    exported = Path(publish_model(model_dir.parent, tmp_path / "exported", metrics,
+                                  small_dataset))
     assert exported == Path(require_committed(tmp_path / "exported"))
     assert (exported / "saved_model.pb").is_file()
-    assert json.loads((exported / "evaluation.json").read_text())["accuracy"] == \
-        metrics["accuracy"]
+    assert json.loads((exported / "evaluation.json").read_text()) == committed_with_model
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "x").write_text("x")
     with pytest.raises(ExportError, match="no SavedModel and no committed one"):
-        evaluate_saved_model(tmp_path / "taken", small_dataset)
+        model_metrics(tmp_path / "taken", small_dataset)
     with pytest.raises(ExportError, match="no SavedModel"):
-        publish_model(tmp_path / "taken", tmp_path / "other", metrics)
+        publish_model(tmp_path / "taken", tmp_path / "other", metrics, small_dataset)
     assert not (tmp_path / "other").exists() or committed(tmp_path / "other") is None
 
 

@@ -6,8 +6,9 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+from trainer import evaluation
 from trainer.commit import commit_directory
 from trainer.model import preprocess
 
@@ -49,7 +50,8 @@ def _serving_module(tf: Any, model: Any, image_size: int, class_names: Sequence[
 
 
 def save_model(tf: Any, model: Any, destination: str, *, is_chief: bool, image_size: int,
-               class_names: Sequence[str], extra_metadata: dict | None = None) -> str | None:
+               class_names: Sequence[str], extra_metadata: dict | None = None,
+               evaluate: Callable[[str], dict] | None = None) -> str | None:
     """Saves the SavedModel; only the chief's copy is kept.
 
     Every worker saves (saving can run collective ops that need all of them), the
@@ -66,6 +68,8 @@ def save_model(tf: Any, model: Any, destination: str, *, is_chief: bool, image_s
         image_size: Input height and width of the model.
         class_names: Class names, in label order.
         extra_metadata: More fields for the model's metadata file.
+        evaluate: On the chief, called with the saved (not yet committed) SavedModel's
+            directory; what it returns is committed with the model (`trainer.evaluation`).
 
     Returns:
         The committed SavedModel directory on the chief, None on other workers.
@@ -88,4 +92,6 @@ def save_model(tf: Any, model: Any, destination: str, *, is_chief: bool, image_s
                     "tensorflow_version": tf.__version__, **(extra_metadata or {})}
         with open(os.path.join(staging, METADATA_FILE), "w") as f:
             json.dump(metadata, f, indent=2)
+        if evaluate is not None:
+            evaluation.write(staging, evaluate(staging))
     return staging

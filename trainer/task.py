@@ -167,6 +167,7 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name
     import tf_keras as keras
 
     from trainer import report as report_lib
+    from trainer import evaluation
     from trainer.contract import load_manifest
     from trainer.data import fits_in_cache
     from trainer.evaluator import EPOCHS_DIR, PLAN_FILE
@@ -284,8 +285,19 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name
         "weights_sha256": digest,
         "model_dir": destination,
     }
+    def measure(staged: str) -> dict[str, Any]:
+        # The model as a prediction client sees it, before it is committed (the export
+        # stage then reuses these figures instead of loading TensorFlow again).
+        measured = evaluation.evaluate(tf, staged, data_dir, manifest)
+        metrics = measured["metrics"]
+        log.info("exported model through its serving signature: validation accuracy %.4f "
+                 "on %d examples%s", metrics["accuracy"], metrics["examples"],
+                 f", test accuracy {metrics['test_accuracy']:.4f} on "
+                 f"{metrics['test_examples']}" if "test_accuracy" in metrics else "")
+        return measured
+
     saved = save_model(tf, model, destination, is_chief=info.is_chief, image_size=image_size,
-                       class_names=classes, extra_metadata={"training": {
+                       class_names=classes, evaluate=measure, extra_metadata={"training": {
                            k: report[k] for k in ("model", "strategy", "num_workers",
                                                   "parameter_servers", "replicas_in_sync",
                                                   "global_batch_size", "epochs")}})

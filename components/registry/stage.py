@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from components.export import evaluate, publish_model, saved_model_dir
+from components.export import model_metrics, publish_model, saved_model_dir
 from components.registry import local
 from components.registry.gate import Decision, decide
 from components.registry.lineage import lineage
@@ -54,7 +54,7 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
                     destination: str | os.PathLike, *, vertex: Any, training: Mapping[str, Any],
                     cluster: Mapping[str, Any], image: str, version: str,
                     registry_root: str = "") -> dict[str, Any]:
-    """Evaluates both models on the same splits, decides, and exports the new one.
+    """Both models' metrics on the same splits, the decision, and the new model exported.
 
     Args:
         trained_model: Where the trainer committed the model.
@@ -70,9 +70,11 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
 
     Returns:
         `metrics`, `champion` (metrics or None), `decision`, `lineage`, `saved` (the
-        committed SavedModel), `registered` (the local version, or None).
+        committed SavedModel), `registered` (the local version, or None), `measured_here`
+        (the models this stage had to evaluate: their metrics on this dataset were not
+        beside them).
     """
-    challenger = evaluate(trained_model, dataset_dir)
+    challenger, measured_by_trainer = model_metrics(trained_model, dataset_dir)
     model_dir = Path(registry_root) / vertex.model_display_name if registry_root else None
     if model_dir is not None:
         found = local.champion(model_dir)
@@ -80,17 +82,21 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
     else:
         champion_dir = (vertex_champion(vertex.parent_model, vertex.region)
                         if vertex.parent_model else None)
-    champion = evaluate(champion_dir, dataset_dir) if champion_dir else None
+    champion, champion_known = model_metrics(champion_dir, dataset_dir) if champion_dir \
+        else (None, False)
     decision = decide(challenger, champion, threshold=vertex.accuracy_threshold,
                       margin=vertex.promotion_margin, promotion=vertex.promotion)
     record = lineage(manifest=load_manifest(dataset_dir), training=training, cluster=cluster,
                      image=image, version=version, metrics=challenger)
-    saved = publish_model(trained_model, destination, challenger, extra={
+    saved = publish_model(trained_model, destination, challenger, dataset_dir, extra={
         "lineage.json": record, "decision.json": decision.to_dict(),
         "champion_evaluation.json": champion})
+    measured_here = ([] if measured_by_trainer else ["challenger"]) + (
+        ["champion"] if champion is not None and not champion_known else [])
     registered = None
     if model_dir is not None and decision.register:
         registered = local.register(model_dir, saved, challenger, record, decision.to_dict(),
                                     default=decision.default)["version"]
     return {"metrics": challenger, "champion": champion, "decision": decision,
-            "lineage": record, "saved": saved, "registered": registered}
+            "lineage": record, "saved": saved, "registered": registered,
+            "measured_here": measured_here}
