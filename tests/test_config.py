@@ -92,7 +92,8 @@ def test_vertex_and_schedule_values_are_checked():
                                "schedule": {"cron": "weekly"}})
     message = str(info.value)
     for expected in ("vertex.scheduling_strategy is 'CHEAP'; expected one of STANDARD, SPOT",
-                     "vertex.timeout is '1 day'; expected a positive number of seconds like '86400s'",
+                     "vertex.timeout is '1 day'; expected a positive number of seconds like "
+                     "'86400s'",
                      "vertex.restart_job_on_worker_restart is 'yes'; expected true or false",
                      "vertex.labels has 'Team': 'x'",
                      "vertex.parent_model is 'models/1'",

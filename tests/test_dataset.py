@@ -222,7 +222,8 @@ def test_bad_parameters_and_nonempty_output(tmp_path):
     with pytest.raises(DatasetError, match="test_fraction is 0.5"):
         prepare_dataset(BUILTIN_SHAPES, tmp_path / "a", validation_fraction=0.5,
                         test_fraction=0.5)
-    with pytest.raises(DatasetError, match="dataset.source is .s3:..bucket.data.; the scheme s3:.. is not read"):
+    with pytest.raises(DatasetError,
+                       match="dataset.source is .s3:..bucket.data.; the scheme s3:.. is not read"):
         prepare_dataset("s3://bucket/data", tmp_path / "a")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("x")

@@ -52,9 +52,9 @@ class FakeCloudBuild:
 
         class Operation:
             def result(self):
+                built = cloudbuild_v1.BuiltImage(name=image, digest=DIGEST)
                 return cloudbuild_v1.Build(id="build-1", status=cloudbuild_v1.Build.Status.SUCCESS,
-                                           results=cloudbuild_v1.Results(images=[
-                                               cloudbuild_v1.BuiltImage(name=image, digest=DIGEST)]))
+                                           results=cloudbuild_v1.Results(images=[built]))
         return Operation()
 
 

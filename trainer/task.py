@@ -166,8 +166,8 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name
     strategy = _create_strategy(tf, strategy_name)  # First TensorFlow op, as collectives need.
     import tf_keras as keras
 
-    from trainer import report as report_lib
     from trainer import evaluation
+    from trainer import report as report_lib
     from trainer.contract import load_manifest
     from trainer.data import fits_in_cache
     from trainer.evaluator import EPOCHS_DIR, PLAN_FILE
