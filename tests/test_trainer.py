@@ -77,6 +77,17 @@ def test_mixed_precision_keeps_the_output_in_float32(float32_policy):
     assert isinstance(model.optimizer, keras.mixed_precision.LossScaleOptimizer)
 
 
+def test_the_model_takes_uint8_pixels_and_converts_them_itself(float32_policy):
+    import numpy as np
+
+    model = build_model(keras, "cnn", 32, 4, 0.01)
+    pixels = tf.random.uniform([2, 32, 32, 3], 0, 256, tf.int32, seed=1)
+    as_uint8 = model(tf.cast(pixels, tf.uint8)).numpy()
+    np.testing.assert_allclose(as_uint8, model(tf.cast(pixels, tf.float32)).numpy(), atol=1e-6)
+    scaled = model.get_layer("scale")(tf.cast(pixels, tf.float32)).numpy()
+    assert 0.0 <= scaled.min() and scaled.max() <= 1.0
+
+
 def test_history_survives_restarts_and_renders(tmp_path):
     job = str(tmp_path)
     for epoch in range(3):
@@ -158,7 +169,8 @@ def test_file_sharding_needs_a_file_per_worker(small_dataset, caplog):
     assert by_data.options().experimental_distribute.auto_shard_policy == policy.DATA
     assert "1 files for 2 workers: sharding by data" in caplog.text
     images, labels = next(iter(by_file))
-    assert images.dtype == tf.float32 and float(tf.reduce_max(images)) <= 1.0
+    # uint8 pixels: the model converts them (on the accelerator), not the input pipeline.
+    assert images.dtype == tf.uint8 and int(tf.reduce_max(images)) > 1
     assert images.shape[1:] == (32, 32, 3) and labels.dtype == tf.int64
 
 
@@ -188,9 +200,9 @@ def test_augmented_jpeg_pipeline_crops_flips_and_keeps_shape(tmp_path):
         ds = make_dataset(tf, files, 64, 8, training=True, num_workers=1, cache=cache,
                           image_format="jpeg", augment=True, threads=1)
         batches = [b[0].numpy() for b in ds.take(4)]
-        images = np.concatenate(batches)
-        assert images.shape[1:] == (64, 64, 3) and images.dtype == np.float32
-        assert 0.0 <= images.min() and images.max() <= 1.0
+        assert all(b.dtype == np.uint8 for b in batches)
+        images = np.concatenate(batches).astype(np.float32)
+        assert images.shape[1:] == (64, 64, 3) and images.max() > 200
         slopes = np.sign(images[:, 32, -1, 0] - images[:, 32, 0, 0])
         assert (slopes > 0).any() and (slopes < 0).any()  # some flipped, some not
         # crops stretch a part of the ramp over the whole width: its steps get smaller

@@ -6,9 +6,9 @@ import logging
 from typing import Any, Sequence
 
 from trainer.contract import FEATURE_IMAGE, FEATURE_LABEL, feature_spec
-from trainer.model import preprocess
 
 log = logging.getLogger("trainer")
+
 
 def fits_in_cache(examples: int, image_size: int, budget_mb: float) -> bool:
     """Whether `examples` decoded uint8 images of the given size fit the cache budget."""
@@ -90,11 +90,11 @@ def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int
 
     Files are read in parallel (interleave). With `cache` each record is parsed and decoded
     once and the decoded uint8 images are kept in memory, so later epochs skip the
-    decoding; without, the encoded records are shuffled and decoded every epoch. Batching
-    comes before the float conversion, which then runs vectorised on whole batches;
-    prefetch overlaps input with training. Sharded by file across workers when there are
-    at least as many files as workers (each worker reads only its own files), by data
-    otherwise.
+    decoding; without, the encoded records are shuffled and decoded every epoch. Images
+    stay uint8 to the end: the model converts them to float on the accelerator, so the
+    host neither converts them nor copies four times the bytes to it; prefetch overlaps
+    input with training. Sharded by file across workers when there are at least as many
+    files as workers (each worker reads only its own files), by data otherwise.
 
     With `augment`, each training image is a random crop (a fraction CROP_AREA of it,
     resized back) flipped left-right at random. Without a cache, JPEG crops are decoded
@@ -123,7 +123,7 @@ def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int
             distributed iterator's destructor waits for it to wake).
 
     Returns:
-        A tf.data.Dataset.
+        A tf.data.Dataset of (uint8 images [batch, size, size, 3], int64 labels).
     """
     parallel = threads or tf.data.AUTOTUNE
     features = feature_spec(tf)
@@ -163,8 +163,8 @@ def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int
         ds = ds.map(parse, num_parallel_calls=parallel, deterministic=False)
     if augment and not crop_at_decode:
         ds = ds.map(crop, num_parallel_calls=parallel, deterministic=False)
+    # uint8 batches: the model converts them on the accelerator (`trainer.model.PIXEL_MAX`).
     ds = ds.batch(batch_size, drop_remainder=training, num_parallel_calls=parallel)
-    ds = ds.map(lambda x, y: (preprocess(tf, x), y), num_parallel_calls=parallel)
     ds = ds.prefetch(2 if threads else tf.data.AUTOTUNE)
 
     options = tf.data.Options()

@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 from trainer import evaluation
 from trainer.commit import commit_directory
-from trainer.model import preprocess
+from trainer.model import PIXEL_MAX
 
 METADATA_FILE = "gpu_pipeline_model.json"
 SIGNATURE_BYTES = "serving_default"
@@ -38,13 +38,13 @@ def _serving_module(tf: Any, model: Any, image_size: int, class_names: Sequence[
                 image = tf.image.resize(image, [image_size, image_size])
                 return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
 
-            images = tf.map_fn(decode, image_bytes, fn_output_signature=tf.uint8)
-            return self._predict(preprocess(tf, images))
+            # uint8 pixels, as training reads them; the model casts them.
+            return self._predict(tf.map_fn(decode, image_bytes, fn_output_signature=tf.uint8))
 
         @tf.function(input_signature=[
             tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name="images")])
         def serve_images(self, images):
-            return self._predict(images)
+            return self._predict(images * PIXEL_MAX)  # clients send [0, 1]
 
     return Serving()
 

@@ -14,14 +14,16 @@ class ModelConfigError(InputError):
     """A model option the trainer cannot honour."""
 
 
-def preprocess(tf: Any, images: Any) -> Any:
-    """Scales uint8 images to float32 in [0, 1]; shared by training and serving."""
-    return tf.cast(images, tf.float32) / 255.0
+#: The model's input: pixel values in [0, PIXEL_MAX]. The input pipeline hands it uint8
+#: batches, which the model casts to float itself (Keras casts inputs to the Input's
+#: dtype): the conversion runs on the accelerator, inside the training step, and a quarter
+#: of the bytes cross to it (benchmarks/input_pipeline.py).
+PIXEL_MAX = 255.0
 
 
 def _cnn_body(keras: Any, inputs: Any) -> Any:
     layers = keras.layers
-    x = inputs
+    x = layers.Rescaling(1.0 / PIXEL_MAX, name="scale")(inputs)  # to [0, 1]
     for filters in (32, 64, 64):
         x = layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
         x = layers.MaxPooling2D()(x)
@@ -33,8 +35,7 @@ def _cnn_body(keras: Any, inputs: Any) -> Any:
 
 def _resnet50_body(keras: Any, inputs: Any, weights: str | None, freeze_base: bool) -> Any:
     # ResNet50 expects 0..255 BGR with ImageNet means removed ("caffe" preprocessing).
-    x = keras.layers.Rescaling(255.0)(inputs)
-    x = keras.layers.Lambda(keras.applications.resnet50.preprocess_input, name="caffe")(x)
+    x = keras.layers.Lambda(keras.applications.resnet50.preprocess_input, name="caffe")(inputs)
     # weights=None: nothing is downloaded; pretrained weights come from a file.
     base = keras.applications.ResNet50(include_top=False, weights=None,
                                        input_shape=tuple(inputs.shape[1:]))
@@ -55,7 +56,8 @@ def _resnet50_body(keras: Any, inputs: Any, weights: str | None, freeze_base: bo
 def build_model(keras: Any, name: str, image_size: int, num_classes: int, learning_rate: float,
                 *, weights: str | None = None, freeze_base: bool = False,
                 jit_compile: bool = False) -> Any:
-    """Builds and compiles a classifier taking float32 images in [0, 1].
+    """Builds and compiles a classifier of images with pixel values in [0, 255] (`PIXEL_MAX`:
+    uint8 batches, or floats).
 
     Args:
         keras: The tf_keras module.
