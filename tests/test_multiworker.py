@@ -47,6 +47,12 @@ def test_chief_and_two_workers_train_in_sync(trained):
                               r"([0-9a-f]{64})", log))
     assert set(digests) == {"chief:0", "worker:0", "worker:1"}, log[-2000:]
     assert set(digests.values()) == {report["weights_sha256"]}
+    # Each worker reads its own shards, yet all log the same epoch metrics: the epoch logs
+    # are the cluster's, although each step's logs stay on its worker (trainer.step_logs).
+    epochs = {task: re.findall(rf"\[trainer {re.escape(task)}\] (epoch \d+/4: .*)", log)
+              for task in ("chief:0", "worker:0", "worker:1")}
+    assert len(epochs["chief:0"]) == 4 and \
+        epochs["chief:0"] == epochs["worker:0"] == epochs["worker:1"], epochs
 
 
 def test_only_the_chief_keeps_a_model_and_no_temporary_directory_is_left(trained):

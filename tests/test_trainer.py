@@ -88,6 +88,30 @@ def test_the_model_takes_uint8_pixels_and_converts_them_itself(float32_policy):
     assert 0.0 <= scaled.min() and scaled.max() <= 1.0
 
 
+def test_local_step_logs_keep_the_keys_keras_overrides_at_epoch_end(float32_policy):
+    """Per-step logs without collectives keep the metric keys, so Keras replaces the last
+    step's logs with the model's metrics at the end of the epoch (here one process: the
+    same values)."""
+    from trainer.step_logs import keep_step_logs_local
+
+    model = build_model(keras, "cnn", 32, 4, 0.01)
+    keep_step_logs_local(tf, model)
+    assert model.distribute_reduction_method == "first"
+    images = tf.random.uniform([16, 32, 32, 3], 0, 256, tf.int32, seed=2)
+    labels = tf.random.uniform([16], 0, 4, tf.int64, seed=3)
+    steps = []
+
+    class Steps(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            steps.append(dict(logs))
+
+    history = model.fit(images, labels, batch_size=4, epochs=1, verbose=0,
+                        validation_data=(images, labels), callbacks=[Steps()])
+    assert set(steps[-1]) == set(model.get_metrics_result()) == {"loss", "accuracy"}
+    assert set(history.history) == {"loss", "accuracy", "val_loss", "val_accuracy"}
+    assert history.history["loss"][0] == pytest.approx(float(steps[-1]["loss"]), rel=1e-5)
+
+
 def test_history_survives_restarts_and_renders(tmp_path):
     job = str(tmp_path)
     for epoch in range(3):

@@ -217,6 +217,9 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name
         model = build_model(keras, opts.model, image_size, len(classes), opts.learning_rate,
                             weights=opts.weights or None, freeze_base=opts.freeze_base,
                             jit_compile=xla)
+    if strategy_name == "multi_worker_mirrored":
+        from trainer.step_logs import keep_step_logs_local
+        keep_step_logs_local(tf, model)  # the epoch logs stay the cluster's
 
     first_epoch: list[int] = []
 
