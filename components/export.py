@@ -46,7 +46,6 @@ def model_metrics(model_dir: str | os.PathLike,
     known = evaluation.read(model_dir, manifest)
     if known is not None:
         return known, True
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf  # only for a model not measured on this data
 
     try:

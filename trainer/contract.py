@@ -77,6 +77,12 @@ def load_manifest(dataset_dir: str | os.PathLike) -> dict[str, Any]:
     return manifest
 
 
+def image_format(manifest: dict[str, Any]) -> str:
+    """How the dataset's shards store images, `png` or `jpeg` (datasets prepared before
+    the manifest said so are PNG)."""
+    return manifest.get("image_format", "png")
+
+
 def shard_paths(dataset_dir: str | os.PathLike, manifest: dict[str, Any], split: str) -> list[str]:
     """The absolute paths of a split's shards, in manifest order."""
     return [str(Path(dataset_dir) / s["file"]) for s in manifest["splits"][split]["shards"]]

@@ -101,14 +101,13 @@ def _datasets(tf: Any, keras: Any, strategy_name: str, data_dir: str, manifest: 
     """The training and validation inputs: datasets, or under ParameterServerStrategy
     dataset functions that every worker runs on its own share of the files. Only the
     training split is augmented."""
-    from trainer.contract import shard_paths
+    from trainer.contract import image_format, shard_paths
     from trainer.data import make_dataset
 
     size = manifest["image_size"][0]
     splits = [(shard_paths(data_dir, manifest, split), seed + i, augment and i == 0)
               for i, split in enumerate(("train", "validation"))]
-    common = dict(cache=cache, image_format=manifest.get("image_format", "png"),
-                  threads=threads)
+    common = dict(cache=cache, image_format=image_format(manifest), threads=threads)
     if strategy_name != "parameter_server":
         return tuple(make_dataset(tf, files, size, batch, training=True, seed=s, augment=a,
                                   num_workers=num_workers, **common) for files, s, a in splits)
@@ -168,7 +167,7 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name
 
     from trainer import evaluation
     from trainer import report as report_lib
-    from trainer.contract import load_manifest
+    from trainer.contract import image_format, load_manifest
     from trainer.data import fits_in_cache
     from trainer.evaluator import EPOCHS_DIR, PLAN_FILE
     from trainer.export import save_model
@@ -200,13 +199,13 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name
     xla = _resolve(opts.xla, len(gpus))
     cache = opts.cache == "on" or (opts.cache == "auto" and fits_in_cache(
         train_count + val_count, image_size, opts.cache_budget_mb))
-    image_format = manifest.get("image_format", "png")
-    augment = opts.augment == "on" or (opts.augment == "auto" and image_format == "jpeg")
+    stored = image_format(manifest)
+    augment = opts.augment == "on" or (opts.augment == "auto" and stored == "jpeg")
     if mixed:
         keras.mixed_precision.set_global_policy("mixed_float16")
     log.info("data: %d train / %d validation examples, %d classes, %s; global batch %d (%d "
              "per replica x %d), %d steps per epoch; cache %s, augment %s, mixed precision %s, "
-             "XLA %s%s", train_count, val_count, len(classes), image_format, global_batch,
+             "XLA %s%s", train_count, val_count, len(classes), stored, global_batch,
              opts.batch_size, replicas, steps_per_epoch, cache, augment, mixed, xla,
              f"; {threads} core(s) of a local cluster" if threads else "")
 
@@ -288,6 +287,7 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name
         "weights_sha256": digest,
         "model_dir": destination,
     }
+
     def measure(staged: str) -> dict[str, Any]:
         # The model as a prediction client sees it, before it is committed (the export
         # stage then reuses these figures instead of loading TensorFlow again).
@@ -318,7 +318,7 @@ def evaluate_beside(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
     import tensorflow as tf
     import tf_keras as keras
 
-    from trainer.contract import load_manifest, shard_paths
+    from trainer.contract import image_format, load_manifest, shard_paths
     from trainer.data import make_dataset
     from trainer.evaluator import run_sidecar
     from trainer.model import build_model
@@ -332,7 +332,7 @@ def evaluate_beside(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
                         weights=opts.weights or None, freeze_base=opts.freeze_base)
     data = make_dataset(tf, shard_paths(data_dir, manifest, "validation"), size,
                         opts.batch_size, training=False, num_workers=1, cache=False,
-                        image_format=manifest.get("image_format", "png"),
+                        image_format=image_format(manifest),
                         threads=len(cluster_lib.local_cores(environ)) or None)
     evaluations = run_sidecar(keras, model, data, ckpt_dir, job_dir, tensorboard_dir, info)
     log.info("sidecar evaluator done after %d evaluation(s)", evaluations)

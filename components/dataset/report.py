@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainer.contract import image_format
+
 REPORT_NAME = "report.md"
 
 
@@ -13,7 +15,7 @@ def markdown_report(manifest: dict[str, Any]) -> str:
     lines = [f"# Dataset: {manifest['source']}", "",
              f"{manifest['examples']} images, {len(manifest['classes'])} classes, "
              f"{manifest['image_size'][0]}x{manifest['image_size'][1]} RGB "
-             f"{manifest.get('image_format', 'png').upper()}; source "
+             f"{image_format(manifest).upper()}; source "
              f"fingerprint `{manifest['source_fingerprint']}`.", "",
              "| class | " + " | ".join(splits) + " |",
              "| --- | " + " | ".join("---:" for _ in splits) + " |"]

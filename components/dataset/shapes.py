@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,16 @@ SHAPE_CLASSES = ("circle", "cross", "square", "triangle")
 
 #: Identity (and, in `generate_shapes`' folders, relative path) of each drawn image.
 IDENTITY = "{label}/{label}_{index:05d}.png"
+_IDENTITY = re.compile(r"(\w+)/\1_(\d+)\.png")
+
+
+def draw_identity(identity: str, image_size: int = 32) -> Any:
+    """Draws the image an `IDENTITY` names (`circle/circle_00007.png`)."""
+    found = _IDENTITY.fullmatch(identity)
+    if found is None:
+        raise ValueError(f"{identity!r} names no builtin shape; expected e.g. "
+                         f"{IDENTITY.format(label=SHAPE_CLASSES[0], index=7)!r}")
+    return draw_shape(found[1], int(found[2]), image_size)
 
 
 def draw_shape(label: str, index: int, image_size: int = 32, seed: int = 0) -> Any:

@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from components.dataset.shapes import IDENTITY, SHAPE_CLASSES, draw_shape
+from components.dataset.shapes import IDENTITY, SHAPE_CLASSES, draw_identity
 from trainer.errors import InputError
 from trainer.gcs import read_bytes, split_gcs_uri, storage_client
 
@@ -284,9 +284,7 @@ def _list_builtin(image_size: int, per_class: int) -> SourceListing:
 
 def builtin_image(ref: str, image_size: int) -> Any:
     """Draws the builtin image `ref` (`builtin://shapes#circle/circle_00007.png`)."""
-    identity = ref[len(BUILTIN_SHAPES) + 1:]
-    label, _, name = identity.partition("/")
-    return draw_shape(label, int(name.rsplit("_", 1)[1].split(".")[0]), image_size)
+    return draw_identity(ref[len(BUILTIN_SHAPES) + 1:], image_size)
 
 
 def source_fingerprint(source: str, image_size: int = 32,
