@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test compile bench clean
+.PHONY: install demo test compile bench lock image-check clean
 
 install: $(STAMP)
 
@@ -24,6 +24,17 @@ test: install
 # Regenerates the committed Vertex AI spec in compiled/.
 compile: install
 	$(BIN)/gpu-pipeline compile
+
+# Regenerates the images' lock files (requirements/*.lock) with uv, hashes included.
+lock: install
+	$(BIN)/python -m pip install --quiet -e ".[lock]"
+	$(BIN)/python -m components.build.locks
+
+# Builds each image's Python environment from its lock in a fresh virtualenv and checks,
+# with the image's library path, that the CUDA libraries load and the code starts (no
+# Docker engine or GPU needed; downloads about 3.5 GB the first time).
+image-check: install
+	$(BIN)/python -m components.build.image_check
 
 # Every benchmark, one after another; results in benchmarks/results/ (the README's figures).
 bench: install

@@ -80,8 +80,48 @@ Network = Annotated[str, _checker(_pattern(
     _NETWORK, "projects/PROJECT_NUMBER/global/networks/NAME"))]
 Tensorboard = Annotated[str, _checker(_pattern(
     _TENSORBOARD, "projects/PROJECT/locations/REGION/tensorboards/ID"))]
-ImageReference = Annotated[str, _checker(_pattern(
-    _IMAGE, "an image reference such as us-docker.pkg.dev/my-project/repo/name:tag"))]
-DisplayName = Annotated[str, _checker(lambda value: None if 0 < len(value) <= 128 and
-                                      value.isprintable() else
-                                      "expected 1 to 128 printable characters", False)]
+
+
+def image_reference_problem(value: str) -> str | None:
+    """Why `value` is not an image reference Vertex AI accepts, or None."""
+    if not _IMAGE.fullmatch(value):
+        return ("expected an image reference such as "
+                "us-docker.pkg.dev/my-project/repo/name@sha256:DIGEST or .../name:TAG")
+    if "@" in value and ":" in value.split("@", 1)[0].rsplit("/", 1)[-1]:
+        # kubeflow/pipelines#8490, googleapis/python-aiplatform#1861.
+        return ("it names both a tag and a digest, which Vertex AI refuses (400 Invalid image "
+                "URI); give the digest alone: REPOSITORY/NAME@sha256:DIGEST")
+    return None
+
+
+def display_name_problem(value: str) -> str | None:
+    """Why `value` is not a Vertex AI display name, or None."""
+    return None if 0 < len(value) <= 128 and value.isprintable() else \
+        "expected 1 to 128 printable characters"
+
+
+def model_display_name_problem(value: str) -> str | None:
+    """Why `value` cannot name a registered model, or None."""
+    if '"' in value or "\\" in value:
+        # gcpc's ModelUploadOp builds its request JSON by putting the display name between
+        # quotes unescaped (v1/model/upload_model/component.py), so these break the request.
+        return ("contains '\"' or '\\', which google-cloud-pipeline-components' ModelUploadOp "
+                "puts unescaped into its request's JSON; expected 1 to 128 printable "
+                "characters without them")
+    return display_name_problem(value)
+
+
+ImageReference = Annotated[str, _checker(image_reference_problem)]
+DisplayName = Annotated[str, _checker(display_name_problem, False)]
+ModelDisplayName = Annotated[str, _checker(model_display_name_problem, False)]
+
+
+def vertex_endpoint(region: str) -> str:
+    """The Vertex AI API host of a region (Vertex AI docs: "REST endpoints")."""
+    return f"{region}-aiplatform.googleapis.com"
+
+
+def vertex_resource_uri(region: str, name: str) -> str:
+    """A Vertex AI resource (`projects/.../models/ID`) as the URI google-cloud-pipeline-
+    components' artifacts carry (`VertexModel`: https://ENDPOINT/v1/projects/...)."""
+    return f"https://{vertex_endpoint(region)}/v1/{name}"

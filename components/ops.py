@@ -117,13 +117,15 @@ def prepare_dataset(options: dict, source_fingerprint: str, min_shards: int,
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def build_trainer_image(vertex: dict, push: bool, trainer_source_uri: str,
-                        build_context: Output[Artifact]) -> str:
-    """Stage 3: the trainer's build context and digest; on Vertex, the image built from it.
+def build_images(vertex: dict, push: bool, trainer_source_uri: str,
+                 build_context: Output[Artifact]) -> dict:
+    """Stage 3: the images' build context and digest; on Vertex, the images built from it.
 
-    Returns the image to train with: on Vertex `REPO/gpu-pipeline:src-DIGEST@sha256:...`
-    (built with Cloud Build only when that tag is missing); "" locally, where training
-    uses the trainer installed in the environment.
+    Returns, per image (`gpu`: the trainer on GPU machines, `cpu`: components, CPU-only
+    pools and serving), its `reference` by digest alone (`REPO/NAME@sha256:...`, the form
+    Vertex AI accepts), its content `tag` and whether it was `built` now (Cloud Build runs
+    only for missing tags); an empty dict locally, where training uses the trainer installed
+    in the environment.
     """
     from components.build.stage import run_build_stage
     from components.stage import stage_errors
@@ -132,11 +134,11 @@ def build_trainer_image(vertex: dict, push: bool, trainer_source_uri: str,
 
     with stage_errors("build"):
         options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
-        image, metadata = run_build_stage(
+        found, metadata = run_build_stage(
             build_context.path, build_context.uri, options.image_repository, push=push,
-            trainer_source_uri=trainer_source_uri, service_account=options.service_account)
+            trainer_source_uri=trainer_source_uri, settings=options.build_settings())
     build_context.metadata.update(metadata)
-    return image
+    return found
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
@@ -163,7 +165,7 @@ def train_on_local_workers(dataset: Input[Dataset], training: dict, local_cluste
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def vertex_training_spec(worker_pool_specs: list, image_uri: str, dataset: Input[Dataset],
+def vertex_training_spec(worker_pool_specs: list, images: dict, dataset: Input[Dataset],
                          training: dict, vertex: dict,
                          training_job: Output[Artifact]) -> NamedTuple(
                              "VertexTrainingSpec", [
@@ -186,7 +188,7 @@ def vertex_training_spec(worker_pool_specs: list, image_uri: str, dataset: Input
     with stage_errors("training"):
         options = validate(TrainingOptions, training, prefix="training", strict=False)
         job = validate(VertexOptions, vertex, prefix="vertex", strict=False)
-        spec = custom_job_spec(worker_pool_specs, image_uri, dataset_path=dataset.path,
+        spec = custom_job_spec(worker_pool_specs, images, dataset_path=dataset.path,
                                output_uri=training_job.uri, output_path=training_job.path,
                                trainer_args=to_flags(options), job_name=job.job_name)
     settings = {"region": job.region, "service_account": job.service_account,
@@ -220,7 +222,7 @@ def report_training(training_job: Input[Artifact], metrics: Output[Metrics],
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def export_model(dataset: Input[Dataset], trained_model: Input[Model], training: dict,
-                 vertex: dict, strategy: str, worker_pool_specs: list, image_uri: str,
+                 vertex: dict, strategy: str, worker_pool_specs: list, images: dict,
                  registry_root: str, job_name: str, exported_model: Output[Model],
                  metrics: Output[Metrics], comparison: Output[Markdown]) -> NamedTuple(
                      "ExportOutputs", [("accuracy", float), ("model_uri", str),
@@ -254,7 +256,7 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model], training:
         settings = validate(TrainingOptions, training, prefix="training", strict=False)
         outcome = export_and_gate(
             trained_model.path, dataset.path, exported_model.path, vertex=options,
-            training=settings.model_dump(), image=image_uri, version=version(),
+            training=settings.model_dump(), images=images, version=version(),
             cluster={"strategy": strategy, "worker_pool_specs": worker_pool_specs},
             registry_root=registry_root)
     results, decision = outcome["metrics"], outcome["decision"]
@@ -297,34 +299,40 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model], training:
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def registration_plan(vertex: dict, register: bool, default: bool, image_uri: str) -> NamedTuple(
+def registration_plan(vertex: dict, register: bool, default: bool, images: dict) -> NamedTuple(
         "RegistrationPlan", [("register", bool), ("region", str), ("display_name", str),
-                             ("parent_model", str), ("serving_image", str),
-                             ("version_aliases", list)]):
+                             ("parent_model", str), ("parent_model_uri", str),
+                             ("serving_image", str), ("version_aliases", list)]):
     """Stage 5 (Vertex), part 2: how the gate's decision is registered.
 
-    The model is served by `vertex.serving_image`, by default the run's own project image
-    (`image_uri`, pinned by digest), which runs the TensorFlow it was trained with. A new
+    The model is served by `vertex.serving_image`, by default the run's own CPU image (by
+    digest, from stage 3's `images`), which runs the TensorFlow it was trained with. A new
     version becomes the default only with the `default` alias (Vertex AI docs: "How to use
-    model version aliases"); without it, the champion stays the default.
+    model version aliases"); without it, the champion stays the default. The parent model
+    is imported as gcpc's `VertexModel` artifacts are: its URI is the resource's API URL.
     """
     from collections import namedtuple
 
+    from components.cloud_names import vertex_resource_uri
     from components.stage import say, stage_errors
     from components.vertex_options import VertexOptions
     from trainer.schema import validate
 
     with stage_errors("registration"):
         options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
+    serving = options.serving_image or images["cpu"]["reference"]
     aliases = ["default"] if default and options.parent_model else []
     say(f"registration: {'registering' if register else 'not registered'}"
         + (" as the default version" if register and default else
            " as a non-default version" if register and options.parent_model else ""))
-    fields = ["register", "region", "display_name", "parent_model", "serving_image",
-              "version_aliases"]
+    say(f"registration: served by {serving}")
+    parent_uri = vertex_resource_uri(options.region, options.parent_model) \
+        if options.parent_model else ""
+    fields = ["register", "region", "display_name", "parent_model", "parent_model_uri",
+              "serving_image", "version_aliases"]
     return namedtuple("RegistrationPlan", fields)(
         register, options.region, options.model_display_name, options.parent_model,
-        options.serving_image or image_uri, aliases)
+        parent_uri, serving, aliases)
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)

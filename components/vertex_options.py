@@ -8,6 +8,7 @@ as its `vertex` parameter, which the stages read back through this model.
 from __future__ import annotations
 
 import copy
+import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -16,8 +17,8 @@ from pydantic import AfterValidator, Field
 
 from components import images
 from components.cloud_names import (
-    DisplayName,
     ImageReference,
+    ModelDisplayName,
     Network,
     Region,
     ServiceAccount,
@@ -59,6 +60,13 @@ class VertexOptions(pydantic.BaseModel):
         "Letters, digits and underscores; each run adds a _YYYYMMDD_HHMMSS suffix."))
     image_repository: ImageRepository = Field(images.DEFAULT_IMAGE_REPOSITORY, description=(
         "Artifact Registry Docker repository of the project image."))
+    build_machine_type: Literal["E2_HIGHCPU_8", "E2_HIGHCPU_32", "N1_HIGHCPU_8", "N1_HIGHCPU_32",
+                                "E2_STANDARD_2", "E2_MEDIUM"] = Field(
+        "E2_HIGHCPU_8", description=(
+            "Cloud Build machine that builds the images; Cloud Build's default has 2 vCPUs, "
+            "slow for the GPU image's 3.5 GB of packages."))
+    build_timeout: str = Field("3600s", description=(
+        "Longest a Cloud Build of the images may run, e.g. 3600s (at most 86400s)."))
     service_account: ServiceAccount = Field("", description="Service account the jobs run as.")
     network: Network = Field("", description=(
         "projects/NUMBER/global/networks/NAME for VPC peering; empty for none."))
@@ -76,7 +84,7 @@ class VertexOptions(pydantic.BaseModel):
         "projects/.../locations/.../tensorboards/ID; empty for none."))
     accuracy_threshold: float = Field(0.9, ge=0, le=1, description=(
         "Register the model only at or above this validation accuracy."))
-    model_display_name: DisplayName = Field("gpu-pipeline-model", description=(
+    model_display_name: ModelDisplayName = Field("gpu-pipeline-model", description=(
         "Display name of the registered model."))
     parent_model: str = Field("", description=(
         "projects/.../locations/.../models/ID: register as a new version of it."))
@@ -91,15 +99,16 @@ class VertexOptions(pydantic.BaseModel):
     labels: dict[str, str] = Field(default_factory=dict, description=(
         "Labels of the pipeline job and the CustomJob, for cost tracking."))
     serving_image: ImageReference = Field("", description=(
-        "Image serving the registered model; empty: the run's own project image (the "
-        "TensorFlow it was trained with), which must be an image built from this project."))
+        "Image serving the registered model, by digest; empty: the run's own CPU image (the "
+        "TensorFlow it was trained with); to serve on GPUs, the run's GPU image."))
 
     def problems(self) -> list[str]:
         """Rules a single field's type cannot say (formats); the GPU rules are stage 2's."""
         found = validate_job_name(self.job_name, "job_name", reserve=JOB_NAME_SUFFIX)
-        if not re.fullmatch(r"\d+(\.\d+)?s", self.timeout) or float(self.timeout[:-1]) <= 0:
-            found.append(f"timeout is {short(self.timeout)}; expected a positive number of "
-                         "seconds like '86400s'")
+        found += _seconds_problems("timeout", self.timeout, "86400s")
+        # Cloud Build's longest build timeout is 24 hours (Cloud Build docs: "Build
+        # configuration file schema", timeout).
+        found += _seconds_problems("build_timeout", self.build_timeout, "3600s", 86400)
         # Vertex AI docs, "Set up Vertex AI TensorBoard": "The Vertex AI TensorBoard
         # integration with custom training requires attaching a service account."
         if self.tensorboard and not self.service_account:
@@ -117,3 +126,20 @@ class VertexOptions(pydantic.BaseModel):
             found.append(f"parent_model is {short(self.parent_model)}; expected "
                          "projects/PROJECT/locations/REGION/models/ID")
         return found
+
+    def build_settings(self) -> Any:
+        """How Cloud Build builds the images (`components.build.cloud_build.BuildSettings`)."""
+        from components.build.cloud_build import BuildSettings
+
+        return BuildSettings(machine_type=self.build_machine_type,
+                             timeout_seconds=max(1, round(float(self.build_timeout[:-1]))),
+                             service_account=self.service_account)
+
+
+def _seconds_problems(name: str, value: str, example: str, maximum: float = math.inf) -> list[str]:
+    """A duration option's problems: a positive number of seconds like `example`."""
+    if not re.fullmatch(r"\d+(\.\d+)?s", value) or not 0 < float(value[:-1]) <= maximum:
+        bound = "" if maximum == math.inf else f" up to {maximum:.0f}s"
+        return [f"{name} is {short(value)}; expected a positive number of seconds{bound} like "
+                f"'{example}'"]
+    return []

@@ -57,11 +57,11 @@ def prepare(dataset: dict, training_workers, gpu, resources: "Resources | None" 
 
 
 def build(vertex: dict, *, push: bool, trainer_source_uri):
-    """Stage 3: the build context; on Vertex the image, built only when it is missing."""
-    image = ops.build_trainer_image(vertex=vertex, push=push,
-                                    trainer_source_uri=trainer_source_uri)
-    image.set_display_name("3 build trainer image").set_caching_options(False)
-    return image
+    """Stage 3: the build context; on Vertex the GPU and CPU images, each built only when
+    it is missing."""
+    images = ops.build_images(vertex=vertex, push=push, trainer_source_uri=trainer_source_uri)
+    images.set_display_name("3 build images").set_caching_options(False)
+    return images
 
 
 def train_on_vertex(project_id, training: dict, vertex: dict, gpu, data, image):
@@ -73,7 +73,7 @@ def train_on_vertex(project_id, training: dict, vertex: dict, gpu, data, image):
     from google_cloud_pipeline_components.v1.custom_job import CustomTrainingJobOp
 
     spec = ops.vertex_training_spec(
-        worker_pool_specs=gpu.outputs["worker_pool_specs"], image_uri=image.outputs["Output"],
+        worker_pool_specs=gpu.outputs["worker_pool_specs"], images=image.outputs["Output"],
         dataset=data.outputs["dataset"], training=training, vertex=vertex)
     spec.set_display_name("4a training job spec").set_caching_options(False)
     settings = spec.outputs
@@ -104,7 +104,7 @@ def train_locally(training: dict, local_cluster: dict, data, image):
 
 
 def report_and_export(data, trained_model, training_job, trained, *, training: dict,
-                      vertex: dict, gpu, image_uri, registry_root,
+                      vertex: dict, gpu, images, registry_root,
                       resources: "Resources | None" = None):
     """Stage 4's report and stage 5: the curves, then the new model and the champion
     evaluated on the same splits, the champion/challenger decision and the export."""
@@ -113,7 +113,7 @@ def report_and_export(data, trained_model, training_job, trained, *, training: d
     export = ops.export_model(
         dataset=data.outputs["dataset"], trained_model=trained_model, training=training,
         vertex=vertex, strategy=gpu.outputs["strategy"],
-        worker_pool_specs=gpu.outputs["worker_pool_specs"], image_uri=image_uri,
+        worker_pool_specs=gpu.outputs["worker_pool_specs"], images=images,
         registry_root=registry_root, job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
     export.set_display_name("5 export model").after(report).set_caching_options(False)
     if resources is not None:  # loads the model and evaluates two splits
@@ -124,7 +124,7 @@ def report_and_export(data, trained_model, training_job, trained, *, training: d
 def register_if_better(project_id, vertex: dict, export, image):
     """Stage 5 on Vertex AI: register the model as the gate decided (a new default version,
     a non-default version, or not at all), with its lineage as labels and description,
-    served by the run's own image (`trainer.serving`)."""
+    served by the run's own CPU image (`trainer.serving`)."""
     from google_cloud_pipeline_components.types import artifact_types
     from google_cloud_pipeline_components.v1.model import ModelUploadOp
 
@@ -132,7 +132,7 @@ def register_if_better(project_id, vertex: dict, export, image):
 
     plan = ops.registration_plan(vertex=vertex, register=export.outputs["register"],
                                  default=export.outputs["default"],
-                                 image_uri=image.outputs["Output"])
+                                 images=image.outputs["Output"])
     plan.set_display_name("5a registration plan").set_caching_options(False)
     decision = plan.outputs
     with dsl.If(decision["register"] == True, name="gate-registers"):  # noqa: E712 - KFP DSL
@@ -149,8 +149,12 @@ def register_if_better(project_id, vertex: dict, export, image):
                                    unmanaged_container_model=serving.output)
             upload.set_display_name("5c register model").set_caching_options(False)
         with dsl.Else(name="new-version"):
+            # gcpc's VertexModel convention: the URI is the resource's API URL, the
+            # metadata its resource name (google_cloud_pipeline_components.types.
+            # artifact_types.VertexModel.create).
             parent = dsl.importer(
-                artifact_uri=decision["parent_model"], artifact_class=artifact_types.VertexModel,
+                artifact_uri=decision["parent_model_uri"],
+                artifact_class=artifact_types.VertexModel,
                 metadata={"resourceName": decision["parent_model"]})
             parent.set_display_name("5c parent model").set_caching_options(False)
             version = ModelUploadOp(
@@ -210,7 +214,7 @@ def make_vertex_pipeline(resources: Resources):
             model, job_dir, trained = train_on_vertex(project, training, vertex, gpu, data,
                                                       image)
             export = report_and_export(data, model, job_dir, trained, training=training,
-                                       vertex=vertex, gpu=gpu, image_uri=image.outputs["Output"],
+                                       vertex=vertex, gpu=gpu, images=image.outputs["Output"],
                                        registry_root="", resources=resources)
             register_if_better(project, vertex, export, image)
 
@@ -246,7 +250,7 @@ def local_pipeline(
         image = build(vertex, push=False, trainer_source_uri="").after(data)
         model, job_dir, trained = train_locally(training, local_cluster, data, image)
         report_and_export(data, model, job_dir, trained, training=training, vertex=vertex,
-                          gpu=gpu, image_uri=image.outputs["Output"],
+                          gpu=gpu, images=image.outputs["Output"],
                           registry_root=registry_root)
 
 

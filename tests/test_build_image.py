@@ -1,4 +1,5 @@
-"""Build stage: the context, its deterministic tarball and digest, and the image pins."""
+"""Build stage: the context, its deterministic tarball and digest; the images' Dockerfile
+stages and lock files, checked against what TensorFlow declares."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import pytest
 import tomllib
 
 from components import images
-from components.build.context import project_root, trainer_image_uri, write_build_context
+from components.build import locks
+from components.build.context import project_root, write_build_context
+from components.build.image_check import IMAGE_SITE_PACKAGES, stage_environment
+from trainer.gpu_check import CUDA_LIBRARIES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,16 +25,16 @@ def copy_project(destination: Path) -> Path:
     destination.mkdir()
     for name in ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md"):
         shutil.copyfile(ROOT / name, destination / name)
-    for package in ("pipelines", "components", "trainer"):
+    for package in ("requirements", "pipelines", "components", "trainer"):
         shutil.copytree(ROOT / package, destination / package,
                         ignore=shutil.ignore_patterns("__pycache__"))
     return destination
 
 
-def test_context_holds_dockerfile_and_sources(tmp_path):
+def test_context_holds_dockerfile_locks_and_sources(tmp_path):
     context = write_build_context(tmp_path)
     assert {"Dockerfile", "pyproject.toml", "trainer/task.py", "components/ops.py",
-            "pipelines/pipeline.py"} <= set(context.files)
+            "pipelines/pipeline.py", images.GPU.lock, images.CPU.lock} <= set(context.files)
     assert not any("__pycache__" in f or f.endswith(".pyc") for f in context.files)
     assert (context.directory / "trainer" / "task.py").read_bytes() == \
         (ROOT / "trainer" / "task.py").read_bytes()
@@ -38,8 +42,7 @@ def test_context_holds_dockerfile_and_sources(tmp_path):
         assert sorted(tar.getnames()) == list(context.files)
         assert {m.mtime for m in tar.getmembers()} == {0}
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", context.digest)
-    uri = trainer_image_uri("r.example/p/repo", context)
-    assert uri == f"r.example/p/repo/gpu-pipeline:{context.tag}"
+    assert context.tag == "src-" + context.digest[len("sha256:"):][:16]
 
 
 def test_same_sources_same_digest_and_a_change_changes_it(tmp_path):
@@ -51,18 +54,102 @@ def test_same_sources_same_digest_and_a_change_changes_it(tmp_path):
     (copy / "trainer" / "task.py").write_text("# changed\n")
     third = write_build_context(tmp_path / "c", root=copy)
     assert third.digest != first.digest
+    (copy / images.GPU.lock).write_text("# a new lock\n")
+    assert write_build_context(tmp_path / "d", root=copy).digest != third.digest
 
 
-def test_image_and_tensorflow_pins_agree():
-    assert project_root() == ROOT
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    assert f"FROM {images.TRAINER_BASE_IMAGE}\n" in dockerfile
-    assert 'ENTRYPOINT ["python", "-m", "trainer.task"]' in dockerfile
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    major_minor = ".".join(images.TENSORFLOW_VERSION.split(".")[:2])
-    for package in ("tensorflow", "tf-keras"):
-        spec = next(d for d in deps if d.startswith(package + ">="))
-        assert f">={major_minor}" in spec, spec
+def test_image_references_are_digest_only_and_tags_are_for_pushing():
+    digest = "sha256:" + "ab" * 32
+    assert images.reference("r.example/p/repo/", images.GPU, digest) == \
+        f"r.example/p/repo/gpu-pipeline-gpu@{digest}"
+    assert images.tagged("r.example/p/repo", images.CPU, "src-1") == \
+        "r.example/p/repo/gpu-pipeline-cpu:src-1"
+    assert {i.key for i in images.PROJECT_IMAGES} == {"gpu", "cpu"}
+
+
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+
+
+@pytest.mark.parametrize("image", images.PROJECT_IMAGES, ids=lambda i: i.key)
+def test_each_dockerfile_stage_installs_its_lock_and_nothing_else(image):
+    stage = DOCKERFILE.split(f" AS {image.target}\n", 1)[1].split("\nFROM ", 1)[0]
+    installs = [line for line in stage.splitlines() if "pip install" in line]
+    assert installs == [f"RUN pip install --require-hashes --no-deps -r {image.lock}",
+                        "RUN pip install --no-deps --no-build-isolation -e ."]
+    assert 'ENTRYPOINT ["python", "-m", "trainer.task"]' in stage
+    assert f"ARG PYTHON_BASE={images.PYTHON_BASE_IMAGE}\n" in DOCKERFILE
+    assert DOCKERFILE.count("FROM ${PYTHON_BASE} AS base") == 1
+    assert f"/python{images.PYTHON_VERSION}/" in IMAGE_SITE_PACKAGES
+
+
+def _lock(image: images.ProjectImage) -> str:
+    return (ROOT / image.lock).read_text()
+
+
+@pytest.mark.parametrize("image", images.PROJECT_IMAGES, ids=lambda i: i.key)
+def test_every_locked_package_has_hashes_and_satisfies_the_project(image):
+    from packaging.requirements import Requirement
+
+    text = _lock(image)
+    entries = re.split(r"\n(?=[A-Za-z0-9])", text.split("\n", 2)[2])
+    assert entries and all("--hash=sha256:" in e for e in entries if "==" in e)
+    pins = locks.pinned(text)
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    tensorflow = "tensorflow" if image is images.GPU else "tensorflow-cpu"
+    assert pins[tensorflow] == images.TENSORFLOW_VERSION
+    for line in declared:
+        requirement = Requirement(line)
+        name = locks.normalise(requirement.name)
+        if name == "tensorflow":
+            name = tensorflow
+        assert name in pins, f"{image.lock} lacks {name}"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (line, pins[name])
+    assert ("nvidia-cudnn-cu12" in pins) is (image is images.GPU)
+
+
+def test_the_gpu_lock_provides_the_cuda_and_cudnn_tensorflow_was_built_for():
+    import tensorflow as tf
+
+    info = tf.sysconfig.get_build_info()
+    assert locks.required_cuda(info) == {"cuda": "12", "cudnn": "9"}
+    pins = locks.pinned(_lock(images.GPU))
+    assert locks.cuda_problems(pins, info) == []
+    # ...at the versions TensorFlow declares (its and-cuda extra's minimum), kept in sync.
+    assert (ROOT / locks.GPU_CONSTRAINTS).read_text() == locks.gpu_constraints()
+    for package, version in locks.cuda_minimums().items():
+        assert pins[package] == version
+
+
+def test_a_lock_with_the_old_images_cudnn_8_is_refused():
+    # What tensorflow/tensorflow:2.21.0-gpu ships (cuDNN 8.9 from apt) against TensorFlow's
+    # cuDNN 9 build: the check names it.
+    info = {"cuda_version": "12.5.1", "cudnn_version": "9"}
+    pins = {**locks.pinned(_lock(images.GPU)), "nvidia-cudnn-cu12": "8.9.7.29"}
+    assert locks.cuda_problems(pins, info) == [
+        "cuDNN 9: the GPU lock pins nvidia-cudnn-cu12==8.9.7.29"]
+    del pins["nvidia-nccl-cu12"]
+    assert "nccl: nvidia-nccl-cu12 is not in the GPU lock" in locks.cuda_problems(pins, info)
+
+
+def test_the_gpu_stage_puts_every_cuda_library_and_the_driver_on_the_library_path():
+    env = stage_environment(DOCKERFILE, images.GPU.target)
+    paths = env["LD_LIBRARY_PATH"].split(":")
+    for package, _ in CUDA_LIBRARIES.values():
+        folder = package.removeprefix("nvidia-").removesuffix("-cu12").replace("-", "_")
+        assert f"{IMAGE_SITE_PACKAGES}/nvidia/{folder}/lib" in paths, package
+    assert paths[0] == "/usr/local/nvidia/lib64"  # the driver Vertex AI mounts
+    assert f"{IMAGE_SITE_PACKAGES}/nvidia/cuda_nvcc/bin" in env["PATH"].split(":")  # ptxas
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["TF_USE_LEGACY_KERAS"] == "1"
+    cpu = stage_environment(DOCKERFILE, images.CPU.target)
+    assert "LD_LIBRARY_PATH" not in cpu and cpu["TF_USE_LEGACY_KERAS"] == "1"
+
+
+def test_the_lock_command_is_uv_with_hashes_for_the_images_platform():
+    command = locks.lock_command(images.GPU)
+    assert command[:4] == ["uv", "pip", "compile", "pyproject.toml"]
+    assert "--generate-hashes" in command and images.LOCK_PLATFORM in command
+    assert command[command.index("--constraint") + 1] == locks.GPU_CONSTRAINTS
+    assert locks.CPU_OVERRIDES in locks.lock_command(images.CPU)
 
 
 def test_dockerignore_keeps_secrets_and_environments_out():

@@ -56,8 +56,8 @@ def test_demo_runs_every_stage_and_says_what_it_did(demo):
     summary = json.loads(stdout.strip().splitlines()[-1])
     artifacts = {name: Path(path) for name, path in summary["artifacts"].items()}
     assert (artifacts["prepare-dataset/dataset"] / "manifest.json").is_file()
-    assert (artifacts["build-trainer-image/build_context"] / "context" / "Dockerfile").is_file()
-    assert (artifacts["build-trainer-image/build_context"] / "context.tar.gz").is_file()
+    assert (artifacts["build-images/build_context"] / "context" / "Dockerfile").is_file()
+    assert (artifacts["build-images/build_context"] / "context.tar.gz").is_file()
     report = json.loads((artifacts["train-on-local-workers/training_job"] /
                          "training_report.json").read_text())
     assert report["num_workers"] == 2 and report["replicas_in_sync"] == 2
@@ -183,7 +183,7 @@ def test_the_validation_stage_fails_the_run(tmp_path):
     summary, = tmp_path.glob("*/summarize-run/summary")
     assert "- state: FAILED" in summary.read_text()
     # Validation runs first: nothing was prepared, built or trained.
-    for stage in ("prepare-dataset", "build-trainer-image", "train-on-local-workers"):
+    for stage in ("prepare-dataset", "build-images", "train-on-local-workers"):
         assert not list(tmp_path.rglob(stage)), stage
 
 

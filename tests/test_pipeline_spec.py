@@ -59,11 +59,11 @@ def test_stages_run_in_order_validation_first(fresh):
     tasks = _stages(yaml.safe_load(fresh.read_text()))
     # Nothing is spent before the GPU configuration is known to be valid.
     assert not tasks["validate-gpu-config"].get("dependentTasks")
-    for later in ("fingerprint-dataset-source", "prepare-dataset", "build-trainer-image"):
+    for later in ("fingerprint-dataset-source", "prepare-dataset", "build-images"):
         assert "validate-gpu-config" in _upstream(tasks, later), later
     # The image is built while the dataset is prepared; training needs both.
-    assert "prepare-dataset" not in _upstream(tasks, "build-trainer-image")
-    assert {"prepare-dataset", "build-trainer-image"} <= _upstream(tasks, "custom-training-job")
+    assert "prepare-dataset" not in _upstream(tasks, "build-images")
+    assert {"prepare-dataset", "build-images"} <= _upstream(tasks, "custom-training-job")
     assert "custom-training-job" in _upstream(tasks, "report-training")
     assert "report-training" in _upstream(tasks, "export-model")
 

@@ -62,7 +62,13 @@ def test_the_margin_is_inclusive_and_validation_accuracy_is_the_fallback():
     assert no_test.metric == "accuracy" and no_test.default
 
 
-def _record(image="us-docker.pkg.dev/p/r/gpu-pipeline:src-1@sha256:" + "ab" * 32):
+BUILT = {"gpu": {"reference": "us-docker.pkg.dev/p/r/gpu-pipeline-gpu@sha256:" + "ab" * 32,
+                 "tag": "src-0123456789abcdef", "built": True},
+         "cpu": {"reference": "us-docker.pkg.dev/p/r/gpu-pipeline-cpu@sha256:" + "cd" * 32,
+                 "tag": "src-0123456789abcdef", "built": False}}
+
+
+def _record(images=BUILT):
     manifest = {"source": "gs://Data/Flowers", "source_fingerprint": "sha256:" + "c" * 64,
                 "examples": 1600, "splits": {"train": {"count": 1100},
                                              "validation": {"count": 300},
@@ -70,7 +76,7 @@ def _record(image="us-docker.pkg.dev/p/r/gpu-pipeline:src-1@sha256:" + "ab" * 32
     return lineage(manifest=manifest, training={"model": "ResNet50", "epochs": 20},
                    cluster={"strategy": "multi_worker_mirrored",
                             "worker_pool_specs": [{"replica_count": 1}]},
-                   image=image, version="0.4.0", metrics={"test_accuracy": 0.9312,
+                   images=images, version="0.4.0", metrics={"test_accuracy": 0.9312,
                                                           "note": "text is dropped"})
 
 
@@ -82,13 +88,18 @@ def test_lineage_labels_keep_to_the_label_rules():
                   promotion="default").to_dict()
     found = labels(record, made)
     assert found == {"gpu-pipeline-version": "0-4-0", "dataset-fingerprint": "c" * 16,
-                     "trainer-image": "ab" * 8, "model": "resnet50",
+                     "trainer-image": "ab" * 8, "image-tag": "src-0123456789abcdef",
+                     "model": "resnet50",
                      "strategy": "multi_worker_mirrored", "compared-metric": "test_accuracy",
                      "challenger-value": "0_9312", "promoted": "true"}
     for key, value in found.items():  # Vertex AI's label rules
         assert re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", key)
         assert re.fullmatch(r"[a-z0-9_-]{0,63}", value)
-    assert labels(_record(image=""), made)["trainer-image"] == "local"
+    local = labels(_record(images={}), made)
+    assert local["trainer-image"] == local["image-tag"] == "local"
+    # The lineage names what ran by digest, and keeps the content tag people search for.
+    assert record["trainer_image"] == BUILT["gpu"]["reference"]
+    assert record["image_tag"] == "src-0123456789abcdef" and record["images"] == BUILT
 
 
 def test_the_description_has_no_character_that_breaks_the_upload_json():

@@ -3,6 +3,7 @@ on an emulator on loopback, the KFP registry upload against a server on loopback
 
 # No `from __future__ import annotations`: a test defines a KFP component.
 import dataclasses
+import hashlib
 import http.server
 import json
 import threading
@@ -14,6 +15,7 @@ from google.api_core import exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import aiplatform_v1, artifactregistry_v1
 from google.cloud.devtools import cloudbuild_v1
+from google.iam.v1 import iam_policy_pb2
 
 from components import images
 from components.build.context import write_build_context
@@ -38,8 +40,32 @@ def config(**vertex_overrides):
     return load_config(overrides={"vertex": values, "training": {"epochs": 3}})
 
 
+def digest_of(image):
+    """The digest the fake Cloud Build gives a pushed image (one per image)."""
+    return "sha256:" + hashlib.sha256(image.encode()).hexdigest()
+
+
+class FakeBuildOperation:
+    """A Cloud Build operation that is done after `polls` calls of done()."""
+
+    def __init__(self, build, polls=0):
+        self.build, self.polls = build, polls
+
+    def done(self):
+        self.polls -= 1
+        return self.polls < 0
+
+    @property
+    def metadata(self):
+        return cloudbuild_v1.BuildOperationMetadata(build=self.build)
+
+    def result(self, timeout=None):
+        assert timeout is not None and timeout > 900  # never google-api-core's default
+        return self.build
+
+
 class FakeCloudBuild:
-    """Records CreateBuildRequests; the build 'pushes' the image to the fake registry."""
+    """Records CreateBuildRequests; the build 'pushes' its images to the fake registry."""
 
     def __init__(self, registry):
         self.requests, self.registry = [], registry
@@ -47,15 +73,14 @@ class FakeCloudBuild:
     def create_build(self, request):
         assert isinstance(request, cloudbuild_v1.CreateBuildRequest)
         self.requests.append(request)
-        image = request.build.images[0]
-        self.registry.push(image)
-
-        class Operation:
-            def result(self):
-                built = cloudbuild_v1.BuiltImage(name=image, digest=DIGEST)
-                return cloudbuild_v1.Build(id="build-1", status=cloudbuild_v1.Build.Status.SUCCESS,
-                                           results=cloudbuild_v1.Results(images=[built]))
-        return Operation()
+        for image in request.build.images:
+            self.registry.push(image)
+        built = [cloudbuild_v1.BuiltImage(name=i, digest=digest_of(i))
+                 for i in request.build.images]
+        return FakeBuildOperation(cloudbuild_v1.Build(
+            id=f"build-{len(self.requests)}", status=cloudbuild_v1.Build.Status.SUCCESS,
+            log_url="https://console.cloud.google.com/cloud-build/builds/1",
+            results=cloudbuild_v1.Results(images=built)))
 
 
 class FakeArtifactRegistry:
@@ -69,7 +94,7 @@ class FakeArtifactRegistry:
         parsed = repo.split("/")
         name = (f"projects/{parsed[1]}/locations/{parsed[0].split('-docker')[0]}/repositories/"
                 f"{parsed[2]}/packages/{parsed[3]}/tags/{tag}")
-        self.tags[name] = f"{name.split('/tags/')[0]}/versions/{DIGEST}"
+        self.tags[name] = f"{name.split('/tags/')[0]}/versions/{digest_of(image)}"
 
     def get_tag(self, request):
         assert isinstance(request, artifactregistry_v1.GetTagRequest)
@@ -117,7 +142,30 @@ def cloud(storage_emulator):
     storage.create_bucket("pipelines")
     registry = FakeArtifactRegistry()
     return Clients(storage=storage, build=FakeCloudBuild(registry), registry=registry,
-                          pipeline_api=RecordingApi(), schedule_api=RecordingApi())
+                   pipeline_api=RecordingApi(), schedule_api=RecordingApi(),
+                   projects=GrantingIam(), iam=GrantingIam())
+
+
+class GrantingIam:
+    """Resource Manager and IAM testIamPermissions, granting everything; records requests."""
+
+    def __init__(self):
+        self.calls = []
+
+    def test_iam_permissions(self, request):
+        self.calls.append(request)
+        return iam_policy_pb2.TestIamPermissionsResponse(permissions=request.permissions)
+
+    def post(self, url, json, timeout):
+        self.calls.append((url, json))
+
+        class Answer:
+            def raise_for_status(self):
+                pass
+
+            def json(self):
+                return {"permissions": json["permissions"]}
+        return Answer()
 
 
 # --- The PipelineJob request -----------------------------------------------------------------
@@ -196,27 +244,39 @@ def test_submit_uploads_sources_builds_once_and_sends_the_dry_run_request(cloud,
     assert sent.pipeline_job.labels == dry.pipeline_job.labels
     assert job.resource_name.startswith("projects/my-proj/locations/us-central1/pipelineJobs/")
 
-    # The sources are in Cloud Storage, and the image was built from them.
+    # The sources are in Cloud Storage, and both images were built from them in one build,
+    # a Dockerfile stage each, on the configured machine.
     (build,) = cloud.build.requests
     source = build.build.source.storage_source
     blob = cloud.storage.bucket(source.bucket).blob(source.object_)
     context = write_build_context(tmp_path / "context")
     assert blob.download_as_bytes() == context.tarball.read_bytes()
-    assert build.build.images == [images.image_uri(REPO, context.tag)]
-    assert build.build.steps[0].args == ["build", "--tag", images.image_uri(REPO, context.tag),
-                                         "."]
+    gpu, cpu = (images.tagged(REPO, i, context.tag) for i in (images.GPU, images.CPU))
+    assert build.build.images == [gpu, cpu]
+    assert [list(s.args) for s in build.build.steps] == [
+        ["build", "--target", target, "--build-arg", f"PYTHON_BASE={images.PYTHON_BASE_IMAGE}",
+         "--tag", image, "."] for target, image in (("gpu", gpu), ("cpu", cpu))]
+    assert [list(s.wait_for) for s in build.build.steps] == [["-"], ["-"]]  # side by side
     assert build.parent == "projects/my-proj/locations/us-central1"
+    assert build.build.options.machine_type == \
+        cloudbuild_v1.BuildOptions.MachineType.E2_HIGHCPU_8
+    assert build.build.timeout.seconds == 3600 and build.build.queue_ttl.seconds == 3600
     # Run as the configured account, which Cloud Build takes as a resource name and only
     # with logs in Cloud Logging (or a user bucket).
     assert build.build.service_account == \
         "projects/my-proj/serviceAccounts/trainer@my-proj.iam.gserviceaccount.com"
     assert build.build.options.logging == \
         cloudbuild_v1.BuildOptions.LoggingMode.CLOUD_LOGGING_ONLY
-    # Components run in the built image, pinned by digest.
+    # Components run in the built CPU image, named by its digest alone.
     executors = sent.pipeline_job.pipeline_spec["deploymentSpec"]["executors"]
     ours = {e["container"]["image"] for e in executors.values()
             if "container" in e and "pipeline-components" not in e["container"]["image"]}
-    assert ours == {f"{images.image_uri(REPO, context.tag)}@{DIGEST}"}
+    assert ours == {f"{REPO}/gpu-pipeline-cpu@{digest_of(cpu)}"}
+    # The dry run showed the same, with a placeholder digest.
+    dry_images = {e["container"]["image"] for e in dry.pipeline_job.pipeline_spec[
+        "deploymentSpec"]["executors"].values() if "container" in e
+        and "pipeline-components" not in e["container"]["image"]}
+    assert dry_images == {f"{REPO}/gpu-pipeline-cpu@{images.UNBUILT_DIGEST}"}
 
     # Unchanged sources: same tag, found in the registry, no second build.
     runs.submit(cfg, dry_run=False, clients=cloud, credentials=AnonymousCredentials())
@@ -229,12 +289,16 @@ def test_the_build_stage_on_vertex(cloud, tmp_path):
     cloud.storage.bucket("pipelines").blob("root/build-contexts/ctx.tar.gz") \
         .upload_from_string(context.tarball.read_bytes())
     lines = []
-    image, meta = run_build_stage(str(tmp_path / "artifact"), "gs://pipelines/root/run/ctx",
+    found, meta = run_build_stage(str(tmp_path / "artifact"), "gs://pipelines/root/run/ctx",
                                   REPO, push=True, trainer_source_uri=uri,
                                   clients=(cloud.storage, cloud.build, cloud.registry),
                                   log=lines.append)
-    assert image == f"{images.image_uri(REPO, context.tag)}@{DIGEST}"
-    assert meta["digest"] == context.digest and meta["built"] and meta["source_uri"] == uri
+    gpu = images.tagged(REPO, images.GPU, context.tag)
+    assert found["gpu"] == {"reference": f"{REPO}/gpu-pipeline-gpu@{digest_of(gpu)}",
+                            "tag": context.tag, "built": True}
+    assert found["cpu"]["reference"].startswith(f"{REPO}/gpu-pipeline-cpu@sha256:")
+    assert meta["digest"] == context.digest and meta["built"] == ["cpu", "gpu"]
+    assert meta["source_uri"] == uri and meta["images"]["gpu"] == gpu
     assert cloud.build.requests[0].build.source.storage_source.object_ == \
         "root/build-contexts/ctx.tar.gz"
     # A second run of the stage finds the image: no build.
@@ -242,8 +306,19 @@ def test_the_build_stage_on_vertex(cloud, tmp_path):
                                   REPO, push=True, trainer_source_uri=uri,
                                   clients=(cloud.storage, cloud.build, cloud.registry),
                                   log=lines.append)
-    assert again == image and not meta["built"] and len(cloud.build.requests) == 1
-    assert any("exists" in line and "not rebuilt" in line for line in lines)
+    assert {k: v["reference"] for k, v in again.items()} == \
+        {k: v["reference"] for k, v in found.items()}
+    assert not meta["built"] and len(cloud.build.requests) == 1
+    assert sum("exists" in line and "not rebuilt" in line for line in lines) == 2
+    # An image that went missing (the other one exists) is built alone.
+    del cloud.registry.tags[next(t for t in cloud.registry.tags if "/gpu-pipeline-cpu/" in t)]
+    third, meta = run_build_stage(str(tmp_path / "artifact3"), "gs://pipelines/root/run/ctx3",
+                                  REPO, push=True, trainer_source_uri=uri,
+                                  clients=(cloud.storage, cloud.build, cloud.registry),
+                                  log=lines.append)
+    assert list(cloud.build.requests[-1].build.images) == \
+        [images.tagged(REPO, images.CPU, context.tag)]
+    assert meta["built"] == ["cpu"] and not third["gpu"]["built"]
 
 
 def test_bucket_in_another_location_is_a_warning(cloud):
@@ -325,7 +400,7 @@ def pinned_spec(tmp_path_factory):
     """The spec of a run, as `submit` and `publish` make it: components pinned by digest."""
     from pipelines.vertex.spec import compile_for_vertex
 
-    image = f"{images.image_uri(REPO, 'src-0123456789abcdef')}@{DIGEST}"
+    image = images.reference(REPO, images.CPU, DIGEST)
     return compile_for_vertex(config(), tmp_path_factory.mktemp("pinned") / "spec.yaml", image,
                               "gs://pipelines/root/build-contexts/context-x.tar.gz")
 
@@ -346,7 +421,7 @@ def test_the_placeholder_image_of_compiled_is_replaced_for_every_component(pinne
                     ["executors"].items() if "container" in e
                     and e["container"]["image"] == placeholder}
     assert {executors[n]["container"]["image"] for n in ours} == \
-        {f"{images.image_uri(REPO, 'src-0123456789abcdef')}@{DIGEST}"}
+        {images.reference(REPO, images.CPU, DIGEST)}
     # The configuration's values are the published spec's defaults.
     params = yaml.safe_load(text)["root"]["inputDefinitions"]["parameters"]
     assert params["project"]["defaultValue"] == "my-proj"
@@ -369,13 +444,14 @@ def test_publish_builds_or_finds_the_image_first(cloud, capsys):
     assert cloud.build.requests == [] and "nothing was uploaded" in capsys.readouterr().out
     (where,) = publish.publish_run(cfg, "gs://pipelines/shared", ["v1"], dry_run=False,
                                    clients=cloud, credentials=AnonymousCredentials())
-    assert len(cloud.build.requests) == 1  # the image did not exist: built once
+    assert len(cloud.build.requests) == 1  # the images did not exist: built once
     name = where[len("gs://pipelines/"):]
     spec = yaml.safe_load(cloud.storage.bucket("pipelines").blob(name).download_as_bytes())
     images_used = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()
                    if "container" in e and "pipeline-components" not in e["container"]["image"]}
     (image,) = images_used
-    assert image.startswith(f"{REPO}/gpu-pipeline:src-") and image.endswith(f"@{DIGEST}")
+    assert image.startswith(f"{REPO}/gpu-pipeline-cpu@sha256:")
+    assert not image.endswith(images.UNBUILT_DIGEST)
     source = spec["root"]["inputDefinitions"]["parameters"]["trainer_source_uri"]
     assert cloud.storage.bucket("pipelines").blob(
         source["defaultValue"][len("gs://pipelines/"):]).exists()
@@ -461,7 +537,7 @@ def test_schedule_cli_dry_run(capsys):
         out[out.index("CreateScheduleRequest:") + len("CreateScheduleRequest:"):].lstrip())
     # The dry run ends with what to check in the request.
     assert "cache: only prepare-dataset may be reused" in out
-    assert "the registered model is served by that image" in out
+    assert f"the registered model is served by {REPO}/gpu-pipeline-cpu@sha256:" in out
     assert body["schedule"]["cron"] == "TZ=Etc/UTC 0 5 * * *"
     assert body["schedule"]["maxConcurrentRunCount"] == "2"
     assert body["schedule"]["createPipelineJobRequest"]["pipelineJob"]["runtimeConfig"][

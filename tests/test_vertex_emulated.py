@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 from google.auth.credentials import AnonymousCredentials
-from google.cloud import aiplatform_v1, artifactregistry_v1
+import requests
+from google.cloud import aiplatform_v1, artifactregistry_v1, resourcemanager_v3
 from google.cloud.devtools import cloudbuild_v1
 
 from components import images
@@ -59,8 +60,8 @@ def emulated_vertex(work: Path):
     storage = gcs.storage_client()
     storage.create_bucket("pipelines")
     mount = StandInMount(work / "gcs", storage)
-    apis = FakeGoogleApis(work, {f"{REPO}/{images.IMAGE_NAME}":
-                                 [sys.executable, "-m", "trainer.task"]})
+    apis = FakeGoogleApis(work, {f"{REPO}/{image.name}": [sys.executable, "-m", "trainer.task"]
+                                 for image in images.PROJECT_IMAGES})
     try:
         with apis:
             env = environment(apis.url, mount, storage_host, "my-proj")
@@ -75,7 +76,11 @@ def emulated_vertex(work: Path):
                 registry=artifactregistry_v1.ArtifactRegistryClient(
                     transport="rest", client_options=endpoint,
                     credentials=AnonymousCredentials()),
-                pipeline_api=RecordingApi())
+                pipeline_api=RecordingApi(),
+                projects=resourcemanager_v3.ProjectsClient(
+                    transport="rest", client_options=endpoint,
+                    credentials=AnonymousCredentials()),
+                iam=requests.Session(), iam_endpoint=apis.url)
 
             def run(vertex: dict, training: dict) -> dict:
                 config = load_config(overrides={
@@ -89,10 +94,10 @@ def emulated_vertex(work: Path):
                 request = clients.pipeline_api.calls[-1]
                 started = time.monotonic()
                 emulated = EmulatedPipelines(work / f"run{len(clients.pipeline_api.calls)}",
-                                             mount, env)
+                                             mount, env, image_problem=apis.image_problem)
                 tasks = emulated.run(request)
                 return {"tasks": tasks, "apis": apis, "request": request, "mount": mount,
-                        "storage": storage, "env": env, "work": work,
+                        "storage": storage, "env": env, "work": work, "clients": clients,
                         "seconds": time.monotonic() - started}
 
             yield run
@@ -123,7 +128,7 @@ def test_every_stage_ran_from_the_compiled_spec(emulated_run):
     tasks = emulated_run["tasks"]
     ran = {name for name, task in tasks.items() if task.state == "SUCCEEDED"}
     assert {"validate-gpu-config", "fingerprint-dataset-source", "prepare-dataset",
-            "build-trainer-image", "vertex-training-spec", "custom-training-job", "importer",
+            "build-images", "vertex-training-spec", "custom-training-job", "importer",
             "report-training", "export-model", "registration-plan", "importer-2",
             "model-upload", "exit-handler-1", "summarize-run"} <= ran
     # A new model (no parent_model): the new-version branch did not run.
@@ -164,23 +169,24 @@ def test_the_custom_job_request_and_the_environment_of_its_replicas(emulated_run
     assert spec.persistent_resource_id == "fast-pool"
     assert dict(emulated_run["request"].pipeline_job.labels) == {"app": "gpu-pipeline",
                                                                  **LABELS}
-    (build,) = apis.recorded(r"/builds$")
-    built = build.body["images"][0]
-    image = f"{built}@{apis.tags[next(iter(apis.tags))].rsplit('/', 1)[1]}"
+    gpu_image = _built(apis, images.GPU)
     assert [p.replica_count for p in spec.worker_pool_specs] == [1, 1]
     for pool in spec.worker_pool_specs:
         assert pool.machine_spec.machine_type == "n1-standard-8"
         assert pool.machine_spec.accelerator_type == \
             aiplatform_v1.AcceleratorType.NVIDIA_TESLA_T4
-        assert pool.container_spec.image_uri == image  # the built image, by digest
+        # The built GPU image, by its digest alone (Vertex AI refuses tag and digest).
+        assert pool.container_spec.image_uri == gpu_image
         args = list(pool.container_spec.args)
         assert args[args.index("--epochs") + 1] == "3"
         assert args[args.index("--job-dir") + 1].startswith(emulated_run["mount"].prefix)
+        assert args[args.index("--expected-gpus") + 1] == "1"
     base = spec.base_output_directory.output_uri_prefix
     assert base.startswith("gs://pipelines/root/")
     job_record = next(iter(apis.jobs.values()))
     assert job_record.state == "JOB_STATE_SUCCEEDED"
     chief, worker = job_record.replicas
+    assert chief.expected_gpus == worker.expected_gpus == 1
     config = json.loads(chief.env["TF_CONFIG"])
     assert config["task"] == {"type": "chief", "index": 0, "trial": ""}
     assert set(config["cluster"]) == {"chief", "worker"} and config["environment"] == "cloud"
@@ -193,16 +199,27 @@ def test_the_custom_job_request_and_the_environment_of_its_replicas(emulated_run
     assert "model written to" in log and "cluster: task chief:0" in log
 
 
-def test_the_build_stage_found_the_image_submit_built(emulated_run):
+def test_the_build_stage_found_the_images_submit_built(emulated_run):
     apis = emulated_run["apis"]
     (build,) = apis.recorded(r"/builds$")  # once, by submit; the stage did not rebuild
+    # In the job's region: Google's client names it in the routing header.
+    assert build.path == "/v1/projects/my-proj/builds" and build.routing == \
+        "location=us-central1"
     request = cloudbuild_v1.Build.from_json(json.dumps(build.body))
     assert request.service_account == f"projects/my-proj/serviceAccounts/{ACCOUNT}"
     assert request.options.logging == cloudbuild_v1.BuildOptions.LoggingMode.CLOUD_LOGGING_ONLY
+    assert request.options.machine_type == cloudbuild_v1.BuildOptions.MachineType.E2_HIGHCPU_8
+    assert [s.args[2] for s in request.steps] == ["gpu", "cpu"]
+    # The build stayed "not done" for a while: the client polled its operation until done.
+    polls = apis.recorded(r"/operations/build-1$", method="GET")
+    assert len(polls) >= 2
     lookups = apis.recorded(r"/tags/", method="GET")
-    assert len(lookups) == 2  # submit's (missing), then the stage's (found)
-    log = emulated_run["tasks"]["build-trainer-image"].log.read_text()
-    assert "exists" in log and "not rebuilt" in log
+    assert len(lookups) == 4  # submit's (both missing), then the stage's (both found)
+    log = emulated_run["tasks"]["build-images"].log.read_text()
+    assert log.count("not rebuilt") == 2
+    # Every request the run sent named the project's images by digest alone.
+    for image in images.PROJECT_IMAGES:
+        assert apis.image_problem(_built(apis, image)) is None
 
 
 def test_the_model_upload_registers_a_complete_saved_model_with_the_project_image(emulated_run):
@@ -212,8 +229,8 @@ def test_the_model_upload_registers_a_complete_saved_model_with_the_project_imag
     request = aiplatform_v1.UploadModelRequest.from_json(json.dumps(upload.body),
                                                          ignore_unknown_fields=True)
     model = request.model
-    (build,) = apis.recorded(r"/builds$")
-    assert model.container_spec.image_uri.startswith(build.body["images"][0] + "@sha256:")
+    # Served by the CPU image, by digest alone.
+    assert model.container_spec.image_uri == _built(apis, images.CPU)
     assert list(model.container_spec.command) == [
         "python", "-m", "google.cloud.aiplatform.prediction.model_server"]
     env = {e.name: e.value for e in model.container_spec.env}
@@ -230,8 +247,9 @@ def test_the_model_upload_registers_a_complete_saved_model_with_the_project_imag
         "projects/my-proj/locations/us-central1/models/")
     # Lineage as Model Registry labels (within the label rules) and in the description.
     labels = dict(model.labels)
-    digest = model.container_spec.image_uri.rsplit("@sha256:", 1)[1]
-    assert labels["trainer-image"] == digest[:16]
+    trainer_image = _built(apis, images.GPU)
+    assert labels["trainer-image"] == trainer_image.rsplit("@sha256:", 1)[1][:16]
+    assert re.fullmatch(r"src-[0-9a-f]{16}", labels["image-tag"])
     assert labels["strategy"] == "multi_worker_mirrored" and labels["promoted"] == "true"
     assert labels["compared-metric"] == "test_accuracy" and labels["model"] == "cnn"
     assert re.fullmatch(r"[0-9a-z_-]{1,63}", labels["dataset-fingerprint"])
@@ -241,7 +259,9 @@ def test_the_model_upload_registers_a_complete_saved_model_with_the_project_imag
     assert "multi_worker_mirrored" in model.description
     lineage = json.loads(storage.bucket(bucket).blob(prefix + "/lineage.json")
                          .download_as_bytes())
-    assert lineage["trainer_image"] == model.container_spec.image_uri
+    assert lineage["trainer_image"] == trainer_image
+    assert lineage["images"]["cpu"]["reference"] == model.container_spec.image_uri
+    assert lineage["image_tag"] == labels["image-tag"]
     assert lineage["cluster"]["strategy"] == "multi_worker_mirrored"
 
 
@@ -329,6 +349,12 @@ def test_a_parameter_server_layout_trains_with_tf_config_as_vertex_sets_it(tmp_p
         assert tasks["condition-2"].state == "SKIPPED" and "model-upload" not in tasks
         assert apis.recorded(r"/models:upload$") == []
         assert tasks["summarize-run"].state == "SUCCEEDED"
+
+
+def _built(apis, image) -> str:
+    """The reference of a project image the fake Cloud Build pushed: by digest alone."""
+    (tag_name,) = [t for t in apis.tags if f"/packages/{image.name}/tags/" in t]
+    return images.reference(REPO, image, apis.tags[tag_name].rsplit("/", 1)[1])
 
 
 def _uploads(apis) -> list:

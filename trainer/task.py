@@ -51,6 +51,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                        "$AIP_CHECKPOINT_DIR, else <job-dir>/checkpoints).")
     where.add_argument("--tensorboard-dir", help="TensorBoard logs (default: "
                        "$AIP_TENSORBOARD_LOG_DIR, else <job-dir>/tensorboard).")
+    machine = parser.add_argument_group("machine")
+    machine.add_argument("--expected-gpus", type=_count, default=0, metavar="N",
+                         help="GPUs this machine has (the CustomJob passes its pool's count): "
+                              "stop before training when TensorFlow sees fewer; 0 (default) "
+                              "expects none, as on local runs.")
     names = schema.add_arguments(parser.add_argument_group("training options"),
                                  TrainingOptions, with_defaults=True)
     args = parser.parse_args(argv)
@@ -59,6 +64,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     except schema.OptionsError as exc:
         parser.error(str(exc))
     return args
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (expected 0 or more)")
+    return value
 
 
 def _create_strategy(tf: Any, name: str) -> Any:
@@ -346,6 +361,14 @@ def run(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
     from trainer.server import serve_until_done
 
     strategy_name = cluster_lib.choose_strategy(info.layout, args.options.strategy)
+    if args.expected_gpus:  # before any role starts work, and before the strategy exists
+        os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+        import tensorflow as tf
+
+        from trainer.gpu_check import require_gpus
+
+        found = require_gpus(tf, args.expected_gpus, environ)
+        log.info("GPUs: %d visible, %d expected", found, args.expected_gpus)
     if info.task_type == "evaluator":
         evaluate_beside(args, info, environ)
     elif strategy_name == "parameter_server" and info.task_type in ("worker", "ps"):

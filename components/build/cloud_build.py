@@ -1,17 +1,20 @@
-"""Build and push the project image with Cloud Build, tagged by its content digest.
+"""Build and push the project's images with Cloud Build, tagged by their content digest.
 
-The build context is the deterministic tarball of `components.build_image` (same
+The build context is the deterministic tarball of `components.build.context` (same
 sources -> same bytes -> same digest -> same tag), uploaded to Cloud Storage. Before
-building, Artifact Registry is asked whether the tag exists: an unchanged trainer is not
-rebuilt. Requests are built as the client libraries' own types, and the clients are
-passed in, so every request can be checked offline.
+building, Artifact Registry is asked whether each image's tag exists: an unchanged image
+is never rebuilt, and one build makes the missing ones. Requests are built as the client
+libraries' own types, and the clients are passed in, so every request can be checked
+offline. What comes back names each image by digest alone (`images.reference`), the form
+Vertex AI accepts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+import time
+from typing import Any, Callable, Sequence
 
 from components import images, project
 from components.stage import say
@@ -20,7 +23,14 @@ from trainer.gcs import split_gcs_uri
 
 #: The builder image Cloud Build runs `docker build` with.
 DOCKER_BUILDER = "gcr.io/cloud-builders/docker"
-BUILD_TIMEOUT_SECONDS = 3600
+#: How long a build may wait in Cloud Build's queue before it starts (its documented
+#: default, set explicitly so that the wait below has a known bound).
+QUEUE_TTL_SECONDS = 3600
+#: Waited beyond a build's queue time and timeout before the client gives up on it.
+WAIT_MARGIN_SECONDS = 300
+#: Artifact Registry's multi-region locations (`us-docker.pkg.dev`): not Cloud Build
+#: locations, which are regions and `global` (Cloud Build docs: "Cloud Build locations").
+MULTI_REGIONS = ("us", "europe", "asia")
 
 _REPOSITORY = re.compile(r"^(?P<location>[a-z0-9-]+)-docker\.pkg\.dev/(?P<project>[a-z0-9-]+)/"
                          r"(?P<repository>[a-z0-9-_.]+)$")
@@ -99,9 +109,38 @@ def service_account_resource(email: str, default_project: str) -> str:
     return f"projects/{owner}/serviceAccounts/{email}"
 
 
-def build_request(repository: Repository, tag: str, source_uri: str, *,
-                  service_account: str = "") -> Any:
-    """The Cloud Build request that builds the image from `source_uri` and pushes it.
+def build_location(repository: Repository) -> str:
+    """The Cloud Build location of a repository's builds: its region, or `global` for a
+    multi-region repository (`us`, `europe`, `asia` are not Cloud Build locations)."""
+    return "global" if repository.location in MULTI_REGIONS else repository.location
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildSettings:
+    """How a build runs.
+
+    Attributes:
+        machine_type: A `cloudbuild_v1.BuildOptions.MachineType` name; the default build
+            machine has 2 vCPUs, too few to install the GPU image's packages quickly.
+        timeout_seconds: The build's own timeout.
+        service_account: Service account the build runs as (default: Cloud Build's).
+    """
+
+    machine_type: str = "E2_HIGHCPU_8"
+    timeout_seconds: int = 3600
+    service_account: str = ""
+
+    @property
+    def wait_seconds(self) -> int:
+        """How long a client waits for the build: queued, running, then a margin."""
+        return QUEUE_TTL_SECONDS + self.timeout_seconds + WAIT_MARGIN_SECONDS
+
+
+def build_request(repository: Repository, tag: str, source_uri: str,
+                  wanted: Sequence[images.ProjectImage] = images.PROJECT_IMAGES,
+                  settings: BuildSettings = BuildSettings()) -> Any:
+    """The Cloud Build request that builds `wanted` images from `source_uri` and pushes
+    them, tagged `tag`; one step per image (a Dockerfile stage each), run side by side.
 
     Returns:
         A `cloudbuild_v1.CreateBuildRequest`.
@@ -109,35 +148,42 @@ def build_request(repository: Repository, tag: str, source_uri: str, *,
     from google.cloud.devtools import cloudbuild_v1
     from google.protobuf import duration_pb2
 
-    image = images.image_uri(repository.uri, tag)
     bucket, name = split_gcs_uri(source_uri)
+    pushed = [images.tagged(repository.uri, image, tag) for image in wanted]
+    steps = [cloudbuild_v1.BuildStep(
+        name=DOCKER_BUILDER, id=f"build-{image.key}", wait_for=["-"],
+        args=["build", "--target", image.target,
+              "--build-arg", f"PYTHON_BASE={images.PYTHON_BASE_IMAGE}", "--tag", uri, "."])
+        for image, uri in zip(wanted, pushed)]
     build = cloudbuild_v1.Build(
         source=cloudbuild_v1.Source(storage_source=cloudbuild_v1.StorageSource(
             bucket=bucket, object_=name)),
-        steps=[cloudbuild_v1.BuildStep(name=DOCKER_BUILDER,
-                                       args=["build", "--tag", image, "."])],
-        images=[image],
-        timeout=duration_pb2.Duration(seconds=BUILD_TIMEOUT_SECONDS),
-        tags=[project.NAME, tag],
+        steps=steps, images=pushed,
+        timeout=duration_pb2.Duration(seconds=settings.timeout_seconds),
+        queue_ttl=duration_pb2.Duration(seconds=QUEUE_TTL_SECONDS),
+        options=cloudbuild_v1.BuildOptions(
+            machine_type=cloudbuild_v1.BuildOptions.MachineType[settings.machine_type]),
+        tags=[project.NAME, tag, *(image.key for image in wanted)],
     )
-    if service_account:
+    if settings.service_account:
         # Build.service_account is a resource name, and a build run as a user-specified
         # account must log to Cloud Logging or a user bucket, not the default logs bucket
         # (Cloud Build docs: "Configure user-specified service accounts").
-        build.service_account = service_account_resource(service_account, repository.project)
-        build.options = cloudbuild_v1.BuildOptions(
-            logging=cloudbuild_v1.BuildOptions.LoggingMode.CLOUD_LOGGING_ONLY)
+        build.service_account = service_account_resource(settings.service_account,
+                                                         repository.project)
+        build.options.logging = cloudbuild_v1.BuildOptions.LoggingMode.CLOUD_LOGGING_ONLY
     return cloudbuild_v1.CreateBuildRequest(
-        parent=f"projects/{repository.project}/locations/{repository.location}",
+        parent=f"projects/{repository.project}/locations/{build_location(repository)}",
         project_id=repository.project, build=build)
 
 
-def existing_digest(repository: Repository, tag: str, registry_client: Any) -> str | None:
-    """The image digest behind `tag`, or None when the tag does not exist."""
+def existing_digest(repository: Repository, image: images.ProjectImage, tag: str,
+                    registry_client: Any) -> str | None:
+    """The digest behind `image`'s `tag`, or None when the tag does not exist."""
     from google.api_core import exceptions
     from google.cloud import artifactregistry_v1
 
-    request = artifactregistry_v1.GetTagRequest(name=repository.tag_name(images.IMAGE_NAME, tag))
+    request = artifactregistry_v1.GetTagRequest(name=repository.tag_name(image.name, tag))
     try:
         found = registry_client.get_tag(request=request)
     except exceptions.NotFound:
@@ -145,10 +191,50 @@ def existing_digest(repository: Repository, tag: str, registry_client: Any) -> s
     return found.version.rsplit("/", 1)[-1] or None  # .../versions/sha256:...
 
 
-def ensure_image(repository_uri: str, tag: str, source_uri: str, *, build_client: Any,
-                 registry_client: Any, service_account: str = "",
-                 log=say) -> tuple[str, bool]:
-    """Returns the image `REPO/gpu-pipeline:TAG@sha256:...`, building it only if missing.
+def wait_for_build(operation: Any, settings: BuildSettings, *, log: Callable[[str], None] = say,
+                   poll_seconds: float = 15, report_every: float = 60,
+                   clock: Callable[[], float] = time.monotonic,
+                   sleep: Callable[[float], None] = time.sleep) -> Any:
+    """Waits for a Cloud Build operation as long as the build itself may take.
+
+    `operation.result()` alone would give up after google-api-core's default 900 s while
+    the build may queue and run for longer; here the wait is bounded by the build's queue
+    time, its own timeout and a margin, and its state and log URL are printed meanwhile.
+
+    Returns:
+        The finished `cloudbuild_v1.Build`.
+
+    Raises:
+        CloudBuildError: The build did not finish within that time (it may still run).
+    """
+    started = clock()
+    deadline = started + settings.wait_seconds
+    reported = None
+    pause = min(1.0, poll_seconds)  # short builds finish soon; long ones are polled less
+    while not operation.done():
+        build = getattr(operation.metadata, "build", None)
+        now = clock()
+        where = f"; logs: {build.log_url}" if build is not None and build.log_url else ""
+        if now >= deadline:
+            raise CloudBuildError(
+                f"Cloud Build {getattr(build, 'id', '')} has not finished after "
+                f"{settings.wait_seconds // 60} min (queue {QUEUE_TTL_SECONDS // 60} min + "
+                f"timeout {settings.timeout_seconds // 60} min + margin); it may still be "
+                f"running{where}")
+        if reported is None or now - reported >= report_every:
+            state = build.status.name if build is not None else "QUEUED"
+            log(f"Cloud Build {getattr(build, 'id', '') or ''}: {state} after "
+                f"{now - started:.0f} s (waiting up to {settings.wait_seconds // 60} min){where}")
+            reported = now
+        sleep(min(pause, max(0.0, deadline - now)))
+        pause = min(pause * 2, poll_seconds)
+    return operation.result(timeout=max(1.0, deadline - clock()))
+
+
+def ensure_images(repository_uri: str, tag: str, source_uri: str, *, build_client: Any,
+                  registry_client: Any, settings: BuildSettings = BuildSettings(),
+                  log: Callable[[str], None] = say, **wait: Any) -> dict[str, dict[str, Any]]:
+    """The project's images for `tag`, building (in one build) only those that are missing.
 
     Args:
         repository_uri: `LOCATION-docker.pkg.dev/PROJECT/REPO`.
@@ -156,28 +242,42 @@ def ensure_image(repository_uri: str, tag: str, source_uri: str, *, build_client
         source_uri: `gs://` URI of the build context tarball.
         build_client: A `cloudbuild_v1.CloudBuildClient`.
         registry_client: An `artifactregistry_v1.ArtifactRegistryClient`.
-        service_account: Service account Cloud Build runs as (default: Cloud Build's).
+        settings: Machine, timeout and service account of a build.
         log: Where progress lines go.
+        **wait: Passed to `wait_for_build` (polling, for tests).
 
     Returns:
-        (image URI with digest, whether a build ran).
+        Per image key (`gpu`, `cpu`): `reference` (by digest alone), `tag`, `built`.
 
     Raises:
-        CloudBuildError: The repository is malformed or the build failed.
+        CloudBuildError: The build failed or pushed without a digest.
     """
     repository = Repository.parse(repository_uri)
-    image = images.image_uri(repository.uri, tag)
-    digest = existing_digest(repository, tag, registry_client)
-    if digest:
-        log(f"image {image} exists ({digest}): not rebuilt")
-        return f"{image}@{digest}", False
-    log(f"building {image} with Cloud Build from {source_uri}")
-    operation = build_client.create_build(request=build_request(
-        repository, tag, source_uri, service_account=service_account))
-    build = operation.result()
-    built = [i for i in build.results.images if i.name == image]
-    if not built or not built[0].digest:
-        raise CloudBuildError(f"Cloud Build {build.id} finished ({build.status.name}) without "
-                              f"pushing {image}; see {build.log_url}")
-    log(f"pushed {image}@{built[0].digest}")
-    return f"{image}@{built[0].digest}", True
+    found: dict[str, dict[str, Any]] = {}
+    missing = []
+    for image in images.PROJECT_IMAGES:
+        digest = existing_digest(repository, image, tag, registry_client)
+        if digest:
+            log(f"image {images.tagged(repository.uri, image, tag)} exists ({digest}): "
+                "not rebuilt")
+            found[image.key] = {"reference": images.reference(repository.uri, image, digest),
+                                "tag": tag, "built": False}
+        else:
+            missing.append(image)
+    if not missing:
+        return found
+    request = build_request(repository, tag, source_uri, missing, settings)
+    log(f"building {', '.join(images.tagged(repository.uri, i, tag) for i in missing)} with "
+        f"Cloud Build in {request.parent} ({settings.machine_type}) from {source_uri}")
+    build = wait_for_build(build_client.create_build(request=request), settings, log=log, **wait)
+    pushed = {i.name: i.digest for i in build.results.images}
+    for image in missing:
+        digest = pushed.get(images.tagged(repository.uri, image, tag))
+        if not digest:
+            raise CloudBuildError(f"Cloud Build {build.id} finished ({build.status.name}) "
+                                  f"without pushing {images.tagged(repository.uri, image, tag)}"
+                                  f"; see {build.log_url}")
+        reference = images.reference(repository.uri, image, digest)
+        log(f"pushed {images.tagged(repository.uri, image, tag)}: {reference}")
+        found[image.key] = {"reference": reference, "tag": tag, "built": True}
+    return found

@@ -15,7 +15,6 @@ import shutil
 import tarfile
 from pathlib import Path
 
-from components import images
 from components.build.dockerignore import DockerIgnore
 from trainer.errors import StageError
 
@@ -118,8 +117,3 @@ def write_build_context(destination: str | os.PathLike, root: Path | None = None
     tarball.write_bytes(data)
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     return BuildContext(context_dir, tarball, digest, tuple(files))
-
-
-def trainer_image_uri(repository: str, context: BuildContext) -> str:
-    """The image URI the build context produces: `<repository>/gpu-pipeline:src-<digest>`."""
-    return images.image_uri(repository, context.tag)

@@ -1,4 +1,4 @@
-"""Stage 3: the trainer's build context, and on Vertex AI the image built from it.
+"""Stage 3: the images' build context, and on Vertex AI the images built from it.
 
 Building and pushing needs a Docker engine or Cloud Build; a local run says so plainly and
 uses the trainer installed in its own environment instead.
@@ -11,41 +11,45 @@ from typing import Any, Callable
 
 from components import images
 from components.build import cloud_build
-from components.build.context import content_tag, trainer_image_uri, write_build_context
+from components.build.context import content_tag, write_build_context
 from components.stage import say
 from trainer.gcs import split_gcs_uri, storage_client
 
 
 def run_build_stage(context_dir: str, context_uri: str, image_repository: str, *, push: bool,
-                    trainer_source_uri: str = "", service_account: str = "",
+                    trainer_source_uri: str = "",
+                    settings: cloud_build.BuildSettings = cloud_build.BuildSettings(),
                     clients: tuple[Any, Any, Any] | None = None,
-                    log: Callable[[str], None] = say) -> tuple[str, dict[str, Any]]:
-    """Stage 3: the trainer's build context, and on Vertex the image built from it.
+                    log: Callable[[str], None] = say) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Stage 3: the build context, and on Vertex the images built from it.
 
     Args:
         context_dir: Local (or /gcs/ FUSE) directory of the stage's build context artifact.
         context_uri: The same location as a URI (`gs://...` on Vertex).
-        image_repository: Artifact Registry repository of the project image.
+        image_repository: Artifact Registry repository of the project's images.
         push: Build and push with Cloud Build (Vertex); False for local runs, which train
             with the trainer installed in their own environment.
         trainer_source_uri: A build context tarball uploaded by `gpu-pipeline submit`;
             empty to use the sources of the stage's own image.
-        service_account: Service account Cloud Build runs as.
+        settings: Machine, timeout and service account of a Cloud Build.
         clients: (storage, Cloud Build, Artifact Registry) clients; created when None.
         log: Where progress lines go.
 
     Returns:
-        (image to train with, "" for local runs; metadata for the artifact).
+        (per image key: `reference` by digest, `tag` and `built`, empty for local runs;
+        metadata for the artifact).
     """
     context = write_build_context(context_dir)
-    metadata: dict[str, Any] = {"digest": context.digest, "files": len(context.files),
-                                "image_uri": trainer_image_uri(image_repository, context)}
+    metadata: dict[str, Any] = {
+        "digest": context.digest, "files": len(context.files), "tag": context.tag,
+        "images": {i.key: images.tagged(image_repository, i, context.tag)
+                   for i in images.PROJECT_IMAGES}}
     if not push:
         log(f"build context: {len(context.files)} files, {context.digest}")
-        log(f"local run: image {metadata['image_uri']} was not built or pushed "
-            "(no Docker engine is used); training uses the trainer installed in this "
+        log(f"local run: images {', '.join(metadata['images'].values())} were not built or "
+            "pushed (no Docker engine is used); training uses the trainer installed in this "
             "environment")
-        return "", {**metadata, "pushed": False}
+        return {}, {**metadata, "pushed": False}
 
     storage, builder, registry = clients or cloud_clients()
     source_uri = f"{context_uri.rstrip('/')}/context.tar.gz"
@@ -55,12 +59,13 @@ def run_build_stage(context_dir: str, context_uri: str, image_repository: str, *
         data = storage.bucket(bucket).blob(name).download_as_bytes()
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         tag, source_uri = content_tag(digest), trainer_source_uri
-        metadata.update(digest=digest, image_uri=images.image_uri(image_repository, tag))
+        metadata.update(digest=digest, tag=tag, images={
+            i.key: images.tagged(image_repository, i, tag) for i in images.PROJECT_IMAGES})
     log(f"build context {source_uri} ({metadata['digest']})")
-    image, built = cloud_build.ensure_image(image_repository, tag, source_uri,
-                                            build_client=builder, registry_client=registry,
-                                            service_account=service_account, log=log)
-    return image, {**metadata, "image_uri": image, "pushed": True, "built": built,
+    found = cloud_build.ensure_images(image_repository, tag, source_uri, build_client=builder,
+                                      registry_client=registry, settings=settings, log=log)
+    return found, {**metadata, "references": {k: v["reference"] for k, v in found.items()},
+                   "pushed": True, "built": sorted(k for k, v in found.items() if v["built"]),
                    "source_uri": source_uri}
 
 

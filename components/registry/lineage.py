@@ -11,12 +11,19 @@ from typing import Any, Mapping
 
 
 def lineage(*, manifest: Mapping[str, Any], training: Mapping[str, Any],
-            cluster: Mapping[str, Any], image: str, version: str,
+            cluster: Mapping[str, Any], images: Mapping[str, Any], version: str,
             metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """The lineage record of a model."""
+    """The lineage record of a model.
+
+    `images` is the build stage's output: per image its reference by digest (what ran) and
+    its content tag (what people search the registry and the build logs for).
+    """
+    trainer = images.get("gpu") or {}
     return {
         "project_version": version,
-        "trainer_image": image or "local (this environment's trainer)",
+        "trainer_image": trainer.get("reference") or "local (this environment's trainer)",
+        "image_tag": trainer.get("tag", ""),
+        "images": {key: dict(value) for key, value in images.items()},
         "dataset": {
             "source": manifest.get("source"),
             "source_fingerprint": manifest.get("source_fingerprint"),
@@ -46,6 +53,7 @@ def labels(record: Mapping[str, Any], decision: Mapping[str, Any]) -> dict[str, 
         "dataset-fingerprint": _label(digest)[:16] or "none",
         "trainer-image": _label(image.rsplit("@sha256:", 1)[-1][:16]) if "@sha256:" in image
         else "local",
+        "image-tag": _label(record.get("image_tag") or "local"),
         "model": _label(record["training"].get("model", "")),
         "strategy": _label(record["cluster"].get("strategy", "")),
         "compared-metric": _label(decision.get("metric", "")),
@@ -64,7 +72,8 @@ def description(record: Mapping[str, Any], decision: Mapping[str, Any]) -> str:
     training = record["training"]
     text = (f"{decision.get('reason', '')} | gpu-pipeline {record['project_version']} | "
             f"dataset {data.get('source')} {data.get('source_fingerprint')} "
-            f"({data.get('examples')} examples) | image {record['trainer_image']} | "
+            f"({data.get('examples')} examples) | image {record['trainer_image']} "
+            f"({record.get('image_tag') or 'local'}) | "
             f"{training.get('model')} {training.get('epochs')} epochs, "
             f"{record['cluster'].get('strategy')}")
     return re.sub(r'["\\\x00-\x1f]', "", text)[:2000]

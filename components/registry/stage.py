@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from components.cloud_names import vertex_endpoint
 from components.export import model_metrics, publish_model, saved_model_dir
 from components.registry import local
 from components.registry.gate import Decision, decide
@@ -29,7 +30,7 @@ def vertex_champion(parent_model: str, region: str) -> str:
     from google.cloud import aiplatform_v1
 
     client = aiplatform_v1.ModelServiceClient(client_options={
-        "api_endpoint": f"{region}-aiplatform.googleapis.com"})
+        "api_endpoint": vertex_endpoint(region)})
     try:
         model = client.get_model(name=parent_model)  # no @version: the default version
     except exceptions.GoogleAPIError as exc:
@@ -52,7 +53,7 @@ def comparison_markdown(decision: Decision, challenger: Mapping[str, Any],
 
 def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.PathLike,
                     destination: str | os.PathLike, *, vertex: Any, training: Mapping[str, Any],
-                    cluster: Mapping[str, Any], image: str, version: str,
+                    cluster: Mapping[str, Any], images: Mapping[str, Any], version: str,
                     registry_root: str = "") -> dict[str, Any]:
     """Both models' metrics on the same splits, the decision, and the new model exported.
 
@@ -63,7 +64,7 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
         vertex: The run's `VertexOptions` (threshold, margin, promotion, parent model).
         training: The training options (for the lineage).
         cluster: The cluster's strategy and pools (for the lineage).
-        image: The trainer image ("" locally).
+        images: The build stage's images (references by digest and tags; empty locally).
         version: The project's version.
         registry_root: The local registry (`run --local`); "" on Vertex AI, where the
             champion is `vertex.parent_model`'s default version.
@@ -87,7 +88,7 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
     decision = decide(challenger, champion, threshold=vertex.accuracy_threshold,
                       margin=vertex.promotion_margin, promotion=vertex.promotion)
     record = lineage(manifest=load_manifest(dataset_dir), training=training, cluster=cluster,
-                     image=image, version=version, metrics=challenger)
+                     images=images, version=version, metrics=challenger)
     saved = publish_model(trained_model, destination, challenger, dataset_dir, extra={
         "lineage.json": record, "decision.json": decision.to_dict(),
         "champion_evaluation.json": champion})

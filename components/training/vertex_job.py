@@ -7,7 +7,7 @@ see `pipelines.pipeline`.
 from __future__ import annotations
 
 import copy
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from components.training.job_names import (
     JOB_NAME_SUFFIX,
@@ -25,21 +25,33 @@ class TrainingSpecError(InputError):
     """The worker pools or image cannot make a CustomJob."""
 
 
-def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], image_uri: str, *,
+def pool_gpus(pool: Mapping[str, Any]) -> int:
+    """How many GPUs each replica of a worker pool has."""
+    machine = pool.get("machine_spec") or {}
+    if not str(machine.get("accelerator_type", "")).startswith("NVIDIA_"):
+        return 0
+    return int(machine.get("accelerator_count") or 0)
+
+
+def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], images: Mapping[str, Any], *,
                     dataset_path: str, output_uri: str, output_path: str,
                     trainer_args: Sequence[str] = (),
                     job_name: str = "gpu_training") -> dict[str, Any]:
     """Adds the trainer container to validated worker pools.
 
-    Every used pool runs the same image and arguments (the chief trains or coordinates,
-    workers train or serve, parameter servers serve, the evaluator evaluates: roles from
-    the TF_CONFIG Vertex sets), except a Reduction Server pool, which keeps its own image.
-    Paths given to the trainer are `/gcs/` paths (Cloud Storage FUSE on Vertex), read with
-    plain file APIs.
+    Every used pool runs the trainer with the same arguments (the chief trains or
+    coordinates, workers train or serve, parameter servers serve, the evaluator evaluates:
+    roles from the TF_CONFIG Vertex sets), except a Reduction Server pool, which keeps its
+    own image. Pools with GPUs run the GPU image and are told how many GPUs each replica
+    has (`--expected-gpus`: the trainer stops before training when TensorFlow sees fewer,
+    instead of training on the CPUs of a machine billed for GPUs); pools without run the
+    CPU image, a fraction of the size. Images are named by digest alone, as Vertex AI
+    requires. Paths given to the trainer are `/gcs/` paths (Cloud Storage FUSE on Vertex),
+    read with plain file APIs.
 
     Args:
         worker_pool_specs: Normalised pools from the validation stage.
-        image_uri: The trainer image.
+        images: The build stage's images: `gpu` and `cpu`, each with its `reference`.
         dataset_path: Local (FUSE) path of the prepared dataset.
         output_uri: `gs://` URI for the job's outputs (base_output_directory).
         output_path: The same location as a local (FUSE) path.
@@ -51,13 +63,15 @@ def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], image_uri: str,
         the CustomJob.
 
     Raises:
-        TrainingSpecError: No image, no chief pool, or an invalid job name.
+        TrainingSpecError: No images, no chief pool, or an invalid job name.
     """
     problems = validate_job_name(job_name, "job_name", reserve=JOB_NAME_SUFFIX)
     if problems:
         raise TrainingSpecError("; ".join(problems))
-    if not image_uri:
-        raise TrainingSpecError("image_uri is empty; a Vertex CustomJob needs the trainer image")
+    missing = [key for key in ("gpu", "cpu") if not (images.get(key) or {}).get("reference")]
+    if missing:
+        raise TrainingSpecError(f"images has no reference for {', '.join(missing)}; a Vertex "
+                                "CustomJob needs the images the build stage made")
     if not worker_pool_specs or not worker_pool_specs[0]:
         raise TrainingSpecError("worker_pool_specs has no chief pool (pool 0)")
     args = ["--job-dir", output_path, "--data-dir", dataset_path, *map(str, trainer_args)]
@@ -68,7 +82,10 @@ def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], image_uri: str,
     for pool in worker_pool_specs:
         pool = copy.deepcopy(dict(pool))
         if pool and not is_reduction_server(pool):  # which runs Vertex AI's own image
-            pool["container_spec"] = {"image_uri": image_uri, "args": list(args)}
+            gpus = pool_gpus(pool)
+            pool["container_spec"] = {
+                "image_uri": images["gpu" if gpus else "cpu"]["reference"],
+                "args": [*args, "--expected-gpus", str(gpus)] if gpus else list(args)}
         pools.append(pool)
     base = output_uri.rstrip("/")
     return {"worker_pool_specs": pools, "base_output_directory": base,

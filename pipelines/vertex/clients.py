@@ -56,6 +56,9 @@ class Clients:
     pipeline_api: Any = None  # replaces PipelineJob.api_client
     schedule_api: Any = None  # replaces PipelineJobSchedule.api_client / ScheduleService
     model_api: Any = None  # replaces the ModelServiceClient of `models list`
+    projects: Any = None  # Resource Manager ProjectsClient (testIamPermissions)
+    iam: Any = None  # an HTTP session for the IAM API
+    iam_endpoint: str = ""  # where that API is; IAM's own unless given
 
     def get_storage(self) -> Any:
         """The Cloud Storage client (the default one unless given)."""
@@ -72,3 +75,21 @@ class Clients:
             with remote_call("connecting to Cloud Build and Artifact Registry"):
                 _, self.build, self.registry = cloud_clients()
         return self.build, self.registry
+
+    def get_projects(self) -> Any:
+        """The Resource Manager ProjectsClient (the default one unless given)."""
+        if self.projects is None:
+            from pipelines.vertex.iam import projects_client
+
+            with remote_call("connecting to Resource Manager"):
+                self.projects = projects_client()
+        return self.projects
+
+    def get_iam(self) -> tuple[Any, str]:
+        """(an HTTP session for the IAM API, its endpoint)."""
+        from pipelines.vertex.iam import IAM_ENDPOINT, iam_session
+
+        if self.iam is None:
+            with remote_call("connecting to IAM"):
+                self.iam = iam_session()
+        return self.iam, self.iam_endpoint or IAM_ENDPOINT

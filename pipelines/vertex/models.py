@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from components.cloud_names import vertex_endpoint
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients, remote_call
 from pipelines.vertex.preflight import VertexSettingsError
@@ -37,7 +38,7 @@ def list_models(config: Config, clients: Clients | None = None) -> list[Any]:
         from google.cloud import aiplatform_v1
 
         client = aiplatform_v1.ModelServiceClient(client_options={
-            "api_endpoint": f"{config.vertex.region}-aiplatform.googleapis.com"})
+            "api_endpoint": vertex_endpoint(config.vertex.region)})
     method = (client.list_model_versions if type(request).__name__.startswith("ListModelVer")
               else client.list_models)
     with remote_call("listing the Model Registry"):

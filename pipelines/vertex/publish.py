@@ -33,14 +33,17 @@ class PublishError(InputError):
 
 
 def unpinned_images(spec: Path) -> list[str]:
-    """The project images a compiled spec runs that are not pinned by digest."""
+    """The project images a compiled spec runs that are not pinned by a real digest."""
     import yaml
 
     from components import images
 
     executors = yaml.safe_load(spec.read_text())["deploymentSpec"]["executors"]
     found = {e["container"]["image"] for e in executors.values() if "container" in e}
-    return sorted(i for i in found if f"/{images.IMAGE_NAME}:" in i and "@sha256:" not in i)
+    ours = {i for i in found
+            if any(f"/{image.name}:" in i or f"/{image.name}@" in i
+                   for image in images.PROJECT_IMAGES)}
+    return sorted(i for i in ours if "@sha256:" not in i or i.endswith(images.UNBUILT_DIGEST))
 
 
 def publish_run(config: Config, destination: str, tags: Sequence[str], *, dry_run: bool,
@@ -57,8 +60,9 @@ def publish_run(config: Config, destination: str, tags: Sequence[str], *, dry_ru
     with prepared_run(config, dry_run, clients, credentials, log) as (prepared, _):
         if dry_run:
             log(f"dry run: nothing was uploaded, built or published; {destination} would "
-                f"receive the spec with its components in {prepared.image} (pinned by digest "
-                f"once built), tagged {', '.join(tags)}")
+                "receive the spec with its components in "
+                f"{prepared.images['cpu']['reference']} (the digest once built), tagged "
+                f"{', '.join(tags)}")
             return []
         return publish(prepared.template, destination, tags, storage=clients.storage,
                        auth=auth)

@@ -15,6 +15,7 @@ from components.build.context import write_build_context
 from components.stage import say
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients, remote_call
+from pipelines.vertex.iam import check_permissions
 from pipelines.vertex.preflight import require_vertex_settings
 from pipelines.vertex.spec import compile_for_vertex
 
@@ -57,11 +58,16 @@ def create_request(job: Any, config: Config) -> Any:
 
 @dataclasses.dataclass
 class Prepared:
-    """A run ready to send: its job, the request, and the image and sources it uses."""
+    """A run ready to send: its job, the request, and the images and sources it uses.
+
+    `images` is what the build stage outputs: per image key (`gpu`, `cpu`) its `reference`
+    by digest alone (a placeholder digest in a dry run, which builds and looks up
+    nothing), its content `tag` and whether it was `built`.
+    """
 
     job: Any
     request: Any
-    image: str
+    images: dict[str, dict[str, Any]]
     source_uri: str
     build_request: Any
     template: Path
@@ -78,23 +84,27 @@ def prepare_run(config: Config, work_dir: Path, *, dry_run: bool, clients: Clien
     repository = cloud_build.Repository.parse(config.vertex.image_repository)
     bucket, name = cloud_build.context_object(config.vertex.pipeline_root, context.digest)
     source_uri = f"gs://{bucket}/{name}"
-    image = images.image_uri(repository.uri, context.tag)
-    account = config.vertex.service_account
+    settings = config.vertex.build_settings()
     build_request = cloud_build.build_request(repository, context.tag, source_uri,
-                                              service_account=account)
+                                              settings=settings)
+    found = {image.key: {"reference": images.reference(repository.uri, image,
+                                                        images.UNBUILT_DIGEST),
+                         "tag": context.tag, "built": False}
+             for image in images.PROJECT_IMAGES}
     if not dry_run:
         with remote_call("uploading the sources"):
             cloud_build.upload_context(context.tarball.read_bytes(), context.digest,
                                        config.vertex.pipeline_root, clients.get_storage())
         log(f"sources uploaded: {source_uri}")
-        with remote_call("building or finding the image"):
+        with remote_call("building or finding the images"):
             builder, registry = clients.get_builders()
-            image, _ = cloud_build.ensure_image(repository.uri, context.tag, source_uri,
-                                                build_client=builder, registry_client=registry,
-                                                service_account=account, log=log)
-    template = compile_for_vertex(config, work_dir / "pipeline.yaml", image, source_uri)
+            found = cloud_build.ensure_images(repository.uri, context.tag, source_uri,
+                                              build_client=builder, registry_client=registry,
+                                              settings=settings, log=log)
+    template = compile_for_vertex(config, work_dir / "pipeline.yaml",
+                                  found[images.CPU.key]["reference"], source_uri)
     job = pipeline_job(config, template, source_uri, credentials)
-    return Prepared(job, create_request(job, config), image, source_uri, build_request,
+    return Prepared(job, create_request(job, config), found, source_uri, build_request,
                     template)
 
 
@@ -126,17 +136,28 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
     cached = sorted(name for dag in dags for name, task in dag["tasks"].items()
                     if task.get("cachingOptions", {}).get("enableCache"))
     build = prepared.build_request.build
+    gpu, cpu = (prepared.images[i.key] for i in (images.GPU, images.CPU))
+    placeholder = " (digest placeholder: a dry run builds nothing)" \
+        if gpu["reference"].endswith(images.UNBUILT_DIGEST) else ""
     return [
         "cache: " + (f"only {', '.join(cached)} may be reused (keyed on the source's "
                      "fingerprint); every other task runs every time" if cached
                      else "off for every task"),
-        f"components and trainer run in {prepared.image}"
-        + ("" if "@sha256:" in prepared.image else " (pinned by digest once built)"),
-        f"the registered model is served by {config.vertex.serving_image or 'that image'} "
+        f"images, named by digest alone{placeholder}, content tag {gpu['tag']}:",
+        f"  GPU worker pools run {gpu['reference']}",
+        f"  components and CPU-only pools run {cpu['reference']}",
+        f"the registered model is served by {config.vertex.serving_image or cpu['reference']} "
         f"(python -m {SERVER_MODULE}, predictor trainer.serving)",
-        "Cloud Build runs as " + (f"{build.service_account} (logs: Cloud Logging only)"
-                                  if build.service_account else "its default account"),
+        f"Cloud Build: {request_location(prepared.build_request)}, "
+        f"{build.options.machine_type.name}, timeout {build.timeout.seconds} s, as "
+        + (f"{build.service_account} (logs: Cloud Logging only)" if build.service_account
+           else "its default account"),
     ]
+
+
+def request_location(request: Any) -> str:
+    """The location of a Cloud Build request (`projects/P/locations/L`)."""
+    return request.parent.rsplit("/", 1)[-1]
 
 
 def to_json(message: Any) -> str:
@@ -153,11 +174,14 @@ def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,
         The CreatePipelineJobRequest (dry run) or the submitted PipelineJob.
     """
     clients = clients or Clients()
+    require_vertex_settings(config)
+    check_permissions(config, clients, dry_run=dry_run, log=log)
     with prepared_run(config, dry_run, clients, credentials, log) as (prepared, _):
         if dry_run:
             log("dry run: nothing was uploaded, built or submitted")
-            log(f"sources would go to {prepared.source_uri}; if {prepared.image} is missing, "
-                "Cloud Build would receive:")
+            log(f"sources would go to {prepared.source_uri}; for the images whose tag "
+                f"{prepared.images[images.GPU.key]['tag']} is missing, Cloud Build would "
+                "receive:")
             print(to_json(prepared.build_request))
             log("Vertex AI would receive this CreatePipelineJobRequest:")
             print(to_json(prepared.request))

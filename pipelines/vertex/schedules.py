@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from components.cloud_names import vertex_endpoint
 from components.stage import say
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients, remote_call
@@ -62,7 +63,7 @@ def _schedule_client(config: Config, clients: Clients | None) -> Any:
     from google.cloud import aiplatform_v1
 
     return aiplatform_v1.ScheduleServiceClient(client_options={
-        "api_endpoint": f"{config.vertex.region}-aiplatform.googleapis.com"})
+        "api_endpoint": vertex_endpoint(config.vertex.region)})
 
 
 def _parent(config: Config) -> str:

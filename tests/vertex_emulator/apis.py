@@ -3,10 +3,24 @@
 Vertex AI: `customJobs` create/get/cancel, `models:upload` with its operation, and `models`
 get (the default version: a model's first version, then the last uploaded with the
 `default` alias; Vertex AI docs: "How to use model version aliases"); Cloud
-Build: `builds` create (the build "pushes" the image to the fake Artifact Registry); Artifact
-Registry: `tags` get. A CustomJob starts every replica of its worker pools as a local
-process with the container's command and arguments and the environment Vertex AI sets
-(Vertex AI docs: "Distributed training"; CustomJobSpec.baseOutputDirectory):
+Build: `builds` create and the build's operation, which stays "not done" for
+`build_seconds` (a client that gives up early fails) and then "pushes" each image to the
+fake Artifact Registry; Artifact Registry: `tags` get; `testIamPermissions` of Resource
+Manager (projects), Cloud Storage (buckets) and IAM (service accounts), granting all but
+`denied`.
+
+What Vertex AI and Cloud Build refuse, the fake refuses with their status (400
+INVALID_ARGUMENT): an image reference with both a tag and a digest (`Invalid image URI`:
+kubeflow/pipelines#8490, googleapis/python-aiplatform#1861), in a CustomJob's pools or a
+model's container, and, through `image_problem`, in a pipeline's executors; a Cloud Build
+location that is neither a region nor `global` (Cloud Build docs: "Cloud Build
+locations"; Artifact Registry's multi-regions `us`, `europe`, `asia` are not among them).
+
+A CustomJob starts every replica of its worker pools as a local process with the
+container's command and arguments and the environment Vertex AI sets (Vertex AI docs:
+"Distributed training"; CustomJobSpec.baseOutputDirectory). This machine has no GPUs:
+a replica's `--expected-gpus N` (its pool's GPUs, which the trainer checks) is recorded
+and left out of the command, as a machine with all N visible would pass the check.
 
 - `TF_CONFIG`: `cluster` with `chief` (pool 0), `worker` (pool 1) and `ps` (pool 2) only;
   `task` with the replica's type (`evaluator` for pool 3) and index; `job`, `environment:
@@ -29,6 +43,8 @@ import re
 import socket
 import subprocess
 import threading
+import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +53,14 @@ ROLES = ("chief", "worker", "ps", "evaluator")
 
 @dataclasses.dataclass
 class Recorded:
-    """One request: method, path, the host the client meant, and the JSON body."""
+    """One request: method, path, the host the client meant, the JSON body, and the
+    routing header (`x-goog-request-params`)."""
 
     method: str
     path: str
     host: str
     body: Any
+    routing: str = ""
 
 
 @dataclasses.dataclass
@@ -52,6 +70,7 @@ class Replica:
     env: dict[str, str]
     process: subprocess.Popen
     log: Path
+    expected_gpus: int = 0
 
 
 @dataclasses.dataclass
@@ -94,7 +113,11 @@ class FakeGoogleApis:
         self.tags: dict[str, str] = {}  # Artifact Registry tag name -> version name
         self.models: list[dict[str, Any]] = []
         self.defaults: dict[str, str] = {}  # model -> its default version
+        self.builds: dict[str, dict[str, Any]] = {}  # operation name -> build, started
+        self.build_seconds = 1.5  # how long a build stays "not done"
+        self.denied: set[str] = set()  # permissions testIamPermissions leaves out
         self._lock = threading.Lock()
+        self._request = threading.local()  # the query string of the request being served
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self._server.server_port}"
 
@@ -128,6 +151,12 @@ class FakeGoogleApis:
              self._operation),
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/models/[^/:@]+)$", self._get_model),
             ("POST", r"^/v1/(projects/[^/]+(?:/locations/[^/]+)?)/builds$", self._build),
+            ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/operations/build-[^/]+)$",
+             self._build_operation),
+            ("POST", r"^/v3/(projects/[^/:]+):testIamPermissions$", self._test_permissions),
+            ("POST", r"^/v1/(projects/-/serviceAccounts/[^/:]+):testIamPermissions$",
+             self._test_permissions),
+            ("GET", r"^/storage/v1/b/([^/]+)/iam/testPermissions$", self._test_bucket),
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/repositories/[^/]+/packages/[^/]+"
                     r"/tags/[^/]+)$", self._get_tag),
         ]
@@ -138,6 +167,11 @@ class FakeGoogleApis:
         return 404, _error(404, f"no such method: {method} {path}")
 
     def _create_job(self, parent: str, body: dict[str, Any]) -> tuple[int, Any]:
+        for pool in body.get("jobSpec", {}).get("workerPoolSpecs", []):
+            image = (pool or {}).get("containerSpec", {}).get("imageUri", "")
+            problem = image and _reference_problem(image)
+            if problem:
+                return 400, _error(400, problem)
         with self._lock:
             name = f"{parent}/customJobs/{len(self.jobs) + 1}"
             resource = {**body, "name": name, "state": "JOB_STATE_PENDING"}
@@ -166,6 +200,10 @@ class FakeGoogleApis:
         return 200, {}
 
     def _upload(self, parent: str, body: dict[str, Any]) -> tuple[int, Any]:
+        image = body.get("model", {}).get("container_spec", {}).get("image_uri", "")
+        problem = image and _reference_problem(image)
+        if problem:
+            return 400, _error(400, problem)
         with self._lock:
             number = len(self.models) + 1
             parent_model = body.get("parent_model") or body.get("parentModel")
@@ -202,19 +240,64 @@ class FakeGoogleApis:
                      "labels": uploaded.get("labels", {})}
 
     def _build(self, parent: str, body: dict[str, Any]) -> tuple[int, Any]:
-        images = body.get("images", [])
-        digest = "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-        for image in images:
-            self.tags[_tag_name(image)] = f"{_tag_name(image).split('/tags/')[0]}/versions/" \
-                                          f"{digest}"
-        build = {**body, "id": "emulated-build", "status": "SUCCESS",
-                 "results": {"images": [{"name": i, "digest": digest} for i in images]}}
-        return 200, {
-            "name": f"{parent}/operations/build-{len(self.tags)}", "done": True,
-            "metadata": {"@type": "type.googleapis.com/google.devtools.cloudbuild.v1."
-                                  "BuildOperationMetadata", "build": build},
-            "response": {"@type": "type.googleapis.com/google.devtools.cloudbuild.v1.Build",
-                         **build}}
+        # Google's client sends `projects/P/builds` with the location in its routing header
+        # (x-goog-request-params, from CreateBuildRequest.parent) when project_id is set.
+        routed = urllib.parse.parse_qs(self._request.routing).get("location", [""])[0]
+        location = parent.split("/locations/")[1] if "/locations/" in parent \
+            else routed or "global"
+        parent = f"{parent.split('/locations/')[0]}/locations/{location}"
+        if location != "global" and not re.fullmatch(r"[a-z]+-[a-z]+[0-9]+", location):
+            return 400, _error(400, f"invalid location {location!r}: Cloud Build runs in "
+                               "regions and global")
+        with self._lock:
+            number = len(self.builds) + 1
+            name = f"{parent}/operations/build-{number}"
+            build = {**body, "id": f"emulated-build-{number}", "status": "QUEUED",
+                     "log_url": f"https://console.cloud.google.com/cloud-build/builds/{number}"}
+            self.builds[name] = {"build": build, "started": time.monotonic()}
+        return 200, self._build_state(name)
+
+    def _build_operation(self, name: str, body: Any) -> tuple[int, Any]:
+        if name not in self.builds:
+            return 404, _error(404, f"operation {name} not found")
+        return 200, self._build_state(name)
+
+    def _build_state(self, name: str) -> dict[str, Any]:
+        """The build's operation: WORKING for `build_seconds`, then done, its images pushed
+        (each with a digest of its own) to the fake Artifact Registry."""
+        with self._lock:
+            return self._advance_build(name)
+
+    def _advance_build(self, name: str) -> dict[str, Any]:
+        record = self.builds[name]
+        build = record["build"]
+        done = time.monotonic() - record["started"] >= self.build_seconds
+        metadata = {"@type": "type.googleapis.com/google.devtools.cloudbuild.v1."
+                             "BuildOperationMetadata", "build": build}
+        if not done:
+            build["status"] = "WORKING"
+            return {"name": name, "done": False, "metadata": metadata}
+        if build["status"] != "SUCCESS":
+            pushed = []
+            for image in build.get("images", []):
+                digest = "sha256:" + hashlib.sha256(
+                    (json.dumps(build, sort_keys=True) + image).encode()).hexdigest()
+                self.tags[_tag_name(image)] = \
+                    f"{_tag_name(image).split('/tags/')[0]}/versions/{digest}"
+                pushed.append({"name": image, "digest": digest})
+            build.update(status="SUCCESS", results={"images": pushed})
+        return {"name": name, "done": True, "metadata": metadata,
+                "response": {"@type": "type.googleapis.com/google.devtools.cloudbuild.v1.Build",
+                             **build}}
+
+    def _test_permissions(self, resource: str, body: dict[str, Any]) -> tuple[int, Any]:
+        return 200, {"permissions": [p for p in (body or {}).get("permissions", [])
+                                     if p not in self.denied]}
+
+    def _test_bucket(self, bucket: str, body: Any) -> tuple[int, Any]:
+        asked = self._request.query.get("permissions", [])
+        return 200, {"kind": "storage#testIamPermissionsResponse",
+                     "permissions": [p for p in asked if p not in self.denied]}
 
     def _get_tag(self, name: str, body: Any) -> tuple[int, Any]:
         if name not in self.tags:
@@ -223,15 +306,32 @@ class FakeGoogleApis:
 
     # --- CustomJob replicas ---------------------------------------------------------------
 
-    def _command(self, image: str) -> list[str]:
-        repository = image.split("@", 1)[0].rsplit(":", 1)[0]
+    def image_problem(self, image: str) -> str | None:
+        """Why Vertex AI would refuse or fail to pull `image`, or None. Only the project's
+        repositories (`entrypoints`) are looked up; others (Google's images) are taken as
+        they are."""
+        problem = _reference_problem(image)
+        if problem:
+            return problem
+        repository = _repository(image)
         if repository not in self.entrypoints:
-            raise LookupError(f"image {image} cannot be pulled (unknown repository)")
+            return None
         if "@" in image:
             version = f"{_tag_name(repository + ':x').split('/tags/')[0]}/versions/" \
                       f"{image.split('@', 1)[1]}"
             if version not in self.tags.values():
-                raise LookupError(f"image {image} cannot be pulled (no such digest)")
+                return f"image {image} cannot be pulled (no such digest)"
+        elif _tag_name(image) not in self.tags:
+            return f"image {image} cannot be pulled (no such tag)"
+        return None
+
+    def _command(self, image: str) -> list[str]:
+        repository = _repository(image)
+        if repository not in self.entrypoints:
+            raise LookupError(f"image {image} cannot be pulled (unknown repository)")
+        problem = self.image_problem(image)
+        if problem:
+            raise LookupError(problem)
         return list(self.entrypoints[repository])
 
     def _start_replicas(self, job: CustomJob) -> list[Replica]:
@@ -249,6 +349,7 @@ class FakeGoogleApis:
                 continue
             container = definition["containerSpec"]
             command = list(container.get("command") or self._command(container["imageUri"]))
+            args, expected_gpus = _without_gpu_expectation(container.get("args", []))
             for index in range(len(hosts)):
                 env = {**self.environment,
                        **{e["name"]: e["value"] for e in container.get("env", [])}}
@@ -267,10 +368,10 @@ class FakeGoogleApis:
                                AIP_TENSORBOARD_LOG_DIR=f"{base}/logs/")
                 log = self.work_dir / f"job{job.name.rsplit('/', 1)[1]}-pool{pool}-{index}.log"
                 with open(log, "w") as out:
-                    process = subprocess.Popen([*command, *container.get("args", [])],
+                    process = subprocess.Popen([*command, *args],
                                                env=env, stdout=out, stderr=subprocess.STDOUT,
                                                cwd=self.work_dir)
-                replicas.append(Replica(pool, index, env, process, log))
+                replicas.append(Replica(pool, index, env, process, log, expected_gpus))
         return replicas
 
     def _update(self, job: CustomJob) -> None:
@@ -311,7 +412,11 @@ class FakeGoogleApis:
                 raw = self.rfile.read(length) if length else b""
                 body = json.loads(raw) if raw.strip() else None
                 host = self.headers.get("X-Emulated-Host", "")
-                apis.requests.append(Recorded(method, self.path.split("?")[0], host, body))
+                routing = urllib.parse.unquote(self.headers.get("x-goog-request-params", ""))
+                apis.requests.append(Recorded(method, self.path.split("?")[0], host, body,
+                                              routing))
+                apis._request.query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+                apis._request.routing = routing
                 status, answer = apis._route(method, self.path, body)
                 data = json.dumps(answer).encode()
                 self.send_response(status)
@@ -335,6 +440,32 @@ class FakeGoogleApis:
 def _error(code: int, message: str) -> dict[str, Any]:
     status = {404: "NOT_FOUND", 400: "INVALID_ARGUMENT"}.get(code, "UNKNOWN")
     return {"error": {"code": code, "message": message, "status": status}}
+
+
+def _reference_problem(image: str) -> str | None:
+    """Vertex AI's reading of an image reference: a tag or a digest, never both."""
+    name = image.split("@", 1)[0]
+    if "@" in image and ":" in name.rsplit("/", 1)[-1]:
+        return f"Invalid image URI {image}: it has both a tag and a digest"
+    if not re.fullmatch(r"[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+"
+                        r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[a-f0-9]{64})?", image):
+        return f"Invalid image URI {image}"
+    return None
+
+
+def _repository(image: str) -> str:
+    """An image reference without its tag or digest."""
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    return name.rsplit(":", 1)[0] if ":" in last else name
+
+
+def _without_gpu_expectation(args: list[str]) -> tuple[list[str], int]:
+    """The arguments without `--expected-gpus N`, and N (0 when absent)."""
+    if "--expected-gpus" not in args:
+        return list(args), 0
+    at = args.index("--expected-gpus")
+    return [*args[:at], *args[at + 2:]], int(args[at + 1])
 
 
 def _tag_name(image: str) -> str:

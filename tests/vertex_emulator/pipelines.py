@@ -24,7 +24,7 @@ import os
 import re
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from google.protobuf import json_format
 from kfp.local import placeholder_utils
@@ -35,6 +35,10 @@ from tests.vertex_emulator.mount import StandInMount
 
 class TaskFailed(RuntimeError):
     """A task of the emulated run exited with an error."""
+
+
+class RequestRefused(RuntimeError):
+    """The CreatePipelineJobRequest is one Vertex AI would refuse (400 INVALID_ARGUMENT)."""
 
 
 @dataclasses.dataclass
@@ -90,14 +94,18 @@ class EmulatedPipelines:
         mount: The stand-in `/gcs/` mount.
         environment: Environment of every task process (the fake APIs, the emulator).
         timeout: Longest a task may take, in seconds.
+        image_problem: Why an executor's image would be refused or not pulled, or None
+            (`FakeGoogleApis.image_problem`); images are not checked without it.
     """
 
     def __init__(self, work_dir: Path, mount: StandInMount, environment: dict[str, str],
-                 timeout: float = 900):
+                 timeout: float = 900,
+                 image_problem: Callable[[str], str | None] | None = None):
         self.work_dir = work_dir
         self.mount = mount
         self.environment = environment
         self.timeout = timeout
+        self.image_problem = image_problem
         self.tasks: dict[str, Task] = {}
 
     def run(self, request: Any) -> dict[str, Task]:
@@ -106,6 +114,11 @@ class EmulatedPipelines:
 
         job = aiplatform_v1.PipelineJob.to_dict(request.pipeline_job)
         self.spec = job["pipeline_spec"]
+        for label, executor in self.spec["deploymentSpec"]["executors"].items():
+            image = executor.get("container", {}).get("image", "")
+            problem = image and self.image_problem and self.image_problem(image)
+            if problem:  # Vertex AI refuses the request before any task runs
+                raise RequestRefused(f"400 INVALID_ARGUMENT: {problem} ({label})")
         runtime = job["runtime_config"]
         self.job_id = request.pipeline_job_id
         self.resource_name = f"{request.parent}/pipelineJobs/{self.job_id}"

@@ -1,0 +1,240 @@
+"""`make image-check`: each image's Python environment, built and checked on this machine.
+
+No Docker engine and no GPU are needed, and none is used: for each image the check builds
+the environment the Dockerfile builds, from the same lock file (`pip install
+--require-hashes --no-deps`, then the project), in a fresh virtualenv under
+`build/image-check/`, and then, with the library path and PATH the Dockerfile's stage
+sets (its site-packages mapped onto the virtualenv's):
+
+- GPU image: loads every CUDA library TensorFlow opens, by the soname TensorFlow asks for
+  (`trainer.gpu_check.CUDA_LIBRARIES`, and cuDNN's parts), and runs `ptxas`, which XLA
+  compiles with;
+  checks that the lock provides the CUDA and cuDNN majors of TensorFlow's build
+  (`tf.sysconfig.get_build_info()`);
+- both images: imports TensorFlow and tf-keras, runs `python -m trainer.task --help`,
+  imports the serving predictor and the pipeline's components;
+- reports each environment's size on disk.
+
+What it cannot show: that a kernel runs on a GPU (there is none here, nor the driver's
+libcuda.so.1, which Vertex AI mounts), and the Docker build itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from components import images
+from components.build.context import project_root
+
+#: Where the image's own Python puts packages (python:3.11-slim): the Dockerfile's paths.
+IMAGE_SITE_PACKAGES = f"/usr/local/lib/python{images.PYTHON_VERSION}/site-packages"
+
+
+def stage_environment(dockerfile: str, target: str) -> dict[str, str]:
+    """The ENV assignments of a Dockerfile stage (`FROM ... AS target`) and of the stages
+    it is built on."""
+    stages: dict[str, tuple[str, list[str]]] = {}
+    current = ""
+    text = re.sub(r"\\\n\s*", " ", dockerfile)
+    for line in text.splitlines():
+        line = line.strip()
+        match = re.match(r"FROM\s+(\S+)(?:\s+AS\s+(\S+))?", line, re.IGNORECASE)
+        if match:
+            current = match.group(2) or ""
+            stages[current] = (match.group(1), [])
+        elif line.upper().startswith("ENV ") and current in stages:
+            stages[current][1].append(line[4:])
+    chain = []
+    while target in stages:
+        chain.append(target)
+        target = stages[target][0]
+    environment: dict[str, str] = {}
+    for stage in reversed(chain):
+        for assignments in stages[stage][1]:
+            environment.update(re.findall(r"(\w+)=(\S+)", assignments))
+    return environment
+
+
+def _run(command: list[str], env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"image-check: {' '.join(command[:4])} ... failed "
+                         f"({result.returncode}):\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+    return result.stdout
+
+
+def build_environment(image: images.ProjectImage, root: Path, work: Path) -> Path:
+    """A virtualenv holding what `image`'s Dockerfile stage installs (reused while its lock
+    and the project are unchanged); returns its directory."""
+    lock = root / image.lock
+    venv = work / image.key
+    stamp = venv / ".lock-sha256"
+    digest = hashlib.sha256(lock.read_bytes() + (root / "pyproject.toml").read_bytes()).hexdigest()
+    if stamp.is_file() and stamp.read_text() == digest:
+        return venv
+    shutil.rmtree(venv, ignore_errors=True)
+    _run([sys.executable, "-m", "venv", str(venv)])
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "install",
+           "--quiet", "--no-cache-dir"]
+    started = time.monotonic()
+    _run(pip + ["--require-hashes", "--no-deps", "-r", str(lock)])
+    _run(pip + ["--no-deps", "--no-build-isolation", "-e", str(root)])
+    print(f"[image-check] {image.name}: environment installed from {image.lock} in "
+          f"{time.monotonic() - started:.0f} s")
+    stamp.write_text(digest)
+    return venv
+
+
+def site_packages(venv: Path) -> Path:
+    return venv / "lib" / f"python{images.PYTHON_VERSION}" / "site-packages"
+
+
+def image_environment(image: images.ProjectImage, root: Path, venv: Path) -> dict[str, str]:
+    """The process environment of `image`'s stage, its paths mapped onto `venv`."""
+    declared = stage_environment((root / "Dockerfile").read_text(), image.target)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
+    for name, value in declared.items():
+        env[name] = value.replace(IMAGE_SITE_PACKAGES, str(site_packages(venv)))
+    env["PATH"] = f"{venv / 'bin'}:{env.get('PATH', os.environ.get('PATH', ''))}"
+    return env
+
+
+def _size_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink()) \
+        / 1e6
+
+
+# --- Inside the image's environment ------------------------------------------------------
+
+
+def _loaded_path(soname: str) -> str:
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if line.rstrip().endswith("/" + soname) or f"/{soname}" in line:
+                return line.split()[-1]
+    return "?"
+
+
+def check_inside(key: str) -> dict:
+    """Runs in the image's environment: what it loads and starts; raises SystemExit on a
+    failure."""
+    import ctypes
+
+    report: dict = {"image": key, "python": sys.version.split()[0]}
+    failures = []
+    if key == images.GPU.key:
+        from trainer.gpu_check import CUDA_LIBRARIES, CUDNN_PARTS
+
+        missing_dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":")
+                        if "site-packages" in d and not os.path.isdir(d)]
+        if missing_dirs:
+            failures.append(f"LD_LIBRARY_PATH names missing directories: {missing_dirs}")
+        loaded = {}
+        for library, (_, soname) in CUDA_LIBRARIES.items():
+            try:
+                ctypes.CDLL(soname, mode=ctypes.RTLD_GLOBAL)
+                loaded[library] = _loaded_path(soname)
+            except OSError as exc:
+                failures.append(f"{library}: {exc}")
+        for soname in CUDNN_PARTS:  # opened by libcudnn.so.9 itself
+            try:
+                ctypes.CDLL(soname)
+            except OSError as exc:
+                failures.append(f"cudnn: {exc}")
+        loaded["cudnn parts"] = f"{len(CUDNN_PARTS)} libcudnn_*.so.9 beside libcudnn.so.9"
+        report["cuda_libraries"] = loaded
+        ptxas = shutil.which("ptxas")
+        if ptxas is None:
+            failures.append("ptxas is not on PATH (XLA compiles GPU kernels with it)")
+        else:
+            version = subprocess.run([ptxas, "--version"], capture_output=True, text=True)
+            report["ptxas"] = version.stdout.strip().splitlines()[-1]
+        try:
+            ctypes.CDLL("libcuda.so.1")
+            report["driver"] = "libcuda.so.1 found"
+        except OSError:
+            report["driver"] = "libcuda.so.1 absent (the driver Vertex AI mounts; none here)"
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+    import tf_keras
+
+    info = tf.sysconfig.get_build_info()
+    report["tensorflow"] = f"{tf.__version__} (tf-keras {tf_keras.__version__}), " + (
+        f"built for CUDA {info.get('cuda_version')}, cuDNN {info.get('cudnn_version')}"
+        if info.get("is_cuda_build") else "CPU build")
+    if key == images.GPU.key:
+        from importlib import metadata
+
+        from components.build.locks import cuda_problems, normalise
+
+        pins = {normalise(d.metadata["Name"]): d.version for d in metadata.distributions()}
+        failures += cuda_problems(pins, info)
+        report["gpus_visible"] = len(tf.config.list_physical_devices("GPU"))
+    if tf.__version__ != images.TENSORFLOW_VERSION:
+        failures.append(f"TensorFlow {tf.__version__}, expected {images.TENSORFLOW_VERSION}")
+    help_text = subprocess.run([sys.executable, "-m", "trainer.task", "--help"],
+                               capture_output=True, text=True)
+    if help_text.returncode != 0:
+        failures.append(f"python -m trainer.task --help exited {help_text.returncode}: "
+                        f"{help_text.stderr[-1000:]}")
+    report["trainer"] = f"python -m trainer.task --help: exit {help_text.returncode}"
+    import components.ops  # noqa: F401 - the pipeline's components, as KFP's executor loads
+    import trainer.serving  # noqa: F401 - the model server's predictor (aiplatform CPR)
+    report["imports"] = "trainer.serving, components.ops"
+    if failures:
+        raise SystemExit("image-check failed in the " + key + " image's environment:\n  - "
+                         + "\n  - ".join(failures))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Builds each image's environment from its lock and checks it (see the module doc)."""
+    parser = argparse.ArgumentParser(prog="python -m components.build.image_check",
+                                     description=main.__doc__)
+    parser.add_argument("--inside", help=argparse.SUPPRESS)
+    parser.add_argument("--image", choices=[i.key for i in images.PROJECT_IMAGES],
+                        action="append", help="Check only this image (repeatable).")
+    args = parser.parse_args(argv)
+    if args.inside:
+        print(json.dumps(check_inside(args.inside)))
+        return 0
+    wanted = args.image or [i.key for i in images.PROJECT_IMAGES]
+    python = ".".join(map(str, sys.version_info[:2]))
+    if python != images.PYTHON_VERSION:
+        raise SystemExit(f"image-check: the images run Python {images.PYTHON_VERSION}; this "
+                         f"is Python {python}, whose wheels differ: run it with "
+                         f"python{images.PYTHON_VERSION}")
+    root = project_root()
+    work = root / "build" / "image-check"
+    work.mkdir(parents=True, exist_ok=True)
+    for image in (i for i in images.PROJECT_IMAGES if i.key in wanted):
+        venv = build_environment(image, root, work)
+        env = image_environment(image, root, venv)
+        output = _run([str(venv / "bin" / "python"), "-m", "components.build.image_check",
+                       "--inside", image.key], env=env)
+        report = json.loads(output.strip().splitlines()[-1])
+        report["environment_mb"] = round(_size_mb(site_packages(venv)))
+        print(f"[image-check] {image.name} ({image.purpose}):")
+        for name, value in report.items():
+            if isinstance(value, dict):
+                for library, path in value.items():
+                    print(f"    {library:<10} {path.replace(str(venv), '<env>')}")
+            else:
+                print(f"  {name}: {value}")
+    print("[image-check] passed: each image's locked environment installs, its CUDA "
+          "libraries load by soname and its code starts. Not shown here: a kernel on a GPU "
+          "(none on this machine) and the Docker build (no Docker engine).")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

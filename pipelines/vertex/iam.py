@@ -1,0 +1,150 @@
+"""IAM known before the run: what `submit` can check of its caller's permissions.
+
+A missing role otherwise shows up mid-run (a build that cannot push, a job that cannot act
+as its service account). `testIamPermissions` tells which of a list of permissions the
+caller holds on a resource, without changing anything; `submit` asks three resources and
+reports every missing permission at once:
+
+- the project (Resource Manager): creating the pipeline run and the image build, reading
+  image tags;
+- the pipeline root's bucket (Cloud Storage): uploading the sources, reading them back;
+- the run-as service account (IAM): `iam.serviceAccounts.actAs`, without which Vertex AI
+  refuses a run that uses it (Vertex AI docs: "Configure a service account for
+  Vertex AI Pipelines").
+
+What it cannot check is what the run-as account itself may do (Cloud Build, Artifact
+Registry and Storage inside the run): the README lists those roles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from components.stage import say
+from pipelines.config import Config
+from pipelines.vertex.clients import Clients, remote_call
+from trainer.errors import InputError
+
+#: The caller's permissions on the project: `submit` creates the pipeline run and builds
+#: the images with Cloud Build, after asking Artifact Registry whether they exist.
+PROJECT_PERMISSIONS = ("aiplatform.pipelineJobs.create", "cloudbuild.builds.create",
+                       "artifactregistry.tags.get")
+#: On the pipeline root's bucket: `submit` uploads the sources and checks what is there.
+BUCKET_PERMISSIONS = ("storage.buckets.get", "storage.objects.create", "storage.objects.get")
+#: On the run-as service account.
+SERVICE_ACCOUNT_PERMISSIONS = ("iam.serviceAccounts.actAs",)
+#: The IAM API, which has no client library among the project's dependencies.
+IAM_ENDPOINT = "https://iam.googleapis.com"
+
+
+class PermissionsError(InputError):
+    """The caller lacks permissions the run needs."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One testIamPermissions request: on what, through which API, which permissions."""
+
+    api: str
+    resource: str
+    permissions: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"{self.api} testIamPermissions on {self.resource}: {', '.join(self.permissions)}"
+
+
+def checks(config: Config) -> list[Check]:
+    """The testIamPermissions requests `submit` makes for a configuration."""
+    from trainer.gcs import split_gcs_uri
+
+    bucket, _ = split_gcs_uri(config.vertex.pipeline_root)
+    found = [Check("Resource Manager", f"projects/{config.vertex.project}", PROJECT_PERMISSIONS),
+             Check("Cloud Storage", f"gs://{bucket}", BUCKET_PERMISSIONS)]
+    if config.vertex.service_account:
+        found.append(Check("IAM", f"projects/-/serviceAccounts/{config.vertex.service_account}",
+                           SERVICE_ACCOUNT_PERMISSIONS))
+    return found
+
+
+def granted(check: Check, clients: Clients) -> set[str]:
+    """Which of `check`'s permissions the caller holds (one request)."""
+    from google.iam.v1 import iam_policy_pb2
+    from google.protobuf import json_format
+
+    request = iam_policy_pb2.TestIamPermissionsRequest(resource=check.resource,
+                                                       permissions=check.permissions)
+    if check.api == "Resource Manager":
+        response = clients.get_projects().test_iam_permissions(request=request)
+        return set(response.permissions)
+    if check.api == "Cloud Storage":
+        bucket = clients.get_storage().bucket(check.resource[len("gs://"):])
+        return set(bucket.test_iam_permissions(list(check.permissions)))
+    session, endpoint = clients.get_iam()
+    answer = session.post(f"{endpoint}/v1/{check.resource}:testIamPermissions",
+                          json={"permissions": list(check.permissions)}, timeout=60)
+    answer.raise_for_status()
+    response = json_format.ParseDict(answer.json(), iam_policy_pb2.TestIamPermissionsResponse(),
+                                     ignore_unknown_fields=True)
+    return set(response.permissions)
+
+
+def check_permissions(config: Config, clients: Clients, *, dry_run: bool,
+                      log: Callable[[str], None] = say) -> list[Check]:
+    """Checks the caller's permissions (or, with `dry_run`, prints the requests it would
+    send); returns the checks.
+
+    Raises:
+        PermissionsError: Naming every missing permission, on which resource, and the role
+            that grants it.
+    """
+    planned = checks(config)
+    if dry_run:
+        log("IAM: submit would check the caller's permissions with:")
+        for check in planned:
+            log(f"  {check.describe()}")
+        return planned
+    missing = []
+    for check in planned:
+        with remote_call(f"checking permissions on {check.resource}"):
+            held = granted(check, clients)
+        missing += [(check, p) for p in check.permissions if p not in held]
+    if missing:
+        raise PermissionsError(
+            "missing permissions (nothing was uploaded, built or submitted):\n" + "\n".join(
+                f"  - {permission} on {check.resource} ({ROLES.get(permission, '')})"
+                for check, permission in missing)
+            + "\nthe README's \"IAM\" section lists the roles of every identity a run uses")
+    log(f"IAM: the caller holds the {sum(len(c.permissions) for c in planned)} permissions "
+        "submit needs")
+    return planned
+
+
+#: The predefined role that grants each permission (Google Cloud docs: "IAM roles and
+#: permissions index").
+ROLES = {
+    "aiplatform.pipelineJobs.create": "roles/aiplatform.user",
+    "cloudbuild.builds.create": "roles/cloudbuild.builds.editor",
+    "artifactregistry.tags.get": "roles/artifactregistry.reader",
+    "storage.buckets.get": "roles/storage.legacyBucketReader or roles/storage.admin",
+    "storage.objects.create": "roles/storage.objectUser",
+    "storage.objects.get": "roles/storage.objectUser",
+    "iam.serviceAccounts.actAs": "roles/iam.serviceAccountUser on the service account",
+}
+
+
+def iam_session() -> Any:
+    """An authorized HTTP session with the default credentials."""
+    import google.auth
+    from google.auth.transport.requests import AuthorizedSession
+
+    credentials, _ = google.auth.default(
+        scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    return AuthorizedSession(credentials)
+
+
+def projects_client() -> Any:
+    """A Resource Manager ProjectsClient with the default credentials."""
+    from google.cloud import resourcemanager_v3
+
+    return resourcemanager_v3.ProjectsClient()
