@@ -52,6 +52,19 @@ CONFIG_CASES = [
      "bucket 'Bad_Bucket!!' is not a valid Cloud Storage bucket name"),
     ("vertex:\n  timeout: 0s\n", "vertex.timeout is '0s'; expected a positive number"),
     ("vertex:\n  model_display_name: ''\n", "vertex.model_display_name is ''; expected 1 to 128"),
+    # gcpc's ModelUploadOp puts the display name into its request's JSON unescaped.
+    ("vertex:\n  model_display_name: 'flowers \"v2\"'\n",
+     "vertex.model_display_name is 'flowers \"v2\"'; contains '\"' or '\\', which"),
+    ("vertex:\n  model_display_name: 'a\\\\b'\n", "puts unescaped into its request's JSON"),
+    # Vertex AI refuses a reference with a tag and a digest (400 Invalid image URI).
+    ("vertex:\n  serving_image: 'us-docker.pkg.dev/p/r/s:v1@sha256:" + "a" * 64 + "'\n",
+     "vertex.serving_image is 'us-docker.pkg.dev/p/r/s:v1@sha256:"),
+    ("vertex:\n  serving_image: 'us-docker.pkg.dev/p/r/s:v1@sha256:" + "a" * 64 + "'\n",
+     "names both a tag and a digest, which Vertex AI refuses"),
+    ("vertex:\n  build_timeout: 90000s\n", "vertex.build_timeout is '90000s'; expected a "
+                                            "positive number of seconds up to 86400s"),
+    ("vertex:\n  build_machine_type: n1-standard-8\n",
+     "vertex.build_machine_type is 'n1-standard-8'; expected one of"),
     ("schedule:\n  display_name: ''\n", "schedule.display_name is ''; expected 1 to 128"),
     ("training:\n  epochs: 1\n  epochs: 2\n", "repeats the key 'epochs' (lines 2 and 3)"),
     ("trainingInput:\n  scaletier: CUSTOM\n  masterType: n1-standard-8\n",

@@ -199,6 +199,30 @@ def test_the_custom_job_request_and_the_environment_of_its_replicas(emulated_run
     assert "model written to" in log and "cluster: task chief:0" in log
 
 
+def test_a_replica_that_sees_fewer_gpus_than_its_pool_has_stops_before_training(emulated_run):
+    """The CustomJob request's own command and arguments, on a machine whose GPUs TensorFlow
+    cannot see (hidden here; on Vertex AI, an image whose CUDA libraries do not load): the
+    replica exits with an error within seconds instead of training on the CPUs."""
+    apis = emulated_run["apis"]
+    (sent,) = apis.recorded(r"/customJobs$")
+    pool = sent.body["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]
+    command = apis._command(pool["imageUri"]) + pool["args"]
+    assert command[command.index("--expected-gpus") + 1] == "1"
+    env = {**emulated_run["env"], "CUDA_VISIBLE_DEVICES": "",
+           "TF_CONFIG": json.dumps({"cluster": {"chief": ["localhost:1"]},
+                                    "task": {"type": "chief", "index": 0}})}
+    started = time.monotonic()
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120,
+                            cwd=emulated_run["work"])
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    assert time.monotonic() - started < 120
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("trainer: this machine should have 1 GPU(s) (--expected-gpus 1) "
+                              "but TensorFlow sees 0: training would run on its CPUs.")
+    assert "built for CUDA 12.5.1 and cuDNN 9" in message and "libcuda.so.1" in message
+    assert "epoch" not in result.stdout.lower()
+
+
 def test_the_build_stage_found_the_images_submit_built(emulated_run):
     apis = emulated_run["apis"]
     (build,) = apis.recorded(r"/builds$")  # once, by submit; the stage did not rebuild
@@ -381,6 +405,13 @@ def test_each_promotion_mode_registers_as_the_gate_decided(emulated_run):
     upload = _uploads(apis)[-1]
     assert upload.parent_model == parent and list(upload.model.version_aliases) == []
     assert upload.model.labels["promoted"] == "false"
+    # The champion is imported as gcpc's VertexModel artifacts are: its API URL as the URI,
+    # its resource name in the metadata.
+    (imported,) = [t for t in lost["tasks"].values() if t.display_name == "5c parent model"]
+    artifact = imported.artifacts["artifact"]
+    assert artifact["uri"] == f"https://us-central1-aiplatform.googleapis.com/v1/{parent}"
+    assert artifact["metadata"] == {"resourceName": parent}
+    assert artifact["type"]["schemaTitle"] == "google.VertexModel"
     assert apis.defaults[parent] == "1"
     metrics = lost["tasks"]["export-model"].artifacts["metrics"]["metadata"]
     assert metrics["champion_test_accuracy"] > metrics["test_accuracy"]

@@ -200,7 +200,11 @@ class FakeGoogleApis:
         return 200, {}
 
     def _upload(self, parent: str, body: dict[str, Any]) -> tuple[int, Any]:
-        image = body.get("model", {}).get("container_spec", {}).get("image_uri", "")
+        # gcpc's launcher writes the request's JSON in snake_case, the REST clients in
+        # camelCase; the API reads both.
+        model = body.get("model", {})
+        container = model.get("container_spec") or model.get("containerSpec") or {}
+        image = container.get("image_uri") or container.get("imageUri") or ""
         problem = image and _reference_problem(image)
         if problem:
             return 400, _error(400, problem)
