@@ -13,7 +13,7 @@ import tomllib
 
 from components import images
 from components.build import locks
-from components.build.context import project_root, write_build_context
+from components.build.context import write_build_context
 from components.build.image_check import IMAGE_SITE_PACKAGES, stage_environment
 from trainer.gpu_check import CUDA_LIBRARIES
 

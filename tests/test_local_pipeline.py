@@ -66,7 +66,7 @@ def test_demo_runs_every_stage_and_says_what_it_did(demo):
     assert "[gpu-pipeline] training: 10 epochs, multi_worker_mirrored on 2 training machine(s)" \
         in stdout
     for line in ("GPU configuration valid for us-central1",
-                 "was not built or pushed (no Docker engine is used); training uses the "
+                 "were not built or pushed (no Docker engine is used); training uses the "
                  "trainer installed in this environment",
                  "[trainer chief:0] model written to",
                  # The trainer measured the model it committed; export did not do it again.

@@ -96,7 +96,7 @@ def test_vertex_refuses_a_pipeline_whose_components_name_a_tag_and_a_digest(apis
     # The dry run prints digest-only references everywhere (the digest once built).
     assert ours == {images.reference(REPO, images.CPU, images.UNBUILT_DIGEST)}
     assert "GPU worker pools run " + images.reference(REPO, images.GPU, images.UNBUILT_DIGEST) \
-        in out and "@sha256:" in out and f":src-" not in out.split("images, named")[1]
+        in out and "@sha256:" in out and ":src-" not in out.split("images, named")[1]
     emulated = EmulatedPipelines(tmp_path, mount=None, environment={},
                                  image_problem=apis.image_problem)
     text = json.dumps(aiplatform_v1.PipelineJob.to_dict(request.pipeline_job))

@@ -117,9 +117,10 @@ def _size_mb(path: Path) -> float:
 
 
 def _loaded_path(soname: str) -> str:
+    """Where the dynamic loader found a loaded library (this process's memory map)."""
     with open("/proc/self/maps") as maps:
         for line in maps:
-            if line.rstrip().endswith("/" + soname) or f"/{soname}" in line:
+            if line.rstrip().endswith(f"/{soname}"):
                 return line.split()[-1]
     return "?"
 
