@@ -1,7 +1,7 @@
 """The pipeline's KFP components: thin interfaces over the plain stage modules.
 
 Each component body only imports its stage module and calls it, so all behaviour is
-tested without KFP. The bodies run in the project image (on Vertex) or in this
+tested without KFP. The bodies run in the project's CPU image (on Vertex) or in this
 environment (kfp.local's SubprocessRunner), where the project is installed; that is
 why `install_kfp_package=False` and why imports sit inside the functions (lightweight
 components are shipped as their source).

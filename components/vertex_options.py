@@ -59,7 +59,7 @@ class VertexOptions(pydantic.BaseModel):
     job_name: str = Field("gpu_training", description=(
         "Letters, digits and underscores; each run adds a _YYYYMMDD_HHMMSS suffix."))
     image_repository: ImageRepository = Field(images.DEFAULT_IMAGE_REPOSITORY, description=(
-        "Artifact Registry Docker repository of the project image."))
+        "Artifact Registry Docker repository of the project's two images."))
     build_machine_type: Literal["E2_HIGHCPU_8", "E2_HIGHCPU_32", "N1_HIGHCPU_8", "N1_HIGHCPU_32",
                                 "E2_STANDARD_2", "E2_MEDIUM"] = Field(
         "E2_HIGHCPU_8", description=(

@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     publish = sub.add_parser(
         "publish", help="Share the pipeline with other teams: the spec of this configuration, "
-        "its components pinned to the project image (built or found, as submit does).")
+        "its components pinned to the project's CPU image (built or found, as submit does).")
     publish.add_argument("destination", help="https://REGION-kfp.pkg.dev/PROJECT/REPO (Artifact "
                          "Registry Kubeflow Pipelines repository) or gs://BUCKET/PATH.")
     publish.add_argument("--tag", action="append", dest="tags",

@@ -1,6 +1,6 @@
 """Online prediction: the exported SavedModel behind Vertex AI's custom-container contract.
 
-The registered model is served by the project image itself (the TensorFlow it was trained
+The registered model is served by the project's CPU image (the TensorFlow it was trained
 with; Vertex AI's prebuilt TensorFlow prediction containers stop at 2.15), run with
 aiplatform's own prediction framework: the CPR model server
 (`python -m google.cloud.aiplatform.prediction.model_server`) with its default

@@ -1,7 +1,7 @@
 """How a registered model is served: the Model Registry container spec of this project.
 
-The registered model runs in the project image with aiplatform's CPR model server and the
-predictor in `trainer.serving`. Kept apart from that predictor (which imports aiplatform's
+The registered model runs in the project's CPU image with aiplatform's CPR model server and
+the predictor in `trainer.serving`. Kept apart from that predictor (which imports aiplatform's
 prediction framework, 1.6 s) so that building a pipeline does not pay for it.
 """
 

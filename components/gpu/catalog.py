@@ -115,7 +115,8 @@ MODERN_MACHINES = {
     "a4x-highgpu-4g": Machine(140, 884, (GB200, 4), True, arm=True),
 }
 
-#: The platform of the trainer image (tensorflow/tensorflow's GPU images are x86 only).
+#: The platform of the trainer image (its lock file is resolved for x86_64 wheels:
+#: `components.images.LOCK_PLATFORM`).
 TRAINER_PLATFORM = "linux/amd64"
 
 #: BEYOND THE SEEDS (Vertex AI docs: "Schedule training jobs based on resource

@@ -1,9 +1,9 @@
 """Sharing the compiled spec: an Artifact Registry Kubeflow Pipelines repository, or gs://.
 
 What is shared must run as published: `publish_run` prepares the spec the way `submit`
-does (sources uploaded, the project image built or found, every component pinned to it by
-digest, the configuration's values as the parameters' defaults), and `publish` refuses a
-spec whose components still name the placeholder image of `compiled/`.
+does (sources uploaded, the project's images built or found, every component pinned to the
+CPU image by digest, the configuration's values as the parameters' defaults), and
+`publish` refuses a spec whose components still name the placeholder image of `compiled/`.
 """
 
 from __future__ import annotations
