@@ -37,14 +37,8 @@ def validate_gpu_config(vertex: dict, training: dict, local_cluster: dict) -> Na
     """
     from collections import namedtuple
 
-    from components.gpu.validation import validate_worker_pool_specs
     from components.stage import say, stage_errors
-    from components.training.layout import (
-        check_layout,
-        check_scheduling,
-        input_pipelines,
-        layout_of,
-    )
+    from components.training.layout import check_pools, input_pipelines, layout_of
     from components.vertex_options import VertexOptions
     from trainer.cluster import Layout, choose_strategy
     from trainer.options import TrainingOptions
@@ -54,14 +48,11 @@ def validate_gpu_config(vertex: dict, training: dict, local_cluster: dict) -> Na
         options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
         strategy = validate(TrainingOptions, training, prefix="training",
                             strict=False).strategy
-        result = validate_worker_pool_specs(options.worker_pool_specs, region=options.region)
-        roles, advice = check_layout(result.specs, strategy) if result.ok else ([], [])
-        if result.ok:
-            roles += check_scheduling(result.specs, options.scheduling_strategy,
-                                      options.timeout)
-        for warning in result.warnings + advice:
+        result = check_pools(options.worker_pool_specs, region=options.region,
+                             strategy=strategy, scheduling=options.scheduling_strategy,
+                             timeout=options.timeout)
+        for warning in result.warnings:
             say(f"warning: {warning}")
-        result.errors.extend(roles)
         result.raise_for_errors()
         layout = Layout(**{k: int(v) for k, v in local_cluster.items()}) if local_cluster \
             else layout_of(result.specs)

@@ -355,11 +355,10 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
 def _cmd_publish(args: argparse.Namespace) -> int:
     from components.project import version
-    from pipelines.vertex.publish import check_destination, check_tags, publish_run
+    from pipelines.vertex.publish import check_target, publish_run
 
     tags = args.tags or [f"v{version()}", "latest"]
-    check_tags(tags)  # before anything else: the destination and tags are the user's own
-    check_destination(args.destination)
+    check_target(args.destination, tags)  # the user's own input, before the configuration
     config = _vertex_config(args)
     for where in publish_run(config, args.destination, tags, dry_run=args.dry_run):
         say(f"published {where}")
@@ -375,16 +374,10 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         raise UsageError(f"--output {str(args.output)!r} is a directory; give a file path "
                          f"such as {str(args.output / DEFAULT_SPEC.name)!r}")
     _make_directory(args.output.parent, "--output's directory")
-    from pipelines.compile import compile_pipeline
-    from pipelines.pipeline import resources_of, vertex_arguments
+    from pipelines.compile import compile_config
 
-    # The configuration's values become the spec's parameter defaults.
-    defaults = vertex_arguments(config)
-    defaults.pop("trainer_source_uri")
-    if not config.vertex.project:
-        defaults.pop("project")  # keep Vertex's own project placeholder
-    try:
-        path = compile_pipeline(args.output, defaults, resources_of(config))
+    try:  # the configuration's values become the spec's parameter defaults
+        path = compile_config(config, args.output)
     except OSError as exc:
         raise UsageError(f"--output {short(str(args.output))} cannot be written "
                          f"({exc.strerror or exc}); give a writable file path") from None

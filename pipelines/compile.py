@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from trainer import files
+
 #: Fields that change between builds without a change of the pipeline.
 _VOLATILE = ("sdkVersion",)
 
@@ -37,17 +39,37 @@ def compile_pipeline(output: str | os.PathLike, parameters: dict[str, Any] | Non
 
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # KFP picks the format from the suffix, so the partial file keeps it.
-    partial = path.with_name(f".{path.stem}.partial{path.suffix}")
-    try:
+    # KFP picks the format from the suffix, which the partial file keeps.
+    with files.replaced(path) as partial:
         pipeline = vertex_pipeline if resources is None else make_vertex_pipeline(resources)
         compiler.Compiler().compile(pipeline, str(partial),
                                     pipeline_parameters=parameters)
         partial.write_text(_stable_header(partial.read_text()))
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
     return path
+
+
+def compile_config(config: Any, output: str | os.PathLike,
+                   trainer_source_uri: str | None = None) -> Path:
+    """Compiles the Vertex AI pipeline for a configuration (`pipelines.config.Config`): its
+    values as the parameters' defaults and its component resources.
+
+    Args:
+        config: The configuration.
+        output: File to write.
+        trainer_source_uri: The uploaded sources the run builds from (a run's spec); None
+            leaves the parameter without a default (the shared spec of `compile`).
+
+    Returns:
+        The written path.
+    """
+    from pipelines.pipeline import resources_of, vertex_arguments
+
+    defaults = vertex_arguments(config, trainer_source_uri or "")
+    if trainer_source_uri is None:
+        defaults.pop("trainer_source_uri")
+    if not config.vertex.project:
+        defaults.pop("project")  # keep Vertex AI's own project placeholder
+    return compile_pipeline(output, defaults, resources_of(config))
 
 
 _HEADER_DEFAULT = re.compile(r"^#    (\w+): (\w+) \[Default: .*\]$", re.MULTILINE)

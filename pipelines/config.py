@@ -24,7 +24,7 @@ from components.dataset.options import DatasetOptions
 from components.dataset.sources import BUILTIN_SHAPES
 from components.gpu.ai_platform import convert_ai_platform_config
 from components.gpu.validation import validate_worker_pool_specs
-from components.training.layout import check_layout, check_scheduling, layout_of
+from components.training.layout import check_pools, layout_of
 from components.vertex_options import VertexOptions
 from pipelines.yaml_input import YamlFileError, read_yaml
 from trainer.cluster import Layout
@@ -251,15 +251,13 @@ def _preflight(sections: Mapping[str, Any], raw: Mapping[str, Any],
     pools = vertex.worker_pool_specs if vertex else given.get("worker_pool_specs")
     region = vertex.region if vertex else given.get("region", VertexConfig().region)
     if pools is not None:
-        gpu = validate_worker_pool_specs(pools, region=region if isinstance(region, str)
-                                         else None)
-        strategy = training.strategy if training is not None else "auto"
-        roles, advice = check_layout(gpu.specs, strategy) if gpu.ok else ([], [])
-        if gpu.ok and vertex is not None:
-            roles += check_scheduling(gpu.specs, vertex.scheduling_strategy, vertex.timeout)
-        errors.extend(f"vertex.{e}" for e in gpu.errors + roles)
+        gpu = check_pools(pools, region=region if isinstance(region, str) else None,
+                          strategy=training.strategy if training is not None else "auto",
+                          scheduling=vertex.scheduling_strategy if vertex else None,
+                          timeout=vertex.timeout if vertex else "")
+        errors.extend(f"vertex.{e}" for e in gpu.errors)
         if warnings is not None:
-            warnings.extend(f"vertex.{w}" for w in gpu.warnings + advice)
+            warnings.extend(f"vertex.{w}" for w in gpu.warnings)
     return errors
 
 

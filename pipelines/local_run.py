@@ -25,7 +25,7 @@ from components import project
 from components.project import LOG_PREFIX
 from pipelines.config import Config
 from pipelines.process_tree import stop_descendants
-from trainer.errors import StageError
+from trainer.errors import StageError, first_line
 
 #: The local model registry's directory under the pipeline root.
 REGISTRY = "registry"
@@ -241,7 +241,7 @@ def run_local(config: Config, pipeline_root: str | os.PathLike, *, verbose: bool
             with _contained(root), _quiet_kfp(out, verbose):
                 local_pipeline(**local_arguments(config, str(root / REGISTRY)))
         except RuntimeError as exc:
-            failure = _ANSI.sub("", str(exc)).strip().splitlines()[0]
+            failure = first_line(_ANSI.sub("", str(exc)), 2000)
     run_dir = _run_dir(root, before)
     summary = _summary(run_dir)
     if failure is not None:

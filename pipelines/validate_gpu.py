@@ -7,7 +7,6 @@ JSON) or a gpu-pipeline configuration, and prints the problems or the normalised
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -78,12 +77,9 @@ def command(args: argparse.Namespace) -> int:
     else:
         raise InputError("give --machine-type (with --accelerator-type/--accelerator-count) "
                          "or --config FILE")
-    if result.ok:  # the roles of the pools, for the strategy they run by default
-        from components.training.layout import check_layout
+    from components.training.layout import with_role_checks
 
-        errors, warnings = check_layout(result.specs)
-        result = dataclasses.replace(result, ok=not errors, errors=errors,
-                                     warnings=result.warnings + warnings)
+    result = with_role_checks(result)  # the pools' roles, for the default strategy
     if args.json:
         print(json.dumps({"ok": result.ok, "errors": result.errors, "warnings": result.warnings,
                           "worker_pool_specs": result.specs, "region": region,

@@ -22,8 +22,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from google.auth.credentials import AnonymousCredentials
 import requests
+from google.auth.credentials import AnonymousCredentials
 from google.cloud import aiplatform_v1, artifactregistry_v1, resourcemanager_v3
 from google.cloud.devtools import cloudbuild_v1
 

@@ -17,8 +17,30 @@ from typing import Mapping
 
 from trainer.errors import InputError
 
+
+@dataclasses.dataclass(frozen=True)
+class Pool:
+    """One of Vertex AI's four worker pools, and the names its role goes by.
+
+    Attributes:
+        index: Its position in `worker_pool_specs`.
+        task_type: The TF_CONFIG task type Vertex AI gives its replicas.
+        description: The role in words, for messages.
+        ai_platform: The role's name in AI Platform Training's `trainingInput`.
+    """
+
+    index: int
+    task_type: str
+    description: str
+    ai_platform: str
+
+
+#: The worker pools in Vertex AI's order: the one table of roles every layer reads.
+POOLS = (Pool(0, "chief", "chief", "master"), Pool(1, "worker", "worker", "worker"),
+         Pool(2, "ps", "parameter server", "parameterServer"),
+         Pool(3, "evaluator", "evaluator", "evaluator"))
 #: Task types in Vertex AI's order of worker pools.
-ROLES = ("chief", "worker", "ps", "evaluator")
+ROLES = tuple(pool.task_type for pool in POOLS)
 #: Set by the local cluster (`components.training.local_cluster`) on a process it gives
 #: some of the machine's cores: their numbers, comma-separated. TensorFlow would otherwise
 #: size its thread pools for the whole machine in every process, and the processes would

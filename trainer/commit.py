@@ -25,6 +25,7 @@ import shutil
 import uuid
 from typing import Any, Iterator
 
+from trainer import files
 from trainer.errors import StageError
 
 MARKER = "COMMITTED.json"
@@ -36,14 +37,7 @@ class NotCommittedError(StageError):
 
 
 def _write_marker(parent: str, record: dict[str, Any]) -> None:
-    # The marker's own temporary name is unique, and replacing a file (not a directory) is
-    # supported on Cloud Storage FUSE, where the new object appears whole.
-    temporary = os.path.join(parent, f".{MARKER}.{uuid.uuid4().hex}")
-    with open(temporary, "w") as f:
-        json.dump(record, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, os.path.join(parent, MARKER))
+    files.write_json(os.path.join(parent, MARKER), record, sync=True)
 
 
 def committed(parent: str | os.PathLike) -> str | None:

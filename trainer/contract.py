@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trainer import tfrecord
+from trainer import files, tfrecord
 from trainer.errors import InputError
 
 MANIFEST_NAME = "manifest.json"
@@ -51,10 +51,7 @@ def write_manifest(dataset_dir: str | os.PathLike, manifest: dict[str, Any]) -> 
     Written beside and replaced in one step, so readers see the whole manifest or none;
     replacing a file (not a directory) works on Cloud Storage FUSE too.
     """
-    path = Path(dataset_dir) / MANIFEST_NAME
-    partial = path.with_name(f".{MANIFEST_NAME}.partial")
-    partial.write_text(json.dumps(manifest, indent=2) + "\n")
-    os.replace(partial, path)
+    files.write_json(Path(dataset_dir) / MANIFEST_NAME, manifest)
 
 
 def load_manifest(dataset_dir: str | os.PathLike) -> dict[str, Any]:

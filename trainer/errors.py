@@ -36,3 +36,13 @@ class StageError(ProjectError, RuntimeError):
     """Work that failed although its input was valid (a stage, a build, a remote call)."""
 
     exit_code = 1
+
+
+def first_line(error: BaseException | str, limit: int = 300) -> str:
+    """The first non-empty line of an error's message, at most `limit` characters; the
+    error's type when the message is empty (the one way messages quote other errors)."""
+    text = str(error).strip()
+    line = text.splitlines()[0].strip() if text else ""
+    if not line:
+        line = type(error).__name__ if isinstance(error, BaseException) else "(no message)"
+    return line if len(line) <= limit else line[:limit - 3] + "..."

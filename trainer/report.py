@@ -7,6 +7,8 @@ import json
 import os
 from typing import Any, Mapping, Sequence
 
+from trainer import files
+
 HISTORY_FILE = "history.json"
 METRICS_FILE = "metrics.json"
 CURVES_FILE = "training_curves.html"
@@ -32,10 +34,7 @@ def _write(job_dir: str, name: str, entries: list[dict[str, float]]) -> None:
     # Written beside and replaced (a file, which Cloud Storage FUSE can replace), so a
     # crash never leaves a torn file.
     os.makedirs(job_dir, exist_ok=True)
-    path = os.path.join(job_dir, name)
-    with open(path + ".tmp", "w") as f:
-        json.dump(entries, f, indent=1)
-    os.replace(path + ".tmp", path)
+    files.write_json(os.path.join(job_dir, name), entries, indent=1)
 
 
 def record_epoch(job_dir: str, epoch: int, logs: Mapping[str, float]) -> list[dict[str, float]]:
@@ -142,10 +141,7 @@ def write_reports(job_dir: str, report: Mapping[str, Any]) -> None:
     """Writes metrics.json, training_curves.html and, last, training_report.json into
     job_dir (its existence tells the other replicas that training is done)."""
     history = load_history(job_dir)
-    with open(os.path.join(job_dir, METRICS_FILE), "w") as f:
-        json.dump(final_metrics(history), f, indent=2)
-    with open(os.path.join(job_dir, CURVES_FILE), "w") as f:
-        f.write(curves_html(history, evaluations=load_evaluations(job_dir)))
-    with open(os.path.join(job_dir, REPORT_FILE + ".tmp"), "w") as f:
-        json.dump({**report, "history": history}, f, indent=2)
-    os.replace(os.path.join(job_dir, REPORT_FILE + ".tmp"), os.path.join(job_dir, REPORT_FILE))
+    files.write_json(os.path.join(job_dir, METRICS_FILE), final_metrics(history))
+    files.write_text(os.path.join(job_dir, CURVES_FILE),
+                     curves_html(history, evaluations=load_evaluations(job_dir)))
+    files.write_json(os.path.join(job_dir, REPORT_FILE), {**report, "history": history})

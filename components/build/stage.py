@@ -14,6 +14,7 @@ from components.build import cloud_build
 from components.build.context import content_tag, write_build_context
 from components.stage import say
 from trainer.gcs import split_gcs_uri, storage_client
+from trainer.remote import remote_call
 
 
 def run_build_stage(context_dir: str, context_uri: str, image_repository: str, *, push: bool,
@@ -51,19 +52,23 @@ def run_build_stage(context_dir: str, context_uri: str, image_repository: str, *
             "environment")
         return {}, {**metadata, "pushed": False}
 
-    storage, builder, registry = clients or cloud_clients()
+    with remote_call("connecting to Cloud Storage, Cloud Build and Artifact Registry"):
+        storage, builder, registry = clients or cloud_clients()
     source_uri = f"{context_uri.rstrip('/')}/context.tar.gz"
     tag = context.tag
     if trainer_source_uri:  # sources uploaded by `gpu-pipeline submit`: build those
         bucket, name = split_gcs_uri(trainer_source_uri)
-        data = storage.bucket(bucket).blob(name).download_as_bytes()
+        with remote_call(f"reading the sources {trainer_source_uri}"):
+            data = storage.bucket(bucket).blob(name).download_as_bytes()
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         tag, source_uri = content_tag(digest), trainer_source_uri
         metadata.update(digest=digest, tag=tag, images={
             i.key: images.tagged(image_repository, i, tag) for i in images.PROJECT_IMAGES})
     log(f"build context {source_uri} ({metadata['digest']})")
-    found = cloud_build.ensure_images(image_repository, tag, source_uri, build_client=builder,
-                                      registry_client=registry, settings=settings, log=log)
+    with remote_call("building or finding the images"):
+        found = cloud_build.ensure_images(image_repository, tag, source_uri,
+                                          build_client=builder, registry_client=registry,
+                                          settings=settings, log=log)
     return found, {**metadata, "references": {k: v["reference"] for k, v in found.items()},
                    "pushed": True, "built": sorted(k for k, v in found.items() if v["built"]),
                    "source_uri": source_uri}

@@ -20,7 +20,7 @@ from components.dataset.sources import (
     SourceListing,
     builtin_image,
 )
-from trainer.errors import StageError
+from trainer.errors import StageError, first_line
 from trainer.gcs import read_bytes
 
 #: (index in the write order, encoded bytes or None, reason when None, label or None).
@@ -63,13 +63,13 @@ def _encode(task: tuple[int, str, int, str]) -> Result:
     except Exception as exc:  # noqa: BLE001 - local and Cloud Storage errors alike
         if isinstance(exc, FileNotFoundError) or type(exc).__name__ == "NotFound":
             return index, None, "missing file", None
-        return index, None, f"cannot read ({str(exc).splitlines()[0][:120]})", None
+        return index, None, f"cannot read ({first_line(exc, 120)})", None
     try:
         with Image.open(io.BytesIO(data)) as img:
             img.load()  # forces a full decode: truncated files fail here
             return index, _to_bytes(img, size, image_format), None, None
     except Exception as exc:  # noqa: BLE001 - any decoder failure means a bad image
-        reason = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+        reason = first_line(exc, 120)
         return index, None, f"cannot decode ({reason})", None
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from components.dataset.shapes import IDENTITY, SHAPE_CLASSES, draw_identity
-from trainer.errors import InputError
+from trainer.errors import InputError, first_line
 from trainer.gcs import read_bytes, split_gcs_uri, storage_client
 
 BUILTIN_SHAPES = "builtin://shapes"
@@ -135,7 +135,7 @@ def _list_gcs_folder(source: str) -> SourceListing:
         blobs = sorted(storage_client().list_blobs(bucket, prefix=prefix),
                        key=lambda b: b.name)
     except exceptions.GoogleAPIError as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        first = first_line(exc)
         raise DatasetError(f"dataset source {source!r} cannot be listed: {first[:300]}") from None
     by_class: dict[str, list[Any]] = {}
     unknown: list[str] = []

@@ -20,6 +20,7 @@ from components.gpu.validation import (
     listed,
     validate_worker_pool_specs,
 )
+from trainer.cluster import POOLS
 from trainer.schema import short
 
 #: The fields of AI Platform Training's TrainingInput (its REST reference); the cluster's
@@ -32,7 +33,7 @@ TRAINING_INPUT_KEYS = frozenset({
     "serviceAccount", "useChiefInTfConfig", "encryptionConfig", "enableWebAccess"})
 
 #: (AI Platform task, Vertex pool index).
-_TASKS = (("master", 0), ("worker", 1), ("parameterServer", 2), ("evaluator", 3))
+_TASKS = tuple((pool.ai_platform, pool.index) for pool in POOLS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +86,7 @@ def convert_ai_platform_config(training_input: Any) -> Conversion:
                         "spelling the API takes")
         tier = tier.upper()
     cluster_fields = [k for k in training_input if k.startswith(
-        ("master", "worker", "parameterServer", "evaluator"))]
+        tuple(task for task, _ in _TASKS))]
 
     if tier in cat.SCALE_TIERS:
         if cluster_fields:

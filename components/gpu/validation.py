@@ -14,14 +14,15 @@ import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from components.gpu import catalog as cat
+from trainer.cluster import POOLS
 from trainer.errors import InputError
 from trainer.schema import short
 
 ACCELERATOR_TYPES = cat.ACCELERATOR_TYPES
 GPU_REGIONS = cat.GPU_REGIONS
 
-#: Vertex AI's fixed worker pool roles, by index.
-POOL_ROLES = ("chief", "worker", "parameter server", "evaluator")
+#: Vertex AI's fixed worker pool roles, by index, in words.
+POOL_ROLES = tuple(pool.description for pool in POOLS)
 
 #: Valid GPU counts per machine type: the seeds' table plus the fixed-GPU families.
 VALID_GPU_COUNTS: dict[str, dict[str, tuple[int, ...]]] = {

@@ -20,6 +20,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from trainer import files
 from trainer.commit import commit_directory, committed
 from trainer.errors import InputError
 
@@ -69,9 +70,7 @@ def register(model_dir: str | os.PathLike, saved_model: str | os.PathLike,
     index["versions"].append(entry)
     if default or index["default"] is None:  # a model's first version is its default
         index["default"] = number
-    partial = model_dir / f".{INDEX}.partial"
-    partial.write_text(json.dumps(index, indent=2) + "\n")
-    os.replace(partial, model_dir / INDEX)
+    files.write_json(model_dir / INDEX, index)
     return entry
 
 

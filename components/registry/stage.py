@@ -16,26 +16,18 @@ from components.registry import local
 from components.registry.gate import Decision, decide
 from components.registry.lineage import lineage
 from trainer.contract import load_manifest
-from trainer.errors import StageError
 from trainer.gcs import to_mount_path
-
-
-class ChampionError(StageError):
-    """The champion model could not be found or read."""
+from trainer.remote import remote_call
 
 
 def vertex_champion(parent_model: str, region: str) -> str:
     """The SavedModel directory (on the /gcs/ mount) of `parent_model`'s default version."""
-    from google.api_core import exceptions
     from google.cloud import aiplatform_v1
 
-    client = aiplatform_v1.ModelServiceClient(client_options={
-        "api_endpoint": vertex_endpoint(region)})
-    try:
+    with remote_call(f"reading the champion {parent_model}"):
+        client = aiplatform_v1.ModelServiceClient(client_options={
+            "api_endpoint": vertex_endpoint(region)})
         model = client.get_model(name=parent_model)  # no @version: the default version
-    except exceptions.GoogleAPIError as exc:
-        raise ChampionError(f"the champion {parent_model} cannot be read: "
-                            f"{str(exc).splitlines()[0][:300]}") from None
     return saved_model_dir(to_mount_path(model.artifact_uri))
 
 

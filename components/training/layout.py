@@ -136,3 +136,35 @@ def check_scheduling(pools: Sequence[Any], strategy: str, timeout: str) -> list[
         errors.append(f"timeout is {timeout!r}; scheduling_strategy FLEX_START runs a job for "
                       f"at most {cat.FLEX_START_MAX_SECONDS}s (7 days)")
     return errors
+
+
+def check_pools(pools: Any, *, region: str | None = None, strategy: str = "auto",
+                scheduling: str | None = None, timeout: str = "") -> Any:
+    """Every rule of Vertex AI worker pools in one result: the GPU rules (machine x GPU type
+    x count x region), the roles the strategy needs, and, with `scheduling`, the
+    scheduling strategy's rules. The one check the config loader, the validation stage
+    and `gpu-pipeline validate-gpu` all run.
+
+    Returns:
+        A `components.gpu.validation.ValidationResult` with the layout's and scheduling's
+        errors and advice added.
+    """
+    from components.gpu.validation import validate_worker_pool_specs
+
+    return with_role_checks(validate_worker_pool_specs(pools, region=region), strategy,
+                            scheduling, timeout)
+
+
+def with_role_checks(result: Any, strategy: str = "auto", scheduling: str | None = None,
+                     timeout: str = "") -> Any:
+    """A GPU validation result with the layout's (and scheduling's) errors and advice
+    added; unchanged when the GPU rules already failed."""
+    import dataclasses
+
+    if not result.ok:
+        return result
+    errors, advice = check_layout(result.specs, strategy)
+    if scheduling is not None:
+        errors += check_scheduling(result.specs, scheduling, timeout)
+    return dataclasses.replace(result, ok=not errors, errors=result.errors + errors,
+                               warnings=result.warnings + advice)

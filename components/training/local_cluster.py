@@ -17,7 +17,13 @@ import time
 from collections import deque
 from typing import Sequence, TextIO
 
-from trainer.cluster import LOCAL_CORES_ENV, Layout, choose_strategy, vertex_tf_config
+from trainer.cluster import (
+    LOCAL_CORES_ENV,
+    ROLES,
+    Layout,
+    choose_strategy,
+    vertex_tf_config,
+)
 from trainer.errors import StageError
 
 #: Seconds the replicas that do not decide the outcome (parameter servers, PS workers,
@@ -60,9 +66,8 @@ def cluster_environments(layout: Layout, base_env: dict[str, str]
     by_role: dict[str, list[str]] = {}
     for task_type, _ in replicas:
         by_role.setdefault(task_type, []).append(next(addresses))
-    pools = {f"workerpool{i}": by_role[role]
-             for i, role in enumerate(("chief", "worker", "ps", "evaluator")) if role in by_role}
-    pool_of = {role: i for i, role in enumerate(("chief", "worker", "ps", "evaluator"))}
+    pools = {f"workerpool{i}": by_role[role] for i, role in enumerate(ROLES) if role in by_role}
+    pool_of = {role: i for i, role in enumerate(ROLES)}
     envs = []
     for task_type, index in replicas:
         env = dict(base_env)

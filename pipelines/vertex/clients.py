@@ -2,44 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from typing import Any, Iterator
+from typing import Any
 
-from trainer.errors import InputError, StageError
 from trainer.gcs import storage_client
-from trainer.schema import short
-
-
-class CloudCallError(StageError):
-    """A Google Cloud API could not be reached, or refused a request."""
-
-
-class CredentialsError(InputError):
-    """No Google Cloud credentials on this machine."""
-
-
-@contextlib.contextmanager
-def remote_call(what: str) -> Iterator[None]:
-    """Turns the client libraries' network and API errors into one clear message.
-
-    Args:
-        what: What was being done, for the message (e.g. "submitting the run").
-    """
-    import google.api_core.exceptions as api
-    import google.auth.exceptions as auth
-    import requests
-
-    try:
-        yield
-    except auth.DefaultCredentialsError:
-        raise CredentialsError(
-            f"{what} needs Google Cloud credentials: run `gcloud auth application-default "
-            "login` or set GOOGLE_APPLICATION_CREDENTIALS (`--dry-run` needs none)") from None
-    except (api.GoogleAPIError, auth.TransportError, auth.RefreshError,
-            requests.exceptions.RequestException, ConnectionError, TimeoutError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise CloudCallError(f"{what} failed: {short(first, 300)}") from None
+from trainer.remote import remote_call
 
 
 @dataclasses.dataclass

@@ -23,8 +23,9 @@ from typing import Any, Callable
 
 from components.stage import say
 from pipelines.config import Config
-from pipelines.vertex.clients import Clients, remote_call
+from pipelines.vertex.clients import Clients
 from trainer.errors import InputError
+from trainer.remote import remote_call
 
 #: The caller's permissions on the project: `submit` creates the pipeline run and builds
 #: the images with Cloud Build, after asking Artifact Registry whether they exist.

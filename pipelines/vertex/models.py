@@ -6,8 +6,9 @@ from typing import Any
 
 from components.cloud_names import vertex_endpoint
 from pipelines.config import Config
-from pipelines.vertex.clients import Clients, remote_call
+from pipelines.vertex.clients import Clients
 from pipelines.vertex.preflight import VertexSettingsError
+from trainer.remote import remote_call
 
 
 def list_request(config: Config) -> Any:

@@ -7,9 +7,9 @@ from typing import Any
 from components import images
 from components.dataset.sources import TFDS_PREFIX
 from pipelines.config import Config
-from pipelines.vertex.clients import remote_call
 from trainer.errors import InputError
 from trainer.gcs import mounted_gcs_uri, split_gcs_uri
+from trainer.remote import remote_call
 
 
 class VertexSettingsError(InputError):

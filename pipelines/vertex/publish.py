@@ -16,10 +16,11 @@ from components import project
 from components.cloud_names import TAG, gcs_uri_problem
 from components.stage import say
 from pipelines.config import Config
-from pipelines.vertex.clients import Clients, remote_call
+from pipelines.vertex.clients import Clients
 from pipelines.vertex.runs import prepared_run
 from trainer.errors import InputError
 from trainer.gcs import split_gcs_uri, storage_client
+from trainer.remote import remote_call
 from trainer.schema import short
 
 #: Artifact Registry Kubeflow Pipelines repositories, or a registry on loopback (tests, a
@@ -55,8 +56,7 @@ def publish_run(config: Config, destination: str, tags: Sequence[str], *, dry_ru
         Where the spec now is; empty for a dry run.
     """
     clients = clients or Clients()
-    check_tags(tags)
-    check_destination(destination)
+    check_target(destination, tags)  # before anything is uploaded or built
     with prepared_run(config, dry_run, clients, credentials, log) as (prepared, _):
         if dry_run:
             log(f"dry run: nothing was uploaded, built or published; {destination} would "
@@ -68,17 +68,14 @@ def publish_run(config: Config, destination: str, tags: Sequence[str], *, dry_ru
                        auth=auth)
 
 
-def check_tags(tags: Sequence[str]) -> None:
-    """Raises PublishError for tags the registry would refuse."""
+def check_target(destination: str, tags: Sequence[str]) -> None:
+    """Raises PublishError unless `destination` is a place `publish` can write to and every
+    tag is one the registry takes."""
     bad = [t for t in tags if not TAG.fullmatch(t) or t.startswith("sha256")]
     if bad:
         raise PublishError(f"tags {short(bad)} are invalid; a tag is 1 to 128 letters, digits, "
                            "'_', '.' and '-', starting with a letter, digit or '_', and does "
                            "not start with 'sha256'")
-
-
-def check_destination(destination: str) -> None:
-    """Raises PublishError unless `destination` is a place `publish` can write to."""
     if destination.startswith("gs://"):
         problem = gcs_uri_problem(destination)
         if problem:
@@ -113,8 +110,7 @@ def publish(spec: Path, destination: str, tags: Sequence[str], *, storage: Any =
                            "pinned by digest (the placeholder of compiled/ names no image that "
                            "exists); publish with `gpu-pipeline publish --config FILE "
                            "DESTINATION`, which builds or finds the image first")
-    check_tags(tags)
-    check_destination(destination)
+    check_target(destination, tags)
     if destination.startswith("gs://"):
         storage = storage or storage_client()
         bucket, prefix = split_gcs_uri(destination.rstrip("/") + "/")
@@ -127,13 +123,9 @@ def publish(spec: Path, destination: str, tags: Sequence[str], *, storage: Any =
                     data, content_type="application/yaml")
             written.append(f"gs://{bucket}/{name}")
         return written
-    if destination.startswith(("https://", "http://")):
-        from kfp.registry import RegistryClient
+    from kfp.registry import RegistryClient  # an https:// (or loopback) registry
 
-        with remote_call(f"uploading the spec to {destination}"):
-            client = RegistryClient(host=destination, auth=auth)
-            package, version = client.upload_pipeline(file_name=str(spec), tags=list(tags))
-        return [f"{destination.rstrip('/')}/{package}/{version}"]
-    raise PublishError(f"publish destination {destination!r} is neither an Artifact Registry "
-                       "Kubeflow Pipelines repository (https://REGION-kfp.pkg.dev/PROJECT/REPO) "
-                       "nor a gs:// prefix")
+    with remote_call(f"uploading the spec to {destination}"):
+        client = RegistryClient(host=destination, auth=auth)
+        package, version = client.upload_pipeline(file_name=str(spec), tags=list(tags))
+    return [f"{destination.rstrip('/')}/{package}/{version}"]

@@ -14,10 +14,11 @@ from components.build import cloud_build
 from components.build.context import write_build_context
 from components.stage import say
 from pipelines.config import Config
-from pipelines.vertex.clients import Clients, remote_call
+from pipelines.vertex.clients import Clients
 from pipelines.vertex.iam import check_permissions
 from pipelines.vertex.preflight import require_vertex_settings
 from pipelines.vertex.spec import compile_for_vertex
+from trainer.remote import remote_call
 
 
 def pipeline_job(config: Config, template_path: Path, trainer_source_uri: str = "",

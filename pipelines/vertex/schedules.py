@@ -8,9 +8,10 @@ from typing import Any, Callable
 from components.cloud_names import vertex_endpoint
 from components.stage import say
 from pipelines.config import Config
-from pipelines.vertex.clients import Clients, remote_call
+from pipelines.vertex.clients import Clients
 from pipelines.vertex.preflight import VertexSettingsError
 from pipelines.vertex.runs import prepared_run, summary, to_json
+from trainer.remote import remote_call
 from trainer.schema import short
 
 

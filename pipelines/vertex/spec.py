@@ -7,8 +7,9 @@ from pathlib import Path
 import yaml
 
 from components import images
-from pipelines.compile import compile_pipeline
+from pipelines.compile import compile_config
 from pipelines.config import Config
+from trainer import files
 
 
 def compile_for_vertex(config: Config, output: Path, component_image: str,
@@ -16,17 +17,12 @@ def compile_for_vertex(config: Config, output: Path, component_image: str,
     """Compiles the spec of a run: `config`'s values as the parameters' defaults, and every
     component of the project running in `component_image` instead of the placeholder
     `compiled/` names (`images.pipeline_image()`)."""
-    from pipelines.pipeline import resources_of, vertex_arguments
-
-    defaults = vertex_arguments(config, trainer_source_uri)
-    if not config.vertex.project:
-        defaults.pop("project")
-    path = compile_pipeline(output, defaults, resources_of(config))
+    path = compile_config(config, output, trainer_source_uri)
     spec = yaml.safe_load(path.read_text())
     default = images.pipeline_image()
     for executor in spec["deploymentSpec"]["executors"].values():
         container = executor.get("container")
         if container and container.get("image") == default:
             container["image"] = component_image
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    files.write_text(path, yaml.safe_dump(spec, sort_keys=False))
     return path
