@@ -19,6 +19,7 @@ demo: install
 	$(BIN)/gpu-pipeline run --local
 
 test: install
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
 # Regenerates the committed Vertex AI spec in compiled/.

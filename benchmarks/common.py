@@ -14,9 +14,10 @@ import platform
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python benchmarks/x.py` from anywhere
@@ -81,7 +82,7 @@ def medians(samples: dict[str, list[float]]) -> dict[str, float]:
 
 def ratio(samples: dict[str, list[float]], numerator: str, denominator: str) -> dict[str, Any]:
     """The ratio of two cases: of their medians, and round by round (the spread)."""
-    per_round = [a / b for a, b in zip(samples[numerator], samples[denominator])]
+    per_round = [a / b for a, b in zip(samples[numerator], samples[denominator], strict=True)]
     return {"median": round(statistics.median(samples[numerator])
                             / statistics.median(samples[denominator]), 3),
             "per_round": [round(r, 3) for r in per_round]}

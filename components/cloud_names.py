@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Callable
+from collections.abc import Callable
+from typing import Annotated
 
 from pydantic import AfterValidator
 

@@ -11,8 +11,9 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from components import project
 from components.stage import say
@@ -29,7 +30,7 @@ class UsageError(InputError):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # noqa: D401 - argparse's own signature
+    def error(self, message: str):
         """Reports a usage error without a traceback and exits with code 2."""
         self.print_usage(sys.stderr)
         self.exit(2, f"error: {message}\n")

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 import zoneinfo
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Mapping
+from typing import Annotated, Any
 
 import pydantic
 from croniter import croniter

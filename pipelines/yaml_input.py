@@ -35,7 +35,7 @@ class _Loader(yaml.SafeLoader):
         self._aliases = 0
         self._nodes = 0
 
-    def compose_node(self, parent, index):  # noqa: ANN001 - PyYAML's signature
+    def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > MAX_ALIASES:
@@ -50,13 +50,13 @@ class _Loader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
-    def construct_object(self, node, deep=False):  # noqa: ANN001 - PyYAML's signature
+    def construct_object(self, node, deep=False):
         self._nodes += 1
         if self._nodes > MAX_NODES:
             raise YamlFileError(f"expands to more than {MAX_NODES} values")
         return super().construct_object(node, deep)
 
-    def construct_mapping(self, node, deep=False):  # noqa: ANN001 - PyYAML's signature
+    def construct_mapping(self, node, deep=False):
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)

@@ -148,7 +148,7 @@ def test_decoding_pool_reads_at_most_a_window_ahead_of_the_writer():
         assert results == list(range(400))
         assert max(leads) <= 40 and max(leads) >= 30  # it does read ahead, up to the window
         started = time.monotonic()
-        for value in bounded_imap(pool, abs, inputs(10**9), window=40, chunksize=8):
+        for _ in bounded_imap(pool, abs, inputs(10**9), window=40, chunksize=8):
             break  # a consumer that stops early (an error) must not leave the pool stuck
     assert time.monotonic() - started < 30
 

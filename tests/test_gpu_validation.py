@@ -54,7 +54,8 @@ trainingInput:
 def pools(*specs, replicas=None):
     out = []
     for i, spec in enumerate(specs):
-        machine_spec = dict(zip(("machine_type", "accelerator_type", "accelerator_count"), spec))
+        keys = ("machine_type", "accelerator_type", "accelerator_count")
+        machine_spec = dict(zip(keys, spec, strict=False))
         out.append({"machine_spec": machine_spec,
                     "replica_count": (replicas or [1] * len(specs))[i]})
     return out

@@ -27,7 +27,8 @@ def test_compiling_is_byte_stable(fresh):
     # This process hashes strings differently from the one that wrote compiled/, so an
     # order that depends on hashing would show up here.
     def lines(path):
-        return [l for l in path.read_text().splitlines() if not l.startswith("sdkVersion:")]
+        return [line for line in path.read_text().splitlines()
+                if not line.startswith("sdkVersion:")]
 
     assert lines(fresh) == lines(COMMITTED)
 

@@ -120,7 +120,8 @@ def test_health_and_encoded_images(server, small_dataset):
     assert status == 200, body
     predictions = body["predictions"]
     assert len(predictions) == len(images)
-    correct = sum(p["class_index"] == label for p, (_, label) in zip(predictions, images))
+    correct = sum(p["class_index"] == label
+                  for p, (_, label) in zip(predictions, images, strict=True))
     assert correct / len(images) >= 0.75, predictions
     classes = ["circle", "cross", "square", "triangle"]
     for p in predictions:
@@ -151,7 +152,7 @@ def test_jpeg_and_float_images_get_the_same_classes(server, small_dataset):
     status, by_jpeg = _post(server, {"instances": jpegs})
     assert status == 200
     agree = sum(a["class_index"] == b["class_index"]
-                for a, b in zip(by_jpeg["predictions"], by_png["predictions"]))
+                for a, b in zip(by_jpeg["predictions"], by_png["predictions"], strict=True))
     assert agree >= 7  # JPEG is lossy; the shape, not the pixels, decides
 
 

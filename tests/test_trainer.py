@@ -49,7 +49,7 @@ def test_resnet50_random_weights_from_a_file_and_frozen_base(tmp_path):
                          freeze_base=True)
     base = loaded.get_layer("resnet50")
     assert not base.trainable
-    for got, want in zip(base.get_weights(), donor.get_weights()):
+    for got, want in zip(base.get_weights(), donor.get_weights(), strict=True):
         assert (got == want).all()
     # Only the new head trains in transfer learning.
     head = {w.name for w in loaded.trainable_weights}

@@ -461,7 +461,7 @@ def test_publish_to_a_kfp_registry_with_the_real_client(pinned_spec):
     received = {}
 
     class Registry(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - http.server's naming
+        def do_POST(self):
             body = self.rfile.read(int(self.headers["Content-Length"]))
             received.update(path=self.path, body=body, type=self.headers["Content-Type"])
             self.send_response(200)

@@ -334,7 +334,8 @@ def test_the_serving_container_answers_from_the_registered_model(emulated_run):
             base + spec["predict_route"], data=body,
             headers={"Content-Type": "application/json"}), timeout=60)
         predictions = json.loads(answer.read())["predictions"]
-        correct = sum(p["class_index"] == label for p, (_, label) in zip(predictions, images_))
+        correct = sum(p["class_index"] == label
+                      for p, (_, label) in zip(predictions, images_, strict=True))
         assert len(predictions) == 16 and correct >= 8  # 3 epochs: far above chance (4)
     finally:
         server.terminate()

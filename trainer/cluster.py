@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from trainer.errors import InputError
 

@@ -23,7 +23,8 @@ import json
 import os
 import shutil
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from trainer import files
 from trainer.errors import StageError

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from trainer.contract import FEATURE_IMAGE, FEATURE_LABEL, feature_spec
 

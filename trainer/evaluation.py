@@ -49,13 +49,13 @@ def _split_metrics(tf: Any, serve: Any, files: list[str], classes: list[str],
     total = [0] * len(classes)
     for batch in ds:
         predicted = serve(image_bytes=batch[FEATURE_IMAGE])["class_index"].numpy()
-        for label, guess in zip(batch[FEATURE_LABEL].numpy(), predicted):
+        for label, guess in zip(batch[FEATURE_LABEL].numpy(), predicted, strict=True):
             total[label] += 1
             correct[label] += int(label == guess)
     examples = sum(total)
     metrics: dict[str, Any] = {"accuracy": sum(correct) / examples if examples else 0.0,
                                "examples": examples}
-    for name, c, t in zip(classes, correct, total):
+    for name, c, t in zip(classes, correct, total, strict=True):
         metrics[f"accuracy_{name}"] = c / t if t else 0.0
     return metrics
 

@@ -6,7 +6,8 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from trainer import evaluation
 from trainer.commit import commit_directory

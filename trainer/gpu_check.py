@@ -11,7 +11,8 @@ found and the libraries that do not load. Pure Python until TensorFlow is asked.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from trainer.errors import StageError
 

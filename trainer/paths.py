@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from trainer.gcs import to_mount_path
 

@@ -9,7 +9,7 @@ instead of a client library's traceback.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 from trainer.errors import InputError, StageError, first_line
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import html
 import json
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from trainer import files
 

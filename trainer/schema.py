@@ -14,7 +14,8 @@ import math
 import reprlib
 import types
 import typing
-from typing import Annotated, Any, Iterable, Literal, Mapping, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Literal, TypeVar
 
 import pydantic
 from pydantic import BeforeValidator, ConfigDict

@@ -127,4 +127,4 @@ class SavedModelPredictor(Predictor):
         return {"predictions": [
             {"class_name": n.decode("utf-8"), "class_index": int(i),
              "probabilities": [round(float(p), 6) for p in ps]}
-            for n, i, ps in zip(names, indices, probabilities)]}
+            for n, i, ps in zip(names, indices, probabilities, strict=True)]}

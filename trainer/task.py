@@ -19,7 +19,8 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from trainer import cluster as cluster_lib
 from trainer import paths, schema

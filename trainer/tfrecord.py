@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import BinaryIO, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import BinaryIO
 
 import google_crc32c
 
@@ -82,7 +83,7 @@ class Writer:
         """Flushes and closes the file."""
         self._file.close()
 
-    def __enter__(self) -> "Writer":
+    def __enter__(self) -> Writer:
         return self
 
     def __exit__(self, *exc: object) -> None:

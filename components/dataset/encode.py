@@ -10,8 +10,9 @@ import collections
 import io
 import itertools
 import multiprocessing
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 from components.dataset.sources import (
     BUILTIN_SHAPES,

@@ -181,13 +181,13 @@ def _prepare(source: str, out: Path, image_size: int, validation_fraction: float
     for split in wanted:
         shards = [{"file": n, "count": c, "bytes": (out / n).stat().st_size,
                    "sha256": _sha256_file(out / n)}
-                  for n, c in zip(names[split], counts[split]) if c]
-        for n, c in zip(names[split], counts[split]):
+                  for n, c in zip(names[split], counts[split], strict=True) if c]
+        for n, c in zip(names[split], counts[split], strict=True):
             if not c:  # all of a shard's images were skipped
                 (out / n).unlink()
         manifest["splits"][split] = {
             "count": written[split],
-            "per_class": dict(zip(listing.classes, per_class[split])),
+            "per_class": dict(zip(listing.classes, per_class[split], strict=True)),
             "shards": shards,
         }
     report = markdown_report(manifest)

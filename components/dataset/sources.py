@@ -19,8 +19,9 @@ import hashlib
 import io
 import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from components.dataset.shapes import IDENTITY, SHAPE_CLASSES, draw_identity
 from trainer.errors import InputError, first_line

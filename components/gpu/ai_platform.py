@@ -8,7 +8,8 @@ specs. Converting them lets a user migrate the documents' own examples.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from components.gpu import catalog as cat
 from components.gpu.validation import (

@@ -11,7 +11,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from components.gpu import catalog as cat
 from trainer.cluster import POOLS
@@ -75,7 +76,7 @@ class ValidationResult:
             parts.append(f"{pool['replica_count']} x {machine['machine_type']}{gpus}")
         return "; ".join(parts)
 
-    def raise_for_errors(self) -> "ValidationResult":
+    def raise_for_errors(self) -> ValidationResult:
         """Raises GpuConfigError when the result has errors, else returns self."""
         if not self.ok:
             raise GpuConfigError(self.errors)

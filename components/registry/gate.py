@@ -8,7 +8,8 @@ champion, is promoted on the absolute threshold alone.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 #: `vertex.promotion`: what a model that passes the gate (and one that does not) becomes.
 PROMOTIONS = ("default", "version_only", "never")

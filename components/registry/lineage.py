@@ -7,7 +7,8 @@ the API's label rules) and as the model's description.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 
 def lineage(*, manifest: Mapping[str, Any], training: Mapping[str, Any],

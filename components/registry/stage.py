@@ -7,8 +7,9 @@ run registers into its local registry here.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from components.cloud_names import vertex_endpoint
 from components.export import model_metrics, publish_model, saved_model_dir

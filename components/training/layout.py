@@ -10,7 +10,8 @@ pool, the field and the value, what that strategy cannot run.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from trainer.cluster import ClusterConfigError, Layout, choose_strategy
 

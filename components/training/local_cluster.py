@@ -15,7 +15,8 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import Sequence, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 from trainer.cluster import (
     LOCAL_CORES_ENV,

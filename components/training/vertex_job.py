@@ -7,7 +7,8 @@ see `pipelines.pipeline`.
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from components.training.job_names import (
     JOB_NAME_SUFFIX,

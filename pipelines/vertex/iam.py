@@ -19,7 +19,8 @@ Registry and Storage inside the run): the README lists those roles.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from components.stage import say
 from pipelines.config import Config

@@ -9,8 +9,9 @@ CPU image by digest, the configuration's values as the parameters' defaults), an
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from components import project
 from components.cloud_names import TAG, gcs_uri_problem

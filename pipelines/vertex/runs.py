@@ -6,8 +6,9 @@ import contextlib
 import dataclasses
 import json
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from components import images, project
 from components.build import cloud_build

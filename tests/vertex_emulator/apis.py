@@ -121,7 +121,7 @@ class FakeGoogleApis:
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self._server.server_port}"
 
-    def __enter__(self) -> "FakeGoogleApis":
+    def __enter__(self) -> FakeGoogleApis:
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
@@ -348,7 +348,7 @@ class FakeGoogleApis:
         spec_cluster = {f"workerpool{i}": hosts for i, hosts in enumerate(by_pool) if hosts}
         base = spec.get("baseOutputDirectory", {}).get("outputUriPrefix", "").rstrip("/")
         replicas = []
-        for pool, (definition, hosts) in enumerate(zip(pools, by_pool)):
+        for pool, (definition, hosts) in enumerate(zip(pools, by_pool, strict=True)):
             if not hosts:
                 continue
             container = definition["containerSpec"]
@@ -429,10 +429,10 @@ class FakeGoogleApis:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def do_GET(self):  # noqa: N802 - http.server's naming
+            def do_GET(self):
                 self._serve("GET")
 
-            def do_POST(self):  # noqa: N802 - http.server's naming
+            def do_POST(self):
                 self._serve("POST")
 
             def log_message(self, *args):

@@ -23,8 +23,9 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from google.protobuf import json_format
 from kfp.local import placeholder_utils
