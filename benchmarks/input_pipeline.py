@@ -127,7 +127,7 @@ def child(case: str, cores: int, work: Path, batches: int) -> dict:
     import tensorflow as tf
 
     from trainer.contract import load_manifest, shard_paths
-    from trainer.data import make_dataset
+    from trainer.data import InputSpec, make_dataset
 
     # Parallelism fixed to the cores (a local cluster's setting). On Vertex AI the trainer
     # autotunes instead, which on 2 cores gave ~8% less (2,028 vs 2,204 images/s in one
@@ -137,8 +137,9 @@ def child(case: str, cores: int, work: Path, batches: int) -> dict:
         image_format = case.split("_")[1]
         data_dir = work / image_format
         files = shard_paths(data_dir, load_manifest(data_dir), "train")
-        ours = make_dataset(tf, files, SIZE, BATCH, training=True, num_workers=1, cache=False,
-                            image_format=image_format, augment=True, threads=threads)
+        ours = make_dataset(tf, InputSpec(tuple(files), SIZE, BATCH, training=True, cache=False,
+                                          image_format=image_format, augment=True,
+                                          threads=threads))
         if case.startswith("ours"):
             return {"images_per_second": images_per_second(ours, batches)}
         stages = {name: images_per_second(ds, batches)

@@ -182,14 +182,14 @@ def test_commit_never_renames_a_directory(tmp_path, monkeypatch):
 
 def test_file_sharding_needs_a_file_per_worker(small_dataset, caplog):
     from trainer.contract import load_manifest, shard_paths
-    from trainer.data import make_dataset
+    from trainer.data import InputSpec, make_dataset
 
-    files = shard_paths(small_dataset, load_manifest(small_dataset), "train")
+    files = tuple(shard_paths(small_dataset, load_manifest(small_dataset), "train"))
     policy = tf.data.experimental.AutoShardPolicy
-    by_file = make_dataset(tf, files, 32, 8, training=False, num_workers=4)
+    by_file = make_dataset(tf, InputSpec(files, 32, 8, training=False, num_workers=4))
     assert by_file.options().experimental_distribute.auto_shard_policy == policy.FILE
     with caplog.at_level("WARNING", logger="trainer"):
-        by_data = make_dataset(tf, files[:1], 32, 8, training=False, num_workers=2)
+        by_data = make_dataset(tf, InputSpec(files[:1], 32, 8, training=False, num_workers=2))
     assert by_data.options().experimental_distribute.auto_shard_policy == policy.DATA
     assert "1 files for 2 workers: sharding by data" in caplog.text
     images, labels = next(iter(by_file))
@@ -206,7 +206,7 @@ def test_augmented_jpeg_pipeline_crops_flips_and_keeps_shape(tmp_path):
 
     from components.dataset.prepare import prepare_dataset
     from trainer.contract import load_manifest, shard_paths
-    from trainer.data import make_dataset
+    from trainer.data import InputSpec, make_dataset
 
     src = tmp_path / "src"
     for label in ("a", "b"):
@@ -216,13 +216,13 @@ def test_augmented_jpeg_pipeline_crops_flips_and_keeps_shape(tmp_path):
             Image.fromarray(ramp).save(src / label / f"{i}.png")
     data = tmp_path / "data"
     prepare_dataset(str(src), data, image_size=64, validation_fraction=0.2, image_format="jpeg")
-    files = shard_paths(data, load_manifest(data), "train")
-    plain = make_dataset(tf, files, 64, 8, training=False, num_workers=1, cache=False,
-                         image_format="jpeg")
+    files = tuple(shard_paths(data, load_manifest(data), "train"))
+    plain = make_dataset(tf, InputSpec(files, 64, 8, training=False, cache=False,
+                                       image_format="jpeg"))
     reference = next(iter(plain))[0].numpy()
     for cache in (False, True):  # crop at decode, and crop of cached decoded images
-        ds = make_dataset(tf, files, 64, 8, training=True, num_workers=1, cache=cache,
-                          image_format="jpeg", augment=True, threads=1)
+        ds = make_dataset(tf, InputSpec(files, 64, 8, training=True, cache=cache,
+                                        image_format="jpeg", augment=True, threads=1))
         batches = [b[0].numpy() for b in ds.take(4)]
         assert all(b.dtype == np.uint8 for b in batches)
         images = np.concatenate(batches).astype(np.float32)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 from trainer.contract import FEATURE_IMAGE, FEATURE_LABEL, feature_spec
@@ -82,11 +82,41 @@ def untuned_device_datasets(tf: Any) -> None:
     ops._create_device_dataset = untuned
 
 
-def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int, *,
-                 training: bool, num_workers: int, seed: int = 0, cache: bool = True,
-                 shuffle_buffer: int = 4096, shard: tuple[int, int] | None = None,
-                 image_format: str = "png", augment: bool = False,
-                 threads: int | None = None) -> Any:
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """How one split is read: everything `make_dataset` needs besides TensorFlow.
+
+    Attributes:
+        files: TFRecord shard paths.
+        image_size: Height and width of the stored images.
+        batch_size: Global batch size (per-replica batch x replicas in sync).
+        training: Shuffle and repeat for training; single pass otherwise.
+        num_workers: Machines in the cluster.
+        seed: Shuffle seed.
+        cache: Keep decoded images in memory (see `fits_in_cache`).
+        shuffle_buffer: Examples in the shuffle buffer.
+        image_format: How the shards store images (the manifest's `image_format`).
+        augment: Random crops and flips (training only).
+        threads: Cores this process owns (a local cluster): parallelism fixed to it and
+            tf.data's autotuning off. Autotuning sizes for the whole machine, and its
+            background thread delays the end of multi-worker `fit` by up to ~10 s (the
+            distributed iterator's destructor waits for it to wake).
+    """
+
+    files: tuple[str, ...]
+    image_size: int
+    batch_size: int
+    training: bool
+    num_workers: int = 1
+    seed: int = 0
+    cache: bool = True
+    shuffle_buffer: int = 4096
+    image_format: str = "png"
+    augment: bool = False
+    threads: int | None = None
+
+
+def make_dataset(tf: Any, spec: InputSpec, shard: tuple[int, int] | None = None) -> Any:
     """Builds the dataset of (images, labels) batches.
 
     Files are read in parallel (interleave). With `cache` each record is parsed and decoded
@@ -105,31 +135,21 @@ def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int
 
     Args:
         tf: The tensorflow module.
-        files: TFRecord shard paths.
-        image_size: Height and width of the stored images.
-        batch_size: Global batch size (per-replica batch x replicas in sync).
-        training: Shuffle and repeat for training; single pass otherwise.
-        num_workers: Machines in the cluster.
-        seed: Shuffle seed.
-        cache: Keep decoded images in memory (see `fits_in_cache`).
-        shuffle_buffer: Examples in the shuffle buffer.
+        spec: What to read and how.
         shard: (input pipelines, this one's index) to read a share of the data explicitly
             (ParameterServerStrategy's dataset functions); by file when there are enough
             files, by record otherwise.
-        image_format: How the shards store images (the manifest's `image_format`).
-        augment: Random crops and flips (training only).
-        threads: Cores this process owns (a local cluster): parallelism fixed to it and
-            tf.data's autotuning off. Autotuning sizes for the whole machine, and its
-            background thread delays the end of multi-worker `fit` by up to ~10 s (the
-            distributed iterator's destructor waits for it to wake).
 
     Returns:
         A tf.data.Dataset of (uint8 images [batch, size, size, 3], int64 labels).
     """
+    threads, training, cache = spec.threads, spec.training, spec.cache
+    image_size, image_format, seed = spec.image_size, spec.image_format, spec.seed
+    num_workers = spec.num_workers
     parallel = threads or tf.data.AUTOTUNE
     features = feature_spec(tf)
     decode = tf.io.decode_jpeg if image_format == "jpeg" else tf.io.decode_png
-    augment = augment and training
+    augment = spec.augment and training
     crop_at_decode = augment and not cache and image_format == "jpeg"
 
     def parse(record):
@@ -143,7 +163,7 @@ def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int
     def crop(image, label):
         return augment_decoded(tf, image, image_size, seed), label
 
-    files = list(files)
+    files = list(spec.files)
     by_record = None
     if shard is not None and shard[0] > 1:
         count, index = shard
@@ -159,13 +179,13 @@ def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int
     if cache:  # decoded once, shuffled as images
         ds = ds.map(parse, num_parallel_calls=parallel, deterministic=False).cache()
     if training:
-        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+        ds = ds.shuffle(spec.shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
     if not cache:  # shuffled as encoded records (smaller), decoded every epoch
         ds = ds.map(parse, num_parallel_calls=parallel, deterministic=False)
     if augment and not crop_at_decode:
         ds = ds.map(crop, num_parallel_calls=parallel, deterministic=False)
     # uint8 batches: the model converts them on the accelerator (`trainer.model.PIXEL_MAX`).
-    ds = ds.batch(batch_size, drop_remainder=training, num_parallel_calls=parallel)
+    ds = ds.batch(spec.batch_size, drop_remainder=training, num_parallel_calls=parallel)
     ds = ds.prefetch(2 if threads else tf.data.AUTOTUNE)
 
     options = tf.data.Options()
@@ -181,3 +201,18 @@ def make_dataset(tf: Any, files: Sequence[str], image_size: int, batch_size: int
     else:
         options.experimental_distribute.auto_shard_policy = policy.FILE
     return ds.with_options(options)
+
+
+def build_inputs(tf: Any, keras: Any, plan: Any, split: str) -> Any:
+    """The input of `fit` for a split of a run plan (`trainer.plan.RunPlan`): a dataset, or
+    under ParameterServerStrategy a dataset function that every worker runs on its own
+    share of the files."""
+    spec = plan.input_spec(split)
+    if plan.strategy != "parameter_server":
+        return make_dataset(tf, spec)
+
+    def dataset_fn(context: Any) -> Any:
+        return make_dataset(tf, dataclasses.replace(spec, num_workers=1),
+                            shard=(context.num_input_pipelines, context.input_pipeline_id))
+
+    return keras.utils.experimental.DatasetCreator(dataset_fn)

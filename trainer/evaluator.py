@@ -46,25 +46,14 @@ def wait_for_plan(checkpoint_dir: str, timeout_seconds: float = 1800) -> dict[st
 def run_sidecar(keras: Any, model: Any, data: Any, checkpoint_dir: str, job_dir: str,
                 tensorboard_dir: str, info: ClusterInfo) -> int:
     """Evaluates every new checkpoint until the last epoch's; returns evaluations done."""
-    from trainer import report as report_lib
+    from trainer.callbacks import RecordEvaluation
 
     plan = wait_for_plan(checkpoint_dir)
-    steps = int(plan["steps_per_epoch"])
-    done = []
-
-    class _Record(keras.callbacks.Callback):
-        def on_test_end(self, logs=None):
-            iterations = int(self.model.optimizer.iterations.numpy())
-            epoch = max(1, round(iterations / steps)) - 1
-            report_lib.record_evaluation(job_dir, epoch, logs or {})
-            done.append(epoch)
-            log.info("%s evaluated epoch %d: %s", info.name, epoch + 1, ", ".join(
-                f"{k} {v:.4f}" for k, v in (logs or {}).items()))
-
+    record = RecordEvaluation(job_dir, info.name, int(plan["steps_per_epoch"]))
     evaluator = keras.utils.SidecarEvaluator(
         model, data=data, checkpoint_dir=os.path.join(checkpoint_dir, EPOCHS_DIR),
         max_evaluations=int(plan["epochs"]),
-        callbacks=[_Record(), keras.callbacks.TensorBoard(
+        callbacks=[record, keras.callbacks.TensorBoard(
             log_dir=os.path.join(tensorboard_dir, "sidecar_evaluator"))])
     evaluator.start()
-    return len(done)
+    return len(record.done)

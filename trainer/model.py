@@ -93,3 +93,12 @@ def build_model(keras: Any, name: str, image_size: int, num_classes: int, learni
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"],
                   jit_compile=jit_compile)
     return model
+
+
+def model_for(keras: Any, plan: Any) -> Any:
+    """The compiled model of a run plan (`trainer.plan.RunPlan`); call it inside the
+    strategy's scope."""
+    opts = plan.options
+    return build_model(keras, opts.model, plan.image_size, len(plan.classes),
+                       opts.learning_rate, weights=opts.weights or None,
+                       freeze_base=opts.freeze_base, jit_compile=plan.xla)

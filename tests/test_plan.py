@@ -1,0 +1,67 @@
+"""The trainer's run plan: decided once from the options, the cluster and the manifest,
+without TensorFlow."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainer.cluster import cluster_from_env
+from trainer.options import TrainingOptions
+from trainer.plan import decide, locations, make_plan
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    manifest = {"classes": ["a", "b", "c"], "image_size": [224, 224], "image_format": "jpeg",
+                "splits": {"train": {"count": 1000, "shards": [
+                               {"file": "train-00000-of-00002.tfrecord"},
+                               {"file": "train-00001-of-00002.tfrecord"}]},
+                           "validation": {"count": 300, "shards": [
+                               {"file": "validation-00000-of-00001.tfrecord"}]},
+                           "test": {"count": 100, "shards": []}}}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    return tmp_path
+
+
+def _plan(dataset, environ=None, gpus=0, replicas=2, **options):
+    environ = environ or {}
+    info = cluster_from_env({"TF_CONFIG": json.dumps({
+        "cluster": {"chief": ["h:1"], "worker": ["h:2"]}, "task": {"type": "worker",
+                                                                    "index": 0}})})
+    where = locations("gs://b/job", str(dataset), environ)
+    return make_plan(TrainingOptions(**options), info, "multi_worker_mirrored", where,
+                     environ, gpus=gpus, replicas=replicas)
+
+
+def test_batches_and_steps_follow_the_replicas_in_sync(dataset):
+    plan = _plan(dataset, batch_size=32, replicas=2)
+    assert plan.global_batch == 64
+    assert plan.steps_per_epoch == 1000 // 64 and plan.validation_steps == 300 // 64
+    assert plan.image_size == 224 and plan.classes == ["a", "b", "c"]
+    assert plan.where.job_dir.endswith("/b/job") and plan.where.model_dir.endswith("/job/model")
+    assert "global batch 64 (32 per replica x 2), 15 steps per epoch" in plan.describe()
+
+
+def test_gpu_speed_and_data_handling_are_decided_once(dataset):
+    on_cpu = _plan(dataset)
+    assert not on_cpu.mixed_precision and not on_cpu.xla
+    on_gpu = _plan(dataset, gpus=1)
+    assert on_gpu.mixed_precision and on_gpu.xla
+    assert not _plan(dataset, gpus=1, xla="off").xla
+    assert on_cpu.augment  # JPEG: photos
+    assert not _plan(dataset, augment="off").augment
+    # 1300 decoded 224x224 images are 196 MB: cached under the default budget, not under 100.
+    assert on_cpu.cache and not _plan(dataset, cache_budget_mb=100.0).cache
+    assert decide("on", 0) and not decide("auto", 0) and not decide("off", 4)
+
+
+def test_each_split_is_read_as_the_plan_says(dataset):
+    plan = _plan(dataset, environ={"TRAINER_LOCAL_CORES": "0"}, seed=7)
+    train, validation = plan.input_spec("train"), plan.input_spec("validation")
+    assert len(train.files) == 2 and len(validation.files) == 1
+    assert train.augment and not validation.augment
+    assert (train.seed, validation.seed) == (7, 8)
+    assert train.batch_size == plan.global_batch and train.num_workers == 2
+    assert train.threads == 1 and train.image_format == "jpeg"

@@ -1,0 +1,113 @@
+"""The Keras callbacks of a run: restart backups, epoch checkpoints, progress and reports.
+
+Imported only after TensorFlow has been set up (`trainer.task`): tf-keras is imported at
+the top, so that the callbacks are plain classes of this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from typing import Any
+
+import tf_keras as keras
+
+from trainer import files
+from trainer import report as report_lib
+from trainer.evaluator import EPOCHS_DIR, PLAN_FILE
+
+log = logging.getLogger("trainer")
+
+
+class EpochLog(keras.callbacks.Callback):
+    """Logs each completed epoch and, on the chief, keeps the history across restarts.
+
+    Attributes:
+        first_epoch: The epoch `fit` started at (after a restart, the one after the last
+            backed-up epoch); None before `fit` starts.
+    """
+
+    def __init__(self, plan: Any):
+        super().__init__()
+        self.plan = plan
+        self.first_epoch: int | None = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.first_epoch is None:
+            self.first_epoch = epoch
+            if epoch:
+                log.info("resumed from the backup: epochs 1-%d are done, continuing with "
+                         "epoch %d", epoch, epoch + 1)
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        log.info("epoch %d/%d: loss %.4f accuracy %.4f val_loss %.4f val_accuracy %.4f",
+                 epoch + 1, self.plan.options.epochs, logs.get("loss", float("nan")),
+                 logs.get("accuracy", float("nan")), logs.get("val_loss", float("nan")),
+                 logs.get("val_accuracy", float("nan")))
+        if self.plan.info.is_chief:
+            report_lib.record_epoch(self.plan.where.job_dir, epoch, logs)
+
+    def resumed_from(self) -> int:
+        """The epoch training resumed from (all of them when `fit` ran none)."""
+        return self.plan.options.epochs if self.first_epoch is None else self.first_epoch
+
+
+class PruneCheckpoints(keras.callbacks.Callback):
+    """Keeps the last `keep` epoch checkpoints. Only the chief prunes: the directory is the
+    chief's (the other workers' ModelCheckpoint writes to temporary copies), and two
+    processes removing the same files race."""
+
+    def __init__(self, directory: str, keep: int = 3):
+        super().__init__()
+        self.directory, self.keep = directory, keep
+
+    def on_epoch_end(self, epoch, logs=None):
+        stale = f"ckpt-{epoch + 1 - self.keep}."
+        for name in os.listdir(self.directory):
+            if name.startswith(stale):
+                with contextlib.suppress(FileNotFoundError):  # e.g. a restarted chief
+                    os.remove(os.path.join(self.directory, name))
+
+
+class RecordEvaluation(keras.callbacks.Callback):
+    """The sidecar evaluator's record of each evaluated epoch (`trainer.report`)."""
+
+    def __init__(self, job_dir: str, name: str, steps_per_epoch: int):
+        super().__init__()
+        self.job_dir, self.name, self.steps = job_dir, name, steps_per_epoch
+        self.done: list[int] = []
+
+    def on_test_end(self, logs=None):
+        iterations = int(self.model.optimizer.iterations.numpy())
+        epoch = max(1, round(iterations / self.steps)) - 1
+        report_lib.record_evaluation(self.job_dir, epoch, logs or {})
+        self.done.append(epoch)
+        log.info("%s evaluated epoch %d: %s", self.name, epoch + 1, ", ".join(
+            f"{k} {v:.4f}" for k, v in (logs or {}).items()))
+
+
+def for_training(plan: Any, progress: EpochLog) -> list[Any]:
+    """The callbacks of `fit`: the restart backup first (an epoch's backup exists before
+    anything reports the epoch as done), weights after every epoch as `ckpt-<epoch>` (what
+    the sidecar evaluator reads), the progress log, and on the chief TensorBoard and the
+    evaluator's plan."""
+    where = plan.where
+    epochs_dir = os.path.join(where.checkpoint_dir, EPOCHS_DIR)
+    callbacks = [
+        keras.callbacks.BackupAndRestore(backup_dir=os.path.join(where.checkpoint_dir,
+                                                                 "backup")),
+        keras.callbacks.ModelCheckpoint(os.path.join(epochs_dir, "ckpt-{epoch}"),
+                                        save_weights_only=True),
+        progress,
+    ]
+    if plan.info.is_chief:
+        os.makedirs(epochs_dir, exist_ok=True)
+        files.write_json(os.path.join(epochs_dir, PLAN_FILE), {
+            "epochs": plan.options.epochs, "steps_per_epoch": plan.steps_per_epoch})
+        callbacks.insert(2, PruneCheckpoints(epochs_dir))
+        if plan.strategy != "parameter_server":  # not supported under that strategy
+            callbacks.append(keras.callbacks.TensorBoard(log_dir=where.tensorboard_dir,
+                                                         write_graph=False, profile_batch=0))
+    return callbacks
