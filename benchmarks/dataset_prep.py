@@ -5,7 +5,7 @@ and photo-like JPEGs (500x375, the typical ImageNet photo, prepared at 224x224, 
 JPEG and as PNG). In interleaved rounds, times with 1 process and with all cores:
 
   - the floor: reading and decoding every source image once (nothing else);
-  - the dataset stage (components.dataset.prepare_dataset: decode, resize, re-encode,
+  - the dataset stage (components.dataset.prepare.prepare_dataset: decode, resize, re-encode,
     write sharded TFRecords, manifest and report).
 
 Reports images/s (and per core), the ratio to the floor, the stored bytes per image, and
@@ -63,9 +63,9 @@ def main() -> int:
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
 
-    from components.dataset.plan import estimated_bytes, plan_shards
     from components.dataset.prepare import prepare_dataset
     from components.dataset.shapes import generate_shapes
+    from components.dataset.shard_plan import estimated_bytes, plan_shards
 
     info = common.machine()
     cores = info["cores"]

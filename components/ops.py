@@ -28,7 +28,7 @@ _IMAGE = images.pipeline_image()
 def validate_gpu_config(vertex: dict, training: dict, local_cluster: dict) -> NamedTuple(
         "GpuConfig", [("worker_pool_specs", list), ("training_workers", int),
                       ("strategy", str)]):
-    """Stage 2: the Vertex worker pools checked against the GPU rules and the strategy's
+    """Stage 1: the Vertex worker pools checked against the GPU rules and the strategy's
     roles, normalised.
 
     Returns the normalised pools, the number of processes that read the training data
@@ -64,7 +64,7 @@ def validate_gpu_config(vertex: dict, training: dict, local_cluster: dict) -> Na
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def fingerprint_dataset_source(options: dict) -> str:
-    """Stage 1, first part: a cheap key of the source's state (never cached itself)."""
+    """Stage 2, first part: a cheap key of the source's state (never cached itself)."""
     from components.dataset.options import DatasetOptions
     from components.dataset.sources import source_fingerprint
     from components.stage import say, stage_errors
@@ -80,7 +80,7 @@ def fingerprint_dataset_source(options: dict) -> str:
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def prepare_dataset(options: dict, source_fingerprint: str, min_shards: int,
                     dataset: Output[Dataset], report: Output[Markdown]):
-    """Stage 1: image sources -> sharded TFRecords per split, manifest and report.
+    """Stage 2: image sources -> sharded TFRecords per split, manifest and report.
 
     `source_fingerprint` is not used here: it is an input so that KFP's cache key changes
     exactly when the source does. `min_shards` is the number of training workers.
@@ -118,7 +118,7 @@ def build_images(vertex: dict, push: bool, trainer_source_uri: str,
     only for missing tags); an empty dict locally, where training uses the trainer installed
     in the environment.
     """
-    from components.build.stage import run_build_stage
+    from components.build.build_images import run_build_stage
     from components.stage import stage_errors
     from components.vertex_options import VertexOptions
     from trainer.schema import validate
@@ -197,7 +197,7 @@ def report_training(training_job: Input[Artifact], metrics: Output[Metrics],
                     curves: Output[HTML]):
     """Stage 4 (both targets), last part: the trainer's curves and final metrics."""
     from components.stage import say, stage_errors
-    from components.training.report import publish_training_report
+    from components.training.training_report import publish_training_report
 
     with stage_errors("training report"):
         summary = publish_training_report(training_job.path, curves.path)
@@ -228,65 +228,22 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model], training:
     "" on Vertex AI, where the champion is `vertex.parent_model`'s default version and the
     model upload that follows acts on the decision.
     """
-    import json
-    import os
     from collections import namedtuple
-    from pathlib import Path
 
-    from components.project import version
-    from components.registry.lineage import description, labels
-    from components.registry.local import RUNS
-    from components.registry.stage import comparison_markdown, export_and_gate
-    from components.stage import say, stage_errors
-    from components.vertex_options import VertexOptions
-    from trainer.options import TrainingOptions
-    from trainer.schema import validate
+    from components.export.export_model import run_export_stage
+    from components.stage import stage_errors
 
     with stage_errors("export"):
-        options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
-        settings = validate(TrainingOptions, training, prefix="training", strict=False)
-        outcome = export_and_gate(
-            trained_model.path, dataset.path, exported_model.path, vertex=options,
-            training=settings.model_dump(), images=images, version=version(),
+        done = run_export_stage(
+            trained_model.path, dataset.path, exported_model.path, vertex=vertex,
+            training=training, images=images, registry_root=registry_root, job_name=job_name,
             cluster={"strategy": strategy, "worker_pool_specs": worker_pool_specs},
-            registry_root=registry_root)
-    results, decision = outcome["metrics"], outcome["decision"]
-    for name, value in results.items():
+            exported_uri=exported_model.uri, comparison_path=comparison.path)
+    for name, value in done.metrics.items():
         metrics.log_metric(name, value)
-    for name, value in (outcome["champion"] or {}).items():
-        metrics.log_metric(f"champion_{name}", value)
-    Path(comparison.path).parent.mkdir(parents=True, exist_ok=True)
-    Path(comparison.path).write_text(comparison_markdown(decision, results, outcome["champion"]))
-    # The SavedModel is committed in a directory of its own under the artifact (no
-    # directory renames on Cloud Storage FUSE); its URI is what a model upload points at.
-    saved_model_uri = f"{exported_model.uri.rstrip('/')}/{os.path.basename(outcome['saved'])}"
-    exported_model.metadata.update({"framework": "tensorflow", "accuracy": results["accuracy"],
-                                    "saved_model_uri": saved_model_uri,
-                                    "decision": decision.reason, "promoted": decision.promoted,
-                                    "registered_version": outcome["registered"] or "",
-                                    "trained_model": trained_model.uri, "dataset": dataset.uri})
-    if registry_root:  # for the run's summary (the exit handler)
-        runs = Path(registry_root) / RUNS
-        runs.mkdir(parents=True, exist_ok=True)
-        (runs / f"{job_name}.json").write_text(json.dumps(
-            {**decision.to_dict(), "registered_version": outcome["registered"]}))
-    test = (f"; test accuracy {results['test_accuracy']:.4f} on {results['test_examples']}"
-            if "test_accuracy" in results else "")
-    here = outcome["measured_here"]
-    source = "evaluated here" if "challenger" in here else "as the trainer measured it"
-    say(f"exported model, {source}, on {results['examples']} validation examples: accuracy "
-        f"{results['accuracy']:.4f}{test}; " + json.dumps(
-            {k: round(v, 4) for k, v in results.items() if k.startswith("accuracy_")}))
-    say(f"champion/challenger: {decision.reason}"
-        + (" (the champion evaluated here on this dataset)" if "champion" in here else "")
-        + (f" (local registry version {outcome['registered']})" if outcome["registered"]
-           else ""))
-    fields = ["accuracy", "model_uri", "register", "default", "decision", "labels",
-              "description"]
-    return namedtuple("ExportOutputs", fields)(
-        results["accuracy"], saved_model_uri, decision.register, decision.default,
-        decision.reason, labels(outcome["lineage"], decision.to_dict()),
-        description(outcome["lineage"], decision.to_dict()))
+    exported_model.metadata.update({**done.metadata, "trained_model": trained_model.uri,
+                                    "dataset": dataset.uri})
+    return namedtuple("ExportOutputs", list(done.outputs))(**done.outputs)
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
@@ -334,7 +291,7 @@ def summarize_run(status: dsl.PipelineTaskFinalStatus, registry_root: str, job_n
     import json
     from pathlib import Path
 
-    from components.registry.local import RUNS
+    from components.export.local_registry import RUNS
     from components.stage import say
 
     facts = [("state", status.state)]

@@ -103,7 +103,7 @@ class VertexOptions(pydantic.BaseModel):
         "TensorFlow it was trained with); to serve on GPUs, the run's GPU image."))
 
     def problems(self) -> list[str]:
-        """Rules a single field's type cannot say (formats); the GPU rules are stage 2's."""
+        """Rules a single field's type cannot say (formats); the GPU rules are stage 1's."""
         found = validate_job_name(self.job_name, "job_name", reserve=JOB_NAME_SUFFIX)
         found += _seconds_problems("timeout", self.timeout, "86400s")
         # Cloud Build's longest build timeout is 24 hours (Cloud Build docs: "Build

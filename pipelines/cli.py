@@ -329,7 +329,7 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
 
 def _cmd_models(args: argparse.Namespace) -> int:
     if args.config is None and args.project is None:
-        from components.registry import local
+        from components.export import local_registry as local
         from pipelines.local_run import REGISTRY
 
         root = args.pipeline_root / REGISTRY

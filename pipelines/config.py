@@ -192,7 +192,8 @@ def _merge(*layers: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-#: Top-level keys of an AI Platform Training config.yaml (the source documents' format).
+#: Top-level keys of an AI Platform Training config.yaml (the format of its GPU guide's
+#: examples).
 AI_PLATFORM_KEYS = {"trainingInput", "scaleTier", "masterType"}
 
 

@@ -205,7 +205,7 @@ def run_local(config: Config, pipeline_root: str | os.PathLike, *, verbose: bool
     """Runs the whole pipeline on this machine.
 
     Args:
-        config: Validated configuration (its worker pools are validated by stage 2 too).
+        config: Validated configuration (its worker pools are validated by stage 1 too).
         pipeline_root: Directory under which the run's artifacts are written.
         verbose: Show KFP's full executor output.
         cache: Reuse a dataset prepared earlier from the unchanged source (KFP's cache

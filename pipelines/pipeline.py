@@ -1,6 +1,6 @@
 """The pipeline: five stages, one definition, two targets; read top to bottom as it runs.
 
-validate GPU config -> prepare dataset, build image -> train -> report and export
+1 validate GPU config -> 2 prepare dataset, 3 build images -> 4 train -> 5 report and export
 (-> register, on Vertex).
 
 Each stage is a small function below, called in order by the two pipelines. Only the
@@ -31,26 +31,26 @@ _DEFAULTS = Config()
 
 
 def validate(vertex: dict, training: dict, local_cluster: dict):
-    """Stage 2, run first: nothing is spent on a configuration Vertex AI would refuse."""
+    """Stage 1, run first: nothing is spent on a configuration Vertex AI would refuse."""
     gpu = ops.validate_gpu_config(vertex=vertex, training=training, local_cluster=local_cluster)
-    gpu.set_display_name("2 validate GPU config").set_caching_options(False)
+    gpu.set_display_name("1 validate GPU config").set_caching_options(False)
     return gpu
 
 
 def prepare(dataset: dict, training_workers, gpu, resources: "Resources | None" = None):
-    """Stage 1, after stage 2: the prepared dataset, reused from the cache while the source
+    """Stage 2, after stage 1: the prepared dataset, reused from the cache while the source
     is unchanged.
 
     Shards come in multiples of `training_workers`, so every worker reads its own files.
     """
     fingerprint = ops.fingerprint_dataset_source(options=dataset).after(gpu)
-    fingerprint.set_display_name("1 dataset source fingerprint")
+    fingerprint.set_display_name("2 dataset source fingerprint")
     # Only the dataset is reused from the cache (keyed on the source's fingerprint): the
     # fingerprint must look at the source every time, and a retraining must retrain.
     fingerprint.set_caching_options(False)
     data = ops.prepare_dataset(options=dataset, source_fingerprint=fingerprint.output,
                                min_shards=training_workers)
-    data.set_display_name("1 prepare dataset").after(gpu)
+    data.set_display_name("2 prepare dataset").after(gpu)
     if resources is not None:  # decoding uses every core it is given
         data.set_cpu_limit(resources.cpu).set_memory_limit(resources.memory)
     return data
@@ -209,7 +209,7 @@ def make_vertex_pipeline(resources: Resources):
             gpu = validate(vertex, training, {})
             data = prepare(dataset, gpu.outputs["training_workers"], gpu, resources)
             # The image is built (Cloud Build) while the dataset is prepared; both need
-            # only stage 2.
+            # only stage 1.
             image = build(vertex, push=True, trainer_source_uri=trainer_source_uri).after(gpu)
             model, job_dir, trained = train_on_vertex(project, training, vertex, gpu, data,
                                                       image)

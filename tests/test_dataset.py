@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from components.dataset.encode import bounded_imap
-from components.dataset.plan import plan_shards, split_of
 from components.dataset.prepare import prepare_dataset
 from components.dataset.shapes import generate_shapes
+from components.dataset.shard_plan import plan_shards, split_of
 from components.dataset.sources import BUILTIN_SHAPES, DatasetError, source_fingerprint
 from tests import tfds_fixture
 from trainer.contract import load_manifest, shard_paths

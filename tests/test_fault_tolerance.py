@@ -82,7 +82,7 @@ EXPORT_SCRIPT = textwrap.dedent("""
     import os, sys
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     import tensorflow as tf, tf_keras as keras
-    from trainer.export import save_model
+    from trainer.savedmodel import save_model
     from trainer.model import build_model
     # resnet50 (~100 MB) is slow enough to be killed mid-write; cnn saves quickly.
     model = build_model(keras, sys.argv[2], 32, 4, 0.001)

@@ -16,7 +16,8 @@ from components.training import job_names as jn
 
 SEED_GPUS = cat.SEED_ACCELERATORS
 
-# The two config.yaml examples of the source documents (000/002), verbatim.
+# The two config.yaml examples of AI Platform Training's "Using GPUs for training models in
+# the cloud" (https://cloud.google.com/ai-platform/training/docs/using-gpus), verbatim.
 SEED_CONFIG_COMPUTE_ENGINE = """
 trainingInput:
   scaleTier: CUSTOM
@@ -145,7 +146,7 @@ def test_gcloud_spelling_of_gpu_types_is_read_with_a_warning():
         in typo.errors[0]
 
 
-# --- Beyond the seeds -------------------------------------------------------------------
+# --- Beyond the GPU guide ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("machine,gpu,count", [
@@ -157,7 +158,7 @@ def test_fixed_gpu_families(machine, gpu, count):
     assert gv.validate_worker_pool_specs(pools((machine, gpu, count))).ok
     wrong = gv.validate_worker_pool_specs(pools((machine, gpu, count * 2)))
     assert f"{machine} takes {count} x {gpu}" in wrong.errors[0]
-    assert cat.MODERN_MACHINES[machine].beyond_seeds
+    assert cat.MODERN_MACHINES[machine].beyond_guide
 
 
 def test_k80_end_of_support_is_a_warning():

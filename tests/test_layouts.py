@@ -1,4 +1,4 @@
-"""Every worker-pool layout of the source documents trains, for real, on localhost:
+"""Every worker-pool layout of AI Platform Training's documents trains, for real, on localhost:
 parameter servers (ParameterServerStrategy), a sidecar evaluator, and the documents' own
 config.yaml scaled down to this machine."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from components.training.local_cluster import cluster_environments, run_local_cluster
-from components.training.report import publish_training_report
+from components.training.training_report import publish_training_report
 from trainer.cluster import Layout
 from trainer.commit import MARKER, require_committed
 
@@ -99,7 +99,7 @@ def test_a_sidecar_evaluator_beside_multi_worker_training_reports_its_curve(
 
 
 SCALED_SEED_CONFIG = """
-# The source documents' first config.yaml example, scaled down to this machine:
+# The GPU guide's first config.yaml example, scaled down to this machine:
 # 1 master, 2 workers and 1 parameter server instead of 9 workers and 3.
 trainingInput:
   scaleTier: CUSTOM

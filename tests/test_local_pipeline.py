@@ -166,7 +166,7 @@ def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
 
 
 def test_the_validation_stage_fails_the_run(tmp_path):
-    # A configuration that skipped the CLI's pre-flight check: stage 2 must stop the run.
+    # A configuration that skipped the CLI's pre-flight check: stage 1 must stop the run.
     config = Config()
     bad_pools = ({"machine_spec": {"machine_type": "n1-standard-4",
                                    "accelerator_type": "NVIDIA_TESLA_T4",
@@ -188,7 +188,7 @@ def test_the_validation_stage_fails_the_run(tmp_path):
 
 
 def test_a_dataset_the_stage_cannot_use_fails_the_run_with_its_message(tmp_path):
-    # One class folder passes the config check (it is a directory) but not stage 1.
+    # One class folder passes the config check (it is a directory) but not stage 2.
     from components.dataset.shapes import generate_shapes
 
     source = generate_shapes(tmp_path / "images", images_per_class=3, image_size=16, seed=1)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from components.export import ExportError, model_metrics, publish_model
+from components.export.saved_models import ExportError, model_metrics, publish_model
 from components.training.local_cluster import LocalTrainingError, run_local_cluster
 from trainer.cluster import Layout
 from trainer.commit import MARKER, committed, require_committed
@@ -106,18 +106,18 @@ def test_the_trainer_measures_its_model_and_export_reuses_it(trained, small_data
 
     import tensorflow as tf
 
-    from trainer import evaluation
+    from trainer import measure
     from trainer.contract import load_manifest
 
     _, model_dir, _, log = trained
     manifest = load_manifest(small_dataset)
     committed_with_model = json.loads((model_dir / "evaluation.json").read_text())
-    assert committed_with_model["dataset"] == evaluation.dataset_digest(manifest)
+    assert committed_with_model["dataset"] == measure.dataset_digest(manifest)
     metrics = committed_with_model["metrics"]
     assert "[trainer chief:0] exported model through its serving signature: validation " \
         f"accuracy {metrics['accuracy']:.4f} on {metrics['examples']} examples" in log
     # The same figures as an evaluation of the committed model from scratch.
-    assert evaluation.evaluate(tf, model_dir, small_dataset, manifest)["metrics"] == metrics
+    assert measure.evaluate(tf, model_dir, small_dataset, manifest)["metrics"] == metrics
     assert metrics["examples"] == manifest["splits"]["validation"]["count"]
     assert metrics["test_examples"] == manifest["splits"]["test"]["count"]
     assert {"accuracy_circle", "accuracy_cross", "accuracy_square", "accuracy_triangle"} <= \

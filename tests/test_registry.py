@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from google.cloud import aiplatform_v1
 
-from components.registry import local
-from components.registry.gate import decide
-from components.registry.lineage import description, labels, lineage
+from components.export import local_registry as local
+from components.export.gate import decide
+from components.export.lineage import description, labels, lineage
 from pipelines.cli import main
 from pipelines.config import load_config
 from pipelines.vertex import models

@@ -18,8 +18,8 @@ from google.cloud.devtools import cloudbuild_v1
 from google.iam.v1 import iam_policy_pb2
 
 from components import images
+from components.build.build_images import run_build_stage
 from components.build.context import write_build_context
-from components.build.stage import run_build_stage
 from pipelines.cli import main
 from pipelines.config import load_config
 from pipelines.vertex import preflight, publish, runs, schedules

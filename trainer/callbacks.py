@@ -15,7 +15,7 @@ import tf_keras as keras
 
 from trainer import files
 from trainer import report as report_lib
-from trainer.evaluator import EPOCHS_DIR, PLAN_FILE
+from trainer.sidecar import EPOCHS_DIR, PLAN_FILE
 
 log = logging.getLogger("trainer")
 

@@ -59,7 +59,7 @@ class SavedModelPredictor(Predictor):
         """Loads the SavedModel Vertex AI copied to `artifacts_uri` (AIP_STORAGE_URI)."""
         import tensorflow as tf
 
-        from trainer.export import METADATA_FILE, SIGNATURE_BYTES, SIGNATURE_IMAGES
+        from trainer.serving_container import METADATA_FILE, SIGNATURE_BYTES, SIGNATURE_IMAGES
 
         local = _fetch(artifacts_uri)
         self._tf = tf

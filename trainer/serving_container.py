@@ -1,4 +1,4 @@
-"""How a registered model is served: the Model Registry container spec of this project.
+"""How a registered model is served: its signatures and the Model Registry container spec.
 
 The registered model runs in the project's CPU image with aiplatform's CPR model server and
 the predictor in `trainer.serving`. Kept apart from that predictor (which imports aiplatform's
@@ -8,6 +8,13 @@ prediction framework, 1.6 s) so that building a pipeline does not pay for it.
 from __future__ import annotations
 
 from typing import Any
+
+#: The exported SavedModel's signatures: encoded JPEG/PNG bytes, and float32 images in
+#: [0, 1]; both return `probabilities`, `class_index` and `class_name`.
+SIGNATURE_BYTES = "serving_default"
+SIGNATURE_IMAGES = "serving_images"
+#: Beside the SavedModel: its class names, signatures and how it was trained.
+METADATA_FILE = "gpu_pipeline_model.json"
 
 #: How the registered model's container runs: the CPR model server with our predictor.
 SERVER_MODULE = "google.cloud.aiplatform.prediction.model_server"

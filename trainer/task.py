@@ -176,14 +176,14 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name
 def _export(tf: Any, model: Any, plan: RunPlan, report: dict[str, Any]) -> None:
     """Saves the model (every worker; only the chief's copy is committed), measured through
     its serving signature before it is committed, and the chief's reports."""
-    from trainer import evaluation
+    from trainer import measure
     from trainer import report as report_lib
-    from trainer.export import save_model
+    from trainer.savedmodel import save_model
 
-    def measure(staged: str) -> dict[str, Any]:
+    def evaluate_staged(staged: str) -> dict[str, Any]:
         # The model as a prediction client sees it (the export stage then reuses these
         # figures instead of loading TensorFlow again).
-        measured = evaluation.evaluate(tf, staged, plan.where.data_dir, plan.manifest)
+        measured = measure.evaluate(tf, staged, plan.where.data_dir, plan.manifest)
         metrics = measured["metrics"]
         log.info("exported model through its serving signature: validation accuracy %.4f "
                  "on %d examples%s", metrics["accuracy"], metrics["examples"],
@@ -194,8 +194,8 @@ def _export(tf: Any, model: Any, plan: RunPlan, report: dict[str, Any]) -> None:
     training = {k: report[k] for k in ("model", "strategy", "num_workers", "parameter_servers",
                                        "replicas_in_sync", "global_batch_size", "epochs")}
     saved = save_model(tf, model, plan.where.model_dir, is_chief=plan.info.is_chief,
-                       image_size=plan.image_size, class_names=plan.classes, evaluate=measure,
-                       extra_metadata={"training": training})
+                       image_size=plan.image_size, class_names=plan.classes,
+                       evaluate=evaluate_staged, extra_metadata={"training": training})
     if saved:
         report_lib.write_reports(plan.where.job_dir, report)
         log.info("model written to %s", saved)
@@ -208,8 +208,8 @@ def evaluate_beside(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
     import tf_keras as keras
 
     from trainer.data import make_dataset
-    from trainer.evaluator import run_sidecar
     from trainer.model import model_for
+    from trainer.sidecar import run_sidecar
 
     plan = make_plan(args.options, info, "single", _locations(args, environ), environ,
                      gpus=len(tf.config.list_physical_devices("GPU")), replicas=1)

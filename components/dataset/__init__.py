@@ -1,4 +1,4 @@
-"""Stage 1, dataset preparation: image sources -> sharded TFRecords per split, with a manifest.
+"""Stage 2, dataset preparation: image sources -> sharded TFRecords per split, with a manifest.
 
 Modules, in the order the stage uses them:
 

@@ -16,10 +16,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from components.dataset.dataset_report import REPORT_NAME, markdown_report
 from components.dataset.encode import results
 from components.dataset.options import DatasetOptions, stored_format
-from components.dataset.plan import estimated_bytes, plan_shards, split_of
-from components.dataset.report import REPORT_NAME, markdown_report
+from components.dataset.shard_plan import estimated_bytes, plan_shards, split_of
 from components.dataset.sources import DatasetError, Example, list_source
 from trainer import contract, tfrecord
 from trainer.schema import OptionsError, validate

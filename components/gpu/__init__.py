@@ -1,4 +1,4 @@
-"""Stage 2, GPU-configuration validation.
+"""Stage 1, GPU-configuration validation (it runs first).
 
 - `catalog`: the GPU facts (valid counts per machine type, legacy types, regions, zones),
   each with its source.

@@ -1,8 +1,11 @@
 """AI Platform Training `config.yaml` -> Vertex AI worker pools.
 
-The source documents describe jobs as AI Platform Training configurations (scale tiers,
-legacy machine types, master/worker/parameterServer/evaluator); Vertex AI takes worker pool
-specs. Converting them lets a user migrate the documents' own examples.
+AI Platform Training's documents ("Using GPUs for training models in the cloud",
+https://cloud.google.com/ai-platform/training/docs/using-gpus, and "Training overview",
+https://cloud.google.com/ai-platform/training/docs/overview) describe jobs as
+configurations with scale tiers, legacy machine types and master/worker/parameterServer/
+evaluator; Vertex AI takes worker pool specs. Converting them lets a user migrate the
+documents' own examples.
 """
 
 from __future__ import annotations

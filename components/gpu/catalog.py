@@ -1,8 +1,10 @@
 """The facts the GPU validator checks against, each with where it comes from.
 
-"seeds" are the project's source documents on GPU training in the cloud (000/002, the
-newer texts, where they differ from 001). Facts marked BEYOND THE SEEDS come from
-elsewhere and say so. Pure data, no imports beyond the standard library.
+"The GPU guide" is AI Platform Training's "Using GPUs for training models in the cloud"
+(https://cloud.google.com/ai-platform/training/docs/using-gpus), where this project's GPU
+rules come from (its current text, where translations of older ones differ). Facts marked
+BEYOND THE GPU GUIDE come from elsewhere and say so. Pure data, no imports beyond the
+standard library.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import dataclasses
 K80, P4, P100, T4, V100, A100 = (
     "NVIDIA_TESLA_K80", "NVIDIA_TESLA_P4", "NVIDIA_TESLA_P100", "NVIDIA_TESLA_T4",
     "NVIDIA_TESLA_V100", "NVIDIA_TESLA_A100")
-#: BEYOND THE SEEDS (read 2026-11 from `google.cloud.aiplatform_v1.AcceleratorType` and
+#: BEYOND THE GPU GUIDE (read 2026-11 from `google.cloud.aiplatform_v1.AcceleratorType` and
 #: Compute Engine's GPU and accelerator-optimized machine pages): today's Vertex AI
 #: accelerator types of the fixed-count machine families. A test checks every name
 #: against the enum.
@@ -22,12 +24,12 @@ A100_80GB, H100_80GB, L4 = "NVIDIA_A100_80GB", "NVIDIA_H100_80GB", "NVIDIA_L4"
 H100_MEGA, H200, B200, GB200 = ("NVIDIA_H100_MEGA_80GB", "NVIDIA_H200_141GB", "NVIDIA_B200",
                                 "NVIDIA_GB200")
 
-#: The GPU types the seeds list for acceleratorConfig.
+#: The GPU types the GPU guide list for acceleratorConfig.
 SEED_ACCELERATORS = (A100, K80, P4, P100, T4, V100)
 ACCELERATOR_TYPES = SEED_ACCELERATORS + (A100_80GB, H100_80GB, L4, H100_MEGA, H200, B200,
                                          GB200)
 
-#: Counts a GPU type can be attached in at all (the seeds' table columns; 3 is in none).
+#: Counts a GPU type can be attached in at all (the GPU guide's table columns; 3 is in none).
 GPU_COUNTS = {K80: (1, 2, 4, 8), P4: (1, 2, 4), P100: (1, 2, 4), T4: (1, 2, 4),
               V100: (1, 2, 4, 8)}
 
@@ -53,10 +55,10 @@ class GpuBacking:
         return min(vcpus, cap_vcpus), min(memory, cap_memory)
 
 
-#: Per-GPU backing of N1 machines. The seeds give V100's (12 vCPUs) and the caps (8 x K80
-#: at most 208 GB; 4 x P100 at most 64 vCPUs and 208 GB). BEYOND THE SEEDS: the other
-#: per-GPU figures are Compute Engine's published N1 limits; for V100 memory the seeds say
-#: 76 GB but Compute Engine's 78 GB is what the seeds' own n1-highmem-96 row (8 x V100,
+#: Per-GPU backing of N1 machines. The GPU guide give V100's (12 vCPUs) and the caps (8 x K80
+#: at most 208 GB; 4 x P100 at most 64 vCPUs and 208 GB). BEYOND THE GPU GUIDE: the other
+#: per-GPU figures are Compute Engine's published N1 limits; for V100 memory the GPU guide say
+#: 76 GB but Compute Engine's 78 GB is what the GPU guide's own n1-highmem-96 row (8 x V100,
 #: 624 GB) needs, so 78 is used.
 GPU_BACKING = {
     K80: GpuBacking(8, 52, {8: (64, 208)}),
@@ -76,7 +78,7 @@ class Machine:
     vcpus: int
     memory_gb: float
     fixed_gpu: tuple[str, int] | None = None
-    beyond_seeds: bool = False
+    beyond_guide: bool = False
     arm: bool = False  # an Arm (aarch64) CPU: the x86 trainer image cannot run on it
 
 
@@ -92,7 +94,7 @@ N1_MACHINES = dict([
     *(_n1("highcpu", n) for n in (16, 32, 64, 96)),
 ])
 
-#: A2 machines come with their A100s (the seeds' table rows).
+#: A2 machines come with their A100s (the GPU guide's table rows).
 A2_MACHINES = {
     "a2-highgpu-1g": Machine(12, 85, (A100, 1)),
     "a2-highgpu-2g": Machine(24, 170, (A100, 2)),
@@ -101,7 +103,7 @@ A2_MACHINES = {
     "a2-megagpu-16g": Machine(96, 1360, (A100, 16)),
 }
 
-#: BEYOND THE SEEDS: today's Vertex AI machine families with a fixed number of GPUs
+#: BEYOND THE GPU GUIDE: today's Vertex AI machine families with a fixed number of GPUs
 #: (Compute Engine's GPU machine types page).
 MODERN_MACHINES = {
     **{f"a2-ultragpu-{n}g": Machine(12 * n, 170 * n, (A100_80GB, n), True) for n in (1, 2, 4, 8)},
@@ -119,14 +121,14 @@ MODERN_MACHINES = {
 #: `components.images.LOCK_PLATFORM`).
 TRAINER_PLATFORM = "linux/amd64"
 
-#: BEYOND THE SEEDS (Vertex AI docs: "Schedule training jobs based on resource
+#: BEYOND THE GPU GUIDE (Vertex AI docs: "Schedule training jobs based on resource
 #: availability", Dynamic Workload Scheduler, read 2026-11): the GPU types FLEX_START
 #: scheduling serves.
 FLEX_START_ACCELERATORS = (L4, A100, A100_80GB, H100_80GB, H100_MEGA, H200, B200)
 #: FLEX_START jobs run for at most 7 days.
 FLEX_START_MAX_SECONDS = 7 * 24 * 3600
 
-#: The seeds' compatibility table, as printed: valid counts per machine type and GPU.
+#: The GPU guide' compatibility table, as printed: valid counts per machine type and GPU.
 #: The printed text lost its empty cells, so each row below was re-aligned to the columns
 #: the rules allow (A100 only on A2; caps above); tests rebuild it from GPU_BACKING and
 #: N1_MACHINES and check every cell.
@@ -157,7 +159,7 @@ class LegacyMachine:
     gpu: tuple[str, int] | None = None
 
 
-#: GPUs per legacy type are the seeds'. BEYOND THE SEEDS: the Compute Engine equivalents
+#: GPUs per legacy type are the GPU guide's. BEYOND THE GPU GUIDE: the Compute Engine equivalents
 #: are those of AI Platform Training's machine types page; Vertex AI accepts only them.
 LEGACY_MACHINES = {
     "standard": LegacyMachine("n1-standard-4"),
@@ -176,14 +178,14 @@ LEGACY_MACHINES = {
     "complex_model_l_v100": LegacyMachine("n1-standard-32", (V100, 8)),
 }
 
-#: Scale tiers with a fixed cluster: BASIC is one `standard` machine, BASIC_GPU (seeds)
+#: Scale tiers with a fixed cluster: BASIC is one `standard` machine, BASIC_GPU (the GPU guide)
 #: one worker with one K80. STANDARD_1, PREMIUM_1 and BASIC_TPU have no Vertex form.
 SCALE_TIERS = {"BASIC": "standard", "BASIC_GPU": "standard_gpu"}
 UNCONVERTIBLE_TIERS = ("STANDARD_1", "PREMIUM_1", "BASIC_TPU")
 
 # --- Regions and zones ---------------------------------------------------------------
 
-#: Regions offering GPUs for training (the seeds' list).
+#: Regions offering GPUs for training (the GPU guide's list).
 GPU_REGIONS = (
     "us-west1", "us-west2", "us-central1", "us-east1", "us-east4", "northamerica-northeast1",
     "southamerica-east1", "europe-west1", "europe-west2", "europe-west4", "asia-south1",
@@ -191,7 +193,7 @@ GPU_REGIONS = (
     "australia-southeast1",
 )
 
-#: Source of ZONES (the seeds give no zones).
+#: Source of ZONES (the GPU guide give no zones).
 ZONES_SOURCE = (
     "Compute Engine accelerator availability per zone as listed by `gcloud compute "
     "accelerator-types list`, in skypilot-org/skypilot-catalog catalogs/v2/gcp.csv (commit "
@@ -199,7 +201,7 @@ ZONES_SOURCE = (
     "https://cloud.google.com/compute/docs/gpus/gpu-regions-zones, was not reachable here.")
 
 #: GPU types offered per zone, for the regions the source covers. One deliberate change
-#: from the snapshot: it lists T4 in us-central1-c, but the seeds state that no single
+#: from the snapshot: it lists T4 in us-central1-c, but the GPU guide state that no single
 #: us-central1 zone offers T4, K80 and P100 together for training, so T4 is left out there.
 ZONES: dict[str, dict[str, frozenset[str]]] = {
     "us-central1": {
@@ -228,7 +230,7 @@ ZONES: dict[str, dict[str, frozenset[str]]] = {
     },
 }
 
-#: BEYOND THE SEEDS: K80 reached end of support on Compute Engine on 2024-05-01
+#: BEYOND THE GPU GUIDE: K80 reached end of support on Compute Engine on 2024-05-01
 #: (https://cloud.google.com/compute/docs/eol/k80-eol); Vertex AI marks it deprecated.
 END_OF_SUPPORT = {K80: "reached end of support on 2024-05-01 "
                        "(https://cloud.google.com/compute/docs/eol/k80-eol)"}

@@ -1,6 +1,7 @@
 """Vertex AI worker pools checked against the GPU rules.
 
-Checks every rule of the project's source documents (valid GPU counts per machine type,
+Checks every rule of AI Platform Training's "Using GPUs for training models in the cloud"
+(https://cloud.google.com/ai-platform/training/docs/using-gpus; valid GPU counts per machine type,
 vCPU and memory backing, legacy machine types, regions and zones, Vertex AI worker pool
 rules) before anything is spent: on the command line, before compile and run, and as the
 pipeline's validation stage. The facts live in `components.gpu.catalog`.
@@ -25,7 +26,7 @@ GPU_REGIONS = cat.GPU_REGIONS
 #: Vertex AI's fixed worker pool roles, by index, in words.
 POOL_ROLES = tuple(pool.description for pool in POOLS)
 
-#: Valid GPU counts per machine type: the seeds' table plus the fixed-GPU families.
+#: Valid GPU counts per machine type: the GPU guide's table plus the fixed-GPU families.
 VALID_GPU_COUNTS: dict[str, dict[str, tuple[int, ...]]] = {
     **cat.SEED_TABLE,
     **{name: {m.fixed_gpu[0]: (m.fixed_gpu[1],)} for name, m in cat.MODERN_MACHINES.items()},
@@ -104,7 +105,7 @@ def derive_valid_counts(machine_type: str) -> dict[str, tuple[int, ...]]:
     the machine's vCPUs and memory (with the K80 and P100 caps); A2 machines carry A100s.
 
     Args:
-        machine_type: A machine type of the seeds' table.
+        machine_type: A machine type of the GPU guide's table.
 
     Returns:
         GPU type -> valid counts, without empty entries.

@@ -8,8 +8,9 @@ from typing import Any
 
 from trainer.schema import short
 
-#: The seeds' job name rules: unique in the project, letters, digits and underscores,
-#: starting with a letter, at most 128 characters.
+#: AI Platform Training's job name rules ("Training overview",
+#: https://cloud.google.com/ai-platform/training/docs/overview): unique in the project,
+#: letters, digits and underscores, starting with a letter, at most 128 characters.
 JOB_NAME_MAX = 128
 _JOB_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 

@@ -1,7 +1,7 @@
 """Worker-pool layouts: which roles a job's pools hold, and whether the trainer can run them.
 
 Vertex AI gives pools fixed roles (0 chief, 1 workers, 2 parameter servers or a Reduction
-Server, 3 evaluators; the source documents' config.yaml maps master, workers,
+Server, 3 evaluators; AI Platform Training's config.yaml maps master, workers,
 parameterServers and evaluators onto them). The strategy a layout runs is decided in one
 place, `trainer.cluster.choose_strategy`; these rules say before submission, naming the
 pool, the field and the value, what that strategy cannot run.

@@ -37,7 +37,7 @@ class Clients:
     def get_builders(self) -> tuple[Any, Any]:
         """The Cloud Build and Artifact Registry clients (the default ones unless given)."""
         if self.build is None or self.registry is None:
-            from components.build.stage import cloud_clients
+            from components.build.build_images import cloud_clients
 
             with remote_call("connecting to Cloud Build and Artifact Registry"):
                 _, self.build, self.registry = cloud_clients()

@@ -5,7 +5,7 @@ The trainer's chief measures the model it has just saved, before committing it, 
 commits the figures beside it (`EVALUATION_FILE`): TensorFlow is loaded there already,
 and on Vertex AI it runs on the training machines' accelerators. The export stage reads
 them back and evaluates again only a model measured on other data (a champion trained
-before the dataset changed). Not to be confused with `trainer.evaluator`, the sidecar
+before the dataset changed). Not to be confused with `trainer.sidecar`, the sidecar
 evaluator of checkpoints during training.
 """
 
@@ -19,6 +19,7 @@ from typing import Any
 
 from trainer.contract import FEATURE_IMAGE, FEATURE_LABEL, feature_spec, shard_paths
 from trainer.errors import StageError
+from trainer.serving_container import SIGNATURE_BYTES
 
 #: Beside a SavedModel: {"dataset": digest of the splits measured, "metrics": {...}}.
 EVALUATION_FILE = "evaluation.json"
@@ -79,7 +80,6 @@ def evaluate(tf: Any, model_dir: str | os.PathLike, dataset_dir: str | os.PathLi
     Raises:
         EvaluationError: The model lacks the signature, or the validation split is empty.
     """
-    from trainer.export import SIGNATURE_BYTES
 
     loaded = tf.saved_model.load(str(model_dir))
     if SIGNATURE_BYTES not in loaded.signatures:

@@ -1,7 +1,7 @@
 """Stage 5, export: the trained model's metrics, and its publication.
 
 The model's metrics are those its serving signature scores on the dataset's encoded
-images (`trainer.evaluation`): measured by the trainer before it committed the model, and
+images (`trainer.measure`): measured by the trainer before it committed the model, and
 measured here (with TensorFlow) only for a model that was measured on other data, such
 as a champion from before the dataset changed. The model is then committed to the
 exported model location with its metrics (`trainer.commit`: a fresh directory and a
@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from trainer import evaluation
+from trainer import measure
 from trainer.commit import MARKER, commit_directory, committed
 from trainer.contract import load_manifest
 from trainer.errors import StageError
@@ -35,7 +35,7 @@ def model_metrics(model_dir: str | os.PathLike,
         dataset_dir: Prepared dataset directory.
 
     Returns:
-        The metrics (`trainer.evaluation.evaluate`), and whether they were read from
+        The metrics (`trainer.measure.evaluate`), and whether they were read from
         beside the model rather than measured here.
 
     Raises:
@@ -43,14 +43,14 @@ def model_metrics(model_dir: str | os.PathLike,
     """
     model_dir = saved_model_dir(model_dir)
     manifest = load_manifest(dataset_dir)
-    known = evaluation.read(model_dir, manifest)
+    known = measure.read(model_dir, manifest)
     if known is not None:
         return known, True
     import tensorflow as tf  # only for a model not measured on this data
 
     try:
-        return evaluation.evaluate(tf, model_dir, dataset_dir, manifest)["metrics"], False
-    except evaluation.EvaluationError as exc:
+        return measure.evaluate(tf, model_dir, dataset_dir, manifest)["metrics"], False
+    except measure.EvaluationError as exc:
         raise ExportError(str(exc)) from None
 
 
@@ -85,10 +85,10 @@ def publish_model(model_dir: str | os.PathLike, destination: str | os.PathLike,
         The committed SavedModel directory (what a model upload points at).
     """
     source = saved_model_dir(model_dir)
-    measured = {"dataset": evaluation.dataset_digest(load_manifest(dataset_dir)),
+    measured = {"dataset": measure.dataset_digest(load_manifest(dataset_dir)),
                 "metrics": metrics}
     with commit_directory(destination, written_by="export") as staging:
         shutil.copytree(source, staging, dirs_exist_ok=True)
-        for name, content in {evaluation.EVALUATION_FILE: measured, **(extra or {})}.items():
+        for name, content in {measure.EVALUATION_FILE: measured, **(extra or {})}.items():
             (Path(staging) / name).write_text(json.dumps(content, indent=2) + "\n")
     return staging

@@ -9,13 +9,10 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from trainer import evaluation
+from trainer import measure
 from trainer.commit import commit_directory
 from trainer.model import PIXEL_MAX
-
-METADATA_FILE = "gpu_pipeline_model.json"
-SIGNATURE_BYTES = "serving_default"
-SIGNATURE_IMAGES = "serving_images"
+from trainer.serving_container import METADATA_FILE, SIGNATURE_BYTES, SIGNATURE_IMAGES
 
 
 def _serving_module(tf: Any, model: Any, image_size: int, class_names: Sequence[str]) -> Any:
@@ -70,7 +67,7 @@ def save_model(tf: Any, model: Any, destination: str, *, is_chief: bool, image_s
         class_names: Class names, in label order.
         extra_metadata: More fields for the model's metadata file.
         evaluate: On the chief, called with the saved (not yet committed) SavedModel's
-            directory; what it returns is committed with the model (`trainer.evaluation`).
+            directory; what it returns is committed with the model (`trainer.measure`).
 
     Returns:
         The committed SavedModel directory on the chief, None on other workers.
@@ -94,5 +91,5 @@ def save_model(tf: Any, model: Any, destination: str, *, is_chief: bool, image_s
         with open(os.path.join(staging, METADATA_FILE), "w") as f:
             json.dump(metadata, f, indent=2)
         if evaluate is not None:
-            evaluation.write(staging, evaluate(staging))
+            measure.write(staging, evaluate(staging))
     return staging

@@ -1,0 +1,194 @@
+"""Stage 5: evaluate the new model and the champion, decide, export, and (locally) register.
+
+Vertex AI registers through the pipeline's model upload (driven by the decision); a local
+run registers into its local registry here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from components.cloud_names import vertex_endpoint
+from components.export import local_registry as local
+from components.export.gate import Decision, decide
+from components.export.lineage import lineage
+from components.export.saved_models import model_metrics, publish_model, saved_model_dir
+from trainer.contract import load_manifest
+from trainer.gcs import to_mount_path
+from trainer.remote import remote_call
+
+
+def vertex_champion(parent_model: str, region: str) -> str:
+    """The SavedModel directory (on the /gcs/ mount) of `parent_model`'s default version."""
+    from google.cloud import aiplatform_v1
+
+    with remote_call(f"reading the champion {parent_model}"):
+        client = aiplatform_v1.ModelServiceClient(client_options={
+            "api_endpoint": vertex_endpoint(region)})
+        model = client.get_model(name=parent_model)  # no @version: the default version
+    return saved_model_dir(to_mount_path(model.artifact_uri))
+
+
+def comparison_markdown(decision: Decision, challenger: Mapping[str, Any],
+                        champion: Mapping[str, Any] | None) -> str:
+    """The report's comparison table and the decision."""
+    keys = [k for k in ("test_accuracy", "accuracy", "test_examples", "examples")
+            if k in challenger]
+    rows = [f"| {k} | {challenger[k]:.4f} | "
+            + (f"{champion[k]:.4f}" if champion and k in champion else "-") + " |" for k in keys]
+    return "\n".join(["# Champion / challenger", "",
+                      "| metric | challenger (this run) | champion |", "| --- | ---: | ---: |",
+                      *rows, "", f"**Decision**: {decision.reason}.", ""])
+
+
+def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.PathLike,
+                    destination: str | os.PathLike, *, vertex: Any, training: Mapping[str, Any],
+                    cluster: Mapping[str, Any], images: Mapping[str, Any], version: str,
+                    registry_root: str = "") -> dict[str, Any]:
+    """Both models' metrics on the same splits, the decision, and the new model exported.
+
+    Args:
+        trained_model: Where the trainer committed the model.
+        dataset_dir: The prepared dataset.
+        destination: The exported model location.
+        vertex: The run's `VertexOptions` (threshold, margin, promotion, parent model).
+        training: The training options (for the lineage).
+        cluster: The cluster's strategy and pools (for the lineage).
+        images: The build stage's images (references by digest and tags; empty locally).
+        version: The project's version.
+        registry_root: The local registry (`run --local`); "" on Vertex AI, where the
+            champion is `vertex.parent_model`'s default version.
+
+    Returns:
+        `metrics`, `champion` (metrics or None), `decision`, `lineage`, `saved` (the
+        committed SavedModel), `registered` (the local version, or None), `measured_here`
+        (the models this stage had to evaluate: their metrics on this dataset were not
+        beside them).
+    """
+    challenger, measured_by_trainer = model_metrics(trained_model, dataset_dir)
+    model_dir = Path(registry_root) / vertex.model_display_name if registry_root else None
+    if model_dir is not None:
+        found = local.champion(model_dir)
+        champion_dir = found[1] if found else None
+    else:
+        champion_dir = (vertex_champion(vertex.parent_model, vertex.region)
+                        if vertex.parent_model else None)
+    champion, champion_known = model_metrics(champion_dir, dataset_dir) if champion_dir \
+        else (None, False)
+    decision = decide(challenger, champion, threshold=vertex.accuracy_threshold,
+                      margin=vertex.promotion_margin, promotion=vertex.promotion)
+    record = lineage(manifest=load_manifest(dataset_dir), training=training, cluster=cluster,
+                     images=images, version=version, metrics=challenger)
+    saved = publish_model(trained_model, destination, challenger, dataset_dir, extra={
+        "lineage.json": record, "decision.json": decision.to_dict(),
+        "champion_evaluation.json": champion})
+    measured_here = ([] if measured_by_trainer else ["challenger"]) + (
+        ["champion"] if champion is not None and not champion_known else [])
+    registered = None
+    if model_dir is not None and decision.register:
+        registered = local.register(model_dir, saved, challenger, record, decision.to_dict(),
+                                    default=decision.default)["version"]
+    return {"metrics": challenger, "champion": champion, "decision": decision,
+            "lineage": record, "saved": saved, "registered": registered,
+            "measured_here": measured_here}
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportStage:
+    """What stage 5 hands to KFP.
+
+    Attributes:
+        metrics: The new model's metrics and the champion's (as `champion_*`).
+        metadata: The exported Model artifact's metadata.
+        outputs: The component's outputs: accuracy, model_uri, register, default,
+            decision, labels, description.
+    """
+
+    metrics: dict[str, float]
+    metadata: dict[str, Any]
+    outputs: dict[str, Any]
+
+
+def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
+                     vertex: Mapping[str, Any], training: Mapping[str, Any],
+                     images: Mapping[str, Any], registry_root: str, job_name: str,
+                     cluster: Mapping[str, Any], exported_uri: str,
+                     comparison_path: str) -> ExportStage:
+    """Stage 5 from the component's raw parameters: options read back through their
+    models, `export_and_gate`, the comparison report, the local run's record for the exit
+    handler, the progress lines, and what KFP receives.
+
+    Args:
+        trained_model: Where the trainer committed the model.
+        dataset_dir: The prepared dataset.
+        destination: The exported model artifact's path.
+        vertex: The pipeline's `vertex` parameter.
+        training: The pipeline's `training` parameter.
+        images: The build stage's images.
+        registry_root: The local registry (`run --local`); "" on Vertex AI.
+        job_name: The pipeline run's name (the local run's decision record).
+        cluster: The cluster's strategy and pools (for the lineage).
+        exported_uri: The exported model artifact's URI.
+        comparison_path: Where the champion/challenger Markdown goes.
+    """
+    from components.export.lineage import description, labels
+    from components.export.local_registry import RUNS
+    from components.project import version
+    from components.stage import say
+    from components.vertex_options import VertexOptions
+    from trainer import files
+    from trainer.options import TrainingOptions
+    from trainer.schema import validate
+
+    options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
+    settings = validate(TrainingOptions, training, prefix="training", strict=False)
+    outcome = export_and_gate(trained_model, dataset_dir, destination, vertex=options,
+                              training=settings.model_dump(), images=images,
+                              version=version(), cluster=cluster, registry_root=registry_root)
+    results, decision, champion = outcome["metrics"], outcome["decision"], outcome["champion"]
+    Path(comparison_path).parent.mkdir(parents=True, exist_ok=True)
+    files.write_text(comparison_path, comparison_markdown(decision, results, champion))
+    # The SavedModel is committed in a directory of its own under the artifact (no
+    # directory renames on Cloud Storage FUSE); its URI is what a model upload points at.
+    saved_model_uri = f"{exported_uri.rstrip('/')}/{os.path.basename(outcome['saved'])}"
+    if registry_root:  # for the run's summary (the exit handler)
+        runs = Path(registry_root) / RUNS
+        runs.mkdir(parents=True, exist_ok=True)
+        files.write_json(runs / f"{job_name}.json",
+                         {**decision.to_dict(), "registered_version": outcome["registered"]})
+    for line in _progress(outcome):
+        say(line)
+    made = decision.to_dict()
+    return ExportStage(
+        metrics={**results, **{f"champion_{k}": v for k, v in (champion or {}).items()}},
+        metadata={"framework": "tensorflow", "accuracy": results["accuracy"],
+                  "saved_model_uri": saved_model_uri, "decision": decision.reason,
+                  "promoted": decision.promoted,
+                  "registered_version": outcome["registered"] or ""},
+        outputs={"accuracy": results["accuracy"], "model_uri": saved_model_uri,
+                 "register": decision.register, "default": decision.default,
+                 "decision": decision.reason, "labels": labels(outcome["lineage"], made),
+                 "description": description(outcome["lineage"], made)})
+
+
+def _progress(outcome: Mapping[str, Any]) -> list[str]:
+    """The stage's two progress lines: the new model's figures, then the decision."""
+    import json
+
+    results, decision, here = outcome["metrics"], outcome["decision"], outcome["measured_here"]
+    test = (f"; test accuracy {results['test_accuracy']:.4f} on {results['test_examples']}"
+            if "test_accuracy" in results else "")
+    source = "evaluated here" if "challenger" in here else "as the trainer measured it"
+    return [
+        f"exported model, {source}, on {results['examples']} validation examples: accuracy "
+        f"{results['accuracy']:.4f}{test}; " + json.dumps(
+            {k: round(v, 4) for k, v in results.items() if k.startswith("accuracy_")}),
+        f"champion/challenger: {decision.reason}"
+        + (" (the champion evaluated here on this dataset)" if "champion" in here else "")
+        + (f" (local registry version {outcome['registered']})" if outcome["registered"]
+           else ""),
+    ]
