@@ -247,6 +247,11 @@ def run_local(config: Config, pipeline_root: str | os.PathLike, *, verbose: bool
     summary = _summary(run_dir)
     if failure is not None:
         raise LocalRunError(failure)
+    return _result(root, run_dir, summary, time.monotonic() - started)
+
+
+def _result(root: Path, run_dir: Path, summary: str, seconds: float) -> LocalRunResult:
+    """What a finished local run made: read from the export stage's executor output."""
     export = _executor_output(run_dir / "export-model")
     model = export["artifacts"]["exported_model"]["artifacts"][0]["metadata"]
     artifacts = _artifacts(run_dir)
@@ -259,7 +264,7 @@ def run_local(config: Config, pipeline_root: str | os.PathLike, *, verbose: bool
         model_uri=model["saved_model_uri"],
         metrics=dict(export["artifacts"]["metrics"]["artifacts"][0]["metadata"]),
         artifacts=artifacts,
-        seconds=round(time.monotonic() - started, 1),
+        seconds=round(seconds, 1),
         dataset_reused=reused,
         decision=model.get("decision", ""),
         registered_version=model.get("registered_version", ""),

@@ -145,7 +145,6 @@ def make_dataset(tf: Any, spec: InputSpec, shard: tuple[int, int] | None = None)
     """
     threads, training, cache = spec.threads, spec.training, spec.cache
     image_size, image_format, seed = spec.image_size, spec.image_format, spec.seed
-    num_workers = spec.num_workers
     parallel = threads or tf.data.AUTOTUNE
     features = feature_spec(tf)
     decode = tf.io.decode_jpeg if image_format == "jpeg" else tf.io.decode_png
@@ -163,14 +162,7 @@ def make_dataset(tf: Any, spec: InputSpec, shard: tuple[int, int] | None = None)
     def crop(image, label):
         return augment_decoded(tf, image, image_size, seed), label
 
-    files = list(spec.files)
-    by_record = None
-    if shard is not None and shard[0] > 1:
-        count, index = shard
-        if len(files) >= count:
-            files = files[index::count]
-        else:
-            by_record = shard
+    files, by_record = _share(list(spec.files), shard)
     ds = tf.data.Dataset.from_tensor_slices(files)
     ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 8),
                        num_parallel_calls=parallel, deterministic=False)
@@ -187,20 +179,35 @@ def make_dataset(tf: Any, spec: InputSpec, shard: tuple[int, int] | None = None)
     # uint8 batches: the model converts them on the accelerator (`trainer.model.PIXEL_MAX`).
     ds = ds.batch(spec.batch_size, drop_remainder=training, num_parallel_calls=parallel)
     ds = ds.prefetch(2 if threads else tf.data.AUTOTUNE)
+    return ds.with_options(_options(tf, threads, len(files), spec.num_workers))
 
+
+def _share(files: list[str], shard: tuple[int, int] | None) -> tuple[list[str], Any]:
+    """(the files this input pipeline reads, (count, index) to shard by record or None):
+    by file when there are enough files, by record otherwise."""
+    if shard is None or shard[0] <= 1:
+        return files, None
+    count, index = shard
+    return (files[index::count], None) if len(files) >= count else (files, shard)
+
+
+def _options(tf: Any, threads: int | None, files: int, num_workers: int) -> Any:
+    """The dataset's options: fixed parallelism on a local cluster's cores, and how
+    MultiWorkerMirroredStrategy shards it across workers (by file when every worker gets
+    a file)."""
     options = tf.data.Options()
     if threads:
         options.autotune.enabled = False
         options.threading.private_threadpool_size = threads
     policy = tf.data.experimental.AutoShardPolicy
-    if num_workers > 1 and len(files) < num_workers:
+    if num_workers > 1 and files < num_workers:
         log.warning("%d files for %d workers: sharding by data (every worker reads every "
                     "file); prepare at least %d shards for file sharding",
-                    len(files), num_workers, num_workers)
+                    files, num_workers, num_workers)
         options.experimental_distribute.auto_shard_policy = policy.DATA
     else:
         options.experimental_distribute.auto_shard_policy = policy.FILE
-    return ds.with_options(options)
+    return options
 
 
 def build_inputs(tf: Any, keras: Any, plan: Any, split: str) -> Any:

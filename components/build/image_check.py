@@ -125,45 +125,51 @@ def _loaded_path(soname: str) -> str:
     return "?"
 
 
+def _check_cuda(report: dict, failures: list[str]) -> None:
+    """The GPU image's CUDA: every library TensorFlow opens, loaded by the soname it asks
+    for through the image's library path, cuDNN's parts, and ptxas on PATH."""
+    import ctypes
+
+    from trainer.gpu_check import CUDA_LIBRARIES, CUDNN_PARTS, DRIVER_LIBRARY
+
+    missing_dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":")
+                    if "site-packages" in d and not os.path.isdir(d)]
+    if missing_dirs:
+        failures.append(f"LD_LIBRARY_PATH names missing directories: {missing_dirs}")
+    loaded = {}
+    for library, (_, soname) in CUDA_LIBRARIES.items():
+        try:
+            ctypes.CDLL(soname, mode=ctypes.RTLD_GLOBAL)
+            loaded[library] = _loaded_path(soname)
+        except OSError as exc:
+            failures.append(f"{library}: {exc}")
+    for soname in CUDNN_PARTS:  # opened by libcudnn.so.9 itself
+        try:
+            ctypes.CDLL(soname)
+        except OSError as exc:
+            failures.append(f"cudnn: {exc}")
+    loaded["cudnn parts"] = f"{len(CUDNN_PARTS)} libcudnn_*.so.9 beside libcudnn.so.9"
+    report["cuda_libraries"] = loaded
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        failures.append("ptxas is not on PATH (XLA compiles GPU kernels with it)")
+    else:
+        version = subprocess.run([ptxas, "--version"], capture_output=True, text=True)
+        report["ptxas"] = version.stdout.strip().splitlines()[-1]
+    try:
+        ctypes.CDLL(DRIVER_LIBRARY)
+        report["driver"] = f"{DRIVER_LIBRARY} found"
+    except OSError:
+        report["driver"] = f"{DRIVER_LIBRARY} absent (the driver Vertex AI mounts; none here)"
+
+
 def check_inside(key: str) -> dict:
     """Runs in the image's environment: what it loads and starts; raises SystemExit on a
     failure."""
-    import ctypes
-
     report: dict = {"image": key, "python": sys.version.split()[0]}
-    failures = []
+    failures: list[str] = []
     if key == images.GPU.key:
-        from trainer.gpu_check import CUDA_LIBRARIES, CUDNN_PARTS
-
-        missing_dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":")
-                        if "site-packages" in d and not os.path.isdir(d)]
-        if missing_dirs:
-            failures.append(f"LD_LIBRARY_PATH names missing directories: {missing_dirs}")
-        loaded = {}
-        for library, (_, soname) in CUDA_LIBRARIES.items():
-            try:
-                ctypes.CDLL(soname, mode=ctypes.RTLD_GLOBAL)
-                loaded[library] = _loaded_path(soname)
-            except OSError as exc:
-                failures.append(f"{library}: {exc}")
-        for soname in CUDNN_PARTS:  # opened by libcudnn.so.9 itself
-            try:
-                ctypes.CDLL(soname)
-            except OSError as exc:
-                failures.append(f"cudnn: {exc}")
-        loaded["cudnn parts"] = f"{len(CUDNN_PARTS)} libcudnn_*.so.9 beside libcudnn.so.9"
-        report["cuda_libraries"] = loaded
-        ptxas = shutil.which("ptxas")
-        if ptxas is None:
-            failures.append("ptxas is not on PATH (XLA compiles GPU kernels with it)")
-        else:
-            version = subprocess.run([ptxas, "--version"], capture_output=True, text=True)
-            report["ptxas"] = version.stdout.strip().splitlines()[-1]
-        try:
-            ctypes.CDLL("libcuda.so.1")
-            report["driver"] = "libcuda.so.1 found"
-        except OSError:
-            report["driver"] = "libcuda.so.1 absent (the driver Vertex AI mounts; none here)"
+        _check_cuda(report, failures)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
     import tf_keras

@@ -10,6 +10,7 @@ written.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -21,7 +22,7 @@ from components.dataset.encode import results
 from components.dataset.options import DatasetOptions, stored_format
 from components.dataset.shard_plan import estimated_bytes, plan_shards, split_of
 from components.dataset.sources import DatasetError, Example, list_source
-from trainer import contract, tfrecord
+from trainer import contract, files, tfrecord
 from trainer.schema import OptionsError, validate
 
 
@@ -100,67 +101,13 @@ def _prepare(source: str, out: Path, image_size: int, validation_fraction: float
     """`prepare_dataset` once its parameters are checked: shards straight into `out` (on
     Vertex, a Cloud Storage FUSE path), the manifest last."""
     listing = list_source(source, image_size, builtin_images_per_class)
-    by_split: dict[str, list[Example]] = {s: [] for s in contract.SPLITS}
-    for ex in listing.examples:
-        by_split[split_of(ex.identity, validation_fraction, test_fraction)].append(ex)
-    wanted = [s for s in contract.SPLITS if s != "test" or test_fraction > 0]
-    for split in wanted:
-        if not by_split[split]:
-            raise DatasetError(f"the {split} split is empty ({len(listing.examples)} "
-                               f"examples, validation_fraction={validation_fraction}, "
-                               f"test_fraction={test_fraction}); add images or change "
-                               "the fractions")
-    # One ordered stream over all splits; each split's writers take their share.
-    order = [ex for split in wanted for ex in by_split[split]]
-    plans, writers, names = {}, {}, {}
-    for split in wanted:
-        items = by_split[split]
-        if num_shards:
-            plans[split] = min(num_shards, len(items))
-        else:
-            plans[split] = plan_shards(
-                len(items), estimated_bytes(len(items), image_size, image_format),
-                min_shards)
-        names[split] = [f"{split}-{i:05d}-of-{plans[split]:05d}.tfrecord"
-                        for i in range(plans[split])]
-    split_of_index = [split for split in wanted for _ in by_split[split]]
-    counts = {s: [0] * plans[s] for s in wanted}
-    per_class = {s: [0] * len(listing.classes) for s in wanted}
-    written = {s: 0 for s in wanted}
-    skipped: list[dict[str, str]] = []
-    try:
-        for split in wanted:
-            writers[split] = [tfrecord.Writer(out / n) for n in names[split]]
-        for index, data, error, label in results(listing, order, image_size, processes,
-                                                      image_format):
-            ex, split = order[index], split_of_index[index]
-            if data is None:
-                skipped.append({"file": ex.ref, "reason": error or "unreadable"})
-                continue
-            label = ex.label if label is None else label
-            shard = written[split] % plans[split]
-            writers[split][shard].write(
-                contract.serialize_example(data, label, ex.identity))
-            counts[split][shard] += 1
-            per_class[split][label] += 1
-            written[split] += 1
-    finally:
-        for split_writers in writers.values():
-            for w in split_writers:
-                w.close()
-
-    total = len(order)
-    bad_fraction = len(skipped) / total if total else 0.0
-    if bad_fraction > max_bad_fraction:
-        listed = "; ".join(f"{s['file']}: {s['reason']}" for s in skipped[:5])
-        raise DatasetError(f"{len(skipped)} of {total} images ({bad_fraction:.1%}) could not "
-                           f"be decoded, above max_bad_fraction {max_bad_fraction:.1%}: "
-                           f"{listed}{' ...' if len(skipped) > 5 else ''}; fix or remove "
-                           "them, or raise max_bad_fraction")
-    for split in wanted:
-        if not written[split]:
-            raise DatasetError(f"every image of the {split} split was skipped")
-
+    by_split = _split(listing, validation_fraction, test_fraction)
+    shards = {split: min(num_shards, len(items)) if num_shards else plan_shards(
+        len(items), estimated_bytes(len(items), image_size, image_format), min_shards)
+        for split, items in by_split.items()}
+    done = _write_shards(listing, by_split, shards, out, image_size, processes, image_format)
+    total = sum(len(items) for items in by_split.values())
+    _check_skipped(done, total, max_bad_fraction)
     manifest: dict[str, Any] = {
         "format_version": contract.FORMAT_VERSION,
         "classes": listing.classes,
@@ -174,27 +121,111 @@ def _prepare(source: str, out: Path, image_size: int, validation_fraction: float
         "validation_fraction": validation_fraction,
         "test_fraction": test_fraction,
         "examples": total,
-        "skipped": skipped,
-        "bad_fraction": bad_fraction,
-        "splits": {},
+        "skipped": done.skipped,
+        "bad_fraction": len(done.skipped) / total if total else 0.0,
+        "splits": {split: done.split_entry(split, out, listing.classes) for split in by_split},
     }
-    for split in wanted:
-        shards = [{"file": n, "count": c, "bytes": (out / n).stat().st_size,
-                   "sha256": _sha256_file(out / n)}
-                  for n, c in zip(names[split], counts[split], strict=True) if c]
-        for n, c in zip(names[split], counts[split], strict=True):
-            if not c:  # all of a shard's images were skipped
-                (out / n).unlink()
-        manifest["splits"][split] = {
-            "count": written[split],
-            "per_class": dict(zip(listing.classes, per_class[split], strict=True)),
-            "shards": shards,
-        }
     report = markdown_report(manifest)
-    (out / REPORT_NAME).write_text(report)
+    files.write_text(out / REPORT_NAME, report)
     if report_path is not None:
         Path(report_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(report_path).write_text(report)
+        files.write_text(report_path, report)
     # Last: the manifest is what makes the directory a prepared dataset.
     contract.write_manifest(out, manifest)
     return manifest
+
+
+def _split(listing: Any, validation_fraction: float,
+           test_fraction: float) -> dict[str, list[Example]]:
+    """The examples of each split the dataset has (test only with a test fraction), by the
+    hash of each identity; a split left empty is an error."""
+    wanted = [s for s in contract.SPLITS if s != "test" or test_fraction > 0]
+    by_split: dict[str, list[Example]] = {s: [] for s in wanted}
+    for ex in listing.examples:
+        split = split_of(ex.identity, validation_fraction, test_fraction)
+        if split in by_split:
+            by_split[split].append(ex)
+    for split, items in by_split.items():
+        if not items:
+            raise DatasetError(f"the {split} split is empty ({len(listing.examples)} "
+                               f"examples, validation_fraction={validation_fraction}, "
+                               f"test_fraction={test_fraction}); add images or change "
+                               "the fractions")
+    return by_split
+
+
+@dataclasses.dataclass
+class _Written:
+    """What the writers wrote: per split, the shard files and their counts, the counts per
+    class and in all; the skipped images."""
+
+    names: dict[str, list[str]]
+    counts: dict[str, list[int]]
+    per_class: dict[str, list[int]]
+    written: dict[str, int]
+    skipped: list[dict[str, str]]
+
+    def split_entry(self, split: str, out: Path, classes: list[str]) -> dict[str, Any]:
+        """The manifest's entry of a split; a shard whose images were all skipped is
+        removed."""
+        shards = []
+        for name, count in zip(self.names[split], self.counts[split], strict=True):
+            if count:
+                shards.append({"file": name, "count": count,
+                               "bytes": (out / name).stat().st_size,
+                               "sha256": _sha256_file(out / name)})
+            else:
+                (out / name).unlink()
+        return {"count": self.written[split],
+                "per_class": dict(zip(classes, self.per_class[split], strict=True)),
+                "shards": shards}
+
+
+def _write_shards(listing: Any, by_split: dict[str, list[Example]], shards: dict[str, int],
+                  out: Path, image_size: int, processes: int, image_format: str) -> _Written:
+    """Encodes every example in one ordered stream over the splits and writes each into
+    its split's shards, round robin, as the results arrive."""
+    order = [ex for items in by_split.values() for ex in items]
+    split_of_index = [split for split, items in by_split.items() for _ in items]
+    done = _Written(
+        names={s: [f"{s}-{i:05d}-of-{n:05d}.tfrecord" for i in range(n)]
+               for s, n in shards.items()},
+        counts={s: [0] * n for s, n in shards.items()},
+        per_class={s: [0] * len(listing.classes) for s in by_split},
+        written={s: 0 for s in by_split}, skipped=[])
+    writers: dict[str, list[Any]] = {}
+    try:
+        for split, names in done.names.items():
+            writers[split] = [tfrecord.Writer(out / n) for n in names]
+        for index, data, error, label in results(listing, order, image_size, processes,
+                                                 image_format):
+            ex, split = order[index], split_of_index[index]
+            if data is None:
+                done.skipped.append({"file": ex.ref, "reason": error or "unreadable"})
+                continue
+            label = ex.label if label is None else label
+            shard = done.written[split] % shards[split]
+            writers[split][shard].write(contract.serialize_example(data, label, ex.identity))
+            done.counts[split][shard] += 1
+            done.per_class[split][label] += 1
+            done.written[split] += 1
+    finally:
+        for split_writers in writers.values():
+            for w in split_writers:
+                w.close()
+    return done
+
+
+def _check_skipped(done: _Written, total: int, max_bad_fraction: float) -> None:
+    """Raises DatasetError when too many images were skipped, or a whole split."""
+    bad_fraction = len(done.skipped) / total if total else 0.0
+    if bad_fraction > max_bad_fraction:
+        skipped = done.skipped
+        first = "; ".join(f"{s['file']}: {s['reason']}" for s in skipped[:5])
+        raise DatasetError(f"{len(skipped)} of {total} images ({bad_fraction:.1%}) could not "
+                           f"be decoded, above max_bad_fraction {max_bad_fraction:.1%}: "
+                           f"{first}{' ...' if len(skipped) > 5 else ''}; fix or remove "
+                           "them, or raise max_bad_fraction")
+    for split, count in done.written.items():
+        if not count:
+            raise DatasetError(f"every image of the {split} split was skipped")

@@ -91,7 +91,6 @@ def convert_ai_platform_config(training_input: Any) -> Conversion:
         tier = tier.upper()
     cluster_fields = [k for k in training_input if k.startswith(
         tuple(task for task, _ in _TASKS))]
-
     if tier in cat.SCALE_TIERS:
         if cluster_fields:
             verb = "is" if len(cluster_fields) == 1 else "are"
@@ -108,64 +107,75 @@ def convert_ai_platform_config(training_input: Any) -> Conversion:
         valid = listed([*cat.SCALE_TIERS, *cat.UNCONVERTIBLE_TIERS, "CUSTOM"])
         return Conversion([], [f"trainingInput.scaleTier is {short(tier)}; valid tiers are "
                                f"{valid}"], [], labels)
-
-    pools: list[dict[str, Any]] = [{}, {}, {}, {}]
-    for task, index in _TASKS:
-        machine = training_input.get(f"{task}Type")
-        config = training_input.get(f"{task}Config") or {}
-        if index == 0:
-            count: Any = 1
-            if not machine:
-                errors.append("trainingInput.masterType is not set; scaleTier CUSTOM needs the "
-                              "master's machine type (e.g. n1-highcpu-16)")
-                continue
-        else:
-            count = as_int(training_input.get(f"{task}Count", 0))
-            if not is_int(count) or count < 0:
-                errors.append(f"trainingInput.{task}Count is {short(count)}; expected a whole "
-                              "number")
-                continue
-            if count and not machine:
-                errors.append(f"trainingInput.{task}Type is not set; {task}Count is {count} and "
-                              "needs a machine type")
-                continue
-            if not count:
-                if machine or config:
-                    warnings.append(f"trainingInput.{task}Type/{task}Config are set but "
-                                    f"{task}Count is 0: no {POOL_ROLES[index]} runs")
-                continue
-        if not isinstance(config, Mapping):
-            errors.append(f"trainingInput.{task}Config is {short(config)}; expected a mapping")
-            continue
-        accelerator = config.get("acceleratorConfig")
-        legacy = cat.LEGACY_MACHINES.get(machine) if isinstance(machine, str) else None
-        if legacy is not None:
-            if accelerator:
-                errors.append(f"trainingInput.{task}Config.acceleratorConfig is set, but "
-                              f"{task}Type {machine} is a legacy type that carries its own GPUs "
-                              f"({_legacy_gpus(legacy)}); use a Compute Engine machine type with "
-                              "acceleratorConfig, or the legacy type alone")
-                continue
-            pools[index] = _legacy_pool(legacy, count)
-            continue
-        pool: dict[str, Any] = {"machine_spec": {"machine_type": machine}, "replica_count": count}
-        if accelerator:
-            if not isinstance(accelerator, Mapping):
-                errors.append(f"trainingInput.{task}Config.acceleratorConfig is "
-                              f"{short(accelerator)}; expected a mapping with count and type")
-                continue
-            gpu = _gpu_type(accelerator.get("type"))
-            gpus = as_int(accelerator.get("count"))
-            if not gpu or gpus in (None, 0):
-                errors.append(f"trainingInput.{task}Config.acceleratorConfig needs both count and "
-                              f"type (got count {short(accelerator.get('count'))}, type "
-                              f"{short(accelerator.get('type'))})")
-                continue
-            pool["machine_spec"].update(accelerator_type=gpu, accelerator_count=gpus)
-        pools[index] = pool
+    pools = [_custom_pool(training_input, task, index, errors, warnings)
+             for task, index in _TASKS]
     while pools and not pools[-1]:
         pools.pop()
     return Conversion(pools, errors, warnings, labels)
+
+
+def _replicas(training_input: Mapping[str, Any], task: str, index: int,
+              errors: list[str], warnings: list[str]) -> int:
+    """How many replicas a scaleTier CUSTOM task asks for (0: none, or a problem noted)."""
+    machine = training_input.get(f"{task}Type")
+    if index == 0:
+        if not machine:
+            errors.append("trainingInput.masterType is not set; scaleTier CUSTOM needs the "
+                          "master's machine type (e.g. n1-highcpu-16)")
+            return 0
+        return 1
+    count = as_int(training_input.get(f"{task}Count", 0))
+    if not is_int(count) or count < 0:
+        errors.append(f"trainingInput.{task}Count is {short(count)}; expected a whole number")
+        return 0
+    if count and not machine:
+        errors.append(f"trainingInput.{task}Type is not set; {task}Count is {count} and needs "
+                      "a machine type")
+        return 0
+    if not count and (machine or training_input.get(f"{task}Config")):
+        warnings.append(f"trainingInput.{task}Type/{task}Config are set but {task}Count is 0: "
+                        f"no {POOL_ROLES[index]} runs")
+    return count
+
+
+def _custom_pool(training_input: Mapping[str, Any], task: str, index: int,
+                 errors: list[str], warnings: list[str]) -> dict[str, Any]:
+    """The Vertex AI pool of one scaleTier CUSTOM task (`{}` when it has none or a problem,
+    which `errors` then names)."""
+    count = _replicas(training_input, task, index, errors, warnings)
+    if not count:
+        return {}
+    machine = training_input.get(f"{task}Type")
+    config = training_input.get(f"{task}Config") or {}
+    if not isinstance(config, Mapping):
+        errors.append(f"trainingInput.{task}Config is {short(config)}; expected a mapping")
+        return {}
+    accelerator = config.get("acceleratorConfig")
+    legacy = cat.LEGACY_MACHINES.get(machine) if isinstance(machine, str) else None
+    if legacy is not None:
+        if accelerator:
+            errors.append(f"trainingInput.{task}Config.acceleratorConfig is set, but "
+                          f"{task}Type {machine} is a legacy type that carries its own GPUs "
+                          f"({_legacy_gpus(legacy)}); use a Compute Engine machine type with "
+                          "acceleratorConfig, or the legacy type alone")
+            return {}
+        return _legacy_pool(legacy, count)
+    pool: dict[str, Any] = {"machine_spec": {"machine_type": machine}, "replica_count": count}
+    if not accelerator:
+        return pool
+    if not isinstance(accelerator, Mapping):
+        errors.append(f"trainingInput.{task}Config.acceleratorConfig is {short(accelerator)}; "
+                      "expected a mapping with count and type")
+        return {}
+    gpu = _gpu_type(accelerator.get("type"))
+    gpus = as_int(accelerator.get("count"))
+    if not gpu or gpus in (None, 0):
+        errors.append(f"trainingInput.{task}Config.acceleratorConfig needs both count and "
+                      f"type (got count {short(accelerator.get('count'))}, type "
+                      f"{short(accelerator.get('type'))})")
+        return {}
+    pool["machine_spec"].update(accelerator_type=gpu, accelerator_count=gpus)
+    return pool
 
 
 def _legacy_gpus(legacy: cat.LegacyMachine) -> str:

@@ -212,6 +212,24 @@ def _check_machine(name: str, machine_type: Any, accelerator_type: str | None,
                         "Vertex AI may refuse it: choose NVIDIA_TESLA_T4 or newer")
 
 
+def _accelerator_type(name: str, machine_spec: Mapping[str, Any], errors: list[str],
+                      warnings: list[str]) -> str | None:
+    """A pool's GPU type as given (None when unset or not a name), gcloud's spelling
+    (nvidia-tesla-t4) read as the API's (NVIDIA_TESLA_T4) with a warning."""
+    accelerator_type = machine_spec.get("accelerator_type") or None
+    if accelerator_type is not None and not isinstance(accelerator_type, str):
+        errors.append(f"{name}: machine_spec.accelerator_type is {short(accelerator_type)}; "
+                      f"expected one GPU type name such as NVIDIA_TESLA_T4")
+        return None
+    if isinstance(accelerator_type, str) and accelerator_type not in ACCELERATOR_TYPES:
+        spelled = accelerator_type.strip().upper().replace("-", "_")
+        if spelled in ACCELERATOR_TYPES:
+            warnings.append(f"{name}: machine_spec.accelerator_type {short(accelerator_type)} read "
+                            f"as {spelled}, the spelling the Vertex AI API takes")
+            return spelled
+    return accelerator_type
+
+
 def _validate_pool(name: str, index: int, pool: Mapping[str, Any], errors: list[str],
                    warnings: list[str]) -> dict[str, Any]:
     """Validates one non-empty pool and returns its normalised form."""
@@ -225,18 +243,7 @@ def _validate_pool(name: str, index: int, pool: Mapping[str, Any], errors: list[
         errors.append(f"{name}: unknown machine_spec field(s) {listed(unknown)}; valid fields are "
                       "machine_type, accelerator_type, accelerator_count")
     machine_type = machine_spec.get("machine_type")
-    accelerator_type = machine_spec.get("accelerator_type") or None
-    if accelerator_type is not None and not isinstance(accelerator_type, str):
-        errors.append(f"{name}: machine_spec.accelerator_type is {short(accelerator_type)}; "
-                      f"expected one GPU type name such as NVIDIA_TESLA_T4")
-        accelerator_type = None
-    if isinstance(accelerator_type, str) and accelerator_type not in ACCELERATOR_TYPES:
-        # gcloud's flags spell the types in lower case with hyphens (nvidia-tesla-t4).
-        spelled = accelerator_type.strip().upper().replace("-", "_")
-        if spelled in ACCELERATOR_TYPES:
-            warnings.append(f"{name}: machine_spec.accelerator_type {short(accelerator_type)} read "
-                            f"as {spelled}, the spelling the Vertex AI API takes")
-            accelerator_type = spelled
+    accelerator_type = _accelerator_type(name, machine_spec, errors, warnings)
     accelerator_count = as_int(machine_spec.get("accelerator_count", 0) or 0)
     replica_count = as_int(pool.get("replica_count", 1))
 

@@ -7,6 +7,7 @@ trainer runs exactly as it does on a Vertex cluster, in every layout of roles.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -142,59 +143,87 @@ def run_local_cluster(layout: Layout, trainer_args: Sequence[str], strategy: str
         LocalTrainingError: A process failed or the timeout passed.
     """
     chosen = choose_strategy(layout, strategy)
-    base = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
-            "PYTHONUNBUFFERED": "1"}
-    procs: list[tuple[str, subprocess.Popen, deque, threading.Thread]] = []
-    environments = cluster_environments(layout, base)
-    pinned = core_plan([name for name, _ in environments], sorted(os.sched_getaffinity(0))) \
-        if len(environments) > 1 else {}
-    for name, env in environments:
-        env.pop(LOCAL_CORES_ENV, None)
-        if name in pinned:  # the trainer pins itself before TensorFlow starts
-            env[LOCAL_CORES_ENV] = ",".join(map(str, pinned[name]))
-        proc = subprocess.Popen([sys.executable, "-m", "trainer.task", *trainer_args], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                bufsize=1)
-        tail: deque = deque(maxlen=40)
-        pump = threading.Thread(target=_pump, args=(proc.stdout, out, tail), daemon=True)
-        pump.start()
-        procs.append((name, proc, tail, pump))
-
+    replicas = _start(layout, trainer_args, out)
+    # The replicas whose success ends training, and those whose failure does not end it.
     deciding = {"chief"} | ({f"worker-{i}" for i in range(layout.workers)}
                             if chosen == "multi_worker_mirrored" else set())
     tolerated = {f"worker-{i}" for i in range(layout.workers)} \
         if chosen == "parameter_server" else set()
-    deadline = time.monotonic() + timeout_seconds
-    failed: tuple[str, int, deque] | None = None
     try:
-        while True:
-            codes = [(name, p.poll(), tail) for name, p, tail, _ in procs]
-            failed = next(((n, c, t) for n, c, t in codes
-                           if c not in (None, 0) and n not in tolerated), None)
-            if failed or all(c == 0 for n, c, _ in codes if n in deciding):
-                break
-            if time.monotonic() > deadline:
-                raise LocalTrainingError(f"training did not finish within {timeout_seconds:.0f} s")
-            time.sleep(0.2)
-        if not failed:  # the others end by themselves once training is done
-            wind_down = time.monotonic() + WIND_DOWN_SECONDS
-            while any(p.poll() is None for _, p, _, _ in procs) and time.monotonic() < wind_down:
-                time.sleep(0.2)
-            failed = next(((n, p.returncode, t) for n, p, t, _ in procs
-                           if p.returncode not in (None, 0) and n not in tolerated), None)
+        failed = _wait(replicas, deciding, tolerated, time.monotonic() + timeout_seconds,
+                       timeout_seconds)
     finally:
-        for _, p, _, _ in procs:
-            if p.poll() is None:
-                p.terminate()
-        for _, p, _, pump in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-            pump.join(timeout=5)
+        _stop(replicas)
     if failed:
-        name, code, tail = failed
-        raise LocalTrainingError(f"training process {name} exited with code {code}; last lines:\n"
-                                 + "\n".join(tail))
+        raise LocalTrainingError(f"training process {failed.name} exited with code "
+                                 f"{failed.process.returncode}; last lines:\n"
+                                 + "\n".join(failed.tail))
     return chosen
+
+
+@dataclasses.dataclass
+class _Replica:
+    """A trainer process, its last output lines and the thread that relays its output."""
+
+    name: str
+    process: subprocess.Popen
+    tail: deque
+    pump: threading.Thread
+
+
+def _start(layout: Layout, trainer_args: Sequence[str], out: TextIO | None) -> list[_Replica]:
+    """One `python -m trainer.task` per replica, each on its own cores when there are
+    enough (the trainer pins itself before TensorFlow starts)."""
+    base = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+            "PYTHONUNBUFFERED": "1"}
+    environments = cluster_environments(layout, base)
+    pinned = core_plan([name for name, _ in environments], sorted(os.sched_getaffinity(0))) \
+        if len(environments) > 1 else {}
+    replicas = []
+    for name, env in environments:
+        env.pop(LOCAL_CORES_ENV, None)
+        if name in pinned:
+            env[LOCAL_CORES_ENV] = ",".join(map(str, pinned[name]))
+        process = subprocess.Popen([sys.executable, "-m", "trainer.task", *trainer_args],
+                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, bufsize=1)
+        tail: deque = deque(maxlen=40)
+        pump = threading.Thread(target=_pump, args=(process.stdout, out, tail), daemon=True)
+        pump.start()
+        replicas.append(_Replica(name, process, tail, pump))
+    return replicas
+
+
+def _wait(replicas: list[_Replica], deciding: set[str], tolerated: set[str], deadline: float,
+          timeout_seconds: float) -> _Replica | None:
+    """Waits until the deciding replicas have succeeded (then lets the others end by
+    themselves) or one that matters failed; returns the failed one, if any."""
+    def failure() -> _Replica | None:
+        return next((r for r in replicas if r.process.poll() not in (None, 0)
+                     and r.name not in tolerated), None)
+
+    while not failure():
+        if all(r.process.poll() == 0 for r in replicas if r.name in deciding):
+            wind_down = time.monotonic() + WIND_DOWN_SECONDS
+            while any(r.process.poll() is None for r in replicas) and \
+                    time.monotonic() < wind_down:
+                time.sleep(0.2)
+            return failure()
+        if time.monotonic() > deadline:
+            raise LocalTrainingError(f"training did not finish within {timeout_seconds:.0f} s")
+        time.sleep(0.2)
+    return failure()
+
+
+def _stop(replicas: list[_Replica]) -> None:
+    """Stops what still runs (TERM, then KILL) and waits for the output relays."""
+    for replica in replicas:
+        if replica.process.poll() is None:
+            replica.process.terminate()
+    for replica in replicas:
+        try:
+            replica.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            replica.process.kill()
+            replica.process.wait()
+        replica.pump.join(timeout=5)
