@@ -14,6 +14,15 @@ WORKDIR /app
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 TF_USE_LEGACY_KERAS=1 \
     PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
+# The project's files, for both images: the build context's own, so that the build stage
+# finds them beside the packages.
+FROM base AS sources
+COPY Dockerfile .dockerignore pyproject.toml README.md ./
+COPY requirements ./requirements
+COPY pipelines ./pipelines
+COPY components ./components
+COPY trainer ./trainer
+
 FROM base AS gpu
 COPY requirements/gpu.lock requirements/
 RUN pip install --require-hashes --no-deps -r requirements/gpu.lock
@@ -27,23 +36,14 @@ RUN pip install --require-hashes --no-deps -r requirements/gpu.lock
 ENV NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/nvidia/lib:/usr/local/lib/python3.11/site-packages/nvidia/cublas/lib:/usr/local/lib/python3.11/site-packages/nvidia/cuda_cupti/lib:/usr/local/lib/python3.11/site-packages/nvidia/cuda_nvrtc/lib:/usr/local/lib/python3.11/site-packages/nvidia/cuda_runtime/lib:/usr/local/lib/python3.11/site-packages/nvidia/cudnn/lib:/usr/local/lib/python3.11/site-packages/nvidia/cufft/lib:/usr/local/lib/python3.11/site-packages/nvidia/curand/lib:/usr/local/lib/python3.11/site-packages/nvidia/cusolver/lib:/usr/local/lib/python3.11/site-packages/nvidia/cusparse/lib:/usr/local/lib/python3.11/site-packages/nvidia/nccl/lib:/usr/local/lib/python3.11/site-packages/nvidia/nvjitlink/lib \
     PATH=/usr/local/nvidia/bin:/usr/local/lib/python3.11/site-packages/nvidia/cuda_nvcc/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-# The sources after the dependencies, so that a source change does not reinstall them;
-# the build context's files, so that the build stage finds them beside the packages.
-COPY Dockerfile .dockerignore pyproject.toml README.md ./
-COPY requirements ./requirements
-COPY pipelines ./pipelines
-COPY components ./components
-COPY trainer ./trainer
+# The sources after the dependencies, so that a source change does not reinstall them.
+COPY --from=sources /app /app
 RUN pip install --no-deps --no-build-isolation -e .
 ENTRYPOINT ["python", "-m", "trainer.task"]
 
 FROM base AS cpu
 COPY requirements/cpu.lock requirements/
 RUN pip install --require-hashes --no-deps -r requirements/cpu.lock
-COPY Dockerfile .dockerignore pyproject.toml README.md ./
-COPY requirements ./requirements
-COPY pipelines ./pipelines
-COPY components ./components
-COPY trainer ./trainer
+COPY --from=sources /app /app
 RUN pip install --no-deps --no-build-isolation -e .
 ENTRYPOINT ["python", "-m", "trainer.task"]

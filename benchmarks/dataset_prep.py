@@ -63,7 +63,7 @@ def main() -> int:
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
 
-    from components.dataset.prepare import prepare_dataset
+    from components.dataset.prepare import prepare_source
     from components.dataset.shapes import generate_shapes
     from components.dataset.shard_plan import estimated_bytes, plan_shards
 
@@ -87,7 +87,7 @@ def main() -> int:
         def prepare(name: str, processes: int) -> float:
             folder, size, image_format = sources[name]
             started = time.perf_counter()
-            manifest = prepare_dataset(str(folder), work / f"out-{next(runs)}", image_size=size,
+            manifest = prepare_source(str(folder), work / f"out-{next(runs)}", image_size=size,
                                        test_fraction=0.1, min_shards=2, processes=processes,
                                        image_format=image_format)
             rate = len(paths[folder]) / (time.perf_counter() - started)

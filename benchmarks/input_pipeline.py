@@ -177,7 +177,7 @@ def prepare(work: Path, per_class: int) -> dict:
     import tensorflow as tf
     from PIL import Image
 
-    from components.dataset.prepare import prepare_dataset
+    from components.dataset.prepare import prepare_source
     from components.dataset.sources import list_image_folder
     from trainer.contract import FEATURE_IMAGE, FEATURE_LABEL
 
@@ -186,8 +186,8 @@ def prepare(work: Path, per_class: int) -> dict:
     shards = {}
     for image_format in ("jpeg", "png"):
         started = time.perf_counter()
-        manifest = prepare_dataset(str(source), work / image_format, image_size=SIZE,
-                                   validation_fraction=0.1, num_shards=4,
+        manifest = prepare_source(str(source), work / image_format, image_size=SIZE,
+                                   validation_fraction=0.1, test_fraction=0.0, num_shards=4,
                                    image_format=image_format)
         train = manifest["splits"]["train"]
         shards[image_format] = {

@@ -33,10 +33,10 @@ SHARE = "1 worker, 1 core, half the batch"
 
 def prepare(work: Path, shards: int) -> Path:
     """The demo's dataset (builtin://shapes, 32x32), `shards` files per split."""
-    from components.dataset.prepare import prepare_dataset
+    from components.dataset.prepare import prepare_source
 
     data = work / "dataset"
-    prepare_dataset("builtin://shapes", data, image_size=32, validation_fraction=0.2,
+    prepare_source("builtin://shapes", data, image_size=32, validation_fraction=0.2,
                     test_fraction=0.1, num_shards=shards)
     return data
 

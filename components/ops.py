@@ -92,8 +92,8 @@ def prepare_dataset(options: dict, source_fingerprint: str, min_shards: int,
 
     with stage_errors("dataset"):
         settings = validate(DatasetOptions, options, prefix="dataset", strict=False)
-        manifest = prepare(output_dir=dataset.path, min_shards=min_shards,
-                           report_path=report.path, **settings.model_dump())
+        manifest = prepare(settings, dataset.path, min_shards=min_shards,
+                           report_path=report.path)
     dataset.metadata.update({
         "classes": manifest["classes"],
         "image_size": manifest["image_size"],

@@ -22,14 +22,13 @@ from pydantic import AfterValidator, Field
 
 from components.cloud_names import DisplayName, GcsUri, ProjectId
 from components.dataset.options import DatasetOptions
-from components.dataset.sources import BUILTIN_SHAPES
+from components.dataset.sources import DatasetError, kind_of
 from components.gpu.ai_platform import convert_ai_platform_config
 from components.gpu.validation import validate_worker_pool_specs
 from components.training.layout import check_pools, layout_of
 from components.vertex_options import VertexOptions
 from pipelines.yaml_input import YamlFileError, read_yaml
 from trainer.cluster import Layout
-from trainer.gcs import mounted_gcs_uri
 from trainer.options import TrainingOptions
 from trainer.schema import STRICT, OptionsError, short, validate
 
@@ -241,13 +240,11 @@ def _preflight(sections: Mapping[str, Any], raw: Mapping[str, Any],
     dataset, training, vertex = (sections.get(n) for n in ("dataset", "training", "vertex"))
     if dataset is not None and training is not None:
         errors += Config(dataset=dataset, training=training).problems()
-    source = dataset.source if dataset is not None else "://"
-    # /gcs/... is Vertex's Cloud Storage mount: read where the stage runs, not here.
-    if "://" not in source and not mounted_gcs_uri(source) and not Path(source).is_dir() \
-            and not (source.lower().endswith((".csv", ".jsonl")) and Path(source).is_file()):
-        errors.append(f"dataset.source is {source!r}, which is neither a directory nor a "
-                      "CSV/JSONL manifest; expected a folder with one sub-folder per class, a "
-                      f"manifest, a gs:// prefix or /gcs/ path, tfds://NAME or {BUILTIN_SHAPES!r}")
+    if dataset is not None:  # a cheap look at the source, before the pipeline starts
+        try:
+            kind_of(dataset.source).preflight(dataset.source)
+        except DatasetError as exc:
+            errors.append(f"dataset.source is {short(dataset.source)}: {exc}")
     # The GPU rules apply to the pools given even when another vertex field is wrong.
     given = raw.get("vertex") if isinstance(raw.get("vertex"), Mapping) else {}
     pools = vertex.worker_pool_specs if vertex else given.get("worker_pool_specs")

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from components.dataset.prepare import prepare_dataset
+from components.dataset.prepare import prepare_source
 from components.dataset.sources import BUILTIN_SHAPES
 
 # TensorFlow's C++ start-up chatter makes failing tests hard to read.
@@ -18,7 +18,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 def small_dataset(tmp_path_factory):
     """The builtin shapes, 80 images per class, in 4 shards per split."""
     out = tmp_path_factory.mktemp("data") / "dataset"
-    prepare_dataset(BUILTIN_SHAPES, out, image_size=32, validation_fraction=0.25,
+    prepare_source(BUILTIN_SHAPES, out, image_size=32, validation_fraction=0.25,
                     test_fraction=0.1, num_shards=4, builtin_images_per_class=80)
     return out
 

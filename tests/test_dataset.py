@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from components.dataset.encode import bounded_imap
-from components.dataset.prepare import prepare_dataset
+from components.dataset.prepare import prepare_source
 from components.dataset.shapes import generate_shapes
 from components.dataset.shard_plan import plan_shards, split_of
 from components.dataset.sources import BUILTIN_SHAPES, DatasetError, source_fingerprint
@@ -59,8 +59,8 @@ def test_builtin_shapes_are_drawn_once_and_equal_their_folder(tmp_path):
     """The stage draws the builtin images in its encoding processes, without TensorFlow;
     the shards are byte for byte those of the same images written as a folder."""
     code = ("import json, sys\n"
-            "from components.dataset.prepare import prepare_dataset\n"
-            f"m = prepare_dataset('builtin://shapes', {str(tmp_path / 'builtin')!r}, "
+            "from components.dataset.prepare import prepare_source\n"
+            f"m = prepare_source('builtin://shapes', {str(tmp_path / 'builtin')!r}, "
             "image_size=16, builtin_images_per_class=6, processes=2)\n"
             "assert 'tensorflow' not in sys.modules, 'the dataset stage imported TensorFlow'\n"
             "print(json.dumps(m['splits']))\n")
@@ -69,7 +69,7 @@ def test_builtin_shapes_are_drawn_once_and_equal_their_folder(tmp_path):
     assert done.returncode == 0, done.stderr
     drawn = json.loads(done.stdout)
     folder = generate_shapes(tmp_path / "folder", images_per_class=6, image_size=16)
-    assert prepare_dataset(str(folder), tmp_path / "from-folder", image_size=16,
+    assert prepare_source(str(folder), tmp_path / "from-folder", image_size=16,
                            processes=1)["splits"] == drawn
     assert [r[0] for r in records(tmp_path / "builtin", "train")] == \
         [r[0] for r in records(tmp_path / "from-folder", "train")]
@@ -155,9 +155,9 @@ def test_decoding_pool_reads_at_most_a_window_ahead_of_the_writer():
 
 def test_folder_source_parallel_equals_serial(tmp_path):
     src = make_folder(tmp_path / "src", per_class=12)
-    serial = prepare_dataset(str(src), tmp_path / "serial", image_size=16, processes=1,
+    serial = prepare_source(str(src), tmp_path / "serial", image_size=16, processes=1,
                              validation_fraction=0.25, min_shards=2)
-    parallel = prepare_dataset(str(src), tmp_path / "parallel", image_size=16, processes=2,
+    parallel = prepare_source(str(src), tmp_path / "parallel", image_size=16, processes=2,
                                validation_fraction=0.25, min_shards=2)
     assert serial["classes"] == ["circle", "square"] and serial["source_kind"] == "folder"
     assert serial["splits"] == parallel["splits"]  # same shards, byte for byte
@@ -174,10 +174,10 @@ def test_csv_and_jsonl_manifests(tmp_path):
     jsonl_path = tmp_path / "labels.jsonl"
     jsonl_path.write_text("".join(json.dumps({"image": str(p), "label": p.parent.name}) + "\n"
                                   for p in files))
-    from_csv = prepare_dataset(str(csv_path), tmp_path / "csv", image_size=16,
-                               validation_fraction=0.3)
-    from_jsonl = prepare_dataset(str(jsonl_path), tmp_path / "jsonl", image_size=16,
-                                 validation_fraction=0.3)
+    from_csv = prepare_source(str(csv_path), tmp_path / "csv", image_size=16,
+                              validation_fraction=0.3, test_fraction=0.0)
+    from_jsonl = prepare_source(str(jsonl_path), tmp_path / "jsonl", image_size=16,
+                                validation_fraction=0.3, test_fraction=0.0)
     assert from_csv["classes"] == ["boxy", "round"]
     assert from_jsonl["classes"] == ["circle", "square"]
     for manifest in (from_csv, from_jsonl):
@@ -191,13 +191,13 @@ def test_manifest_errors(tmp_path):
     bad.write_text(f"image,label\n{image},a\n{image},\n,b\n")
     with pytest.raises(DatasetError, match=r"2 unusable row\(s\): .*bad.csv:3: image .* has no "
                                            r"label; .*bad.csv:4: no image URI"):
-        prepare_dataset(str(bad), tmp_path / "out")
+        prepare_source(str(bad), tmp_path / "out")
     header = tmp_path / "header.csv"
     header.write_text("path,class\nx.png,a\n")
     with pytest.raises(DatasetError, match="lacks the column"):
-        prepare_dataset(str(header), tmp_path / "out")
+        prepare_source(str(header), tmp_path / "out")
     with pytest.raises(DatasetError, match="does not exist"):
-        prepare_dataset(str(tmp_path / "missing.jsonl"), tmp_path / "out")
+        prepare_source(str(tmp_path / "missing.jsonl"), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -211,24 +211,24 @@ def test_manifest_errors(tmp_path):
 def test_bad_sources(tmp_path, setup, message):
     setup(tmp_path / "src")
     with pytest.raises(DatasetError, match=message):
-        prepare_dataset(str(tmp_path / "src"), tmp_path / "out")
+        prepare_source(str(tmp_path / "src"), tmp_path / "out")
     assert not (tmp_path / "out").exists()
     assert [p for p in os.listdir(tmp_path) if p.startswith(".dataset-")] == []
 
 
 def test_bad_parameters_and_nonempty_output(tmp_path):
     with pytest.raises(DatasetError, match="validation_fraction is 1.0"):
-        prepare_dataset(BUILTIN_SHAPES, tmp_path / "a", validation_fraction=1.0)
+        prepare_source(BUILTIN_SHAPES, tmp_path / "a", validation_fraction=1.0)
     with pytest.raises(DatasetError, match="test_fraction is 0.5"):
-        prepare_dataset(BUILTIN_SHAPES, tmp_path / "a", validation_fraction=0.5,
+        prepare_source(BUILTIN_SHAPES, tmp_path / "a", validation_fraction=0.5,
                         test_fraction=0.5)
     with pytest.raises(DatasetError,
                        match="dataset.source is .s3:..bucket.data.; the scheme s3:.. is not read"):
-        prepare_dataset("s3://bucket/data", tmp_path / "a")
+        prepare_source("s3://bucket/data", tmp_path / "a")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("x")
     with pytest.raises(DatasetError, match="is not empty"):
-        prepare_dataset(BUILTIN_SHAPES, tmp_path / "full")
+        prepare_source(BUILTIN_SHAPES, tmp_path / "full")
     assert os.listdir(tmp_path / "full") == ["keep.txt"]
 
 
@@ -243,7 +243,7 @@ def test_undecodable_images_are_skipped_counted_and_reported(tmp_path):
     src = make_folder(tmp_path / "src", per_class=40)
     _corrupt(src)
     report = tmp_path / "report.md"
-    manifest = prepare_dataset(str(src), tmp_path / "out", image_size=16,
+    manifest = prepare_source(str(src), tmp_path / "out", image_size=16,
                                max_bad_fraction=0.05, report_path=report)
     skipped = {os.path.basename(s["file"]): s["reason"] for s in manifest["skipped"]}
     assert set(skipped) == {"truncated.png", "garbage.jpg"}
@@ -260,7 +260,7 @@ def test_too_many_bad_images_fail_and_leave_nothing(tmp_path):
     _corrupt(src)
     with pytest.raises(DatasetError, match=r"2 of 22 images \(9.1%\) could not be decoded, "
                                            r"above max_bad_fraction 1.0%"):
-        prepare_dataset(str(src), tmp_path / "out", image_size=16, max_bad_fraction=0.01)
+        prepare_source(str(src), tmp_path / "out", image_size=16, max_bad_fraction=0.01)
     assert sorted(os.listdir(tmp_path)) == ["src"]
 
 
@@ -280,7 +280,7 @@ def test_tfds_source_without_the_extra_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # import fails as if absent
     with pytest.raises(DatasetError, match=r"needs tensorflow-datasets: install the project "
                                            r"with the \[tfds\] extra"):
-        prepare_dataset("tfds://mnist", tmp_path / "out")
+        prepare_source("tfds://mnist", tmp_path / "out")
 
 
 def test_tfds_source_prepared_on_disk(tmp_path):
@@ -290,8 +290,8 @@ def test_tfds_source_prepared_on_disk(tmp_path):
     env = {**os.environ, "TFDS_DATA_DIR": str(data_dir), "TF_CPP_MIN_LOG_LEVEL": "2"}
     subprocess.run([sys.executable, str(Path(__file__).with_name("tfds_fixture.py")),
                     str(data_dir)], check=True, capture_output=True, timeout=300)
-    prepare = ("import sys; from components.dataset.prepare import prepare_dataset; "
-               "prepare_dataset(sys.argv[1], sys.argv[2], image_size=8, "
+    prepare = ("import sys; from components.dataset.prepare import prepare_source; "
+               "prepare_source(sys.argv[1], sys.argv[2], image_size=8, "
                "validation_fraction=0.25, test_fraction=0.0)")
     for source, target in ((f"tfds://{tfds_fixture.NAME}", out),
                            (f"tfds://{tfds_fixture.NAME}/test", tmp_path / "test-split"),
@@ -334,9 +334,9 @@ def test_gcs_folder_source(tmp_path, bucket):
     for path in sorted(src.rglob("*.png")):
         bucket.blob(f"data/{path.relative_to(src)}").upload_from_filename(str(path))
     bucket.blob("data/.hidden/skip.png").upload_from_string(b"x")
-    gcs = prepare_dataset("gs://images/data", tmp_path / "gcs", image_size=16, processes=2,
+    gcs = prepare_source("gs://images/data", tmp_path / "gcs", image_size=16, processes=2,
                           validation_fraction=0.25)
-    local = prepare_dataset(str(src), tmp_path / "local", image_size=16,
+    local = prepare_source(str(src), tmp_path / "local", image_size=16,
                             validation_fraction=0.25)
     assert gcs["source_kind"] == "gcs-folder" and gcs["classes"] == local["classes"]
     # Same identities (paths under the prefix), so the same split and the same bytes.
@@ -355,22 +355,22 @@ def test_gcs_manifest_and_missing_objects(tmp_path, bucket):
                                  "label": path.parent.name}))
     lines.append(json.dumps({"image": "gs://images/img/gone.png", "label": "circle"}))
     bucket.blob("labels.jsonl").upload_from_string("\n".join(lines))
-    manifest = prepare_dataset("gs://images/labels.jsonl", tmp_path / "out", image_size=16,
+    manifest = prepare_source("gs://images/labels.jsonl", tmp_path / "out", image_size=16,
                                validation_fraction=0.3, max_bad_fraction=0.1)
     assert manifest["examples"] == 21 and manifest["classes"] == ["circle", "square"]
     assert manifest["skipped"] == [{"file": "gs://images/img/gone.png",
                                     "reason": "missing file"}]
     with pytest.raises(DatasetError, match="holds no objects"):
-        prepare_dataset("gs://images/nothing-here", tmp_path / "none")
+        prepare_source("gs://images/nothing-here", tmp_path / "none")
 
 
 PREPARE_SCRIPT = """
 import sys
-from components.dataset.prepare import prepare_dataset
+from components.dataset.prepare import prepare_source
 from trainer.errors import ProjectError
 if __name__ == "__main__":
     try:
-        prepare_dataset(sys.argv[1], sys.argv[2], image_size=32, processes=2)
+        prepare_source(sys.argv[1], sys.argv[2], image_size=32, processes=2)
     except ProjectError as exc:
         print(f"stage error: {exc}", file=sys.stderr)
         sys.exit(1)
@@ -467,8 +467,8 @@ def test_jpeg_shards_decode_close_to_the_png_ones_and_are_smaller(tmp_path):
             field = np.asarray(Image.fromarray(coarse).resize((120, 90), Image.BICUBIC), float)
             field = np.clip(field + rng.normal(0, 8, field.shape), 0, 255).astype(np.uint8)
             Image.fromarray(field).save(src / label / f"{i}.jpg", quality=92)
-    jpeg = prepare_dataset(str(src), tmp_path / "jpeg", image_size=64, validation_fraction=0.25)
-    png = prepare_dataset(str(src), tmp_path / "png", image_size=64, validation_fraction=0.25,
+    jpeg = prepare_source(str(src), tmp_path / "jpeg", image_size=64, validation_fraction=0.25)
+    png = prepare_source(str(src), tmp_path / "png", image_size=64, validation_fraction=0.25,
                           image_format="png")
     assert jpeg["image_format"] == "jpeg" and png["image_format"] == "png"
     assert "RGB JPEG" in (tmp_path / "jpeg" / "report.md").read_text()
@@ -498,5 +498,5 @@ def test_jpeg_shards_decode_close_to_the_png_ones_and_are_smaller(tmp_path):
 def test_bad_image_format_names_the_field(tmp_path):
     with pytest.raises(DatasetError,
                        match=r"dataset.image_format is 'webp'; expected one of auto, png, jpeg"):
-        prepare_dataset(BUILTIN_SHAPES, tmp_path / "out", image_format="webp")
+        prepare_source(BUILTIN_SHAPES, tmp_path / "out", image_format="webp")
     assert not (tmp_path / "out").exists()

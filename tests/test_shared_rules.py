@@ -17,13 +17,14 @@ def test_the_first_line_of_an_error_never_fails_on_an_empty_message():
 
 
 def test_an_unreadable_image_with_an_empty_error_is_skipped_with_a_reason(monkeypatch):
-    from components.dataset import encode
+    from components.dataset import encode, sources
 
     def unreadable(ref):
         raise PermissionError()  # an error without a message
 
-    monkeypatch.setattr(encode, "read_bytes", unreadable)
-    index, data, reason, _ = encode._encode((3, "/data/cat/1.jpg", 32, "png"))
+    monkeypatch.setattr(sources, "read_bytes", unreadable)
+    index, data, reason, _ = encode._encode((3, "/data/cat/1.jpg", 32, "png",
+                                             sources.LocalFolder))
     assert (index, data, reason) == (3, None, "cannot read (PermissionError)")
 
 

@@ -204,7 +204,7 @@ def test_augmented_jpeg_pipeline_crops_flips_and_keeps_shape(tmp_path):
     import numpy as np
     from PIL import Image
 
-    from components.dataset.prepare import prepare_dataset
+    from components.dataset.prepare import prepare_source
     from trainer.contract import load_manifest, shard_paths
     from trainer.data import InputSpec, make_dataset
 
@@ -215,7 +215,8 @@ def test_augmented_jpeg_pipeline_crops_flips_and_keeps_shape(tmp_path):
             ramp = np.tile(np.linspace(0, 255, 80, dtype=np.uint8)[None, :, None], (80, 1, 3))
             Image.fromarray(ramp).save(src / label / f"{i}.png")
     data = tmp_path / "data"
-    prepare_dataset(str(src), data, image_size=64, validation_fraction=0.2, image_format="jpeg")
+    prepare_source(str(src), data, image_size=64, validation_fraction=0.2, test_fraction=0.0,
+                   image_format="jpeg")
     files = tuple(shard_paths(data, load_manifest(data), "train"))
     plain = make_dataset(tf, InputSpec(files, 64, 8, training=False, cache=False,
                                        image_format="jpeg"))

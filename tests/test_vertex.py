@@ -336,7 +336,9 @@ def test_bucket_in_another_location_is_a_warning(cloud):
         assert len(found) == 2 and "dataset.source bucket 'images' is in US" in found[1]
 
 
-def test_vertex_settings_are_required(capsys):
+def test_vertex_settings_are_required(capsys, tmp_path):
+    for name in ("circle", "square"):  # a local dataset folder that passes the local checks
+        (tmp_path / name).mkdir()
     assert main(["submit", "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "vertex.project, vertex.pipeline_root, vertex.image_repository must be set" in err
@@ -344,7 +346,7 @@ def test_vertex_settings_are_required(capsys):
                  "--image-repository", REPO]) == 2
     assert "vertex.pipeline_root is 's3://x'; expected gs://BUCKET/PATH" in capsys.readouterr().err
     assert main(["submit", "--dry-run", "--project", "my-proj", "--pipeline-root", "gs://xyz/r",
-                 "--image-repository", REPO, "--dataset-source", str(ROOT / "tests")]) == 2
+                 "--image-repository", REPO, "--dataset-source", str(tmp_path)]) == 2
     assert "a path on this machine, which the pipeline on Vertex AI cannot read" \
         in capsys.readouterr().err
 

@@ -260,10 +260,22 @@ def test_the_dry_run_prints_the_iam_requests_and_digest_only_images(capsys):
 
 
 def test_a_tfds_source_is_refused_before_a_vertex_run(capsys):
+    from components.dataset.options import DatasetOptions
+    from pipelines.config import Config
+    from pipelines.vertex.preflight import VertexSettingsError, require_vertex_settings
+
+    # Even a TFDS dataset prepared on this machine: the images Vertex AI runs have neither
+    # TFDS nor the data.
+    cfg = Config(dataset=DatasetOptions(source="tfds://mnist"), vertex=config().vertex)
+    with pytest.raises(VertexSettingsError, match="dataset.source is 'tfds://mnist', a "
+                       "TensorFlow Datasets dataset on this machine's disk, which the "
+                       "pipeline on Vertex AI cannot read"):
+        require_vertex_settings(cfg)
+    # One that is not on disk is refused when the configuration is loaded, in one line.
     args = ["submit", "--dry-run", "--project", "my-proj", "--pipeline-root",
             "gs://pipelines/root", "--image-repository", REPO, "--dataset-source",
-            "tfds://mnist"]
+            "tfds://gp_not_on_disk"]
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and "dataset.source is 'tfds://mnist', a TensorFlow " \
-        "Datasets dataset on this machine's disk" in err and len(err) < 2000
+    assert err.startswith("error: ") and "dataset.source is 'tfds://gp_not_on_disk'" in err
+    assert len(err) < 2000 and "Traceback" not in err

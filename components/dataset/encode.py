@@ -14,15 +14,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from components.dataset.sources import (
-    BUILTIN_SHAPES,
-    TFDS_PREFIX,
-    Example,
-    SourceListing,
-    builtin_image,
-)
+from components.dataset.sources import TFDS_PREFIX, Example, SourceKind, SourceListing, kind_named
 from trainer.errors import StageError, first_line
-from trainer.gcs import read_bytes
 
 #: (index in the write order, encoded bytes or None, reason when None, label or None).
 Result = tuple[int, "bytes | None", "str | None", "int | None"]
@@ -51,20 +44,20 @@ def _to_bytes(img: Any, size: int, image_format: str) -> bytes:
     return buf.getvalue()
 
 
-def _encode(task: tuple[int, str, int, str]) -> Result:
-    """Reads (or draws), decodes, converts and resizes one image; returns its bytes or
-    the reason."""
+def _encode(task: tuple[int, str, int, str, type[SourceKind]]) -> Result:
+    """Reads (or draws) through its source's kind, decodes, converts and resizes one image;
+    returns its bytes or the reason."""
     from PIL import Image
 
-    index, ref, size, image_format = task
-    if ref.startswith(BUILTIN_SHAPES):  # drawn here, encoded once
-        return index, _to_bytes(builtin_image(ref, size), size, image_format), None, None
+    index, ref, size, image_format, kind = task
     try:
-        data = read_bytes(ref)
+        data = kind.load(ref, size)
     except Exception as exc:  # noqa: BLE001 - local and Cloud Storage errors alike
         if isinstance(exc, FileNotFoundError) or type(exc).__name__ == "NotFound":
             return index, None, "missing file", None
         return index, None, f"cannot read ({first_line(exc, 120)})", None
+    if isinstance(data, Image.Image):  # drawn, not read: encoded once
+        return index, _to_bytes(data, size, image_format), None, None
     try:
         with Image.open(io.BytesIO(data)) as img:
             img.load()  # forces a full decode: truncated files fail here
@@ -74,7 +67,7 @@ def _encode(task: tuple[int, str, int, str]) -> Result:
         return index, None, f"cannot decode ({reason})", None
 
 
-def _tfds_results(order: Sequence[Example], size: int, image_format: str) -> Iterator[Result]:
+def tfds_results(order: Sequence[Example], size: int, image_format: str) -> Iterator[Result]:
     """Encoded TFDS images, with the labels TFDS stores (read in TFDS order)."""
     import tensorflow_datasets as tfds
     from PIL import Image
@@ -157,10 +150,12 @@ def bounded_imap(executor: Any, func: Any, items: Iterable[Any], window: int,
 def results(listing: SourceListing, order: Sequence[Example], size: int, processes: int,
             image_format: str = "png") -> Iterator[Result]:
     """Encoded images (`png` or `jpeg`), from a pool of processes (or inline for one)."""
-    if listing.kind == "tfds":
-        yield from _tfds_results(order, size, image_format) if order else ()
+    kind = kind_named(listing.kind)
+    bulk = kind.bulk_results(list(order), size, image_format) if order else iter(())
+    if bulk is not None:
+        yield from bulk
         return
-    tasks = ((i, e.ref, size, image_format) for i, e in enumerate(order))
+    tasks = ((i, e.ref, size, image_format, kind) for i, e in enumerate(order))
     if processes <= 1:
         yield from map(_encode, tasks)
         return

@@ -3,32 +3,22 @@ pipeline's `dataset` parameter (see `trainer.schema`)."""
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal
 
 import pydantic
 from pydantic import AfterValidator, Field
 
-from components.cloud_names import gcs_uri_problem
-from components.dataset.sources import BUILTIN_SHAPES, TFDS_PREFIX
+from components.dataset.sources import BUILTIN_SHAPES, KINDS, accepted_forms
 from trainer.schema import STRICT
 
 
 def _source(value: str) -> str:
-    if value.startswith("gs://"):
-        problem = gcs_uri_problem(value)
-    elif value.startswith(TFDS_PREFIX):
-        problem = None if re.fullmatch(r"[a-z0-9_]+(:[0-9.]+)?(/[\w\[\]:%+.-]+)?",
-                                       value[len(TFDS_PREFIX):]) \
-            else "expected tfds://NAME or tfds://NAME/SPLIT"
-    elif value.startswith("builtin://"):
-        problem = None if value == BUILTIN_SHAPES else \
-            f"the only builtin dataset is {BUILTIN_SHAPES}"
-    elif "://" in value:
-        problem = (f"the scheme {value.split('://', 1)[0]}:// is not read; expected a local or "
-                   f"/gcs/ path, gs://BUCKET/PATH, {TFDS_PREFIX}NAME or {BUILTIN_SHAPES}")
-    else:
-        problem = None if value.strip() and "\0" not in value else "expected a path"
+    # The kind's own format check (no I/O): see `components.dataset.sources`.
+    kinds = [k for k in KINDS if k.matches(value)] if value else []
+    if not kinds:
+        scheme = value.split("://", 1)[0] + "://" if "://" in value else value
+        raise ValueError(f"the scheme {scheme} is not read; expected {accepted_forms()}")
+    problem = kinds[0].problem(value)
     if problem:
         raise ValueError(problem)
     return value
@@ -60,8 +50,7 @@ class DatasetOptions(pydantic.BaseModel):
     model_config = STRICT
 
     source: Annotated[str, AfterValidator(_source)] = Field(BUILTIN_SHAPES, description=(
-        "A folder with one sub-folder of images per class (local, /gcs/ or gs://), a "
-        "CSV/JSONL manifest, tfds://NAME[/SPLIT] or builtin://shapes."))
+        f"Where the images come from: {accepted_forms()}."))
     image_size: int = Field(32, ge=8, le=1024, description=(
         "Images are resized to this width and height."))
     validation_fraction: float = Field(0.2, gt=0, lt=1, description=(

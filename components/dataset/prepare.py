@@ -34,24 +34,41 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def prepare_dataset(source: str, output_dir: str | os.PathLike, image_size: int = 32,
-                    validation_fraction: float = 0.2, test_fraction: float = 0.0,
-                    num_shards: int = 0, min_shards: int = 1, max_bad_fraction: float = 0.01,
-                    image_format: str = "auto", processes: int = 0,
+#: `prepare_source`'s keyword values that are the run's, not dataset options.
+_RUN_VALUES = ("min_shards", "processes", "builtin_images_per_class", "report_path")
+
+
+def dataset_options(source: str, **values: Any) -> DatasetOptions:
+    """Dataset options from keyword values, checked by their declaration.
+
+    Raises:
+        DatasetError: Naming each bad field, its value and what is valid.
+    """
+    try:
+        return validate(DatasetOptions, {"source": source, **values}, prefix="dataset",
+                        strict=False)
+    except OptionsError as exc:
+        raise DatasetError(str(exc)) from None
+
+
+def prepare_source(source: str, output_dir: str | os.PathLike, **values: Any) -> dict[str, Any]:
+    """`prepare_dataset` from keyword values (scripts, benchmarks, tests): the dataset
+    options (`DatasetOptions` fields) and the run's own (`_RUN_VALUES`)."""
+    run = {k: values.pop(k) for k in _RUN_VALUES if k in values}
+    return prepare_dataset(dataset_options(source, **values), output_dir, **run)
+
+
+def prepare_dataset(options: DatasetOptions, output_dir: str | os.PathLike, *,
+                    min_shards: int = 1, processes: int = 0,
                     builtin_images_per_class: int = 400,
                     report_path: str | os.PathLike | None = None) -> dict[str, Any]:
     """Prepares sharded TFRecords per split and a manifest from an image source.
 
     Args:
-        source: See the module docstring.
+        options: What to prepare (source, image size, split fractions, shards, bad-image
+            threshold, stored format), as declared in `DatasetOptions`.
         output_dir: Directory to create; must not exist or be empty.
-        image_size: Images are resized to image_size x image_size RGB.
-        validation_fraction: Fraction of examples in the validation split.
-        test_fraction: Fraction of examples in the test split (0 for none).
-        num_shards: Shards per split; 0 plans them (see `plan_shards`).
         min_shards: Training workers; planned shard counts are multiples of it.
-        max_bad_fraction: Above this fraction of undecodable images, the stage fails.
-        image_format: `png`, `jpeg` or `auto` (see `options.stored_format`).
         processes: Decoding processes; 0 uses every core.
         builtin_images_per_class: Images per class drawn for `builtin://shapes`.
         report_path: Also write the Markdown report here (for a KFP Markdown artifact).
@@ -62,15 +79,6 @@ def prepare_dataset(source: str, output_dir: str | os.PathLike, image_size: int 
     Raises:
         DatasetError: A parameter or the source is unusable, or too many images are bad.
     """
-    try:
-        validate(DatasetOptions, {
-            "source": source, "image_size": image_size,
-            "validation_fraction": validation_fraction, "test_fraction": test_fraction,
-            "num_shards": num_shards, "max_bad_fraction": max_bad_fraction,
-            "image_format": image_format}, prefix="dataset",
-            strict=False)
-    except OptionsError as exc:
-        raise DatasetError(str(exc)) from None
     if min_shards < 1:
         raise DatasetError(f"min_shards is {min_shards!r}; expected the number of training "
                            "workers, >= 1")
@@ -79,11 +87,9 @@ def prepare_dataset(source: str, output_dir: str | os.PathLike, image_size: int 
         raise DatasetError(f"output directory {str(out)!r} is not empty")
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    processes = processes or os.cpu_count() or 1
     try:
-        return _prepare(source, out, image_size, validation_fraction, test_fraction, num_shards,
-                        min_shards, max_bad_fraction, processes, builtin_images_per_class,
-                        report_path, stored_format(image_format, source, image_size))
+        return _prepare(options, out, min_shards, processes or os.cpu_count() or 1,
+                        builtin_images_per_class, report_path)
     except BaseException:
         # Nothing half-written stays: the directory was empty (or absent) before.
         if created:
@@ -94,12 +100,14 @@ def prepare_dataset(source: str, output_dir: str | os.PathLike, image_size: int 
         raise
 
 
-def _prepare(source: str, out: Path, image_size: int, validation_fraction: float,
-             test_fraction: float, num_shards: int, min_shards: int, max_bad_fraction: float,
-             processes: int, builtin_images_per_class: int,
-             report_path: str | os.PathLike | None, image_format: str) -> dict[str, Any]:
+def _prepare(options: DatasetOptions, out: Path, min_shards: int, processes: int,
+             builtin_images_per_class: int,
+             report_path: str | os.PathLike | None) -> dict[str, Any]:
     """`prepare_dataset` once its parameters are checked: shards straight into `out` (on
     Vertex, a Cloud Storage FUSE path), the manifest last."""
+    source, image_size, num_shards = options.source, options.image_size, options.num_shards
+    validation_fraction, test_fraction = options.validation_fraction, options.test_fraction
+    image_format = stored_format(options.image_format, source, image_size)
     listing = list_source(source, image_size, builtin_images_per_class)
     by_split = _split(listing, validation_fraction, test_fraction)
     shards = {split: min(num_shards, len(items)) if num_shards else plan_shards(
@@ -107,7 +115,7 @@ def _prepare(source: str, out: Path, image_size: int, validation_fraction: float
         for split, items in by_split.items()}
     done = _write_shards(listing, by_split, shards, out, image_size, processes, image_format)
     total = sum(len(items) for items in by_split.values())
-    _check_skipped(done, total, max_bad_fraction)
+    _check_skipped(done, total, options.max_bad_fraction)
     manifest: dict[str, Any] = {
         "format_version": contract.FORMAT_VERSION,
         "classes": listing.classes,

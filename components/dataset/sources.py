@@ -1,14 +1,23 @@
-"""Dataset sources: what a source holds and a fingerprint of its state, without reading images.
+"""Dataset sources: one class per kind, registered once (`register`, `KINDS`).
 
-Sources (`dataset.source`):
+A kind says which sources it takes (`matches`), what is wrong with one without looking at
+it (`problem`, at config load), what is wrong with it before the pipeline starts
+(`preflight`, cheap: does the folder have classes, is the TFDS dataset on disk), why the
+pipeline on Vertex AI cannot read it (`vertex_problem`), what it holds (`listing`: classes,
+examples and a fingerprint of its state, without reading images) and how an image is read
+in a decoding process (`load`). The kinds here (`dataset.source`):
 
-- a folder with one sub-folder of images per class: a local path, Vertex's `/gcs/` mount,
-  or a `gs://bucket/prefix` read with google-cloud-storage;
+- a folder with one sub-folder of images per class: a local path or Vertex's `/gcs/`
+  mount (`LocalFolder`), or a `gs://bucket/prefix` read with google-cloud-storage
+  (`GcsFolder`);
 - a CSV or JSONL manifest of (image URI, label), the URIs local, relative to the manifest
-  or `gs://`;
-- `tfds://NAME[/SPLIT]`, a TensorFlow Datasets dataset already on disk (optional extra;
-  never downloaded);
-- `builtin://shapes`, drawn by `components.dataset.shapes`.
+  or `gs://` (`Manifest`);
+- `tfds://NAME[/SPLIT]`, a TensorFlow Datasets dataset already on disk (`Tfds`; optional
+  extra; never downloaded);
+- `builtin://shapes`, drawn by `components.dataset.shapes` (`BuiltinShapes`).
+
+Adding a kind is one class and `register(Kind)`; messages list the accepted forms from
+the registry.
 """
 
 from __future__ import annotations
@@ -19,13 +28,16 @@ import hashlib
 import io
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from components.cloud_names import gcs_uri_problem
 from components.dataset.shapes import IDENTITY, SHAPE_CLASSES, draw_identity
 from trainer.errors import InputError, first_line
-from trainer.gcs import read_bytes, split_gcs_uri, storage_client
+from trainer.gcs import mounted_gcs_uri, read_bytes, split_gcs_uri, storage_client
+from trainer.schema import short
 
 BUILTIN_SHAPES = "builtin://shapes"
 TFDS_PREFIX = "tfds://"
@@ -103,9 +115,8 @@ def list_image_folder(source_dir: str | os.PathLike) -> tuple[list[str], list[tu
 def _list_local_folder(source: str) -> SourceListing:
     root = Path(source)
     if not root.is_dir():
-        raise DatasetError(f"dataset source {source!r} is not a directory; expected a folder "
-                           f"with one sub-folder of images per class, a CSV/JSONL manifest, a "
-                           f"gs:// prefix, {TFDS_PREFIX}NAME or {BUILTIN_SHAPES!r}")
+        raise DatasetError(f"dataset source {source!r} is not a directory; expected "
+                           f"{accepted_forms()}")
     names = [p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
     classes = _classes_from(names, f"dataset source {source!r}")
     examples, unknown = [], []
@@ -219,58 +230,13 @@ def _list_manifest(source: str) -> SourceListing:
 
 def _list_tfds(source: str) -> SourceListing:
     name, _, split = source[len(TFDS_PREFIX):].partition("/")
-    try:
-        import tensorflow_datasets as tfds
-    except ImportError:
-        raise DatasetError(f"dataset source {source!r} needs tensorflow-datasets: install the "
-                           "project with the [tfds] extra") from None
-    try:
-        builder = tfds.builder(name)
-        info = builder.info
-        prepared = os.path.isdir(builder.data_dir) and bool(os.listdir(builder.data_dir))
-    except Exception as exc:  # noqa: BLE001 - tfds raises many types for unknown names
-        raise DatasetError(f"TFDS dataset {name!r} cannot be used: {exc}") from None
-    if not prepared:
-        raise DatasetError(f"TFDS dataset {name!r} is not on disk under {builder.data_dir}; "
-                           "prepare it first (this stage never downloads)")
+    info = _tfds_builder(source).info
     classes = list(info.features["label"].names)
     split = split or "train"
     total = info.splits[split].num_examples
     examples = [Example(f"{source}#{i}", f"{name}/{split}/{i}", -1) for i in range(total)]
     fingerprint = f"tfds:{name}:{info.version}:{split}:{total}"
     return SourceListing("tfds", classes, examples, fingerprint)
-
-
-def list_source(source: str, image_size: int = 32,
-                builtin_images_per_class: int = 400) -> SourceListing:
-    """Lists a dataset source without reading its images.
-
-    Args:
-        source: See the module docstring for the accepted forms.
-        image_size: Size the builtin shapes are drawn at.
-        builtin_images_per_class: Images per class of the builtin shapes.
-
-    Returns:
-        The classes, the examples and a fingerprint that changes when the source does.
-
-    Raises:
-        DatasetError: The source is missing or unusable (the message says how).
-    """
-    if not isinstance(source, str) or not source:
-        raise DatasetError(f"dataset source is {source!r}; expected a folder, a manifest, a "
-                           f"gs:// prefix, {TFDS_PREFIX}NAME or {BUILTIN_SHAPES!r}")
-    if source == BUILTIN_SHAPES:
-        return _list_builtin(image_size, builtin_images_per_class)
-    if source.startswith(TFDS_PREFIX):
-        return _list_tfds(source)
-    if source.lower().endswith((".csv", ".jsonl")):
-        return _list_manifest(source)
-    if source.startswith("gs://"):
-        return _list_gcs_folder(source)
-    if "://" in source:
-        raise DatasetError(f"dataset source {source!r} has an unknown scheme; use a local or "
-                           f"/gcs/ path, gs://, {TFDS_PREFIX} or {BUILTIN_SHAPES}")
-    return _list_local_folder(source)
 
 
 def _list_builtin(image_size: int, per_class: int) -> SourceListing:
@@ -297,3 +263,274 @@ def source_fingerprint(source: str, image_size: int = 32,
     """
     return list_source(source, image_size, builtin_images_per_class).fingerprint
 
+
+# --- The kinds of source ---------------------------------------------------------------------
+
+
+class SourceKind:
+    """One kind of dataset source; subclasses set `name` and `form` and implement `matches`
+    and `listing`, and override the other checks where they have something to say.
+
+    Attributes:
+        name: The kind, as manifests record it (`source_kind`).
+        form: How a user writes such a source, for messages.
+        fallback: Tried after every other kind (a plain path).
+    """
+
+    name: ClassVar[str]
+    form: ClassVar[str]
+    fallback: ClassVar[bool] = False
+
+    @classmethod
+    def matches(cls, source: str) -> bool:
+        raise NotImplementedError
+
+    @classmethod
+    def problem(cls, source: str) -> str | None:
+        """Why `source` is malformed, without looking at it (config load); None if not."""
+        return None
+
+    @classmethod
+    def preflight(cls, source: str) -> None:
+        """Raises DatasetError when a cheap look at the source shows it unusable (before the
+        pipeline starts; the message says what, the caller names the source); sources read
+        only where the pipeline runs are not looked at."""
+
+    @classmethod
+    def vertex_problem(cls, source: str) -> str | None:
+        """Why the pipeline on Vertex AI cannot read `source`; None if it can."""
+        return None
+
+    @classmethod
+    def listing(cls, source: str, image_size: int, per_class: int) -> SourceListing:
+        """What the source holds (classes, examples, fingerprint), without reading images."""
+        raise NotImplementedError
+
+    @classmethod
+    def load(cls, ref: str, image_size: int) -> Any:
+        """An example's image, in a decoding process: its encoded bytes, or a PIL image."""
+        return read_bytes(ref)
+
+    @classmethod
+    def bulk_results(cls, order: list[Example], image_size: int,
+                     image_format: str) -> Iterator[Any] | None:
+        """Encoded results read by the kind itself, in its own order; None to decode each
+        example with `load` in the decoding pool."""
+        return None
+
+
+#: The registered kinds, in the order they are tried (fallbacks last).
+KINDS: list[type[SourceKind]] = []
+
+
+def register(kind: type[SourceKind]) -> type[SourceKind]:
+    """Registers a kind of source (usable as a class decorator)."""
+    if kind not in KINDS:
+        KINDS.append(kind)
+    KINDS.sort(key=lambda k: k.fallback)
+    return kind
+
+
+def accepted_forms() -> str:
+    """Every registered kind's form, for messages."""
+    return "; ".join(k.form for k in KINDS)
+
+
+def kind_of(source: str) -> type[SourceKind]:
+    """The kind of `source`.
+
+    Raises:
+        DatasetError: No registered kind takes it.
+    """
+    if isinstance(source, str) and source:
+        for kind in KINDS:
+            if kind.matches(source):
+                return kind
+    raise DatasetError(f"dataset source {short(source)} is of no kind this stage reads; "
+                       f"expected {accepted_forms()}")
+
+
+def kind_named(name: str) -> type[SourceKind]:
+    """The registered kind called `name` (a listing's `kind`)."""
+    return next(k for k in KINDS if k.name == name)
+
+
+def list_source(source: str, image_size: int = 32,
+                builtin_images_per_class: int = 400) -> SourceListing:
+    """Lists a dataset source without reading its images.
+
+    Raises:
+        DatasetError: The source is missing or unusable (the message says how).
+    """
+    kind = kind_of(source)
+    problem = kind.problem(source)
+    if problem:
+        raise DatasetError(f"dataset source {short(source)}: {problem}")
+    return kind.listing(source, image_size, builtin_images_per_class)
+
+
+@register
+class BuiltinShapes(SourceKind):
+    name = "builtin"
+    form = f"{BUILTIN_SHAPES} (drawn here)"
+
+    @classmethod
+    def matches(cls, source: str) -> bool:
+        return source.startswith("builtin://")
+
+    @classmethod
+    def problem(cls, source: str) -> str | None:
+        return None if source == BUILTIN_SHAPES else \
+            f"the only builtin dataset is {BUILTIN_SHAPES}"
+
+    @classmethod
+    def listing(cls, source: str, image_size: int, per_class: int) -> SourceListing:
+        return _list_builtin(image_size, per_class)
+
+    @classmethod
+    def load(cls, ref: str, image_size: int) -> Any:
+        return builtin_image(ref, image_size)  # drawn in the decoding process
+
+
+@register
+class Tfds(SourceKind):
+    name = "tfds"
+    form = f"{TFDS_PREFIX}NAME[/SPLIT] (a TensorFlow Datasets dataset on this machine's disk)"
+
+    @classmethod
+    def matches(cls, source: str) -> bool:
+        return source.startswith(TFDS_PREFIX)
+
+    @classmethod
+    def problem(cls, source: str) -> str | None:
+        return None if re.fullmatch(r"[a-z0-9_]+(:[0-9.]+)?(/[\w\[\]:%+.-]+)?",
+                                    source[len(TFDS_PREFIX):]) \
+            else "expected tfds://NAME or tfds://NAME/SPLIT"
+
+    @classmethod
+    def preflight(cls, source: str) -> None:
+        _tfds_builder(source)
+
+    @classmethod
+    def vertex_problem(cls, source: str) -> str | None:
+        return ("a TensorFlow Datasets dataset on this machine's disk, which the pipeline on "
+                "Vertex AI cannot read: its images hold neither TFDS nor the data; export the "
+                "images to Cloud Storage as class folders or a CSV/JSONL manifest and give its "
+                "gs:// URI (or run it locally: gpu-pipeline run --local)")
+
+    @classmethod
+    def listing(cls, source: str, image_size: int, per_class: int) -> SourceListing:
+        return _list_tfds(source)
+
+    @classmethod
+    def bulk_results(cls, order: list[Example], image_size: int,
+                     image_format: str) -> Iterator[Any] | None:
+        from components.dataset.encode import tfds_results
+
+        return tfds_results(order, image_size, image_format)
+
+
+@register
+class Manifest(SourceKind):
+    name = "manifest"
+    form = "a CSV (image,label) or JSONL manifest: local, /gcs/ or gs://"
+
+    @classmethod
+    def matches(cls, source: str) -> bool:
+        return source.lower().endswith((".csv", ".jsonl"))
+
+    @classmethod
+    def problem(cls, source: str) -> str | None:
+        return gcs_uri_problem(source) if source.startswith("gs://") else None
+
+    @classmethod
+    def preflight(cls, source: str) -> None:
+        if "://" not in source and not mounted_gcs_uri(source) and not Path(source).is_file():
+            raise DatasetError("this manifest does not exist")
+
+    @classmethod
+    def vertex_problem(cls, source: str) -> str | None:
+        return _local_path_problem(source)
+
+    @classmethod
+    def listing(cls, source: str, image_size: int, per_class: int) -> SourceListing:
+        return _list_manifest(source)
+
+
+@register
+class GcsFolder(SourceKind):
+    name = "gcs-folder"
+    form = "gs://BUCKET/PREFIX holding one folder of images per class"
+
+    @classmethod
+    def matches(cls, source: str) -> bool:
+        return source.startswith("gs://")
+
+    @classmethod
+    def problem(cls, source: str) -> str | None:
+        return gcs_uri_problem(source)
+
+    @classmethod
+    def listing(cls, source: str, image_size: int, per_class: int) -> SourceListing:
+        return _list_gcs_folder(source)
+
+
+@register
+class LocalFolder(SourceKind):
+    name = "folder"
+    form = "a folder with one sub-folder of images per class: a local or /gcs/ path"
+    fallback = True
+
+    @classmethod
+    def matches(cls, source: str) -> bool:
+        return "://" not in source
+
+    @classmethod
+    def problem(cls, source: str) -> str | None:
+        return None if source.strip() and "\0" not in source else "expected a path"
+
+    @classmethod
+    def preflight(cls, source: str) -> None:
+        if mounted_gcs_uri(source):  # Vertex's mount: read where the stage runs
+            return
+        root = Path(source)
+        if not root.is_dir():
+            raise DatasetError(f"it is not a directory; expected {accepted_forms()}")
+        _classes_from((p.name for p in root.iterdir()
+                       if p.is_dir() and not p.name.startswith(".")), "it")
+
+    @classmethod
+    def vertex_problem(cls, source: str) -> str | None:
+        return _local_path_problem(source)
+
+    @classmethod
+    def listing(cls, source: str, image_size: int, per_class: int) -> SourceListing:
+        return _list_local_folder(source)
+
+
+def _local_path_problem(source: str) -> str | None:
+    if "://" in source or mounted_gcs_uri(source):
+        return None
+    return ("a path on this machine, which the pipeline on Vertex AI cannot read; copy it to "
+            f"Cloud Storage (gcloud storage cp -r {source} gs://BUCKET/PATH) and give "
+            "gs://BUCKET/PATH")
+
+
+def _tfds_builder(source: str) -> Any:
+    """The TFDS builder of a `tfds://` source, checked to be prepared on disk."""
+    name = source[len(TFDS_PREFIX):].partition("/")[0]
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:
+        raise DatasetError(f"dataset source {source!r} needs tensorflow-datasets: install the "
+                           "project with the [tfds] extra") from None
+    try:
+        builder = tfds.builder(name)
+        prepared = os.path.isdir(builder.data_dir) and bool(os.listdir(builder.data_dir))
+    except Exception as exc:  # noqa: BLE001 - tfds raises many types for unknown names
+        # The first line only: tfds appends every dataset it knows (over 20 KB).
+        raise DatasetError(f"TFDS dataset {name!r} cannot be used: {first_line(exc)}") from None
+    if not prepared:
+        raise DatasetError(f"TFDS dataset {name!r} is not on disk under {builder.data_dir}; "
+                           "prepare it first (this stage never downloads)")
+    return builder

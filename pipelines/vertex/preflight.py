@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from components import images
-from components.dataset.sources import TFDS_PREFIX
+from components.dataset.sources import kind_of
 from pipelines.config import Config
 from trainer.errors import InputError
 from trainer.gcs import mounted_gcs_uri, split_gcs_uri
@@ -27,16 +27,9 @@ def require_vertex_settings(config: Config) -> None:
     problems = [f"{', '.join(missing)} must be set for Vertex AI (in the config file or with "
                 "--project/--pipeline-root/--image-repository)"] if missing else []
     source = config.dataset.source
-    if source.startswith(TFDS_PREFIX):
-        problems.append(f"dataset.source is {source!r}, a TensorFlow Datasets dataset on this "
-                        "machine's disk, which the pipeline on Vertex AI cannot read: its "
-                        "images hold neither TFDS nor the data; export the images to Cloud "
-                        "Storage as class folders or a CSV/JSONL manifest and give its gs:// "
-                        "URI (or run it locally: gpu-pipeline run --local)")
-    elif "://" not in source and not mounted_gcs_uri(source):
-        problems.append(f"dataset.source is {source!r}, a path on this machine, which the "
-                        "pipeline on Vertex AI cannot read; copy it to Cloud Storage (gcloud "
-                        f"storage cp -r {source} gs://BUCKET/PATH) and give gs://BUCKET/PATH")
+    unreadable = kind_of(source).vertex_problem(source)
+    if unreadable:
+        problems.append(f"dataset.source is {source!r}, {unreadable}")
     if problems:
         raise VertexSettingsError("; ".join(problems))
 
