@@ -126,28 +126,19 @@ def _loaded_path(soname: str) -> str:
 
 
 def _check_cuda(report: dict, failures: list[str]) -> None:
-    """The GPU image's CUDA: every library TensorFlow opens, loaded by the soname it asks
-    for through the image's library path, cuDNN's parts, and ptxas on PATH."""
-    import ctypes
-
-    from trainer.gpu_check import CUDA_LIBRARIES, CUDNN_PARTS, DRIVER_LIBRARY
+    """The GPU image's CUDA: every library TensorFlow opens and cuDNN's parts, loaded by the
+    soname TensorFlow asks for through the image's library path (the trainer's own check,
+    `trainer.gpu_check`), and ptxas on PATH."""
+    from trainer.gpu_check import CUDA_LIBRARIES, CUDNN_PARTS, DRIVER_LIBRARY, unloadable_libraries
 
     missing_dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":")
                     if "site-packages" in d and not os.path.isdir(d)]
     if missing_dirs:
         failures.append(f"LD_LIBRARY_PATH names missing directories: {missing_dirs}")
-    loaded = {}
-    for library, (_, soname) in CUDA_LIBRARIES.items():
-        try:
-            ctypes.CDLL(soname, mode=ctypes.RTLD_GLOBAL)
-            loaded[library] = _loaded_path(soname)
-        except OSError as exc:
-            failures.append(f"{library}: {exc}")
-    for soname in CUDNN_PARTS:  # opened by libcudnn.so.9 itself
-        try:
-            ctypes.CDLL(soname)
-        except OSError as exc:
-            failures.append(f"cudnn: {exc}")
+    failed = unloadable_libraries()
+    failures += [f"{name}: {error}" for name, error in failed.items() if name != DRIVER_LIBRARY]
+    loaded = {library: _loaded_path(soname) for library, (_, soname) in CUDA_LIBRARIES.items()
+              if soname not in failed}
     loaded["cudnn parts"] = f"{len(CUDNN_PARTS)} libcudnn_*.so.9 beside libcudnn.so.9"
     report["cuda_libraries"] = loaded
     ptxas = shutil.which("ptxas")
@@ -156,11 +147,8 @@ def _check_cuda(report: dict, failures: list[str]) -> None:
     else:
         version = subprocess.run([ptxas, "--version"], capture_output=True, text=True)
         report["ptxas"] = version.stdout.strip().splitlines()[-1]
-    try:
-        ctypes.CDLL(DRIVER_LIBRARY)
-        report["driver"] = f"{DRIVER_LIBRARY} found"
-    except OSError:
-        report["driver"] = f"{DRIVER_LIBRARY} absent (the driver Vertex AI mounts; none here)"
+    report["driver"] = (f"{DRIVER_LIBRARY} absent (the driver Vertex AI mounts; none here)"
+                        if DRIVER_LIBRARY in failed else f"{DRIVER_LIBRARY} found")
 
 
 def check_inside(key: str) -> dict:

@@ -8,17 +8,18 @@ from typing import Annotated, Literal
 import pydantic
 from pydantic import AfterValidator, Field
 
-from components.dataset.sources import BUILTIN_SHAPES, KINDS, accepted_forms
+from components.dataset.sources import BUILTIN_SHAPES, DatasetError, accepted_forms, kind_of
 from trainer.schema import STRICT
 
 
 def _source(value: str) -> str:
     # The kind's own format check (no I/O): see `components.dataset.sources`.
-    kinds = [k for k in KINDS if k.matches(value)] if value else []
-    if not kinds:
+    try:
+        kind = kind_of(value)
+    except DatasetError:
         scheme = value.split("://", 1)[0] + "://" if "://" in value else value
-        raise ValueError(f"the scheme {scheme} is not read; expected {accepted_forms()}")
-    problem = kinds[0].problem(value)
+        raise ValueError(f"the scheme {scheme} is not read; expected {accepted_forms()}") from None
+    problem = kind.problem(value)
     if problem:
         raise ValueError(problem)
     return value
