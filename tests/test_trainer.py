@@ -1,4 +1,5 @@
-"""Trainer building blocks in one process: models, precision, reports, paths, atomic dirs."""
+"""Trainer building blocks in one process: precision, reports, paths, atomic dirs (the
+models themselves: tests/test_models.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from trainer.commit import (  # noqa: E402
     require_committed,
 )
 from trainer.data import fits_in_cache  # noqa: E402
-from trainer.model import ModelConfigError, build_model  # noqa: E402
+from trainer.model import build_model  # noqa: E402
 
 
 @pytest.fixture
@@ -35,37 +36,6 @@ def test_small_cnn_is_the_default_and_outputs_probabilities():
     probs = model(tf.zeros([2, 32, 32, 3]))
     assert probs.shape == (2, 4)
     assert abs(float(tf.reduce_sum(probs[0])) - 1.0) < 1e-5
-
-
-def test_resnet50_random_weights_from_a_file_and_frozen_base(tmp_path):
-    keras.utils.set_random_seed(1)
-    donor = keras.applications.ResNet50(include_top=False, weights=None,
-                                        input_shape=(32, 32, 3))
-    weights = tmp_path / "resnet50_notop.h5"
-    donor.save_weights(str(weights))
-
-    random = build_model(keras, "resnet50", 32, 4, 0.001)
-    loaded = build_model(keras, "resnet50", 32, 4, 0.001, weights=str(weights),
-                         freeze_base=True)
-    base = loaded.get_layer("resnet50")
-    assert not base.trainable
-    for got, want in zip(base.get_weights(), donor.get_weights(), strict=True):
-        assert (got == want).all()
-    # Only the new head trains in transfer learning.
-    head = {w.name for w in loaded.trainable_weights}
-    assert head and all("resnet50" not in n and "conv" not in n for n in head)
-    assert len(random.trainable_weights) > len(loaded.trainable_weights)
-
-
-def test_model_option_errors(tmp_path):
-    with pytest.raises(ModelConfigError, match="valid models are cnn, resnet50"):
-        build_model(keras, "vgg", 32, 4, 0.1)
-    with pytest.raises(ModelConfigError, match="apply to --model resnet50 only"):
-        build_model(keras, "cnn", 32, 4, 0.1, freeze_base=True)
-    with pytest.raises(ModelConfigError, match="does not exist"):
-        build_model(keras, "resnet50", 32, 4, 0.1, weights=str(tmp_path / "none.h5"))
-    with pytest.raises(ModelConfigError, match="at least 32x32"):
-        build_model(keras, "resnet50", 16, 4, 0.1)
 
 
 def test_mixed_precision_keeps_the_output_in_float32(float32_policy):

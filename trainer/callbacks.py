@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 from typing import Any
 
 import tf_keras as keras
@@ -23,15 +24,19 @@ log = logging.getLogger("trainer")
 class EpochLog(keras.callbacks.Callback):
     """Logs each completed epoch and, on the chief, keeps the history across restarts.
 
+    One instance follows every phase of the run.
+
     Attributes:
-        first_epoch: The epoch `fit` started at (after a restart, the one after the last
-            backed-up epoch); None before `fit` starts.
+        first_epoch: The first epoch this process ran (after a restart, the one after the
+            last backed-up epoch); None before one starts.
+        epochs_run: Epochs this process completed.
     """
 
     def __init__(self, plan: Any):
         super().__init__()
         self.plan = plan
         self.first_epoch: int | None = None
+        self.epochs_run = 0
 
     def on_epoch_begin(self, epoch, logs=None):
         if self.first_epoch is None:
@@ -42,16 +47,17 @@ class EpochLog(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
+        self.epochs_run += 1
         log.info("epoch %d/%d: loss %.4f accuracy %.4f val_loss %.4f val_accuracy %.4f",
-                 epoch + 1, self.plan.options.epochs, logs.get("loss", float("nan")),
+                 epoch + 1, self.plan.options.total_epochs, logs.get("loss", float("nan")),
                  logs.get("accuracy", float("nan")), logs.get("val_loss", float("nan")),
                  logs.get("val_accuracy", float("nan")))
         if self.plan.info.is_chief:
             report_lib.record_epoch(self.plan.where.job_dir, epoch, logs)
 
     def resumed_from(self) -> int:
-        """The epoch training resumed from (all of them when `fit` ran none)."""
-        return self.plan.options.epochs if self.first_epoch is None else self.first_epoch
+        """The epoch training resumed from (all of them when no epoch ran)."""
+        return self.plan.options.total_epochs if self.first_epoch is None else self.first_epoch
 
 
 class PruneCheckpoints(keras.callbacks.Callback):
@@ -88,26 +94,46 @@ class RecordEvaluation(keras.callbacks.Callback):
             f"{k} {v:.4f}" for k, v in (logs or {}).items()))
 
 
-def for_training(plan: Any, progress: EpochLog) -> list[Any]:
-    """The callbacks of `fit`: the restart backup first (an epoch's backup exists before
-    anything reports the epoch as done), weights after every epoch as `ckpt-<epoch>` (what
-    the sidecar evaluator reads), the progress log, and on the chief TensorBoard and the
-    evaluator's plan."""
+def for_phase(plan: Any, phase: Any, progress: EpochLog) -> list[Any]:
+    """The callbacks of a phase's `fit`: the phase's restart backup first (an epoch's
+    backup exists before anything reports the epoch as done), weights after every epoch
+    as `ckpt-<epoch>` (what the sidecar evaluator reads), the progress log, early stopping
+    when asked for, and on the chief TensorBoard and the evaluator's plan.
+
+    A phase followed by another keeps its backup when it ends: a restarted job restores
+    it as finished and goes on with the next phase, whose own backup holds its progress.
+    """
     where = plan.where
     epochs_dir = os.path.join(where.checkpoint_dir, EPOCHS_DIR)
     callbacks = [
-        keras.callbacks.BackupAndRestore(backup_dir=os.path.join(where.checkpoint_dir,
-                                                                 "backup")),
+        keras.callbacks.BackupAndRestore(
+            backup_dir=os.path.join(where.checkpoint_dir, phase.backup),
+            delete_checkpoint=not phase.keep_backup),
         keras.callbacks.ModelCheckpoint(os.path.join(epochs_dir, "ckpt-{epoch}"),
                                         save_weights_only=True),
         progress,
     ]
+    if plan.options.early_stopping_patience:
+        # Validation metrics are the cluster's on every worker, so all stop together.
+        callbacks.append(keras.callbacks.EarlyStopping(
+            monitor="val_accuracy", mode="max", restore_best_weights=True,
+            patience=plan.options.early_stopping_patience))
     if plan.info.is_chief:
         os.makedirs(epochs_dir, exist_ok=True)
         files.write_json(os.path.join(epochs_dir, PLAN_FILE), {
-            "epochs": plan.options.epochs, "steps_per_epoch": plan.steps_per_epoch})
+            "epochs": plan.options.total_epochs, "steps_per_epoch": plan.steps_per_epoch})
         callbacks.insert(2, PruneCheckpoints(epochs_dir))
         if plan.strategy != "parameter_server":  # not supported under that strategy
             callbacks.append(keras.callbacks.TensorBoard(log_dir=where.tensorboard_dir,
                                                          write_graph=False, profile_batch=0))
     return callbacks
+
+
+def drop_kept_backups(plan: Any) -> None:
+    """After the last phase, the chief removes the backups earlier phases kept for a
+    restart (a later run with the same checkpoint directory must not find them)."""
+    if plan.info.is_chief:
+        for phase in plan.phases:
+            if phase.keep_backup:
+                shutil.rmtree(os.path.join(plan.where.checkpoint_dir, phase.backup),
+                              ignore_errors=True)

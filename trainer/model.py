@@ -1,13 +1,18 @@
-"""Model definitions of the trainer (tf-keras; see trainer.task for why not Keras 3)."""
+"""The trainer's models (tf-keras; see trainer.task for why not Keras 3): a small CNN, the
+pretrained backbones of `trainer.backbones` under a new head, or a user's own model
+(`trainer.user_model`); compiled here, and re-compiled for fine-tuning."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from trainer.backbones import BACKBONES, MIN_IMAGE_SIZE, base_of, build_base, preprocess
+from trainer.backbones import unfreeze_top as _unfreeze_top
 from trainer.errors import InputError
+from trainer.user_model import build_user_model, is_reference
 
-MODELS = ("cnn", "resnet50")
+#: The built-in models: `cnn`, then the backbones.
+MODELS = ("cnn", *BACKBONES)
 
 
 class ModelConfigError(InputError):
@@ -19,6 +24,9 @@ class ModelConfigError(InputError):
 #: dtype): the conversion runs on the accelerator, inside the training step, and a quarter
 #: of the bytes cross to it (benchmarks/input_pipeline.py).
 PIXEL_MAX = 255.0
+
+#: Dropout before the new head's classifier, as in the Keras transfer-learning guide.
+HEAD_DROPOUT = 0.2
 
 
 def _cnn_body(keras: Any, inputs: Any) -> Any:
@@ -33,72 +41,119 @@ def _cnn_body(keras: Any, inputs: Any) -> Any:
     return layers.Dense(64, activation="relu")(x)
 
 
-def _resnet50_body(keras: Any, inputs: Any, weights: str | None, freeze_base: bool) -> Any:
-    # ResNet50 expects 0..255 BGR with ImageNet means removed ("caffe" preprocessing).
-    x = keras.layers.Lambda(keras.applications.resnet50.preprocess_input, name="caffe")(inputs)
-    # weights=None: nothing is downloaded; pretrained weights come from a file.
-    base = keras.applications.ResNet50(include_top=False, weights=None,
-                                       input_shape=tuple(inputs.shape[1:]))
-    if weights:
-        if not os.path.exists(weights):
-            raise ModelConfigError(f"--weights {weights!r} does not exist; give a ResNet50 "
-                                   "(include_top=False) weights file, or no --weights for "
-                                   "random initialisation")
-        base.load_weights(weights)
+def _backbone_body(keras: Any, name: str, inputs: Any, weights: str | None,
+                   freeze_base: bool) -> Any:
+    backbone = BACKBONES[name]
+    size = int(inputs.shape[1])
+    base = build_base(keras, backbone, size, weights)
     if freeze_base:
         base.trainable = False
-    # training=False keeps a frozen base's batch norm in inference mode (transfer learning).
+    x = preprocess(keras, backbone, inputs)
+    # training=False keeps a frozen base's batch norm in inference mode, in phase 1 and
+    # after it is unfrozen for fine-tuning (the Keras transfer-learning guide).
     x = base(x, training=False if freeze_base else None)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    return keras.layers.Dense(256, activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    return keras.layers.Dropout(HEAD_DROPOUT, name="head_dropout")(x)
 
 
-def build_model(keras: Any, name: str, image_size: int, num_classes: int, learning_rate: float,
-                *, weights: str | None = None, freeze_base: bool = False,
-                jit_compile: bool = False) -> Any:
+def build_model(keras: Any, name: str, image_size: int, num_classes: int,
+                learning_rate: Any, *, weights: str | None = None, freeze_base: bool = False,
+                jit_compile: bool = False, user_code: str = "") -> Any:
     """Builds and compiles a classifier of images with pixel values in [0, 255] (`PIXEL_MAX`:
     uint8 batches, or floats).
 
     Args:
         keras: The tf_keras module.
-        name: `cnn` (small CNN, the default) or `resnet50` (keras.applications).
+        name: `cnn` (the default), a backbone of `trainer.backbones.BACKBONES`, or a user's
+            `package.module:function` (`trainer.user_model`).
         image_size: Input width and height.
         num_classes: Number of output classes.
-        learning_rate: Adam learning rate.
-        weights: For resnet50, a weights file of the base (include_top=False).
-        freeze_base: For resnet50, train only the new head (transfer learning).
+        learning_rate: Adam learning rate, or a schedule (`trainer.schedule`).
+        weights: A backbone's weights (`imagenet` or a local file without the top), or
+            what a user's function gets as `weights`.
+        freeze_base: For backbones, train only the new head (phase 1 of transfer learning).
         jit_compile: Compile the training step with XLA.
+        user_code: Directory put first on the import path for a user's model.
 
     Returns:
-        The compiled tf_keras model. Under a mixed-precision policy the output layer stays
-        float32, so the softmax and the loss are computed in full precision.
+        The compiled tf_keras model, with the input `image` and the output
+        `probabilities`. Under a mixed-precision policy the output stays float32, so the
+        softmax and the loss are computed in full precision.
 
     Raises:
         ModelConfigError: Unknown model, or options it does not take.
+        trainer.backbones.WeightsError: Weights that cannot be fetched or loaded.
+        trainer.user_model.UserModelError: A user model that breaks the contract.
     """
-    if name not in MODELS:
-        raise ModelConfigError(f"--model is {name!r}; valid models are {', '.join(MODELS)}")
+    user = is_reference(name)
+    if name not in MODELS and not user:
+        raise ModelConfigError(f"--model is {name!r}; valid models are {', '.join(MODELS)}, "
+                               "or package.module:function for your own")
     if name == "cnn" and (weights or freeze_base):
-        raise ModelConfigError("--weights and --freeze-base apply to --model resnet50 only")
-    if name == "resnet50" and image_size < 32:
-        raise ModelConfigError(f"ResNet50 needs images of at least 32x32; the dataset has "
-                               f"{image_size}x{image_size}")
+        raise ModelConfigError("--weights and --freeze-base apply to the pretrained backbones "
+                               f"({', '.join(BACKBONES)}), not to cnn")
+    if name in BACKBONES and image_size < MIN_IMAGE_SIZE:
+        raise ModelConfigError(f"{name} needs images of at least {MIN_IMAGE_SIZE}x"
+                               f"{MIN_IMAGE_SIZE}; the dataset has {image_size}x{image_size}")
     inputs = keras.Input(shape=(image_size, image_size, 3), name="image")
-    features = (_cnn_body(keras, inputs) if name == "cnn"
-                else _resnet50_body(keras, inputs, weights, freeze_base))
-    outputs = keras.layers.Dense(num_classes, activation="softmax", dtype="float32",
-                                 name="probabilities")(features)
-    model = keras.Model(inputs, outputs, name=name)
-    model.compile(optimizer=keras.optimizers.Adam(learning_rate),
-                  loss="sparse_categorical_crossentropy", metrics=["accuracy"],
-                  jit_compile=jit_compile)
+    if user:
+        own = build_user_model(keras, name, image_size=image_size, num_classes=num_classes,
+                               weights=weights or "", user_code=user_code)
+        # The user's probabilities, as float32 under mixed precision, named as ours are.
+        outputs = keras.layers.Activation("linear", dtype="float32",
+                                          name="probabilities")(own(inputs))
+        model = keras.Model(inputs, outputs, name="user_model")
+    else:
+        features = (_cnn_body(keras, inputs) if name == "cnn" else
+                    _backbone_body(keras, name, inputs, weights, freeze_base))
+        outputs = keras.layers.Dense(num_classes, activation="softmax", dtype="float32",
+                                     name="probabilities")(features)
+        model = keras.Model(inputs, outputs, name=name)
+    compile_model(keras, model, learning_rate, jit_compile=jit_compile)
     return model
 
 
-def model_for(keras: Any, plan: Any) -> Any:
-    """The compiled model of a run plan (`trainer.plan.RunPlan`); call it inside the
-    strategy's scope."""
+def compile_model(keras: Any, model: Any, learning_rate: Any, *, jit_compile: bool) -> None:
+    """(Re-)compiles with Adam at `learning_rate` (a number or a schedule)."""
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate),
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                  jit_compile=jit_compile)
+
+
+def unfreeze_for_fine_tuning(keras: Any, model: Any, fraction: float, learning_rate: Any, *,
+                             jit_compile: bool) -> int:
+    """Phase 2: unfreezes the top `fraction` of the backbone and re-compiles at the
+    fine-tuning learning rate; the optimizer's step count carries on from phase 1 (the
+    sidecar evaluator and TensorBoard count epochs from it). Call it inside the
+    strategy's scope.
+
+    Returns:
+        The backbone's layers with weights that phase 2 trains.
+    """
+    steps_done = int(model.optimizer.iterations.numpy())
+    unfrozen = _unfreeze_top(keras, base_of(keras, model), fraction)
+    compile_model(keras, model, learning_rate, jit_compile=jit_compile)
+    model.optimizer.iterations.assign(steps_done)
+    return unfrozen
+
+
+def model_for(keras: Any, plan: Any, *, pretrained: bool = True) -> Any:
+    """The compiled model of a run plan (`trainer.plan.RunPlan`) for its first phase; call
+    it inside the strategy's scope.
+
+    Args:
+        keras: The tf_keras module.
+        plan: The run plan.
+        pretrained: Load a backbone's `training.weights` (False where checkpoints replace
+            them at once: the sidecar evaluator).
+    """
+    from trainer.schedule import learning_rate
+    from trainer.weights import local_weights
+
     opts = plan.options
-    return build_model(keras, opts.model, plan.image_size, len(plan.classes),
-                       opts.learning_rate, weights=opts.weights or None,
-                       freeze_base=opts.freeze_base, jit_compile=plan.xla)
+    wanted = opts.weights if pretrained or is_reference(opts.model) else ""
+    with local_weights(wanted) as weights:
+        return build_model(keras, opts.model, plan.image_size, len(plan.classes),
+                           learning_rate(plan.phases[0]), weights=weights,
+                           freeze_base=plan.freeze_base, jit_compile=plan.xla,
+                           user_code=opts.user_code)

@@ -8,14 +8,27 @@ Adding an option is one field here plus its use in the trainer: the config file'
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import pydantic
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
+from trainer.backbones import BACKBONES, IMAGENET
 from trainer.cluster import STRATEGIES
 from trainer.model import MODELS
 from trainer.schema import STRICT, Switch
+from trainer.user_model import is_reference
+
+
+def _model_name(value: str) -> str:
+    if value not in MODELS and not is_reference(value):
+        raise ValueError(f"expected one of {', '.join(MODELS)}, or package.module:function "
+                         "naming your own model's function")
+    return value
+
+
+#: A built-in model's name, or `package.module:function` (`trainer.user_model`).
+ModelName = Annotated[str, AfterValidator(_model_name)]
 
 
 class TrainingOptions(pydantic.BaseModel):
@@ -26,12 +39,38 @@ class TrainingOptions(pydantic.BaseModel):
     epochs: int = Field(10, ge=1, le=10000, description="Passes over the training split.")
     batch_size: int = Field(32, ge=1, le=65536, description=(
         "Examples per replica and step; the global batch is this times the replicas in sync."))
-    learning_rate: float = Field(0.003, gt=0, le=10, description="Adam learning rate.")
-    model: Literal[MODELS] = Field("cnn", description=(
-        "cnn (a small CNN) or resnet50 (keras.applications, nothing downloaded)."))
+    learning_rate: float = Field(0.003, gt=0, le=10, description=(
+        "Adam learning rate (of phase 1, per replica's batch when scale_learning_rate)."))
+    scale_learning_rate: bool = Field(False, description=(
+        "Linear scaling rule: multiply the learning rates by the replicas in sync (the "
+        "global batch over batch_size)."))
+    warmup_epochs: int = Field(0, ge=0, le=1000, description=(
+        "Epochs of linear learning-rate warm-up at the start of phase 1."))
+    cosine_decay: bool = Field(False, description=(
+        "Decay each phase's learning rate to 0 along a half cosine (after the warm-up)."))
+    model: ModelName = Field("cnn", description=(
+        f"cnn (a small CNN), a pretrained backbone ({', '.join(BACKBONES)}), or "
+        "package.module:function returning your own tf.keras model."))
     weights: str = Field("", description=(
-        "resnet50: weights file of the base (include_top=False); empty for random weights."))
-    freeze_base: bool = Field(False, description="resnet50: train only the new head.")
+        f"Backbones: {IMAGENET} (fetched by Keras) or a weights file of the base "
+        "(include_top=False; local, gs:// or /gcs/); empty for random weights. Your own "
+        "model gets it as its weights argument."))
+    freeze_base: bool = Field(False, description=(
+        "Backbones: train only the new head (phase 1; always so before fine-tuning)."))
+    fine_tune_epochs: int = Field(0, ge=0, le=10000, description=(
+        "Backbones: epochs of phase 2 after phase 1 (epochs), with the top of the base "
+        "unfrozen; 0: no phase 2."))
+    fine_tune_learning_rate: float = Field(1e-5, gt=0, le=10, description=(
+        "Adam learning rate of phase 2 (scaled like learning_rate)."))
+    fine_tune_fraction: float = Field(1.0, gt=0, le=1, description=(
+        "Share of the base's layers, from the top, that phase 2 trains (batch "
+        "normalization stays frozen)."))
+    early_stopping_patience: int = Field(0, ge=0, le=10000, description=(
+        "Stop a phase after this many epochs without a better val_accuracy, keeping the "
+        "best epoch's weights; 0: off."))
+    user_code: str = Field("", description=(
+        "Directory holding your model's package (model: package.module:function): first on "
+        "the import path, and packed into the image built for Vertex AI."))
     mixed_precision: Switch = Field("auto", description=(
         "mixed_float16 compute; auto: on with GPUs, off on CPU."))
     xla: Switch = Field("auto", description=(
@@ -47,3 +86,32 @@ class TrainingOptions(pydantic.BaseModel):
     strategy: Literal[STRATEGIES] = Field("auto", description=(
         "auto: ParameterServerStrategy when the cluster has parameter servers, else "
         "MultiWorkerMirroredStrategy on several machines."))
+
+    @property
+    def total_epochs(self) -> int:
+        """Epochs of both phases."""
+        return self.epochs + self.fine_tune_epochs
+
+    def problems(self) -> list[str]:
+        """Rules between the model and its options."""
+        found = []
+        backbones = ", ".join(BACKBONES)
+        own = is_reference(self.model)
+        if self.model not in BACKBONES:
+            for name, value, default in (("freeze_base", self.freeze_base, False),
+                                         ("fine_tune_epochs", self.fine_tune_epochs, 0)):
+                if value != default:
+                    found.append(f"{name} is {str(value).lower()}; it applies to the "
+                                 f"pretrained backbones ({backbones}), not to model "
+                                 f"{self.model!r}" + (" (freeze layers in your function)"
+                                                      if own else ""))
+        if self.model == "cnn" and self.weights:
+            found.append(f"weights is {self.weights!r}; model cnn takes none (use a backbone: "
+                         f"{backbones})")
+        if self.user_code and not own:
+            found.append(f"user_code is {self.user_code!r}, but model is {self.model!r}, a "
+                         "built-in model; name your function as package.module:function")
+        if self.warmup_epochs and self.warmup_epochs >= self.epochs:
+            found.append(f"warmup_epochs is {self.warmup_epochs}; expected fewer than epochs "
+                         f"({self.epochs}), the epochs of phase 1")
+        return found

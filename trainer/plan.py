@@ -36,6 +36,40 @@ class Locations:
 
 
 @dataclasses.dataclass(frozen=True)
+class Phase:
+    """One `fit` of a run: phase 1 trains (the head only, for a frozen backbone); phase 2
+    fine-tunes the unfrozen top of the backbone at a lower learning rate.
+
+    Epochs and steps count on across phases (phase 2's first epoch follows phase 1's
+    last), so checkpoints, logs and the learning-rate schedule have one timeline.
+
+    Attributes:
+        name: `train` or `fine_tune`.
+        first_epoch: Epochs done before the phase (`fit`'s initial_epoch).
+        end_epoch: Epochs done after it (`fit`'s epochs).
+        learning_rate: Its peak learning rate, after the linear scaling rule.
+        start_step: The optimizer step it starts at.
+        steps: Its steps.
+        warmup_steps: Steps of linear warm-up at its start.
+        cosine: Cosine decay after the warm-up.
+        backup: Its BackupAndRestore directory, under the checkpoint directory.
+        keep_backup: Keep the backup when the phase ends: after a restart, the phase is
+            restored as finished (no epoch runs again) and the next one resumes.
+    """
+
+    name: str
+    first_epoch: int
+    end_epoch: int
+    learning_rate: float
+    start_step: int
+    steps: int
+    warmup_steps: int
+    cosine: bool
+    backup: str
+    keep_backup: bool
+
+
+@dataclasses.dataclass(frozen=True)
 class RunPlan:
     """What one replica does, decided once.
 
@@ -97,6 +131,32 @@ class RunPlan:
     def validation_steps(self) -> int:
         return max(1, self.count("validation") // self.global_batch)
 
+    @property
+    def learning_rate_scale(self) -> int:
+        """The linear scaling rule's factor: the global batch over one replica's batch."""
+        return self.replicas if self.options.scale_learning_rate else 1
+
+    @property
+    def phases(self) -> tuple[Phase, ...]:
+        """The run's `fit`s: training, then fine-tuning when it has epochs."""
+        opts, steps = self.options, self.steps_per_epoch
+        train = Phase(
+            "train", 0, opts.epochs, opts.learning_rate * self.learning_rate_scale, 0,
+            opts.epochs * steps, opts.warmup_epochs * steps, opts.cosine_decay, "backup",
+            keep_backup=opts.fine_tune_epochs > 0)
+        if not opts.fine_tune_epochs:
+            return (train,)
+        return train, Phase(
+            "fine_tune", opts.epochs, opts.total_epochs,
+            opts.fine_tune_learning_rate * self.learning_rate_scale, opts.epochs * steps,
+            opts.fine_tune_epochs * steps, 0, opts.cosine_decay, "backup-fine-tune",
+            keep_backup=False)
+
+    @property
+    def freeze_base(self) -> bool:
+        """Phase 1 trains only the head: asked for, or before fine-tuning."""
+        return self.options.freeze_base or self.options.fine_tune_epochs > 0
+
     def input_spec(self, split: str, *, training: bool = True) -> InputSpec:
         """How `split` is read: the global batch, shuffled and repeated for `fit` (its
         steps are counted), augmented for the training split only."""
@@ -112,7 +172,9 @@ class RunPlan:
         return (f"{self.count('train')} train / {self.count('validation')} validation "
                 f"examples, {len(self.classes)} classes, {self.image_format}; global batch "
                 f"{self.global_batch} ({self.options.batch_size} per replica x "
-                f"{self.replicas}), {self.steps_per_epoch} steps per epoch; cache "
+                f"{self.replicas}), {self.steps_per_epoch} steps per epoch; "
+                + "; ".join(f"{p.name} epochs {p.first_epoch + 1}-{p.end_epoch} at learning "
+                            f"rate {p.learning_rate:g}" for p in self.phases) + "; cache "
                 f"{self.cache}, augment {self.augment}, mixed precision "
                 f"{self.mixed_precision}, XLA {self.xla}"
                 + (f"; {self.threads} core(s) of a local cluster" if self.threads else ""))
@@ -153,18 +215,20 @@ def make_plan(options: TrainingOptions, info: ClusterInfo, strategy: str, where:
                    xla=decide(options.xla, gpus), cache=cache, augment=augment)
 
 
-def report(plan: RunPlan, *, resumed_from_epoch: int, seconds: float,
+def report(plan: RunPlan, *, resumed_from_epoch: int, epochs_run: int, seconds: float,
            weights_sha256: str) -> dict[str, Any]:
-    """The training report of a finished `fit` (`trainer.report`)."""
+    """The training report of the finished phases (`trainer.report`)."""
     opts = plan.options
-    epochs_run = opts.epochs - resumed_from_epoch
     return {
         "task": plan.info.name, "strategy": plan.strategy,
         "num_workers": plan.info.num_workers,
         "parameter_servers": plan.info.layout.parameter_servers,
         "replicas_in_sync": plan.replicas, "global_batch_size": plan.global_batch,
         "per_replica_batch_size": opts.batch_size, "model": opts.model,
-        "epochs": opts.epochs, "resumed_from_epoch": resumed_from_epoch,
+        "epochs": opts.total_epochs, "epochs_run": epochs_run,
+        "resumed_from_epoch": resumed_from_epoch,
+        "phases": [{"name": p.name, "epochs": p.end_epoch - p.first_epoch,
+                    "learning_rate": p.learning_rate} for p in plan.phases],
         "steps_per_epoch": plan.steps_per_epoch, "mixed_precision": plan.mixed_precision,
         "xla": plan.xla, "cache": plan.cache, "train_seconds": round(seconds, 3),
         "examples_per_second": round(plan.steps_per_epoch * epochs_run * plan.global_batch

@@ -142,7 +142,8 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name
 
     from trainer import callbacks
     from trainer.data import build_inputs
-    from trainer.model import model_for
+    from trainer.model import model_for, unfreeze_for_fine_tuning
+    from trainer.schedule import learning_rate
 
     plan = make_plan(args.options, info, strategy_name, _locations(args, environ), environ,
                      gpus=len(tf.config.list_physical_devices("GPU")),
@@ -154,20 +155,30 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name
     train_input, validation_input = (build_inputs(tf, keras, plan, s) for s in SPLITS)
     with strategy.scope():
         model = model_for(keras, plan)
-    if plan.strategy == "multi_worker_mirrored":
-        from trainer.step_logs import keep_step_logs_local
-
-        keep_step_logs_local(tf, model)  # the epoch logs stay the cluster's
     progress = callbacks.EpochLog(plan)
     started = time.monotonic()
-    model.fit(train_input, epochs=plan.options.epochs, steps_per_epoch=plan.steps_per_epoch,
-              validation_data=validation_input, validation_steps=plan.validation_steps,
-              callbacks=callbacks.for_training(plan, progress), verbose=0)
+    for phase in plan.phases:
+        if phase.name == "fine_tune":
+            with strategy.scope():
+                unfrozen = unfreeze_for_fine_tuning(
+                    keras, model, plan.options.fine_tune_fraction, learning_rate(phase),
+                    jit_compile=plan.xla)
+            log.info("fine-tuning: %d layer(s) of the backbone unfrozen, learning rate %g",
+                     unfrozen, phase.learning_rate)
+        if plan.strategy == "multi_worker_mirrored":
+            from trainer.step_logs import keep_step_logs_local
+
+            keep_step_logs_local(tf, model)  # the epoch logs stay the cluster's
+        model.fit(train_input, initial_epoch=phase.first_epoch, epochs=phase.end_epoch,
+                  steps_per_epoch=plan.steps_per_epoch, validation_data=validation_input,
+                  validation_steps=plan.validation_steps,
+                  callbacks=callbacks.for_phase(plan, phase, progress), verbose=0)
+    callbacks.drop_kept_backups(plan)
     report = plan_report(plan, resumed_from_epoch=progress.resumed_from(),
-                         seconds=time.monotonic() - started,
+                         epochs_run=progress.epochs_run, seconds=time.monotonic() - started,
                          weights_sha256=weights_digest(model))
     log.info("trained %d epoch(s) in %.1f s; weights digest %s",
-             plan.options.epochs - report["resumed_from_epoch"], report["train_seconds"],
+             report["epochs_run"], report["train_seconds"],
              report["weights_sha256"])
     _export(tf, model, plan, report)
     return report
@@ -192,7 +203,8 @@ def _export(tf: Any, model: Any, plan: RunPlan, report: dict[str, Any]) -> None:
         return measured
 
     training = {k: report[k] for k in ("model", "strategy", "num_workers", "parameter_servers",
-                                       "replicas_in_sync", "global_batch_size", "epochs")}
+                                       "replicas_in_sync", "global_batch_size", "epochs",
+                                       "phases")}
     saved = save_model(tf, model, plan.where.model_dir, is_chief=plan.info.is_chief,
                        image_size=plan.image_size, class_names=plan.classes,
                        evaluate=evaluate_staged, extra_metadata={"training": training})
@@ -215,7 +227,7 @@ def evaluate_beside(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
                      gpus=len(tf.config.list_physical_devices("GPU")), replicas=1)
     if plan.mixed_precision:
         keras.mixed_precision.set_global_policy("mixed_float16")
-    model = model_for(keras, plan)
+    model = model_for(keras, plan, pretrained=False)  # each checkpoint replaces the weights
     spec = dataclasses.replace(plan.input_spec("validation"), training=False, cache=False,
                                num_workers=1)
     where = plan.where

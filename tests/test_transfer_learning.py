@@ -1,0 +1,136 @@
+"""Transfer learning on real local clusters: a backbone from a weights file trains its head
+(phase 1), then fine-tunes the top of its base (phase 2); a job killed in phase 2 resumes
+there without repeating phase 1, under MultiWorkerMirroredStrategy, and both phases run
+under ParameterServerStrategy."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from components.training.local_cluster import cluster_environments
+from trainer.cluster import Layout
+from trainer.commit import require_committed
+from trainer.serving_container import METADATA_FILE
+
+pytestmark = pytest.mark.slow
+EPOCH_LINE = re.compile(r"\[trainer chief:0\] epoch (\d+)/(\d+):")
+PHASE_1, PHASE_2 = 2, 3
+WEIGHTS_SCRIPT = """
+import os, sys
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import tf_keras as keras
+keras.utils.set_random_seed(3)
+keras.applications.MobileNetV3Small(include_top=False, weights=None,
+                                    input_shape=(32, 32, 3)).save_weights(sys.argv[1])
+"""
+
+
+@pytest.fixture(scope="module")
+def weights_file(tmp_path_factory):
+    """A weights file of MobileNetV3Small without its top, as a user would bring one."""
+    path = tmp_path_factory.mktemp("weights") / "mobilenet_v3_small_notop.h5"
+    subprocess.run([sys.executable, "-c", WEIGHTS_SCRIPT, str(path)], check=True,
+                   capture_output=True)
+    return path
+
+
+def start(layout, args):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+    return [subprocess.Popen([sys.executable, "-m", "trainer.task", *args], env=e,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for _, e in cluster_environments(layout, env)]
+
+
+def finish(procs):
+    logs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * len(procs), "\n".join(
+        log[-3000:] for log in logs)
+    return logs
+
+
+def two_phase_args(job, data, weights):
+    return ["--job-dir", str(job), "--data-dir", str(data), "--model", "mobilenet_v3_small",
+            "--weights", str(weights), "--epochs", str(PHASE_1), "--fine-tune-epochs",
+            str(PHASE_2), "--fine-tune-fraction", "0.5", "--batch-size", "8",
+            "--warmup-epochs", "1", "--cosine-decay", "--scale-learning-rate"]
+
+
+def test_both_phases_survive_a_restart_in_phase_2_on_two_workers(small_dataset, tmp_path,
+                                                                 weights_file):
+    job = tmp_path / "job"
+    args = two_phase_args(job, small_dataset, weights_file)
+    chief, worker = start(Layout(workers=1), args)
+    first = []
+    deadline = time.monotonic() + 400
+    for line in chief.stdout:  # killed once the first fine-tuning epoch is done
+        first.append(line)
+        match = EPOCH_LINE.search(line)
+        if match and int(match.group(1)) > PHASE_1:
+            worker.send_signal(signal.SIGKILL)
+            break
+        assert time.monotonic() < deadline, "".join(first)
+    worker.wait()
+    chief.send_signal(signal.SIGKILL)
+    first.extend(chief.stdout.read().splitlines(keepends=True))
+    chief.wait()
+    log = "".join(first)
+    assert "learning rate 0.006" in log  # 0.003 x 2 replicas: the linear scaling rule
+    assert "fine-tuning: " in log and "learning rate 2e-05" in log
+    done_first = [int(m.group(1)) for m in map(EPOCH_LINE.search, first) if m]
+    assert done_first[:PHASE_1 + 1] == [1, 2, 3] and max(done_first) < PHASE_1 + PHASE_2
+    assert (job / "checkpoints" / "backup").is_dir()  # phase 1's, kept for a restart
+
+    chief_log, _ = finish(start(Layout(workers=1), args))
+    done = [int(n) for n, _ in EPOCH_LINE.findall(chief_log)]
+    assert done and done[0] > max(done_first), (done_first, chief_log[-3000:])
+    assert done == list(range(done[0], PHASE_1 + PHASE_2 + 1))  # phase 1 not run again
+    assert f"resumed from the backup: epochs 1-{done[0] - 1} are done" in chief_log
+    assert "fine-tuning: " in chief_log
+
+    report = json.loads((job / "training_report.json").read_text())
+    assert [h["epoch"] for h in report["history"]] == list(range(PHASE_1 + PHASE_2))
+    assert report["epochs"] == PHASE_1 + PHASE_2 and report["model"] == "mobilenet_v3_small"
+    assert [(p["name"], p["epochs"]) for p in report["phases"]] == [
+        ("train", PHASE_1), ("fine_tune", PHASE_2)]
+    assert not (job / "checkpoints" / "backup").exists()  # dropped after the last phase
+    model_dir = Path(require_committed(job / "model"))
+    metadata = json.loads((model_dir / METADATA_FILE).read_text())
+    assert [p["name"] for p in metadata["training"]["phases"]] == ["train", "fine_tune"]
+    answered = subprocess.run([sys.executable, "-c", SERVE_SCRIPT, str(model_dir)],
+                              capture_output=True, text=True, check=True).stdout
+    classes = len(metadata["class_names"])
+    assert json.loads(answered) == {"bytes": [2, classes], "images": [2, classes]}
+
+
+SERVE_SCRIPT = """
+import io, json, os, sys
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import numpy as np, tensorflow as tf
+from PIL import Image
+model = tf.saved_model.load(sys.argv[1])
+png = io.BytesIO()
+Image.fromarray(np.zeros((40, 40, 3), np.uint8)).save(png, format="PNG")
+by_bytes = model.signatures["serving_default"](tf.constant([png.getvalue()] * 2))
+images = model.signatures["serving_images"](tf.zeros([2, 32, 32, 3]))
+print(json.dumps({"bytes": list(by_bytes["probabilities"].shape),
+                  "images": list(images["probabilities"].shape)}))
+"""
+
+
+def test_both_phases_run_under_parameter_server_training(small_dataset, tmp_path,
+                                                         weights_file):
+    args = two_phase_args(tmp_path / "job", small_dataset, weights_file)
+    chief_log, *_ = finish(start(Layout(workers=1, parameter_servers=1), args))
+    assert "parameter_server with 2 training machine(s)" in chief_log
+    assert [int(n) for n, _ in EPOCH_LINE.findall(chief_log)] == [1, 2, 3, 4, 5]
+    assert "fine-tuning: " in chief_log
+    assert (tmp_path / "job" / "training_report.json").is_file()
