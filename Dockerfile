@@ -14,14 +14,11 @@ WORKDIR /app
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 TF_USE_LEGACY_KERAS=1 \
     PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# The project's files, for both images: the build context's own, so that the build stage
-# finds them beside the packages.
+# The project's files, for both images: the whole build context (.dockerignore says what
+# it holds: the sources, the locks and, when training.user_code is set, the user's model
+# code as user_code/), so that the build stage finds them beside the packages.
 FROM base AS sources
-COPY Dockerfile .dockerignore pyproject.toml README.md ./
-COPY requirements ./requirements
-COPY pipelines ./pipelines
-COPY components ./components
-COPY trainer ./trainer
+COPY . ./
 
 FROM base AS gpu
 COPY requirements/gpu.lock requirements/

@@ -241,7 +241,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     pools = config.vertex.worker_pool_specs
     say(f"local run: {layout.training_machines} training machine(s), "
         f"{layout.parameter_servers} parameter server(s), {layout.evaluators} evaluator(s) "
-        f"as processes; {config.training.epochs} epochs, dataset {config.dataset.source}; "
+        f"as processes; model {config.training.model}, {config.training.total_epochs} "
+        f"epochs, dataset {config.dataset.source}; "
         f"Vertex worker pools to validate: {len(pools)} in {config.vertex.region}")
     result = run_local(config, args.pipeline_root, verbose=args.verbose,
                        cache=not args.no_cache)

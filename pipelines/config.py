@@ -10,6 +10,8 @@ be valid, every problem at once, before any work starts.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 import zoneinfo
 from collections.abc import Mapping
@@ -28,9 +30,12 @@ from components.gpu.validation import validate_worker_pool_specs
 from components.training.layout import check_pools, layout_of
 from components.vertex_options import VertexOptions
 from pipelines.yaml_input import YamlFileError, read_yaml
+from trainer.backbones import IMAGENET
 from trainer.cluster import Layout
+from trainer.gcs import GCS_MOUNT
 from trainer.options import TrainingOptions
 from trainer.schema import STRICT, OptionsError, short, validate
+from trainer.user_model import is_reference, module_files
 
 
 class ConfigError(OptionsError):
@@ -233,6 +238,52 @@ def _sections(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return sections, errors
 
 
+#: Training options that name local files: relative to the config file that sets them (or
+#: to the working directory, on the command line), made absolute at load, because the
+#: trainer's processes run elsewhere.
+LOCAL_PATHS = ("user_code", "weights")
+
+
+def _with_absolute_paths(data: Mapping[str, Any], base: Path) -> Mapping[str, Any]:
+    training = data.get("training")
+    if not isinstance(training, Mapping):
+        return data
+    fixed = {name: os.path.normpath(base / value) for name in LOCAL_PATHS
+             if isinstance(value := training.get(name), str) and value
+             and is_local_file(value) and not Path(value).is_absolute()}
+    return {**data, "training": {**training, **fixed}} if fixed else data
+
+
+def is_local_file(weights_or_path: str) -> bool:
+    """Whether a path option names a file on this machine (not Cloud Storage, not the
+    ImageNet weights Keras fetches)."""
+    return weights_or_path != IMAGENET and not weights_or_path.startswith(("gs://", GCS_MOUNT))
+
+
+def _training_files(training: TrainingConfig) -> list[str]:
+    """The local files the training options name exist (before the pipeline starts)."""
+    errors = []
+    weights = training.weights
+    if weights and is_local_file(weights) and not Path(weights).is_file():
+        errors.append(f"training.weights is {weights!r}, which is not a file; give a weights "
+                      f"file (local, gs:// or /gcs/), '{IMAGENET}', or nothing")
+    code = training.user_code
+    if code and not Path(code).is_dir():
+        errors.append(f"training.user_code is {code!r}, which is not a directory; give the "
+                      "directory that holds your model's package")
+    elif is_reference(training.model):
+        found = module_files(training.model, code) if code else []
+        top = training.model.split(".")[0].split(":")[0]
+        if not any(f.is_file() for f in found) and (
+                code or importlib.util.find_spec(top) is None):
+            where = (f"in training.user_code {code!r} (looked for "
+                     f"{' and '.join(str(f) for f in found)})" if code
+                     else "installed, and training.user_code is not set")
+            errors.append(f"training.model is {training.model!r}, but its module is not "
+                          f"{where}")
+    return errors
+
+
 def _preflight(sections: Mapping[str, Any], raw: Mapping[str, Any],
                warnings: list[str] | None) -> list[str]:
     """Checks between sections, of the machine and of the GPU rules."""
@@ -240,6 +291,8 @@ def _preflight(sections: Mapping[str, Any], raw: Mapping[str, Any],
     dataset, training, vertex = (sections.get(n) for n in ("dataset", "training", "vertex"))
     if dataset is not None and training is not None:
         errors += Config(dataset=dataset, training=training).problems()
+    if training is not None:
+        errors += _training_files(training)
     if dataset is not None:  # a cheap look at the source, before the pipeline starts
         try:
             kind_of(dataset.source).preflight(dataset.source)
@@ -286,7 +339,8 @@ def load_config(path: str | Path | None = None,
                                f"expected a mapping with the sections {', '.join(SECTIONS)}"])
         if AI_PLATFORM_KEYS & set(data):
             data = _from_ai_platform(data, path)
-    data = _merge(data, overrides or {})
+        data = _with_absolute_paths(data, Path(path).resolve().parent)
+    data = _merge(data, _with_absolute_paths(overrides or {}, Path.cwd()))
     sections, errors = _sections(data)
     errors += _preflight(sections, data, warnings)
     if errors:

@@ -21,6 +21,7 @@ from kfp.dsl import Model
 from components import ops, project
 from components.training.layout import layout_dict
 from pipelines.config import Config
+from trainer.user_model import USER_CODE_IN_IMAGE
 
 PIPELINE_NAME = project.PIPELINE_NAME
 LOCAL_PIPELINE_NAME = f"{PIPELINE_NAME}-local"
@@ -265,8 +266,12 @@ def local_arguments(config: Config, registry_root: str = "") -> dict:
 
 
 def vertex_arguments(config: Config, trainer_source_uri: str = "") -> dict:
-    """Parameter values of `vertex_pipeline` for a configuration."""
+    """Parameter values of `vertex_pipeline` for a configuration. A user's model code is
+    read where the image holds it (`submit` packs it into the build context)."""
+    training = config.training_options().model_dump()
+    if training["user_code"]:
+        training["user_code"] = USER_CODE_IN_IMAGE
     return {"project": config.vertex.project, "dataset": config.dataset.model_dump(),
-            "training": config.training_options().model_dump(),
+            "training": training,
             "vertex": config.vertex_options().model_dump(),
             "trainer_source_uri": trainer_source_uri}

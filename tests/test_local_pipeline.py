@@ -94,6 +94,19 @@ def _registry(cwd: Path) -> dict:
                        "registry.json").read_text())
 
 
+TINY_MODEL = """
+import tf_keras as keras
+
+
+def build(image_size, num_classes):
+    inputs = keras.Input((image_size, image_size, 3))
+    x = keras.layers.Rescaling(1 / 255)(inputs)
+    x = keras.layers.Conv2D(8, 3, strides=2, activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))
+"""
+
+
 def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
     """Three runs in a row, as a schedule makes them: the first promotes, an identical
     second does not beat it by the margin, a shorter third loses to it; the champion stays."""
@@ -131,10 +144,20 @@ def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
     assert registry["default"] == "1" and [v["version"] for v in registry["versions"]] == \
         ["1", "2"]
 
-    # A deliberately shorter training, with a threshold it passes: the champion refuses it.
-    config = cwd / "low-threshold.yaml"
-    config.write_text("vertex:\n  accuracy_threshold: 0.3\n  promotion: default\n")
-    third, out = _run(cwd, "--epochs", "1", "--config", str(config))
+    # A deliberately shorter training of another team's own model, from a package outside
+    # the project, with a threshold it passes: the champion refuses it.
+    package = cwd / "their_code" / "their_models"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "tiny.py").write_text(TINY_MODEL)
+    config = cwd / "their-model.yaml"
+    config.write_text("training:\n  model: their_models.tiny:build\n  user_code: their_code\n"
+                      "vertex:\n  accuracy_threshold: 0.0\n  promotion: default\n")
+    third, out = _run(cwd, "--epochs", "2", "--config", str(config))
+    assert "model their_models.tiny:build, 2 epochs" in out
+    trained = json.loads((Path(third["artifacts"]["train-on-local-workers/training_job"])
+                          / "training_report.json").read_text())
+    assert trained["model"] == "their_models.tiny:build" and trained["epochs"] == 2
     assert third["metrics"]["test_accuracy"] < champion
     assert third["metrics"]["champion_test_accuracy"] == champion
     assert "does not beat the champion's" in third["decision"]

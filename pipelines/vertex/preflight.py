@@ -6,10 +6,11 @@ from typing import Any
 
 from components import images
 from components.dataset.sources import kind_of
-from pipelines.config import Config
+from pipelines.config import Config, is_local_file
 from trainer.errors import InputError
 from trainer.gcs import mounted_gcs_uri, split_gcs_uri
 from trainer.remote import remote_call
+from trainer.user_model import is_reference
 
 
 class VertexSettingsError(InputError):
@@ -30,8 +31,24 @@ def require_vertex_settings(config: Config) -> None:
     unreadable = kind_of(source).vertex_problem(source)
     if unreadable:
         problems.append(f"dataset.source is {source!r}, {unreadable}")
+    problems += _training_problems(config)
     if problems:
         raise VertexSettingsError("; ".join(problems))
+
+
+def _training_problems(config: Config) -> list[str]:
+    """Files the trainer on Vertex AI could not reach: a weights file on this machine, a
+    model module that only this machine has."""
+    training, problems = config.training, []
+    if training.weights and is_local_file(training.weights):
+        problems.append(f"training.weights is {training.weights!r}, a file on this machine, "
+                        "which Vertex AI's machines cannot read; copy it to Cloud Storage and "
+                        "give its gs:// path")
+    if is_reference(training.model) and not training.user_code:
+        problems.append(f"training.model is {training.model!r}: set training.user_code to the "
+                        "directory of its package, which `submit` packs into the image (the "
+                        "image holds only the project's locked packages)")
+    return problems
 
 
 def bucket_location_warnings(config: Config, storage: Any) -> list[str]:

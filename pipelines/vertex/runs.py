@@ -12,7 +12,7 @@ from typing import Any
 
 from components import images, project
 from components.build import cloud_build
-from components.build.context import write_build_context
+from components.build.context import USER_CODE_DIR, user_code_files, write_build_context
 from components.stage import say
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients
@@ -20,6 +20,7 @@ from pipelines.vertex.iam import check_permissions
 from pipelines.vertex.preflight import require_vertex_settings
 from pipelines.vertex.spec import compile_for_vertex
 from trainer.remote import remote_call
+from trainer.user_model import USER_CODE_IN_IMAGE
 
 
 def pipeline_job(config: Config, template_path: Path, trainer_source_uri: str = "",
@@ -73,6 +74,7 @@ class Prepared:
     source_uri: str
     build_request: Any
     template: Path
+    user_code_files: tuple[str, ...] = ()
 
 
 def prepare_run(config: Config, work_dir: Path, *, dry_run: bool, clients: Clients,
@@ -82,7 +84,8 @@ def prepare_run(config: Config, work_dir: Path, *, dry_run: bool, clients: Clien
     With `dry_run`, nothing is uploaded or built: the returned requests show what would be.
     """
     require_vertex_settings(config)
-    context = write_build_context(work_dir / "build-context")
+    context = write_build_context(work_dir / "build-context",
+                                  user_code=config.training.user_code or None)
     repository = cloud_build.Repository.parse(config.vertex.image_repository)
     bucket, name = cloud_build.context_object(config.vertex.pipeline_root, context.digest)
     source_uri = f"gs://{bucket}/{name}"
@@ -107,7 +110,7 @@ def prepare_run(config: Config, work_dir: Path, *, dry_run: bool, clients: Clien
                                   found[images.CPU.key]["reference"], source_uri)
     job = pipeline_job(config, template, source_uri, credentials)
     return Prepared(job, create_request(job, config), found, source_uri, build_request,
-                    template)
+                    template, tuple(user_code_files(context)))
 
 
 @contextlib.contextmanager
@@ -141,7 +144,13 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
     gpu, cpu = (prepared.images[i.key] for i in (images.GPU, images.CPU))
     placeholder = " (digest placeholder: a dry run builds nothing)" \
         if gpu["reference"].endswith(images.UNBUILT_DIGEST) else ""
+    user_code = config.training.user_code
     return [
+        *([f"your model {config.training.model}: {len(prepared.user_code_files)} file(s) of "
+           f"{user_code} in the build context as {USER_CODE_DIR}/ "
+           f"({', '.join(prepared.user_code_files[:5])}"
+           f"{', ...' if len(prepared.user_code_files) > 5 else ''}), read by the trainer "
+           f"from {USER_CODE_IN_IMAGE}"] if user_code else []),
         "cache: " + (f"only {', '.join(cached)} may be reused (keyed on the source's "
                      "fingerprint); every other task runs every time" if cached
                      else "off for every task"),
