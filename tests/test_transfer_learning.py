@@ -57,11 +57,12 @@ def finish(procs):
     return logs
 
 
-def two_phase_args(job, data, weights):
+def two_phase_args(job, data, weights, epochs=(PHASE_1, PHASE_2)):
+    warmup = ["--warmup-epochs", "1"] if epochs[0] > 1 else []
     return ["--job-dir", str(job), "--data-dir", str(data), "--model", "mobilenet_v3_small",
-            "--weights", str(weights), "--epochs", str(PHASE_1), "--fine-tune-epochs",
-            str(PHASE_2), "--fine-tune-fraction", "0.5", "--batch-size", "8",
-            "--warmup-epochs", "1", "--cosine-decay", "--scale-learning-rate"]
+            "--weights", str(weights), "--epochs", str(epochs[0]), "--fine-tune-epochs",
+            str(epochs[1]), "--fine-tune-fraction", "0.5", "--batch-size", "8",
+            "--cosine-decay", "--scale-learning-rate", *warmup]
 
 
 def test_both_phases_survive_a_restart_in_phase_2_on_two_workers(small_dataset, tmp_path,
@@ -128,9 +129,9 @@ print(json.dumps({"bytes": list(by_bytes["probabilities"].shape),
 
 def test_both_phases_run_under_parameter_server_training(small_dataset, tmp_path,
                                                          weights_file):
-    args = two_phase_args(tmp_path / "job", small_dataset, weights_file)
+    args = two_phase_args(tmp_path / "job", small_dataset, weights_file, epochs=(1, 1))
     chief_log, *_ = finish(start(Layout(workers=1, parameter_servers=1), args))
     assert "parameter_server with 2 training machine(s)" in chief_log
-    assert [int(n) for n, _ in EPOCH_LINE.findall(chief_log)] == [1, 2, 3, 4, 5]
+    assert [int(n) for n, _ in EPOCH_LINE.findall(chief_log)] == [1, 2]
     assert "fine-tuning: " in chief_log
     assert (tmp_path / "job" / "training_report.json").is_file()
