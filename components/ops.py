@@ -156,6 +156,103 @@ def train_on_local_workers(dataset: Input[Dataset], training: dict, local_cluste
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def tune_on_local_workers(dataset: Input[Dataset], training: dict, tuning: dict,
+                          local_cluster: dict, trials: Output[Markdown],
+                          study: Output[Artifact]) -> NamedTuple(
+                              "TuningOutputs", [("training", dict), ("record", dict)]):
+    """Stage 4 (local), first part: the `tuning` study, each trial a local cluster of the
+    trainer (Open Source Vizier suggests them); returns the training options with the best
+    trial's parameters (unchanged without a study) and the study's record."""
+    from collections import namedtuple
+
+    from components.stage import say, stage_errors
+    from components.tuning.options import TuningOptions
+    from components.tuning.trials import trials_table
+    from components.tuning.tune_locally import tune_on_local_workers as tune
+    from trainer import files
+    from trainer.cluster import Layout
+    from trainer.options import TrainingOptions
+    from trainer.schema import validate
+
+    with stage_errors("tuning"):
+        options = validate(TrainingOptions, training, prefix="training", strict=False)
+        study_options = validate(TuningOptions, tuning, prefix="tuning", strict=False)
+        layout = Layout(**{k: int(v) for k, v in local_cluster.items()})
+        best, record = tune(dataset.path, options, study_options, layout, study.path, log=say)
+    files.write_text(trials.path, trials_table(record) if record
+                     else "No tuning: the configuration has no study.\n")
+    study.metadata.update({k: record[k] for k in ("best_trial", "best_metric")} if record
+                          else {})
+    return namedtuple("TuningOutputs", ["training", "record"])(best, record)
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def vertex_tuning_spec(worker_pool_specs: list, images: dict, dataset: Input[Dataset],
+                       training: dict, tuning: dict, vertex: dict,
+                       tuning_job: Output[Artifact]) -> NamedTuple(
+                           "VertexTuningSpec", [
+                               ("worker_pool_specs", list), ("base_output_directory", str),
+                               ("display_name", str), ("study_spec_metrics", list),
+                               ("study_spec_parameters", list), ("max_trial_count", int),
+                               ("parallel_trial_count", int), ("max_failed_trial_count", int),
+                               ("study_spec_algorithm", str), ("region", str),
+                               ("service_account", str), ("network", str)]):
+    """Stage 4 (Vertex) with a study, part 1: the HyperparameterTuningJob's trials on the
+    validated pools and its study."""
+    from collections import namedtuple
+
+    from components.stage import stage_errors
+    from components.tuning.options import TuningOptions
+    from components.tuning.vertex_study import tuning_job_spec
+    from components.vertex_options import VertexOptions
+    from trainer.errors import InputError
+    from trainer.options import TrainingOptions
+    from trainer.schema import to_flags, validate
+
+    with stage_errors("tuning"):
+        options = validate(TrainingOptions, training, prefix="training", strict=False)
+        study = validate(TuningOptions, tuning, prefix="tuning", strict=False)
+        if not study.enabled:
+            raise InputError("tuning has no parameters, but this pipeline was compiled with a "
+                             "study: give tuning.parameters, or compile without tuning")
+        job = validate(VertexOptions, vertex, prefix="vertex", strict=False)
+        spec = tuning_job_spec(worker_pool_specs, images, dataset_path=dataset.path,
+                               output_uri=tuning_job.uri, output_path=tuning_job.path,
+                               trainer_args=to_flags(options), tuning=study,
+                               job_name=job.job_name)
+    values = {**spec, "region": job.region, "service_account": job.service_account,
+              "network": job.network}
+    return namedtuple("VertexTuningSpec", list(values))(**values)
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def best_vertex_trial(gcp_resources: str, training: dict, tuning: dict,
+                      trials: Output[Markdown]) -> NamedTuple(
+                          "BestTrial", [("training", dict), ("record", dict)]):
+    """Stage 4 (Vertex) with a study, part 3: the tuning job's trials read back, and the
+    training options with the best trial's parameters."""
+    from collections import namedtuple
+
+    from components.stage import say, stage_errors
+    from components.tuning.options import TuningOptions
+    from components.tuning.trials import study_record, trials_table
+    from components.tuning.vertex_study import job_name_of, read_tuning_job, trials_of
+    from trainer import files
+    from trainer.schema import validate
+
+    with stage_errors("tuning"):
+        study = validate(TuningOptions, tuning, prefix="tuning", strict=False)
+        job = read_tuning_job(job_name_of(gcp_resources))
+        record = study_record(study, trials_of(job, study))
+    files.write_text(trials.path, trials_table(record))
+    say(f"tuning: best trial {record['best_trial']} of {len(record['trials'])} "
+        f"({study.metric} {record['best_metric']:.4f}): " + ", ".join(
+            f"{k}={v}" for k, v in record["best_parameters"].items()))
+    return namedtuple("BestTrial", ["training", "record"])(
+        {**training, **record["best_parameters"]}, record)
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def vertex_training_spec(worker_pool_specs: list, images: dict, dataset: Input[Dataset],
                          training: dict, vertex: dict,
                          training_job: Output[Artifact]) -> NamedTuple(
@@ -214,7 +311,8 @@ def report_training(training_job: Input[Artifact], metrics: Output[Metrics],
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def export_model(dataset: Input[Dataset], trained_model: Input[Model], training: dict,
                  vertex: dict, strategy: str, worker_pool_specs: list, images: dict,
-                 registry_root: str, job_name: str, exported_model: Output[Model],
+                 registry_root: str, job_name: str, tuning: dict,
+                 exported_model: Output[Model],
                  metrics: Output[Metrics], comparison: Output[Markdown]) -> NamedTuple(
                      "ExportOutputs", [("accuracy", float), ("model_uri", str),
                                        ("register", bool), ("default", bool),
@@ -238,7 +336,7 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model], training:
             trained_model.path, dataset.path, exported_model.path, vertex=vertex,
             training=training, images=images, registry_root=registry_root, job_name=job_name,
             cluster={"strategy": strategy, "worker_pool_specs": worker_pool_specs},
-            exported_uri=exported_model.uri, comparison_path=comparison.path)
+            exported_uri=exported_model.uri, comparison_path=comparison.path, tuning=tuning)
     for name, value in done.metrics.items():
         metrics.log_metric(name, value)
     exported_model.metadata.update({**done.metadata, "trained_model": trained_model.uri,
@@ -303,9 +401,11 @@ def summarize_run(status: dsl.PipelineTaskFinalStatus, registry_root: str, job_n
         facts.append(("champion/challenger", made["reason"]))
         if made.get("registered_version"):
             facts.append(("local registry version", made["registered_version"]))
+    trials = made.get("trials", "") if decision is not None and decision.is_file() else ""
     Path(summary.path).parent.mkdir(parents=True, exist_ok=True)
     Path(summary.path).write_text("\n".join(
         [f"# Run {status.pipeline_job_resource_name}", ""]
-        + [f"- {name}: {value}" for name, value in facts]) + "\n")
+        + [f"- {name}: {value}" for name, value in facts]) + "\n"
+        + (f"\n{trials}" if trials else ""))
     for name, value in facts:
         say(f"run {name}: {value}")

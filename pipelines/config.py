@@ -28,6 +28,8 @@ from components.dataset.sources import DatasetError, kind_of
 from components.gpu.ai_platform import convert_ai_platform_config
 from components.gpu.validation import validate_worker_pool_specs
 from components.training.layout import check_pools, layout_of
+from components.tuning.ai_platform import convert_hyperparameters
+from components.tuning.options import TuningOptions, conflicts
 from components.vertex_options import VertexOptions
 from pipelines.yaml_input import YamlFileError, read_yaml
 from trainer.backbones import IMAGENET
@@ -133,6 +135,7 @@ class Config(pydantic.BaseModel):
 
     dataset: DatasetOptions = Field(default_factory=DatasetOptions)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
+    tuning: TuningOptions = Field(default_factory=TuningOptions)
     vertex: VertexConfig = Field(default_factory=VertexConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
 
@@ -204,15 +207,22 @@ AI_PLATFORM_KEYS = {"trainingInput", "scaleTier", "masterType"}
 def _from_ai_platform(data: Mapping[str, Any], path: str | Path) -> dict[str, Any]:
     """An AI Platform Training config.yaml as a configuration: its cluster becomes the
     Vertex AI worker pools (master 0, workers 1, parameter servers 2, evaluators 3), which
-    `run --local` then starts as processes too."""
+    `run --local` then starts as processes too; its `hyperparameters`, the `tuning`
+    section."""
     conversion = convert_ai_platform_config(data)
-    if conversion.errors:
-        raise ConfigError(conversion.errors, f"cannot convert the AI Platform config {path}")
+    errors = list(conversion.errors)
     training_input = data.get("trainingInput", data)
-    vertex: dict[str, Any] = {"worker_pool_specs": conversion.specs}
-    if isinstance(training_input, Mapping) and isinstance(training_input.get("region"), str):
-        vertex["region"] = training_input["region"]
-    return {"vertex": vertex}
+    converted: dict[str, Any] = {"vertex": {"worker_pool_specs": conversion.specs}}
+    if isinstance(training_input, Mapping):
+        if isinstance(training_input.get("region"), str):
+            converted["vertex"]["region"] = training_input["region"]
+        if "hyperparameters" in training_input:
+            converted["tuning"], problems = convert_hyperparameters(
+                training_input["hyperparameters"])
+            errors += problems
+    if errors:
+        raise ConfigError(errors, f"cannot convert the AI Platform config {path}")
+    return converted
 
 
 def _sections(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -293,6 +303,9 @@ def _preflight(sections: Mapping[str, Any], raw: Mapping[str, Any],
         errors += Config(dataset=dataset, training=training).problems()
     if training is not None:
         errors += _training_files(training)
+        tuning = sections.get("tuning")
+        if tuning is not None:
+            errors += conflicts(tuning, training)
     if dataset is not None:  # a cheap look at the source, before the pipeline starts
         try:
             kind_of(dataset.source).preflight(dataset.source)

@@ -50,6 +50,7 @@ class LocalRunResult:
     decision: str = ""
     registered_version: str = ""
     summary: str = ""
+    tuning: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> str:
         """One-line JSON summary (the last line of `gpu-pipeline run --local --json`)."""
@@ -269,4 +270,6 @@ def _result(root: Path, run_dir: Path, summary: str, seconds: float) -> LocalRun
         decision=model.get("decision", ""),
         registered_version=model.get("registered_version", ""),
         summary=summary,
+        tuning=_executor_output(run_dir / "tune-on-local-workers")
+        .get("parameterValues", {}).get("record", {}),
     )

@@ -1,7 +1,7 @@
 """The pipeline: five stages, one definition, two targets; read top to bottom as it runs.
 
-1 validate GPU config -> 2 prepare dataset, 3 build images -> 4 train -> 5 report and export
-(-> register, on Vertex).
+1 validate GPU config -> 2 prepare dataset, 3 build images -> 4 (tune, locally) train
+-> 5 report and export (-> register, on Vertex).
 
 Each stage is a small function below, called in order by the two pipelines. Only the
 dataset preparation may be served from KFP's cache (keyed on its source's fingerprint);
@@ -104,8 +104,17 @@ def train_locally(training: dict, local_cluster: dict, data, image):
     return task.outputs["model"], task.outputs["training_job"], task
 
 
+def tune_locally(training: dict, tuning: dict, local_cluster: dict, data, image):
+    """Stage 4 locally, first: the `tuning` study (trials as local clusters; none without
+    parameters); its outputs are the training options to train with and the study."""
+    task = ops.tune_on_local_workers(dataset=data.outputs["dataset"], training=training,
+                                     tuning=tuning, local_cluster=local_cluster)
+    task.set_display_name("4 tune hyperparameters").after(image).set_caching_options(False)
+    return task
+
+
 def report_and_export(data, trained_model, training_job, trained, *, training: dict,
-                      vertex: dict, gpu, images, registry_root,
+                      vertex: dict, gpu, images, registry_root, tuning=None,
                       resources: "Resources | None" = None):
     """Stage 4's report and stage 5: the curves, then the new model and the champion
     evaluated on the same splits, the champion/challenger decision and the export."""
@@ -115,7 +124,8 @@ def report_and_export(data, trained_model, training_job, trained, *, training: d
         dataset=data.outputs["dataset"], trained_model=trained_model, training=training,
         vertex=vertex, strategy=gpu.outputs["strategy"],
         worker_pool_specs=gpu.outputs["worker_pool_specs"], images=images,
-        registry_root=registry_root, job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
+        registry_root=registry_root, job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+        tuning={} if tuning is None else tuning)
     export.set_display_name("5 export model").after(report).set_caching_options(False)
     if resources is not None:  # loads the model and evaluates two splits
         export.set_cpu_limit(resources.cpu).set_memory_limit(resources.memory)
@@ -187,15 +197,89 @@ class Resources(NamedTuple):
     """Compile-time settings of the Vertex AI pipeline: CPU and memory of the heavy
     lightweight components (Vertex AI Pipelines runs a component on an e2-standard-4
     unless told otherwise; docs: "Specify the machine configuration for a pipeline step"),
-    and who is told of every run's outcome."""
+    who is told of every run's outcome, and whether training starts with a study (its
+    steps are part of the pipeline's shape; its values are the `tuning` parameter)."""
 
     cpu: str
     memory: str
     emails: tuple[str, ...] = ()
+    tuning: bool = False
+
+
+def tune_on_vertex(project_id, training: dict, tuning: dict, vertex: dict, gpu, data, image):
+    """Stage 4 on Vertex AI, first: the study as a HyperparameterTuningJob whose trials
+    run on the validated pools, then its best trial.
+
+    Returns:
+        The best-trial task (`training`: the options with the best parameters; `record`).
+    """
+    from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import (
+        HyperparameterTuningJobRunOp,
+    )
+
+    spec = ops.vertex_tuning_spec(
+        worker_pool_specs=gpu.outputs["worker_pool_specs"], images=image.outputs["Output"],
+        dataset=data.outputs["dataset"], training=training, tuning=tuning, vertex=vertex)
+    spec.set_display_name("4a tuning job spec").set_caching_options(False)
+    settings = spec.outputs
+    # No Spot or DWS here: gcpc's op has no scheduling argument for the trials.
+    job = HyperparameterTuningJobRunOp(
+        project=project_id, location=settings["region"],
+        display_name=settings["display_name"],
+        base_output_directory=settings["base_output_directory"],
+        worker_pool_specs=settings["worker_pool_specs"],
+        study_spec_metrics=settings["study_spec_metrics"],
+        study_spec_parameters=settings["study_spec_parameters"],
+        max_trial_count=settings["max_trial_count"],
+        parallel_trial_count=settings["parallel_trial_count"],
+        max_failed_trial_count=settings["max_failed_trial_count"],
+        study_spec_algorithm=settings["study_spec_algorithm"],
+        service_account=settings["service_account"], network=settings["network"])
+    job.set_display_name("4a tune on Vertex AI").set_caching_options(False)
+    best = ops.best_vertex_trial(gcp_resources=job.outputs["gcp_resources"],
+                                 training=training, tuning=tuning)
+    best.set_display_name("4a best trial").set_caching_options(False)
+    return best
+
+
+def _vertex_run(resources: Resources, project, dataset: dict, training: dict, vertex: dict,
+                trainer_source_uri, tuning=None):
+    """The Vertex AI pipeline's tasks, with or without a study."""
+    with dsl.ExitHandler(notify(resources.emails, ""), name="run"):
+        gpu = validate(vertex, training, {})
+        data = prepare(dataset, gpu.outputs["training_workers"], gpu, resources)
+        # The image is built (Cloud Build) while the dataset is prepared; both need only
+        # stage 1.
+        image = build(vertex, push=True, trainer_source_uri=trainer_source_uri).after(gpu)
+        record = None
+        if tuning is not None:
+            best = tune_on_vertex(project, training, tuning, vertex, gpu, data, image)
+            training, record = best.outputs["training"], best.outputs["record"]
+        model, job_dir, trained = train_on_vertex(project, training, vertex, gpu, data, image)
+        export = report_and_export(data, model, job_dir, trained, training=training,
+                                   vertex=vertex, gpu=gpu, images=image.outputs["Output"],
+                                   registry_root="", tuning=record, resources=resources)
+        register_if_better(project, vertex, export, image)
 
 
 def make_vertex_pipeline(resources: Resources):
-    """The Vertex AI pipeline, with `resources` for dataset preparation and export."""
+    """The Vertex AI pipeline, with `resources` for dataset preparation and export, and
+    with a study first when `resources.tuning`."""
+    if resources.tuning:
+        @dsl.pipeline(name=PIPELINE_NAME, description=_DESCRIPTION + " Tunes first.")
+        def tuned_vertex_pipeline(
+            project: str = "{{$.pipeline_google_cloud_project_id}}",
+            dataset: dict = _DEFAULTS.dataset.model_dump(),
+            training: dict = _DEFAULTS.training_options().model_dump(),
+            tuning: dict = _DEFAULTS.tuning.model_dump(exclude_none=True),
+            vertex: dict = _DEFAULTS.vertex_options().model_dump(),
+            trainer_source_uri: str = "",
+        ):
+            """The pipeline for Vertex AI Pipelines, a HyperparameterTuningJob first."""
+            _vertex_run(resources, project, dataset, training, vertex, trainer_source_uri,
+                        tuning)
+
+        return tuned_vertex_pipeline
 
     @dsl.pipeline(name=PIPELINE_NAME, description=_DESCRIPTION)
     def vertex_pipeline(
@@ -206,26 +290,15 @@ def make_vertex_pipeline(resources: Resources):
         trainer_source_uri: str = "",
     ):
         """The pipeline for Vertex AI Pipelines (training as a Vertex AI CustomJob)."""
-        with dsl.ExitHandler(notify(resources.emails, ""), name="run"):
-            gpu = validate(vertex, training, {})
-            data = prepare(dataset, gpu.outputs["training_workers"], gpu, resources)
-            # The image is built (Cloud Build) while the dataset is prepared; both need
-            # only stage 1.
-            image = build(vertex, push=True, trainer_source_uri=trainer_source_uri).after(gpu)
-            model, job_dir, trained = train_on_vertex(project, training, vertex, gpu, data,
-                                                      image)
-            export = report_and_export(data, model, job_dir, trained, training=training,
-                                       vertex=vertex, gpu=gpu, images=image.outputs["Output"],
-                                       registry_root="", resources=resources)
-            register_if_better(project, vertex, export, image)
+        _vertex_run(resources, project, dataset, training, vertex, trainer_source_uri)
 
     return vertex_pipeline
 
 
 def resources_of(config: Config) -> Resources:
-    """The component resources a configuration asks for."""
+    """The compile-time settings a configuration asks for."""
     return Resources(config.vertex.component_cpu, config.vertex.component_memory,
-                     tuple(config.vertex.notification_emails))
+                     tuple(config.vertex.notification_emails), config.tuning.enabled)
 
 
 vertex_pipeline = make_vertex_pipeline(resources_of(_DEFAULTS))
@@ -238,6 +311,7 @@ def local_pipeline(
     vertex: dict = _DEFAULTS.vertex_options().model_dump(),
     local_cluster: dict = layout_dict(_DEFAULTS.local_layout()),
     registry_root: str = "",
+    tuning: dict = _DEFAULTS.tuning.model_dump(),
 ):
     """The same pipeline with training as worker processes on localhost (kfp.local).
 
@@ -249,10 +323,12 @@ def local_pipeline(
         gpu = validate(vertex, training, local_cluster)
         data = prepare(dataset, gpu.outputs["training_workers"], gpu)
         image = build(vertex, push=False, trainer_source_uri="").after(data)
-        model, job_dir, trained = train_locally(training, local_cluster, data, image)
-        report_and_export(data, model, job_dir, trained, training=training, vertex=vertex,
+        tuned = tune_locally(training, tuning, local_cluster, data, image)
+        chosen = tuned.outputs["training"]  # the best trial's options, or `training`
+        model, job_dir, trained = train_locally(chosen, local_cluster, data, tuned)
+        report_and_export(data, model, job_dir, trained, training=chosen, vertex=vertex,
                           gpu=gpu, images=image.outputs["Output"],
-                          registry_root=registry_root)
+                          registry_root=registry_root, tuning=tuned.outputs["record"])
 
 
 def local_arguments(config: Config, registry_root: str = "") -> dict:
@@ -262,7 +338,8 @@ def local_arguments(config: Config, registry_root: str = "") -> dict:
             "training": config.training_options().model_dump(),
             "vertex": config.vertex_options().model_dump(),
             "local_cluster": layout_dict(config.local_layout()),
-            "registry_root": registry_root}
+            "registry_root": registry_root,
+            "tuning": config.tuning.model_dump(exclude_none=True)}
 
 
 def vertex_arguments(config: Config, trainer_source_uri: str = "") -> dict:
@@ -271,7 +348,9 @@ def vertex_arguments(config: Config, trainer_source_uri: str = "") -> dict:
     training = config.training_options().model_dump()
     if training["user_code"]:
         training["user_code"] = USER_CODE_IN_IMAGE
+    tuning = {"tuning": config.tuning.model_dump(exclude_none=True)} \
+        if config.tuning.enabled else {}
     return {"project": config.vertex.project, "dataset": config.dataset.model_dump(),
-            "training": training,
+            "training": training, **tuning,
             "vertex": config.vertex_options().model_dump(),
             "trainer_source_uri": trainer_source_uri}

@@ -82,13 +82,13 @@ def emulated_vertex(work: Path):
                     credentials=AnonymousCredentials()),
                 iam=requests.Session(), iam_endpoint=apis.url)
 
-            def run(vertex: dict, training: dict) -> dict:
+            def run(vertex: dict, training: dict, tuning: dict | None = None) -> dict:
                 config = load_config(overrides={
                     "vertex": {"project": "my-proj", "region": "us-central1",
                                "pipeline_root": "gs://pipelines/root",
                                "image_repository": REPO, "service_account": ACCOUNT,
                                "accuracy_threshold": 0.3, "job_name": "emulated", **vertex},
-                    "training": training})
+                    "training": training, "tuning": tuning or {}})
                 runs.submit(config, dry_run=False, clients=clients,
                             credentials=AnonymousCredentials(), log=lambda line: None)
                 request = clients.pipeline_api.calls[-1]
@@ -437,3 +437,74 @@ def test_each_promotion_mode_registers_as_the_gate_decided(emulated_run):
     assert upload.model.labels["promoted"] == "true"
     assert apis.defaults[parent] == "4"
     # never: the parameter-server run below.
+
+
+STUDY = {"max_trials": 3, "parallel_trials": 1, "max_failed_trials": 2,
+         "algorithm": "RANDOM_SEARCH", "parameters": [
+             {"name": "learning_rate", "type": "DOUBLE", "min_value": 0.0005,
+              "max_value": 0.01, "scale": "UNIT_LOG_SCALE"},
+             {"name": "batch_size", "type": "DISCRETE", "values": [16, 32]}]}
+
+
+def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run):
+    """Last in this module (it adds a CustomJob to the shared emulation): the compiled
+    spec with a study runs gcpc's HyperparameterTuningJobRunOp, whose trials run the real
+    trainer and report with cloudml-hypertune; our component reads the job back and the
+    final CustomJob trains with the best trial's parameters."""
+    apis = emulated_run["apis"]
+    tuned = emulated_run["run"]({}, {"epochs": 2}, STUDY)
+    tasks = tuned["tasks"]
+    assert {"vertex-tuning-spec", "hyperparameter-tuning-job", "best-vertex-trial",
+            "vertex-training-spec", "custom-training-job", "export-model"} <= {
+        name for name, task in tasks.items() if task.state == "SUCCEEDED"}
+
+    (sent,) = apis.recorded(r"/hyperparameterTuningJobs$")
+    job = aiplatform_v1.HyperparameterTuningJob.from_json(json.dumps(sent.body))
+    (metric,) = job.study_spec.metrics
+    assert (metric.metric_id, metric.goal.name) == ("val_accuracy", "MAXIMIZE")
+    rate, batch = job.study_spec.parameters
+    assert (rate.parameter_id, rate.double_value_spec.min_value,
+            rate.double_value_spec.max_value, rate.scale_type.name) == (
+        "learning_rate", 0.0005, 0.01, "UNIT_LOG_SCALE")
+    assert (batch.parameter_id, list(batch.discrete_value_spec.values)) == (
+        "batch_size", [16.0, 32.0])
+    assert job.study_spec.algorithm.name == "RANDOM_SEARCH"
+    assert (job.max_trial_count, job.parallel_trial_count, job.max_failed_trial_count) == \
+        (3, 1, 2)
+    assert job.trial_job_spec.service_account == ACCOUNT
+    pools = job.trial_job_spec.worker_pool_specs
+    args = list(pools[0].container_spec.args)
+    assert args[args.index("--hypertune-metric") + 1] == "val_accuracy"
+    assert "@sha256:" in pools[0].container_spec.image_uri and \
+        ":src-" not in pools[0].container_spec.image_uri
+    assert job.trial_job_spec.base_output_directory.output_uri_prefix.startswith(
+        "gs://pipelines/root/")
+
+    # Every trial trained and reported; the best-trial component chose the best.
+    resource = apis.tuning_jobs[next(iter(apis.tuning_jobs))]
+    assert resource["state"] == "JOB_STATE_SUCCEEDED" and len(resource["trials"]) == 3
+    measured = {t["id"]: t["finalMeasurement"]["metrics"][0]["value"]
+                for t in resource["trials"] if t["state"] == "SUCCEEDED"}
+    assert len(measured) == 3
+    best_id = max(measured, key=measured.get)
+    chosen = tasks["best-vertex-trial"].parameters
+    assert chosen["record"]["best_trial"] == best_id
+    best = {p["parameterId"]: p["value"] for p in next(
+        t for t in resource["trials"] if t["id"] == best_id)["parameters"]}
+    assert chosen["training"]["learning_rate"] == pytest.approx(best["learning_rate"])
+    assert chosen["training"]["batch_size"] == int(best["batch_size"])
+
+    # The final CustomJob trained with them, and the model's lineage says so.
+    final = apis.recorded(r"/customJobs$")[-1]
+    train_args = final.body["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"]
+    assert float(train_args[train_args.index("--learning-rate") + 1]) == pytest.approx(
+        best["learning_rate"])
+    assert train_args[train_args.index("--batch-size") + 1] == str(int(best["batch_size"]))
+    assert "--hypertune-metric" not in train_args
+    trials_md = tasks["best-vertex-trial"].artifacts["trials"]
+    storage = tuned["storage"]
+    bucket, _, name = trials_md["uri"][len("gs://"):].partition("/")
+    assert f"| {best_id} **best** |" in storage.bucket(bucket).blob(name).download_as_text()
+    export = tasks["export-model"].parameters
+    assert "tuned: best of 3 trials by val_accuracy" in export["description"]
+

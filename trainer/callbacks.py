@@ -94,6 +94,34 @@ class RecordEvaluation(keras.callbacks.Callback):
             f"{k} {v:.4f}" for k, v in (logs or {}).items()))
 
 
+class ReportMetric(keras.callbacks.Callback):
+    """A tuning trial's metric, reported the way Vertex AI Vizier reads it.
+
+    `cloudml-hypertune` writes each report as a JSON line to `$CLOUD_ML_HP_METRIC_FILE`
+    (default `/tmp/hypertune/output.metrics`), which Vertex AI's hyperparameter tuning
+    service reads from the trial's primary replica (docs: "Configure a hyperparameter
+    tuning job"). The chief reports the study's metric after every epoch, the epoch as
+    the step; the last report is the trial's final measurement. A local study points the
+    variable at each trial's own file.
+    """
+
+    def __init__(self, tag: str):
+        super().__init__()
+        import hypertune
+
+        self.tag = tag
+        self.reporter = hypertune.HyperTune()
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.tag)
+        if value is None:
+            log.warning("no %s in the logs of epoch %d: nothing reported", self.tag, epoch + 1)
+            return
+        self.reporter.report_hyperparameter_tuning_metric(
+            hyperparameter_metric_tag=self.tag, metric_value=float(value),
+            global_step=epoch + 1)
+
+
 def for_phase(plan: Any, phase: Any, progress: EpochLog) -> list[Any]:
     """The callbacks of a phase's `fit`: the phase's restart backup first (an epoch's
     backup exists before anything reports the epoch as done), weights after every epoch

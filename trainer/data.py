@@ -164,8 +164,12 @@ def make_dataset(tf: Any, spec: InputSpec, shard: tuple[int, int] | None = None)
 
     files, by_record = _share(list(spec.files), shard)
     ds = tf.data.Dataset.from_tensor_slices(files)
-    ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 8),
-                       num_parallel_calls=parallel, deterministic=False)
+    cycle = min(len(files), 8)
+    # A fixed parallelism may not exceed the cycle (tf.data refuses it: one file on a
+    # process pinned to two cores).
+    ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=cycle,
+                       num_parallel_calls=parallel if parallel == tf.data.AUTOTUNE
+                       else min(parallel, cycle), deterministic=False)
     if by_record is not None:
         ds = ds.shard(*by_record)
     if cache:  # decoded once, shuffled as images

@@ -27,6 +27,10 @@ def _model_name(value: str) -> str:
     return value
 
 
+#: The metrics `fit` logs after every epoch, which a tuning study can compare trials by
+#: (`--hypertune-metric`).
+REPORTED_METRICS = ("val_accuracy", "val_loss", "accuracy", "loss")
+
 #: A built-in model's name, or `package.module:function` (`trainer.user_model`).
 ModelName = Annotated[str, AfterValidator(_model_name)]
 

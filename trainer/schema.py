@@ -231,15 +231,30 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _whole_number(text: str) -> int:
+    """An integer flag's value; `16.0` is 16, as a tuning service may write a DISCRETE
+    value (the API holds them as doubles)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    return int(value)
+
+
 def _parser_type(field: FieldInfo) -> Any:
     annotation, _ = _optional(field.annotation)
     if typing.get_origin(annotation) is Literal:
         return str
-    return annotation if annotation in (int, float, str) else None
+    if annotation is int:
+        return _whole_number
+    return annotation if annotation in (float, str) else None
 
 
 def add_arguments(parser: argparse.ArgumentParser | Any, model: type[pydantic.BaseModel], *,
-                  with_defaults: bool, prefix: str = "") -> dict[str, str]:
+                  with_defaults: bool, prefix: str = "",
+                  underscore_aliases: bool = False) -> dict[str, str]:
     """Adds a flag for every scalar field of `model`.
 
     Args:
@@ -248,6 +263,9 @@ def add_arguments(parser: argparse.ArgumentParser | Any, model: type[pydantic.Ba
         with_defaults: Give flags the declared defaults (the trainer), or None so that only
             the flags given override another source (the CLI over a config file).
         prefix: Flag and destination prefix (`dataset` gives `--dataset-source`).
+        underscore_aliases: Also accept `--batch_size` for `--batch-size`: Vertex AI passes
+            a tuning trial's parameters as `--<parameter_id>=<value>`, and parameter ids
+            are the options' names.
 
     Returns:
         Destination name -> field name, for `given`.
@@ -258,13 +276,16 @@ def add_arguments(parser: argparse.ArgumentParser | Any, model: type[pydantic.Ba
         default = field.default if with_defaults else None
         help_text = f"{field.description or name} Valid: {describe(field)}; default: " \
                     f"{_plain(field.default)}."
+        names = [flag(dest)]
+        if underscore_aliases and "_" in dest:
+            names.append("--" + dest)
         if _optional(field.annotation)[0] is bool:
-            parser.add_argument(flag(dest), dest=dest, action=argparse.BooleanOptionalAction,
+            parser.add_argument(*names, dest=dest, action=argparse.BooleanOptionalAction,
                                 default=default, help=help_text)
         elif _parser_type(field) is not None:
             kind = _optional(field.annotation)[0]
             choices = typing.get_args(kind) if typing.get_origin(kind) is Literal else None
-            parser.add_argument(flag(dest), dest=dest, type=_parser_type(field),
+            parser.add_argument(*names, dest=dest, type=_parser_type(field),
                                 default=default, choices=choices,
                                 metavar=None if choices else name.upper(), help=help_text)
         else:

@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import posixpath
 import sys
 import time
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ from typing import Any
 from trainer import cluster as cluster_lib
 from trainer import schema
 from trainer.errors import ProjectError
-from trainer.options import TrainingOptions
+from trainer.options import REPORTED_METRICS, TrainingOptions
 from trainer.plan import SPLITS, Locations, RunPlan, locations, make_plan
 from trainer.plan import report as plan_report
 
@@ -58,8 +59,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                          help="GPUs this machine has (the CustomJob passes its pool's count): "
                               "stop before training when TensorFlow sees fewer; 0 (default) "
                               "expects none, as on local runs.")
+    tuning = parser.add_argument_group("hyperparameter tuning")
+    tuning.add_argument("--hypertune-metric", choices=REPORTED_METRICS, default="",
+                        help="Report this metric after every epoch (the chief, with "
+                             "cloudml-hypertune) for Vertex AI Vizier or a local study; "
+                             "a trial's options follow as --<option> <value>.")
     names = schema.add_arguments(parser.add_argument_group("training options"),
-                                 TrainingOptions, with_defaults=True)
+                                 TrainingOptions, with_defaults=True, underscore_aliases=True)
     args = parser.parse_args(argv)
     try:
         args.options = schema.validate(TrainingOptions, schema.given(args, names))
@@ -99,7 +105,14 @@ def weights_digest(model: Any) -> str:
 
 
 def _locations(args: argparse.Namespace, environ: dict[str, str]) -> Locations:
-    return locations(args.job_dir, args.data_dir, environ, model_dir=args.model_dir,
+    job_dir = args.job_dir
+    if args.hypertune_metric and environ.get("AIP_MODEL_DIR"):
+        # A trial of a Vertex AI tuning job: trials share the job's arguments, but each has
+        # its own base output directory, `<job's>/<trial id>/`, whose `model/` is
+        # AIP_MODEL_DIR (gcpc HyperparameterTuningJobRunOp, base_output_directory); its
+        # reports go there, beside its model, not over another trial's.
+        job_dir = posixpath.dirname(environ["AIP_MODEL_DIR"].rstrip("/"))
+    return locations(job_dir, args.data_dir, environ, model_dir=args.model_dir,
                      checkpoint_dir=args.checkpoint_dir, tensorboard_dir=args.tensorboard_dir)
 
 
@@ -156,6 +169,8 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name
     with strategy.scope():
         model = model_for(keras, plan)
     progress = callbacks.EpochLog(plan)
+    reporting = [callbacks.ReportMetric(args.hypertune_metric)] \
+        if args.hypertune_metric and info.is_chief else []
     started = time.monotonic()
     for phase in plan.phases:
         if phase.name == "fine_tune":
@@ -172,7 +187,8 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name
         model.fit(train_input, initial_epoch=phase.first_epoch, epochs=phase.end_epoch,
                   steps_per_epoch=plan.steps_per_epoch, validation_data=validation_input,
                   validation_steps=plan.validation_steps,
-                  callbacks=callbacks.for_phase(plan, phase, progress), verbose=0)
+                  callbacks=callbacks.for_phase(plan, phase, progress) + reporting,
+                  verbose=0)
     callbacks.drop_kept_backups(plan)
     report = plan_report(plan, resumed_from_epoch=progress.resumed_from(),
                          epochs_run=progress.epochs_run, seconds=time.monotonic() - started,

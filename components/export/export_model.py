@@ -48,7 +48,8 @@ def comparison_markdown(decision: Decision, challenger: Mapping[str, Any],
 def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.PathLike,
                     destination: str | os.PathLike, *, vertex: Any, training: Mapping[str, Any],
                     cluster: Mapping[str, Any], images: Mapping[str, Any], version: str,
-                    registry_root: str = "") -> dict[str, Any]:
+                    registry_root: str = "",
+                    tuning: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Both models' metrics on the same splits, the decision, and the new model exported.
 
     Args:
@@ -62,6 +63,7 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
         version: The project's version.
         registry_root: The local registry (`run --local`); "" on Vertex AI, where the
             champion is `vertex.parent_model`'s default version.
+        tuning: The study that chose the training options, if any (for the lineage).
 
     Returns:
         `metrics`, `champion` (metrics or None), `decision`, `lineage`, `saved` (the
@@ -82,7 +84,7 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
     decision = decide(challenger, champion, threshold=vertex.accuracy_threshold,
                       margin=vertex.promotion_margin, promotion=vertex.promotion)
     record = lineage(manifest=load_manifest(dataset_dir), training=training, cluster=cluster,
-                     images=images, version=version, metrics=challenger)
+                     images=images, version=version, metrics=challenger, tuning=tuning)
     saved = publish_model(trained_model, destination, challenger, dataset_dir, extra={
         "lineage.json": record, "decision.json": decision.to_dict(),
         "champion_evaluation.json": champion})
@@ -117,7 +119,8 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
                      vertex: Mapping[str, Any], training: Mapping[str, Any],
                      images: Mapping[str, Any], registry_root: str, job_name: str,
                      cluster: Mapping[str, Any], exported_uri: str,
-                     comparison_path: str) -> ExportStage:
+                     comparison_path: str, tuning: Mapping[str, Any] | None = None
+                     ) -> ExportStage:
     """Stage 5 from the component's raw parameters: options read back through their
     models, `export_and_gate`, the comparison report, the local run's record for the exit
     handler, the progress lines, and what KFP receives.
@@ -134,11 +137,13 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
         cluster: The cluster's strategy and pools (for the lineage).
         exported_uri: The exported model artifact's URI.
         comparison_path: Where the champion/challenger Markdown goes.
+        tuning: The study record of the tuning that chose the options (empty: none).
     """
     from components.export.lineage import description, labels
     from components.export.local_registry import RUNS
     from components.project import version
     from components.stage import say
+    from components.tuning.trials import trials_table
     from components.vertex_options import VertexOptions
     from trainer import files
     from trainer.options import TrainingOptions
@@ -148,7 +153,8 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
     settings = validate(TrainingOptions, training, prefix="training", strict=False)
     outcome = export_and_gate(trained_model, dataset_dir, destination, vertex=options,
                               training=settings.model_dump(), images=images,
-                              version=version(), cluster=cluster, registry_root=registry_root)
+                              version=version(), cluster=cluster, registry_root=registry_root,
+                              tuning=tuning)
     results, decision, champion = outcome["metrics"], outcome["decision"], outcome["champion"]
     Path(comparison_path).parent.mkdir(parents=True, exist_ok=True)
     files.write_text(comparison_path, comparison_markdown(decision, results, champion))
@@ -159,7 +165,8 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
         runs = Path(registry_root) / RUNS
         runs.mkdir(parents=True, exist_ok=True)
         files.write_json(runs / f"{job_name}.json",
-                         {**decision.to_dict(), "registered_version": outcome["registered"]})
+                         {**decision.to_dict(), "registered_version": outcome["registered"],
+                          "trials": trials_table(tuning) if tuning else ""})
     for line in _progress(outcome):
         say(line)
     made = decision.to_dict()

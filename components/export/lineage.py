@@ -13,11 +13,13 @@ from typing import Any
 
 def lineage(*, manifest: Mapping[str, Any], training: Mapping[str, Any],
             cluster: Mapping[str, Any], images: Mapping[str, Any], version: str,
-            metrics: Mapping[str, Any]) -> dict[str, Any]:
+            metrics: Mapping[str, Any],
+            tuning: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The lineage record of a model.
 
     `images` is the build stage's output: per image its reference by digest (what ran) and
-    its content tag (what people search the registry and the build logs for).
+    its content tag (what people search the registry and the build logs for). `tuning`, a
+    study record (`components.tuning.trials`), adds the study that chose the options.
     """
     trainer = images.get("gpu") or {}
     return {
@@ -35,6 +37,9 @@ def lineage(*, manifest: Mapping[str, Any], training: Mapping[str, Any],
         "training": dict(training),
         "cluster": dict(cluster),
         "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))},
+        **({"tuning": {k: tuning[k] for k in ("metric", "goal", "best_trial",
+                                               "best_parameters", "best_metric")}
+            | {"trials": len(tuning["trials"])}} if tuning else {}),
     }
 
 
@@ -77,4 +82,10 @@ def description(record: Mapping[str, Any], decision: Mapping[str, Any]) -> str:
             f"({record.get('image_tag') or 'local'}) | "
             f"{training.get('model')} {training.get('epochs')} epochs, "
             f"{record['cluster'].get('strategy')}")
+    study = record.get("tuning")
+    if study:
+        text += (f" | tuned: best of {study['trials']} trials by {study['metric']} "
+                 f"{study['best_metric']:.4f}: " + ", ".join(
+                     f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                     for k, v in study["best_parameters"].items()))
     return re.sub(r'["\\\x00-\x1f]', "", text)[:2000]

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from trainer.cluster import (
@@ -118,7 +118,9 @@ def _pump(stream, out: TextIO | None, tail: deque) -> None:
 
 
 def run_local_cluster(layout: Layout, trainer_args: Sequence[str], strategy: str = "auto",
-                      timeout_seconds: float = 1800, out: TextIO | None = None) -> str:
+                      timeout_seconds: float = 1800, out: TextIO | None = None, *,
+                      cores: Sequence[int] | None = None,
+                      environ: Mapping[str, str] | None = None) -> str:
     """Runs `python -m trainer.task` as one process per replica of `layout`.
 
     Training is done when the replicas that decide it have ended with 0: the chief and
@@ -135,6 +137,9 @@ def run_local_cluster(layout: Layout, trainer_args: Sequence[str], strategy: str
         strategy: The `training.strategy` option (`trainer.cluster.choose_strategy`).
         timeout_seconds: Stop everything after this long.
         out: Where the processes' output lines go (default: stdout).
+        cores: The cores the cluster may use (default: all this process may); clusters
+            that run side by side (tuning trials) get disjoint sets.
+        environ: Variables added to the processes' environment.
 
     Returns:
         The strategy the cluster ran.
@@ -143,7 +148,7 @@ def run_local_cluster(layout: Layout, trainer_args: Sequence[str], strategy: str
         LocalTrainingError: A process failed or the timeout passed.
     """
     chosen = choose_strategy(layout, strategy)
-    replicas = _start(layout, trainer_args, out)
+    replicas = _start(layout, trainer_args, out, cores, environ or {})
     # The replicas whose success ends training, and those whose failure does not end it.
     deciding = {"chief"} | ({f"worker-{i}" for i in range(layout.workers)}
                             if chosen == "multi_worker_mirrored" else set())
@@ -171,14 +176,16 @@ class _Replica:
     pump: threading.Thread
 
 
-def _start(layout: Layout, trainer_args: Sequence[str], out: TextIO | None) -> list[_Replica]:
+def _start(layout: Layout, trainer_args: Sequence[str], out: TextIO | None,
+           cores: Sequence[int] | None, environ: Mapping[str, str]) -> list[_Replica]:
     """One `python -m trainer.task` per replica, each on its own cores when there are
     enough (the trainer pins itself before TensorFlow starts)."""
     base = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
-            "PYTHONUNBUFFERED": "1"}
+            "PYTHONUNBUFFERED": "1", **environ}
     environments = cluster_environments(layout, base)
-    pinned = core_plan([name for name, _ in environments], sorted(os.sched_getaffinity(0))) \
-        if len(environments) > 1 else {}
+    usable = sorted(cores if cores is not None else os.sched_getaffinity(0))
+    pinned = core_plan([name for name, _ in environments], usable) \
+        if len(environments) > 1 or cores is not None else {}
     replicas = []
     for name, env in environments:
         env.pop(LOCAL_CORES_ENV, None)

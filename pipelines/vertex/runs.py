@@ -151,6 +151,11 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
            f"({', '.join(prepared.user_code_files[:5])}"
            f"{', ...' if len(prepared.user_code_files) > 5 else ''}), read by the trainer "
            f"from {USER_CODE_IN_IMAGE}"] if user_code else []),
+        *([f"tuning: a HyperparameterTuningJob of {config.tuning.max_trials} trial(s), "
+           f"{config.tuning.parallel_trials} at a time, on the training pools, searching "
+           f"{', '.join(p.name for p in config.tuning.parameters)} by "
+           f"{config.tuning.metric}; the CustomJob then trains with the best trial's values"]
+          if config.tuning.enabled else []),
         "cache: " + (f"only {', '.join(cached)} may be reused (keyed on the source's "
                      "fingerprint); every other task runs every time" if cached
                      else "off for every task"),

@@ -31,6 +31,18 @@ and left out of the command, as a machine with all N visible would pass the chec
 
 The job succeeds when every replica of pools 0 and 1 has exited with 0 (parameter
 servers and evaluators are then stopped) and fails when one of them fails.
+
+A HyperparameterTuningJob (`hyperparameterTuningJobs` create/get/cancel) runs its trials,
+`parallelTrialCount` at a time, each as a CustomJob of its `trialJobSpec` with the trial's
+parameters appended as `--<parameterId> <value>` (Vertex AI docs: "Create a
+hyperparameter tuning job"), its base output directory `<job's>/<trial id>/`, and
+`CLOUD_ML_TRIAL_ID` and a metrics file of its own (`CLOUD_ML_HP_METRIC_FILE`, what
+cloudml-hypertune writes); the trial's final measurement is the last value reported for
+the study's metric, and a trial that fails or reports none is INFEASIBLE. The values are
+drawn at random within each parameter's spec (this fake does not optimise). It refuses
+what the StudySpec forbids: a parameter without exactly one value spec, a log scale
+whose minimum is not positive, a minimum above its maximum, discrete values not
+increasing, grid search with a DOUBLE parameter, and tag+digest image references.
 """
 
 from __future__ import annotations
@@ -116,6 +128,7 @@ class FakeGoogleApis:
         self.builds: dict[str, dict[str, Any]] = {}  # operation name -> build, started
         self.build_seconds = 1.5  # how long a build stays "not done"
         self.denied: set[str] = set()  # permissions testIamPermissions leaves out
+        self.tuning_jobs: dict[str, dict[str, Any]] = {}  # name -> the job resource
         self._lock = threading.Lock()
         self._request = threading.local()  # the query string of the request being served
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -127,6 +140,8 @@ class FakeGoogleApis:
 
     def __exit__(self, *exc: Any) -> None:
         self._server.shutdown()
+        for job in self.tuning_jobs.values():
+            job["cancelled"] = True
         for job in self.jobs.values():
             for replica in job.replicas:
                 if replica.process.poll() is None:
@@ -146,6 +161,12 @@ class FakeGoogleApis:
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/customJobs/[^/:]+)$", self._get_job),
             ("POST", r"^/v1/(projects/[^/]+/locations/[^/]+/customJobs/[^/:]+):cancel$",
              self._cancel_job),
+            ("POST", r"^/v1/(projects/[^/]+/locations/[^/]+)/hyperparameterTuningJobs$",
+             self._create_tuning_job),
+            ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/hyperparameterTuningJobs/[^/:]+)$",
+             self._get_tuning_job),
+            ("POST", r"^/v1/(projects/[^/]+/locations/[^/]+/hyperparameterTuningJobs/[^/:]+)"
+                     r":cancel$", self._cancel_tuning_job),
             ("POST", r"^/v1/(projects/[^/]+/locations/[^/]+)/models:upload$", self._upload),
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/models/[^/]+/operations/[^/]+)$",
              self._operation),
@@ -198,6 +219,104 @@ class FakeGoogleApis:
         self._stop(job.replicas)
         job.state = "JOB_STATE_CANCELLED"
         return 200, {}
+
+    # --- Hyperparameter tuning ------------------------------------------------------------
+
+    def _create_tuning_job(self, parent: str, body: dict[str, Any]) -> tuple[int, Any]:
+        problem = _study_problem(body.get("studySpec") or {}) or next(
+            (p for pool in body.get("trialJobSpec", {}).get("workerPoolSpecs", [])
+             for p in [_reference_problem((pool or {}).get("containerSpec", {})
+                                          .get("imageUri", "") or "x")] if p), None)
+        if problem:
+            return 400, _error(400, problem)
+        with self._lock:
+            name = f"{parent}/hyperparameterTuningJobs/{len(self.tuning_jobs) + 1}"
+            job = {**body, "name": name, "state": "JOB_STATE_RUNNING", "trials": [],
+                   "createTime": _now()}
+            self.tuning_jobs[name] = job
+        threading.Thread(target=self._run_trials, args=(job, parent), daemon=True).start()
+        return 200, job
+
+    def _get_tuning_job(self, name: str, body: Any) -> tuple[int, Any]:
+        job = self.tuning_jobs.get(name)
+        if job is None:
+            return 404, _error(404, f"{name} not found")
+        with self._lock:
+            return 200, json.loads(json.dumps(job))
+
+    def _cancel_tuning_job(self, name: str, body: Any) -> tuple[int, Any]:
+        self.tuning_jobs[name]["cancelled"] = True
+        return 200, {}
+
+    def _run_trials(self, job: dict[str, Any], parent: str) -> None:
+        spec = job["studySpec"]
+        metric = spec["metrics"][0]["metricId"]
+        total, parallel = int(job["maxTrialCount"]), int(job.get("parallelTrialCount") or 1)
+        failures_allowed = int(job.get("maxFailedTrialCount") or 0) or total
+        base = job["trialJobSpec"].get("baseOutputDirectory", {}).get(
+            "outputUriPrefix", "").rstrip("/")
+        number = 0
+        while number < total and not job.get("cancelled"):
+            batch = []
+            for _ in range(min(parallel, total - number)):
+                number += 1
+                batch.append(self._start_trial(job, parent, number, spec, base))
+            for trial, custom_job, metrics_file in batch:
+                while custom_job.state == "JOB_STATE_RUNNING":
+                    self._update(custom_job)
+                    time.sleep(0.2)
+                value = _last_value(metrics_file, metric)
+                with self._lock:
+                    trial["endTime"] = _now()
+                    if custom_job.state == "JOB_STATE_SUCCEEDED" and value is not None:
+                        trial["state"] = "SUCCEEDED"
+                        trial["finalMeasurement"] = {"metrics": [{"metricId": metric,
+                                                                  "value": value}]}
+                    else:
+                        trial["state"] = "INFEASIBLE"
+                        trial["infeasibleReason"] = custom_job.error[-300:] or \
+                            f"reported no {metric}"
+            failed = sum(t["state"] == "INFEASIBLE" for t in job["trials"])
+            if failed >= failures_allowed:
+                break
+        with self._lock:
+            failed = sum(t["state"] == "INFEASIBLE" for t in job["trials"])
+            job["state"] = "JOB_STATE_CANCELLED" if job.get("cancelled") else \
+                "JOB_STATE_FAILED" if failed >= failures_allowed or failed == len(job["trials"]) \
+                else "JOB_STATE_SUCCEEDED"
+            if job["state"] == "JOB_STATE_FAILED":
+                job["error"] = {"code": 9, "message": f"{failed} trial(s) failed"}
+            job["endTime"] = _now()
+
+    def _start_trial(self, job: dict[str, Any], parent: str, number: int,
+                     spec: dict[str, Any], base: str) -> tuple[dict, CustomJob, Path]:
+        chosen = _suggest(spec["parameters"], number)
+        pools = json.loads(json.dumps(job["trialJobSpec"]["workerPoolSpecs"]))
+        for pool in pools:
+            if pool and "containerSpec" in pool:
+                pool["containerSpec"]["args"] = [
+                    *pool["containerSpec"].get("args", []),
+                    *[item for p in chosen for item in (f"--{p['parameterId']}",
+                                                        _flag(p["value"]))]]
+        metrics_file = self.work_dir / f"tuning{job['name'].rsplit('/', 1)[1]}-trial{number}" \
+                                       f".metrics"
+        with self._lock:
+            name = f"{parent}/customJobs/{len(self.jobs) + 1}"
+            resource = {"displayName": f"{job['displayName']}-trial-{number}", "name": name,
+                        "jobSpec": {**job["trialJobSpec"], "workerPoolSpecs": pools,
+                                    "baseOutputDirectory": {
+                                        "outputUriPrefix": f"{base}/{number}/"}}}
+            custom_job = CustomJob(name, resource, [])
+            self.jobs[name] = custom_job
+            trial = {"id": str(number), "state": "ACTIVE", "parameters": chosen,
+                     "startTime": _now(), "customJob": name}
+            job["trials"].append(trial)
+        try:
+            custom_job.replicas = self._start_replicas(custom_job, {
+                "CLOUD_ML_TRIAL_ID": str(number), "CLOUD_ML_HP_METRIC_FILE": str(metrics_file)})
+        except LookupError as missing:
+            custom_job.state, custom_job.error = "JOB_STATE_FAILED", str(missing)
+        return trial, custom_job, metrics_file
 
     def _upload(self, parent: str, body: dict[str, Any]) -> tuple[int, Any]:
         # gcpc's launcher writes the request's JSON in snake_case, the REST clients in
@@ -338,7 +457,8 @@ class FakeGoogleApis:
             raise LookupError(problem)
         return list(self.entrypoints[repository])
 
-    def _start_replicas(self, job: CustomJob) -> list[Replica]:
+    def _start_replicas(self, job: CustomJob,
+                        trial_env: dict[str, str] | None = None) -> list[Replica]:
         spec = job.resource["jobSpec"]
         pools = spec["workerPoolSpecs"]
         counts = [int(p.get("replicaCount", 0)) if p else 0 for p in pools]
@@ -355,7 +475,7 @@ class FakeGoogleApis:
             command = list(container.get("command") or self._command(container["imageUri"]))
             args, expected_gpus = _without_gpu_expectation(container.get("args", []))
             for index in range(len(hosts)):
-                env = {**self.environment,
+                env = {**self.environment, **(trial_env or {}),
                        **{e["name"]: e["value"] for e in container.get("env", [])}}
                 if sum(counts) > 1:
                     env["TF_CONFIG"] = json.dumps({
@@ -439,6 +559,74 @@ class FakeGoogleApis:
                 pass
 
         return Handler
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + \
+        f".{int(time.time() * 1000) % 1000:03d}Z"
+
+
+def _flag(value: Any) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _last_value(path: Path, metric: str) -> float | None:
+    """The last value of `metric` in a cloudml-hypertune metrics file."""
+    if not path.is_file():
+        return None
+    values = [json.loads(line).get(metric) for line in path.read_text().splitlines()]
+    values = [float(v) for v in values if v is not None]
+    return values[-1] if values else None
+
+
+_VALUE_SPECS = ("doubleValueSpec", "integerValueSpec", "discreteValueSpec",
+                "categoricalValueSpec")
+
+
+def _study_problem(spec: dict[str, Any]) -> str | None:
+    """What Vertex AI would refuse in a StudySpec (REST reference: StudySpec)."""
+    if not spec.get("metrics"):
+        return "studySpec.metrics: at least one metric is required"
+    for p in spec.get("parameters", []):
+        kinds = [k for k in _VALUE_SPECS if k in p]
+        if len(kinds) != 1 or not p.get("parameterId"):
+            return f"studySpec.parameters: {p.get('parameterId')!r} needs an id and exactly " \
+                   "one value spec"
+        value = p[kinds[0]]
+        if kinds[0] in ("doubleValueSpec", "integerValueSpec"):
+            low, high = float(value["minValue"]), float(value["maxValue"])
+            if low > high:
+                return f"parameter {p['parameterId']}: minValue above maxValue"
+            if p.get("scaleType") in ("UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE") and low <= 0:
+                return f"parameter {p['parameterId']}: a log scale needs a positive minValue"
+        if kinds[0] == "discreteValueSpec" and value["values"] != sorted(value["values"]):
+            return f"parameter {p['parameterId']}: discrete values must be increasing"
+        if kinds[0] == "doubleValueSpec" and spec.get("algorithm") == "GRID_SEARCH":
+            return "GRID_SEARCH cannot search a DOUBLE parameter"
+    return None
+
+
+def _suggest(parameters: list[dict[str, Any]], number: int) -> list[dict[str, Any]]:
+    """A trial's values, drawn at random within each spec (seeded by the trial)."""
+    import math
+    import random
+
+    rng = random.Random(number)
+    chosen = []
+    for p in parameters:
+        if "doubleValueSpec" in p:
+            low, high = (float(p["doubleValueSpec"][k]) for k in ("minValue", "maxValue"))
+            value = math.exp(rng.uniform(math.log(low), math.log(high))) \
+                if p.get("scaleType") == "UNIT_LOG_SCALE" else rng.uniform(low, high)
+        elif "integerValueSpec" in p:
+            value = rng.randint(int(p["integerValueSpec"]["minValue"]),
+                                int(p["integerValueSpec"]["maxValue"]))
+        elif "discreteValueSpec" in p:
+            value = rng.choice(p["discreteValueSpec"]["values"])
+        else:
+            value = rng.choice(p["categoricalValueSpec"]["values"])
+        chosen.append({"parameterId": p["parameterId"], "value": value})
+    return chosen
 
 
 def _error(code: int, message: str) -> dict[str, Any]:
