@@ -452,7 +452,7 @@ def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run
     trainer and report with cloudml-hypertune; our component reads the job back and the
     final CustomJob trains with the best trial's parameters."""
     apis = emulated_run["apis"]
-    tuned = emulated_run["run"]({}, {"epochs": 2}, STUDY)
+    tuned = emulated_run["run"]({}, {"epochs": 1}, STUDY)
     tasks = tuned["tasks"]
     assert {"vertex-tuning-spec", "hyperparameter-tuning-job", "best-vertex-trial",
             "vertex-training-spec", "custom-training-job", "export-model"} <= {

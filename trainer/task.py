@@ -155,8 +155,7 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name
 
     from trainer import callbacks
     from trainer.data import build_inputs
-    from trainer.model import model_for, unfreeze_for_fine_tuning
-    from trainer.schedule import learning_rate
+    from trainer.model import model_for
 
     plan = make_plan(args.options, info, strategy_name, _locations(args, environ), environ,
                      gpus=len(tf.config.list_physical_devices("GPU")),
@@ -168,10 +167,30 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name
     train_input, validation_input = (build_inputs(tf, keras, plan, s) for s in SPLITS)
     with strategy.scope():
         model = model_for(keras, plan)
-    progress = callbacks.EpochLog(plan)
     reporting = [callbacks.ReportMetric(args.hypertune_metric)] \
         if args.hypertune_metric and info.is_chief else []
     started = time.monotonic()
+    progress = _fit_phases(tf, keras, strategy, model, plan, (train_input, validation_input),
+                           reporting)
+    report = plan_report(plan, resumed_from_epoch=progress.resumed_from(),
+                         epochs_run=progress.epochs_run, seconds=time.monotonic() - started,
+                         weights_sha256=weights_digest(model))
+    log.info("trained %d epoch(s) in %.1f s; weights digest %s",
+             report["epochs_run"], report["train_seconds"],
+             report["weights_sha256"])
+    _export(tf, model, plan, report)
+    return report
+
+
+def _fit_phases(tf: Any, keras: Any, strategy: Any, model: Any, plan: RunPlan,
+                inputs: tuple[Any, Any], reporting: list[Any]) -> Any:
+    """Runs `fit` for each phase of the plan (phase 2 unfreezes the backbone's top and
+    re-compiles first); returns the progress log that followed them."""
+    from trainer import callbacks
+    from trainer.model import unfreeze_for_fine_tuning
+    from trainer.schedule import learning_rate
+
+    progress = callbacks.EpochLog(plan)
     for phase in plan.phases:
         if phase.name == "fine_tune":
             with strategy.scope():
@@ -184,20 +203,13 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name
             from trainer.step_logs import keep_step_logs_local
 
             keep_step_logs_local(tf, model)  # the epoch logs stay the cluster's
-        model.fit(train_input, initial_epoch=phase.first_epoch, epochs=phase.end_epoch,
-                  steps_per_epoch=plan.steps_per_epoch, validation_data=validation_input,
+        model.fit(inputs[0], initial_epoch=phase.first_epoch, epochs=phase.end_epoch,
+                  steps_per_epoch=plan.steps_per_epoch, validation_data=inputs[1],
                   validation_steps=plan.validation_steps,
                   callbacks=callbacks.for_phase(plan, phase, progress) + reporting,
                   verbose=0)
     callbacks.drop_kept_backups(plan)
-    report = plan_report(plan, resumed_from_epoch=progress.resumed_from(),
-                         epochs_run=progress.epochs_run, seconds=time.monotonic() - started,
-                         weights_sha256=weights_digest(model))
-    log.info("trained %d epoch(s) in %.1f s; weights digest %s",
-             report["epochs_run"], report["train_seconds"],
-             report["weights_sha256"])
-    _export(tf, model, plan, report)
-    return report
+    return progress
 
 
 def _export(tf: Any, model: Any, plan: RunPlan, report: dict[str, Any]) -> None:

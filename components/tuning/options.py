@@ -53,7 +53,7 @@ class Parameter(pydantic.BaseModel):
             return [f"name is {self.name!r}, which is not a training option a study can "
                     f"search; valid: {tunable}"]
         kind = field.annotation
-        literal = typing.get_origin(kind) is Literal or _is_model_name(self.name)
+        literal = typing.get_origin(kind) is Literal
         expected = {"DOUBLE": (float,), "INTEGER": (int,), "DISCRETE": (int, float)}
         if self.type in expected and kind not in expected[self.type]:
             return [f"type is {self.type}, but {self.name} is not a number option of that "
@@ -114,10 +114,6 @@ class Parameter(pydantic.BaseModel):
                 found += [p for p in exc.problems if p.startswith(f"{self.name} ")]
         return [f"{'values' if self.values else 'min_value/max_value'} would try a value "
                 f"the training option refuses: training.{p}" for p in found]
-
-
-def _is_model_name(name: str) -> bool:
-    return name == "model"  # a string with its own rule (`trainer.options.ModelName`)
 
 
 def _type_for(kind: typing.Any, literal: bool) -> str:
