@@ -221,7 +221,7 @@ def run_local(config: Config, pipeline_root: str | os.PathLike, *, verbose: bool
     """
     from kfp import local
 
-    from pipelines.pipeline import local_arguments, local_pipeline
+    from pipelines.pipeline import local_arguments, local_pipeline_for
 
     out = out or sys.stdout
     root = Path(pipeline_root).resolve()
@@ -241,7 +241,7 @@ def run_local(config: Config, pipeline_root: str | os.PathLike, *, verbose: bool
         failure = None
         try:
             with _contained(root), _quiet_kfp(out, verbose):
-                local_pipeline(**local_arguments(config, str(root / REGISTRY)))
+                local_pipeline_for(config)(**local_arguments(config, str(root / REGISTRY)))
         except RuntimeError as exc:
             failure = first_line(_ANSI.sub("", str(exc)), 2000)
     run_dir = _run_dir(root, before)
@@ -271,5 +271,6 @@ def _result(root: Path, run_dir: Path, summary: str, seconds: float) -> LocalRun
         registered_version=model.get("registered_version", ""),
         summary=summary,
         tuning=_executor_output(run_dir / "tune-on-local-workers")
-        .get("parameterValues", {}).get("record", {}),
+        .get("parameterValues", {}).get("record", {})
+        if (run_dir / "tune-on-local-workers").is_dir() else {},
     )

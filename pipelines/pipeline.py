@@ -105,8 +105,8 @@ def train_locally(training: dict, local_cluster: dict, data, image):
 
 
 def tune_locally(training: dict, tuning: dict, local_cluster: dict, data, image):
-    """Stage 4 locally, first: the `tuning` study (trials as local clusters; none without
-    parameters); its outputs are the training options to train with and the study."""
+    """Stage 4 locally, first: the `tuning` study (trials as local clusters); its outputs
+    are the training options to train with and the study."""
     task = ops.tune_on_local_workers(dataset=data.outputs["dataset"], training=training,
                                      tuning=tuning, local_cluster=local_cluster)
     task.set_display_name("4 tune hyperparameters").after(image).set_caching_options(False)
@@ -304,6 +304,23 @@ def resources_of(config: Config) -> Resources:
 vertex_pipeline = make_vertex_pipeline(resources_of(_DEFAULTS))
 
 
+def _local_run(dataset: dict, training: dict, vertex: dict, local_cluster: dict,
+               registry_root, tuning=None):
+    """The local pipeline's tasks, with the study first when there is one."""
+    with dsl.ExitHandler(notify((), registry_root), name="run"):
+        gpu = validate(vertex, training, local_cluster)
+        data = prepare(dataset, gpu.outputs["training_workers"], gpu)
+        image = build(vertex, push=False, trainer_source_uri="").after(data)
+        before, record = image, None
+        if tuning is not None:
+            before = tune_locally(training, tuning, local_cluster, data, image)
+            training, record = before.outputs["training"], before.outputs["record"]
+        model, job_dir, trained = train_locally(training, local_cluster, data, before)
+        report_and_export(data, model, job_dir, trained, training=training, vertex=vertex,
+                          gpu=gpu, images=image.outputs["Output"],
+                          registry_root=registry_root, tuning=record)
+
+
 @dsl.pipeline(name=LOCAL_PIPELINE_NAME, description=_DESCRIPTION + " (local workers)")
 def local_pipeline(
     dataset: dict = _DEFAULTS.dataset.model_dump(),
@@ -311,7 +328,6 @@ def local_pipeline(
     vertex: dict = _DEFAULTS.vertex_options().model_dump(),
     local_cluster: dict = layout_dict(_DEFAULTS.local_layout()),
     registry_root: str = "",
-    tuning: dict = _DEFAULTS.tuning.model_dump(),
 ):
     """The same pipeline with training as worker processes on localhost (kfp.local).
 
@@ -319,16 +335,27 @@ def local_pipeline(
     caught on a laptop; the dataset is sharded for the local layout (`local_cluster`:
     workers, parameter servers and evaluators besides the chief).
     """
-    with dsl.ExitHandler(notify((), registry_root), name="run"):
-        gpu = validate(vertex, training, local_cluster)
-        data = prepare(dataset, gpu.outputs["training_workers"], gpu)
-        image = build(vertex, push=False, trainer_source_uri="").after(data)
-        tuned = tune_locally(training, tuning, local_cluster, data, image)
-        chosen = tuned.outputs["training"]  # the best trial's options, or `training`
-        model, job_dir, trained = train_locally(chosen, local_cluster, data, tuned)
-        report_and_export(data, model, job_dir, trained, training=chosen, vertex=vertex,
-                          gpu=gpu, images=image.outputs["Output"],
-                          registry_root=registry_root, tuning=tuned.outputs["record"])
+    _local_run(dataset, training, vertex, local_cluster, registry_root)
+
+
+@dsl.pipeline(name=LOCAL_PIPELINE_NAME,
+              description=_DESCRIPTION + " (local workers; tunes first)")
+def tuned_local_pipeline(
+    dataset: dict = _DEFAULTS.dataset.model_dump(),
+    training: dict = _DEFAULTS.training_options().model_dump(),
+    vertex: dict = _DEFAULTS.vertex_options().model_dump(),
+    local_cluster: dict = layout_dict(_DEFAULTS.local_layout()),
+    registry_root: str = "",
+    tuning: dict = _DEFAULTS.tuning.model_dump(exclude_none=True),
+):
+    """`local_pipeline` with the `tuning` study first (Open Source Vizier, trials as local
+    clusters); the final training uses the best trial's options."""
+    _local_run(dataset, training, vertex, local_cluster, registry_root, tuning)
+
+
+def local_pipeline_for(config: Config):
+    """The local pipeline a configuration runs: with its study, if it has one."""
+    return tuned_local_pipeline if config.tuning.enabled else local_pipeline
 
 
 def local_arguments(config: Config, registry_root: str = "") -> dict:
@@ -339,7 +366,8 @@ def local_arguments(config: Config, registry_root: str = "") -> dict:
             "vertex": config.vertex_options().model_dump(),
             "local_cluster": layout_dict(config.local_layout()),
             "registry_root": registry_root,
-            "tuning": config.tuning.model_dump(exclude_none=True)}
+            **({"tuning": config.tuning.model_dump(exclude_none=True)}
+               if config.tuning.enabled else {})}
 
 
 def vertex_arguments(config: Config, trainer_source_uri: str = "") -> dict:

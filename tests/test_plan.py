@@ -65,3 +65,35 @@ def test_each_split_is_read_as_the_plan_says(dataset):
     assert (train.seed, validation.seed) == (7, 8)
     assert train.batch_size == plan.global_batch and train.num_workers == 2
     assert train.threads == 1 and train.image_format == "jpeg"
+
+
+def test_phases_follow_one_timeline_and_the_linear_scaling_rule(dataset):
+    plan = _plan(dataset, model="mobilenet_v3_small", batch_size=32, replicas=4, epochs=3,
+                 fine_tune_epochs=2, learning_rate=0.001, fine_tune_learning_rate=1e-5,
+                 scale_learning_rate=True, warmup_epochs=1, cosine_decay=True)
+    steps = 1000 // 128
+    train, tune = plan.phases
+    assert (train.first_epoch, train.end_epoch, tune.first_epoch, tune.end_epoch) == (0, 3, 3, 5)
+    assert train.learning_rate == pytest.approx(0.004)  # x 4 replicas in sync
+    assert tune.learning_rate == pytest.approx(4e-5)
+    assert (train.start_step, train.steps, train.warmup_steps) == (0, 3 * steps, steps)
+    assert (tune.start_step, tune.steps, tune.warmup_steps) == (3 * steps, 2 * steps, 0)
+    assert train.keep_backup and not tune.keep_backup and train.backup != tune.backup
+    assert plan.freeze_base  # phase 1 trains the head only before fine-tuning
+    unscaled = _plan(dataset, replicas=4, learning_rate=0.001)
+    assert [p.learning_rate for p in unscaled.phases] == [0.001]
+    assert not unscaled.phases[0].keep_backup
+
+
+def test_the_schedule_warms_up_then_decays_along_a_cosine_from_its_phase_start():
+    tf = pytest.importorskip("tensorflow")
+    from trainer.schedule import PhaseSchedule
+
+    schedule = PhaseSchedule(0.1, start_step=100, steps=50, warmup_steps=10, cosine=True)
+    at = {step: float(schedule(tf.constant(step))) for step in (100, 104, 109, 110, 130, 150)}
+    assert at[100] == pytest.approx(0.01) and at[104] == pytest.approx(0.05)
+    assert at[109] == pytest.approx(0.1) and at[110] == pytest.approx(0.1)
+    assert at[130] == pytest.approx(0.05, rel=1e-5)  # half way down the cosine
+    assert at[150] == pytest.approx(0.0, abs=1e-7)
+    flat = PhaseSchedule(0.1, start_step=0, steps=50, warmup_steps=5)
+    assert float(flat(tf.constant(40))) == pytest.approx(0.1)

@@ -258,7 +258,7 @@ def test_run_local_with_an_ai_platform_config_that_tunes(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(AI_PLATFORM))
     result = subprocess.run([str(BIN), "run", "--local", "--json", "--config", str(path),
-                             "--epochs", "2"], cwd=tmp_path, capture_output=True, text=True,
+                             "--epochs", "1"], cwd=tmp_path, capture_output=True, text=True,
                             timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run = json.loads(result.stdout.strip().splitlines()[-1])

@@ -439,7 +439,7 @@ def test_each_promotion_mode_registers_as_the_gate_decided(emulated_run):
     # never: the parameter-server run below.
 
 
-STUDY = {"max_trials": 3, "parallel_trials": 1, "max_failed_trials": 2,
+STUDY = {"max_trials": 2, "parallel_trials": 1, "max_failed_trials": 1,
          "algorithm": "RANDOM_SEARCH", "parameters": [
              {"name": "learning_rate", "type": "DOUBLE", "min_value": 0.0005,
               "max_value": 0.01, "scale": "UNIT_LOG_SCALE"},
@@ -470,7 +470,7 @@ def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run
         "batch_size", [16.0, 32.0])
     assert job.study_spec.algorithm.name == "RANDOM_SEARCH"
     assert (job.max_trial_count, job.parallel_trial_count, job.max_failed_trial_count) == \
-        (3, 1, 2)
+        (2, 1, 1)
     assert job.trial_job_spec.service_account == ACCOUNT
     pools = job.trial_job_spec.worker_pool_specs
     args = list(pools[0].container_spec.args)
@@ -482,10 +482,10 @@ def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run
 
     # Every trial trained and reported; the best-trial component chose the best.
     resource = apis.tuning_jobs[next(iter(apis.tuning_jobs))]
-    assert resource["state"] == "JOB_STATE_SUCCEEDED" and len(resource["trials"]) == 3
+    assert resource["state"] == "JOB_STATE_SUCCEEDED" and len(resource["trials"]) == 2
     measured = {t["id"]: t["finalMeasurement"]["metrics"][0]["value"]
                 for t in resource["trials"] if t["state"] == "SUCCEEDED"}
-    assert len(measured) == 3
+    assert len(measured) == 2
     best_id = max(measured, key=measured.get)
     chosen = tasks["best-vertex-trial"].parameters
     assert chosen["record"]["best_trial"] == best_id
@@ -506,5 +506,5 @@ def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run
     bucket, _, name = trials_md["uri"][len("gs://"):].partition("/")
     assert f"| {best_id} **best** |" in storage.bucket(bucket).blob(name).download_as_text()
     export = tasks["export-model"].parameters
-    assert "tuned: best of 3 trials by val_accuracy" in export["description"]
+    assert "tuned: best of 2 trials by val_accuracy" in export["description"]
 
