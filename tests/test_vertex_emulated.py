@@ -350,8 +350,11 @@ def test_a_parameter_server_layout_trains_with_tf_config_as_vertex_sets_it(tmp_p
               {"machine_spec": {"machine_type": "n1-highmem-8"}, "replica_count": 1}]
     with emulated_vertex(tmp_path) as submit:
         # vertex.promotion never: decided and reported, nothing registered.
+        # Transfer learning's two phases under ParameterServerStrategy (a backbone frozen
+        # for phase 1, its top unfrozen and re-compiled for phase 2, on the coordinator).
         run = submit({"worker_pool_specs": layout, "promotion": "never"},
-                     {"epochs": 2, "batch_size": 32})
+                     {"model": "mobilenet_v3_small", "epochs": 1, "fine_tune_epochs": 1,
+                      "batch_size": 32})
         tasks, apis = run["tasks"], run["apis"]
         assert tasks["validate-gpu-config"].parameters["strategy"] == "parameter_server"
         assert tasks["validate-gpu-config"].parameters["training_workers"] == 2
@@ -368,6 +371,8 @@ def test_a_parameter_server_layout_trains_with_tf_config_as_vertex_sets_it(tmp_p
             {"chief": 1, "worker": 2, "ps": 1}
         chief_log = record.replicas[0].log.read_text()
         assert "parameter_server with 3 training machine(s), 1 parameter server(s)" in chief_log
+        assert "epoch 1/2:" in chief_log and "fine-tuning: " in chief_log
+        assert "epoch 2/2:" in chief_log
         assert "serving at" in record.replicas[3].log.read_text()
         assert tasks["registration-plan"].parameters["register"] is False
         assert "vertex.promotion is never" in tasks["export-model"].parameters["decision"]

@@ -175,12 +175,19 @@ def run_study(tuning: TuningOptions, run_trial: TrialRunner, work_dir: str, *,
     trials: list[Trial] = []
     limit = tuning.max_failed_trials or tuning.max_trials
     free = list(range(len(slots)))
+    exhausted = False
     with concurrent.futures.ThreadPoolExecutor(len(slots)) as pool:
         running: dict[concurrent.futures.Future, tuple[Any, Trial, int, float]] = {}
         while True:
             failed = sum(t.state == "FAILED" for t in trials)
-            while free and len(trials) < tuning.max_trials and failed < limit:
-                (suggestion,) = study.suggest(count=1, client_id=f"slot-{free[0]}")
+            while free and len(trials) < tuning.max_trials and failed < limit \
+                    and not exhausted:
+                suggested = study.suggest(count=1, client_id=f"slot-{free[0]}")
+                if not suggested:  # a grid search that has tried every point
+                    log("tuning: every point of the search space has been tried")
+                    exhausted = True
+                    break
+                (suggestion,) = suggested
                 slot = free.pop(0)
                 trial = Trial(str(suggestion.id), typed(tuning, dict(suggestion.parameters)))
                 trial.job_dir = os.path.join(work_dir, f"trial-{trial.trial_id}")
