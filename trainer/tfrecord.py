@@ -15,6 +15,7 @@ The tests read what this writes with TensorFlow's own reader and parser.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from collections.abc import Mapping, Sequence
@@ -70,14 +71,36 @@ def example(features: Mapping[str, Sequence[bytes] | Sequence[int]]) -> bytes:
 
 
 class Writer:
-    """Writes records to a TFRecord file (like `tf.io.TFRecordWriter`, uncompressed)."""
+    """Writes records to a TFRecord file (like `tf.io.TFRecordWriter`, uncompressed).
 
-    def __init__(self, path: str | os.PathLike):
-        self._file: BinaryIO = open(path, "wb")
+    It counts and hashes what it writes, so a shard's size and SHA-256 are known without
+    reading it back (the manifest records both).
+
+    Attributes:
+        records: Records written.
+        bytes: Bytes written.
+    """
+
+    def __init__(self, path_or_file: str | os.PathLike | BinaryIO):
+        # A path is opened (and closed) here; an open binary file (Beam's FileSystems on
+        # Cloud Storage) is written and closed all the same.
+        self._file: BinaryIO = path_or_file if hasattr(path_or_file, "write") \
+            else open(path_or_file, "wb")
+        self._hash = hashlib.sha256()
+        self.records = 0
+        self.bytes = 0
 
     def write(self, record: bytes) -> None:
         """Appends one record."""
-        self._file.write(frame(record))
+        data = frame(record)
+        self._file.write(data)
+        self._hash.update(data)
+        self.records += 1
+        self.bytes += len(data)
+
+    def sha256(self) -> str:
+        """The SHA-256 of what was written, in hex."""
+        return self._hash.hexdigest()
 
     def close(self) -> None:
         """Flushes and closes the file."""

@@ -62,6 +62,8 @@ def _encode(task: tuple[int, str, int, str, type[SourceKind]]) -> Result:
         with Image.open(io.BytesIO(data)) as img:
             img.load()  # forces a full decode: truncated files fail here
             return index, _to_bytes(img, size, image_format), None, None
+    except Image.UnidentifiedImageError:  # its message holds a memory address
+        return index, None, "cannot decode (not an image format Pillow reads)", None
     except Exception as exc:  # noqa: BLE001 - any decoder failure means a bad image
         reason = first_line(exc, 120)
         return index, None, f"cannot decode ({reason})", None

@@ -8,7 +8,13 @@ from typing import Annotated, Literal
 import pydantic
 from pydantic import AfterValidator, Field
 
-from components.dataset.sources import BUILTIN_SHAPES, DatasetError, accepted_forms, kind_of
+from components.dataset.sources import (
+    BUILTIN_SHAPES,
+    TFDS_PREFIX,
+    DatasetError,
+    accepted_forms,
+    kind_of,
+)
 from trainer.schema import STRICT
 
 
@@ -65,10 +71,38 @@ class DatasetOptions(pydantic.BaseModel):
         f"photos of {JPEG_MIN_SIZE}x{JPEG_MIN_SIZE} and up, png for smaller or builtin images."))
     max_bad_fraction: float = Field(0.01, ge=0, lt=1, description=(
         "Fail when more images than this fraction cannot be decoded."))
+    engine: Literal["local", "beam"] = Field("local", description=(
+        "Who prepares the dataset: local (this machine's or the component's cores) or beam "
+        "(Apache Beam: in this process locally, a Dataflow job on Vertex AI)."))
+    dataflow_max_workers: int = Field(10, ge=1, le=1000, description=(
+        "With engine beam on Vertex AI: most Dataflow workers (autoscaling up to it)."))
+    dataflow_machine_type: str = Field(
+        "n2-standard-4", pattern=r"^[a-z][a-z0-9]*-[a-z0-9-]+$", description=(
+            "With engine beam on Vertex AI: the Dataflow workers' Compute Engine machine "
+            "type."))
+    dataflow_flexrs: bool = Field(False, description=(
+        "With engine beam on Vertex AI: Dataflow FlexRS (cost-optimized; the job may start "
+        "up to 6 hours later, on preemptible and regular VMs)."))
+    dataflow_network: str = Field("", pattern=r"^([a-z]([-a-z0-9]{0,61}[a-z0-9])?)?$",
+                                  description=(
+        "With engine beam on Vertex AI: the VPC network of the Dataflow workers, by name "
+        "(empty: default)."))
+    dataflow_subnetwork: str = Field(
+        "", pattern=r"^((https://www\.googleapis\.com/compute/v1/projects/[^/]+/)?regions/"
+                    r"[a-z0-9-]+/subnetworks/[a-z]([-a-z0-9]{0,61}[a-z0-9])?)?$",
+        description=("With engine beam on Vertex AI: the workers' subnetwork, "
+                     "regions/REGION/subnetworks/NAME or its full URL (a Shared VPC's)."))
 
     def problems(self) -> list[str]:
         """Rules between fields (each field's own rules are checked by its declaration)."""
+        problems = []
         if self.validation_fraction + self.test_fraction >= 1:
-            return [f"test_fraction is {self.test_fraction}; expected validation_fraction + "
-                    f"test_fraction < 1 (validation_fraction is {self.validation_fraction})"]
-        return []
+            problems.append(f"test_fraction is {self.test_fraction}; expected "
+                            "validation_fraction + test_fraction < 1 (validation_fraction "
+                            f"is {self.validation_fraction})")
+        if self.engine == "beam" and self.source.startswith(TFDS_PREFIX):
+            problems.append(f"engine is 'beam', but the source {self.source} is a TensorFlow "
+                            "Datasets dataset, which TFDS reads in one stream; expected "
+                            "engine 'local' for it (TFDS builds large datasets with Beam "
+                            "itself)")
+        return problems

@@ -1,7 +1,10 @@
 """The dataset stage: a source -> sharded TFRecords per split, a manifest and a report.
 
-Images are decoded, resized and re-encoded by a pool of processes (all cores) and written
-as they come. Undecodable images are skipped and listed; above a threshold the stage fails.
+One plan (`shard_plan.plan_dataset`: the split and shard of every example), two engines
+that carry it out with the same per-image work (`encode`): `local`, a pool of processes on
+this machine's cores (`local_engine`), and `beam`, an Apache Beam pipeline, in this process
+or as a Dataflow job (`beam_engine`, `dataflow`). Undecodable images are skipped and
+listed; above a threshold the stage fails.
 Shards are written straight into the output directory (on Vertex AI a Cloud Storage FUSE
 path, where directories cannot be renamed into place) and the manifest last: a directory
 is a prepared dataset only once its manifest exists, and a failure removes what was
@@ -10,32 +13,23 @@ written.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+from components.dataset.dataflow import DataflowJob
 from components.dataset.dataset_report import REPORT_NAME, markdown_report
-from components.dataset.encode import results
-from components.dataset.options import DatasetOptions, stored_format
-from components.dataset.shard_plan import estimated_bytes, plan_shards, split_of
-from components.dataset.sources import DatasetError, Example, list_source
-from trainer import contract, files, tfrecord
+from components.dataset.local_engine import write_locally
+from components.dataset.options import DatasetOptions
+from components.dataset.shard_plan import plan_dataset
+from components.dataset.sources import DatasetError
+from trainer import contract, files
 from trainer.schema import OptionsError, validate
 
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 #: `prepare_source`'s keyword values that are the run's, not dataset options.
-_RUN_VALUES = ("min_shards", "processes", "builtin_images_per_class", "report_path")
+_RUN_VALUES = ("min_shards", "processes", "builtin_images_per_class", "report_path",
+               "dataflow")
 
 
 def dataset_options(source: str, **values: Any) -> DatasetOptions:
@@ -61,7 +55,8 @@ def prepare_source(source: str, output_dir: str | os.PathLike, **values: Any) ->
 def prepare_dataset(options: DatasetOptions, output_dir: str | os.PathLike, *,
                     min_shards: int = 1, processes: int = 0,
                     builtin_images_per_class: int = 400,
-                    report_path: str | os.PathLike | None = None) -> dict[str, Any]:
+                    report_path: str | os.PathLike | None = None,
+                    dataflow: DataflowJob | None = None) -> dict[str, Any]:
     """Prepares sharded TFRecords per split and a manifest from an image source.
 
     Args:
@@ -72,6 +67,8 @@ def prepare_dataset(options: DatasetOptions, output_dir: str | os.PathLike, *,
         processes: Decoding processes; 0 uses every core.
         builtin_images_per_class: Images per class drawn for `builtin://shapes`.
         report_path: Also write the Markdown report here (for a KFP Markdown artifact).
+        dataflow: With `options.engine` `beam`, the Dataflow job to run it as; None runs
+            Beam in this process (`processes` SDK workers).
 
     Returns:
         The manifest (also written to `output_dir/manifest.json`).
@@ -89,7 +86,7 @@ def prepare_dataset(options: DatasetOptions, output_dir: str | os.PathLike, *,
     out.mkdir(parents=True, exist_ok=True)
     try:
         return _prepare(options, out, min_shards, processes or os.cpu_count() or 1,
-                        builtin_images_per_class, report_path)
+                        builtin_images_per_class, report_path, dataflow)
     except BaseException:
         # Nothing half-written stays: the directory was empty (or absent) before.
         if created:
@@ -101,37 +98,42 @@ def prepare_dataset(options: DatasetOptions, output_dir: str | os.PathLike, *,
 
 
 def _prepare(options: DatasetOptions, out: Path, min_shards: int, processes: int,
-             builtin_images_per_class: int,
-             report_path: str | os.PathLike | None) -> dict[str, Any]:
+             builtin_images_per_class: int, report_path: str | os.PathLike | None,
+             dataflow: DataflowJob | None) -> dict[str, Any]:
     """`prepare_dataset` once its parameters are checked: shards straight into `out` (on
-    Vertex, a Cloud Storage FUSE path), the manifest last."""
-    source, image_size, num_shards = options.source, options.image_size, options.num_shards
-    validation_fraction, test_fraction = options.validation_fraction, options.test_fraction
-    image_format = stored_format(options.image_format, source, image_size)
-    listing = list_source(source, image_size, builtin_images_per_class)
-    by_split = _split(listing, validation_fraction, test_fraction)
-    shards = {split: min(num_shards, len(items)) if num_shards else plan_shards(
-        len(items), estimated_bytes(len(items), image_size, image_format), min_shards)
-        for split, items in by_split.items()}
-    done = _write_shards(listing, by_split, shards, out, image_size, processes, image_format)
-    total = sum(len(items) for items in by_split.values())
-    _check_skipped(done, total, options.max_bad_fraction)
+    Vertex, a Cloud Storage FUSE path) by the chosen engine, the manifest last."""
+    plan = plan_dataset(options, min_shards, builtin_images_per_class)
+    if options.engine == "beam":
+        try:
+            from components.dataset.beam_engine import write_with_beam
+        except ModuleNotFoundError as exc:
+            if exc.name != "apache_beam":
+                raise
+            raise DatasetError("dataset.engine is 'beam', but Apache Beam is not installed: "
+                               "install the project with the [beam] extra "
+                               "(pip install -e '.[beam]')") from None
+        written = write_with_beam(plan, out, processes, dataflow)
+    else:
+        written = write_locally(plan, out, processes)
+    written.check(list(plan.by_split), plan.total, options.max_bad_fraction)
+    listing = plan.listing
     manifest: dict[str, Any] = {
         "format_version": contract.FORMAT_VERSION,
         "classes": listing.classes,
-        "image_size": [image_size, image_size, 3],
-        "image_format": image_format,
+        "image_size": [plan.image_size, plan.image_size, 3],
+        "image_format": plan.image_format,
         "features": {"image": contract.FEATURE_IMAGE, "label": contract.FEATURE_LABEL,
                      "id": contract.FEATURE_ID},
-        "source": source,
+        "source": options.source,
         "source_kind": listing.kind,
         "source_fingerprint": listing.fingerprint,
-        "validation_fraction": validation_fraction,
-        "test_fraction": test_fraction,
-        "examples": total,
-        "skipped": done.skipped,
-        "bad_fraction": len(done.skipped) / total if total else 0.0,
-        "splits": {split: done.split_entry(split, out, listing.classes) for split in by_split},
+        "validation_fraction": options.validation_fraction,
+        "test_fraction": options.test_fraction,
+        "examples": plan.total,
+        "skipped": written.skipped,
+        "bad_fraction": len(written.skipped) / plan.total if plan.total else 0.0,
+        "splits": {split: written.split_entry(split, listing.classes)
+                   for split in plan.by_split},
     }
     report = markdown_report(manifest)
     files.write_text(out / REPORT_NAME, report)
@@ -141,99 +143,3 @@ def _prepare(options: DatasetOptions, out: Path, min_shards: int, processes: int
     # Last: the manifest is what makes the directory a prepared dataset.
     contract.write_manifest(out, manifest)
     return manifest
-
-
-def _split(listing: Any, validation_fraction: float,
-           test_fraction: float) -> dict[str, list[Example]]:
-    """The examples of each split the dataset has (test only with a test fraction), by the
-    hash of each identity; a split left empty is an error."""
-    wanted = [s for s in contract.SPLITS if s != "test" or test_fraction > 0]
-    by_split: dict[str, list[Example]] = {s: [] for s in wanted}
-    for ex in listing.examples:
-        split = split_of(ex.identity, validation_fraction, test_fraction)
-        if split in by_split:
-            by_split[split].append(ex)
-    for split, items in by_split.items():
-        if not items:
-            raise DatasetError(f"the {split} split is empty ({len(listing.examples)} "
-                               f"examples, validation_fraction={validation_fraction}, "
-                               f"test_fraction={test_fraction}); add images or change "
-                               "the fractions")
-    return by_split
-
-
-@dataclasses.dataclass
-class _Written:
-    """What the writers wrote: per split, the shard files and their counts, the counts per
-    class and in all; the skipped images."""
-
-    names: dict[str, list[str]]
-    counts: dict[str, list[int]]
-    per_class: dict[str, list[int]]
-    written: dict[str, int]
-    skipped: list[dict[str, str]]
-
-    def split_entry(self, split: str, out: Path, classes: list[str]) -> dict[str, Any]:
-        """The manifest's entry of a split; a shard whose images were all skipped is
-        removed."""
-        shards = []
-        for name, count in zip(self.names[split], self.counts[split], strict=True):
-            if count:
-                shards.append({"file": name, "count": count,
-                               "bytes": (out / name).stat().st_size,
-                               "sha256": _sha256_file(out / name)})
-            else:
-                (out / name).unlink()
-        return {"count": self.written[split],
-                "per_class": dict(zip(classes, self.per_class[split], strict=True)),
-                "shards": shards}
-
-
-def _write_shards(listing: Any, by_split: dict[str, list[Example]], shards: dict[str, int],
-                  out: Path, image_size: int, processes: int, image_format: str) -> _Written:
-    """Encodes every example in one ordered stream over the splits and writes each into
-    its split's shards, round robin, as the results arrive."""
-    order = [ex for items in by_split.values() for ex in items]
-    split_of_index = [split for split, items in by_split.items() for _ in items]
-    done = _Written(
-        names={s: [f"{s}-{i:05d}-of-{n:05d}.tfrecord" for i in range(n)]
-               for s, n in shards.items()},
-        counts={s: [0] * n for s, n in shards.items()},
-        per_class={s: [0] * len(listing.classes) for s in by_split},
-        written={s: 0 for s in by_split}, skipped=[])
-    writers: dict[str, list[Any]] = {}
-    try:
-        for split, names in done.names.items():
-            writers[split] = [tfrecord.Writer(out / n) for n in names]
-        for index, data, error, label in results(listing, order, image_size, processes,
-                                                 image_format):
-            ex, split = order[index], split_of_index[index]
-            if data is None:
-                done.skipped.append({"file": ex.ref, "reason": error or "unreadable"})
-                continue
-            label = ex.label if label is None else label
-            shard = done.written[split] % shards[split]
-            writers[split][shard].write(contract.serialize_example(data, label, ex.identity))
-            done.counts[split][shard] += 1
-            done.per_class[split][label] += 1
-            done.written[split] += 1
-    finally:
-        for split_writers in writers.values():
-            for w in split_writers:
-                w.close()
-    return done
-
-
-def _check_skipped(done: _Written, total: int, max_bad_fraction: float) -> None:
-    """Raises DatasetError when too many images were skipped, or a whole split."""
-    bad_fraction = len(done.skipped) / total if total else 0.0
-    if bad_fraction > max_bad_fraction:
-        skipped = done.skipped
-        first = "; ".join(f"{s['file']}: {s['reason']}" for s in skipped[:5])
-        raise DatasetError(f"{len(skipped)} of {total} images ({bad_fraction:.1%}) could not "
-                           f"be decoded, above max_bad_fraction {max_bad_fraction:.1%}: "
-                           f"{first}{' ...' if len(skipped) > 5 else ''}; fix or remove "
-                           "them, or raise max_bad_fraction")
-    for split, count in done.written.items():
-        if not count:
-            raise DatasetError(f"every image of the {split} split was skipped")

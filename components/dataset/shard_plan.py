@@ -1,9 +1,16 @@
-"""Planning: which split each example goes to, and how many shards each split gets."""
+"""Planning, shared by both engines: which split and shard each example goes to, and how
+many shards each split gets (`plan_dataset`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
+from collections.abc import Iterator
+
+from components.dataset.options import DatasetOptions, stored_format
+from components.dataset.sources import DatasetError, Example, SourceListing, list_source
+from trainer import contract
 
 #: Aim per shard for large data (the TFRecord guide's 100-200 MB).
 TARGET_SHARD_BYTES = 150 * 2**20
@@ -45,3 +52,75 @@ def plan_shards(examples: int, estimated_bytes: int, min_shards: int,
     by_size = max(1, math.ceil(estimated_bytes / target_bytes))
     shards = max(min_shards, math.ceil(by_size / min_shards) * min_shards)
     return max(1, min(shards, examples))
+
+
+def shard_names(split: str, shards: int) -> list[str]:
+    """The file names of a split's shards (`train-00003-of-00008.tfrecord`)."""
+    return [f"{split}-{i:05d}-of-{shards:05d}.tfrecord" for i in range(shards)]
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetPlan:
+    """What both engines write, decided before any image is read.
+
+    Attributes:
+        listing: What the source holds.
+        by_split: The examples of each split, in listing order.
+        shards: Shards of each split.
+        image_size: Width and height of the stored images.
+        image_format: `png` or `jpeg`.
+    """
+
+    listing: SourceListing
+    by_split: dict[str, list[Example]]
+    shards: dict[str, int]
+    image_size: int
+    image_format: str
+
+    @property
+    def total(self) -> int:
+        """Examples in all splits."""
+        return sum(len(items) for items in self.by_split.values())
+
+    def assignments(self) -> Iterator[tuple[Example, str, int]]:
+        """Every example with its split and shard, split after split: the n-th example of
+        a split goes to shard n mod its shard count, so shards hold equal shares."""
+        for split, items in self.by_split.items():
+            for position, example in enumerate(items):
+                yield example, split, position % self.shards[split]
+
+
+def plan_dataset(options: DatasetOptions, min_shards: int,
+                 builtin_images_per_class: int) -> DatasetPlan:
+    """Lists the source and plans the splits and shards.
+
+    Raises:
+        DatasetError: The source is unusable, or a split would be empty.
+    """
+    image_format = stored_format(options.image_format, options.source, options.image_size)
+    listing = list_source(options.source, options.image_size, builtin_images_per_class)
+    by_split = _split(listing, options.validation_fraction, options.test_fraction)
+    shards = {split: min(options.num_shards, len(items)) if options.num_shards else
+              plan_shards(len(items), estimated_bytes(len(items), options.image_size,
+                                                      image_format), min_shards)
+              for split, items in by_split.items()}
+    return DatasetPlan(listing, by_split, shards, options.image_size, image_format)
+
+
+def _split(listing: SourceListing, validation_fraction: float,
+           test_fraction: float) -> dict[str, list[Example]]:
+    """The examples of each split the dataset has (test only with a test fraction), by the
+    hash of each identity; a split left empty is an error."""
+    wanted = [s for s in contract.SPLITS if s != "test" or test_fraction > 0]
+    by_split: dict[str, list[Example]] = {s: [] for s in wanted}
+    for ex in listing.examples:
+        split = split_of(ex.identity, validation_fraction, test_fraction)
+        if split in by_split:
+            by_split[split].append(ex)
+    for split, items in by_split.items():
+        if not items:
+            raise DatasetError(f"the {split} split is empty ({len(listing.examples)} "
+                               f"examples, validation_fraction={validation_fraction}, "
+                               f"test_fraction={test_fraction}); add images or change "
+                               "the fractions")
+    return by_split

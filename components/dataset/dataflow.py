@@ -1,0 +1,214 @@
+"""The Beam engine on Vertex AI: the dataset stage as a Dataflow job it submits and follows.
+
+Why the stage submits with Beam's DataflowRunner and waits, rather than gcpc's
+`DataflowPythonJobOp` followed by `WaitGcpResourcesOp`:
+
+- the job is submitted from the project's CPU image, the same image (by digest) its
+  workers run as their SDK container: launcher and workers have the same Beam and the same
+  code. gcpc's op runs the launching script in gcpc's own image after `pip install -r` of a
+  requirements file at run time (`dataflow_python_job_remote_runner.install_requirements`):
+  another Beam version, unpinned packages, and the internet needed at run time;
+- the stage's contract stays in one task for both engines: the plan before the job, then
+  the skipped-images threshold, the report and the manifest last, and the cleanup when the
+  job fails;
+- a cancelled pipeline run cancels the job: Vertex AI stops a task's container with
+  SIGTERM, and the stage then asks Dataflow to cancel, as gcpc's own launchers do
+  (`google_cloud_pipeline_components.container.utils.execution_context`); a plain
+  container would leave the job running (kubeflow/pipelines#3364).
+
+The workers' image must start Beam's boot program (Dataflow docs, "Build custom container
+images": `/opt/apache/beam/boot` must run at container start-up), which the CPU image does
+as its entry point (Dockerfile).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from components import project
+from trainer.errors import StageError, first_line
+
+_LOG = logging.getLogger(__name__)
+
+#: Seconds between two looks at the job's state.
+POLL_SECONDS = 10.0
+
+#: Dataflow's states after which a job does not change (JobState in the v1b3 API).
+_TERMINAL = ("JOB_STATE_DONE", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_UPDATED",
+             "JOB_STATE_DRAINED", "JOB_STATE_STOPPED")
+
+
+class DataflowJobFailed(StageError):
+    """The Dataflow job ended in another state than done."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DataflowJob:
+    """The Dataflow job the Beam engine runs as on Vertex AI.
+
+    Attributes:
+        project: Google Cloud project of the job.
+        region: Its region: the pipeline run's.
+        job_name: Its name, unique per output directory.
+        sdk_image: The workers' SDK container: the project's CPU image, by digest.
+        temp_location: `gs://` directory for Beam's temporary files (under the pipeline
+            root).
+        staging_location: `gs://` directory for the staged pipeline.
+        service_account: The workers' service account (empty: Compute Engine's default).
+        max_workers: Most workers.
+        machine_type: The workers' machine type.
+        flexrs: FlexRS (`FLEXRS_COST_OPTIMIZED`): delayed start, cheaper VMs.
+        network: The workers' VPC network (empty: `default`).
+        subnetwork: Their subnetwork (empty: the network's in the region).
+        endpoint: The Dataflow API's URL (empty: Google's public endpoint).
+    """
+
+    project: str
+    region: str
+    job_name: str
+    sdk_image: str
+    temp_location: str
+    staging_location: str
+    service_account: str = ""
+    max_workers: int = 10
+    machine_type: str = "n2-standard-4"
+    flexrs: bool = False
+    network: str = ""
+    subnetwork: str = ""
+    endpoint: str = ""
+
+    def pipeline_args(self) -> list[str]:
+        """Beam's pipeline options for the job (`PipelineOptions(args)`)."""
+        args = [
+            "--runner=DataflowRunner", f"--project={self.project}", f"--region={self.region}",
+            f"--job_name={self.job_name}", f"--temp_location={self.temp_location}",
+            f"--staging_location={self.staging_location}",
+            # The SDK and our code come from the image: nothing is installed at start-up.
+            f"--sdk_container_image={self.sdk_image}", "--sdk_location=container",
+            f"--max_num_workers={self.max_workers}", f"--machine_type={self.machine_type}",
+            f"--labels=pipeline={project.NAME}",
+        ]
+        for flag, value in (("service_account_email", self.service_account),
+                            ("network", self.network), ("subnetwork", self.subnetwork),
+                            ("dataflow_endpoint", self.endpoint)):
+            if value:
+                args.append(f"--{flag}={value}")
+        if self.flexrs:
+            args.append("--flexrs_goal=COST_OPTIMIZED")
+        return args
+
+    def describe(self) -> dict[str, Any]:
+        """What `submit --dry-run` shows of the job."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v not in ("", None)}
+
+
+def job_name_for(output_uri: str) -> str:
+    """A Dataflow job name for the dataset written to `output_uri`: Dataflow's form
+    (`[a-z]([-a-z0-9]*[a-z0-9])?`), one per pipeline task's output."""
+    digest = hashlib.sha256(output_uri.encode()).hexdigest()[:12]
+    return f"{project.NAME}-dataset-{digest}"
+
+
+def dataflow_job(options: Any, *, project_id: str, region: str, service_account: str,
+                 sdk_image: str, output_uri: str) -> DataflowJob:
+    """The job that prepares `options`' dataset into `output_uri` (`gs://`), with temp and
+    staging files beside it, under the pipeline root.
+
+    Args:
+        options: The dataset options (`DatasetOptions`; its `dataflow_*` fields).
+        project_id: The Google Cloud project.
+        region: The pipeline run's region.
+        service_account: The account the run's jobs run as.
+        sdk_image: The project's CPU image, by digest.
+        output_uri: Where the dataset goes (the stage's output artifact).
+    """
+    base = output_uri.rstrip("/").rsplit("/", 1)[0]
+    return DataflowJob(
+        project=project_id, region=region, job_name=job_name_for(output_uri),
+        sdk_image=sdk_image, temp_location=f"{base}/dataflow/temp",
+        staging_location=f"{base}/dataflow/staging", service_account=service_account,
+        max_workers=options.dataflow_max_workers, machine_type=options.dataflow_machine_type,
+        flexrs=options.dataflow_flexrs, network=options.dataflow_network,
+        subnetwork=options.dataflow_subnetwork)
+
+
+def run_on_dataflow(pipeline: Any, job: DataflowJob) -> None:
+    """Submits `pipeline` as `job` and follows it to its end.
+
+    A SIGTERM (Vertex AI cancelling the run) or an interrupt while it runs cancels the
+    job before the stage ends.
+
+    Raises:
+        DataflowJobFailed: The job failed or was cancelled (its last error message).
+    """
+    from apache_beam.runners.dataflow.internal import apiclient
+
+    result = pipeline.run()
+    job_id = result.job_id()
+    client = apiclient.DataflowApplicationClient(pipeline._options)
+    url = (f"https://console.cloud.google.com/dataflow/jobs/{job.region}/{job_id}"
+           f"?project={job.project}")
+    _LOG.info("Dataflow job %s (%s): %s", job.job_name, job_id, url)
+    with _cancelled_on_exit(client, job_id):
+        state = _follow(client, job_id)
+    if state != "JOB_STATE_DONE":
+        raise DataflowJobFailed(f"Dataflow job {job.job_name} ({job_id}) ended in "
+                                f"{state}: {_last_error(client, job_id) or 'no error message'}"
+                                f"; see {url}")
+
+
+def _follow(client: Any, job_id: str) -> str:
+    """Polls the job until it is in a terminal state; returns that state's name."""
+    last = None
+    while True:
+        state = client.get_job(job_id).current_state.name
+        if state != last:
+            _LOG.info("Dataflow job %s: %s", job_id, state)
+            last = state
+        if state in _TERMINAL:
+            return state
+        time.sleep(POLL_SECONDS)
+
+
+def _last_error(client: Any, job_id: str) -> str:
+    """The job's last error message (its first line), or ''."""
+    try:
+        messages, _ = client.list_messages(job_id, minimum_importance="JOB_MESSAGE_ERROR")
+    except Exception as exc:  # noqa: BLE001 - the failure is reported either way
+        return f"(its messages could not be read: {first_line(exc, 200)})"
+    texts = [m.message_text for m in messages if m.message_text]
+    return first_line(texts[-1], 500) if texts else ""
+
+
+@contextlib.contextmanager
+def _cancelled_on_exit(client: Any, job_id: str) -> Iterator[None]:
+    """Cancels the job when the block ends other than by the job's own end: SIGTERM (a
+    cancelled pipeline run), an interrupt or an error."""
+    stopped = []
+
+    def stop(signum: int, frame: Any) -> None:
+        stopped.append(signum)
+        raise KeyboardInterrupt  # leaves the polling wherever it is
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    except BaseException:
+        _LOG.warning("cancelling Dataflow job %s", job_id)
+        try:
+            client.modify_job_state(job_id, "JOB_STATE_CANCELLED")
+        except Exception as cancel_error:  # noqa: BLE001 - the first error matters more
+            _LOG.error("could not cancel Dataflow job %s: %s", job_id, cancel_error)
+        if stopped:
+            raise DataflowJobFailed(f"the stage was stopped (SIGTERM); Dataflow job {job_id} "
+                                    "was asked to cancel") from None
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,55 @@
+"""The local engine (`dataset.engine: local`): this machine's cores decode, one process
+writes the shards as the results arrive (`components.dataset.encode`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from components.dataset.encode import results
+from components.dataset.shard_plan import DatasetPlan, shard_names
+from components.dataset.written import Shard, Written
+from trainer import contract, tfrecord
+
+
+def write_locally(plan: DatasetPlan, out: Path, processes: int) -> Written:
+    """Encodes every example in one ordered stream over the splits and writes each into
+    its planned shard; a shard whose images were all skipped is removed.
+
+    Args:
+        plan: The splits and shards.
+        out: The output directory (exists, empty).
+        processes: Decoding processes (1: in this process).
+    """
+    assigned = list(plan.assignments())
+    classes = len(plan.listing.classes)
+    names = {split: shard_names(split, n) for split, n in plan.shards.items()}
+    writers: dict[tuple[str, int], Any] = {}
+    per_class = {key: [0] * classes for key in
+                 ((split, i) for split, n in plan.shards.items() for i in range(n))}
+    skipped: list[dict[str, str]] = []
+    try:
+        for split, split_names in names.items():
+            for i, name in enumerate(split_names):
+                writers[split, i] = tfrecord.Writer(out / name)
+        for index, data, error, label in results(plan.listing, [a[0] for a in assigned],
+                                                 plan.image_size, processes,
+                                                 plan.image_format):
+            ex, split, shard = assigned[index]
+            if data is None:
+                skipped.append({"file": ex.ref, "reason": error or "unreadable"})
+                continue
+            label = ex.label if label is None else label
+            writers[split, shard].write(contract.serialize_example(data, label, ex.identity))
+            per_class[split, shard][label] += 1
+    finally:
+        for writer in writers.values():
+            writer.close()
+    shards = []
+    for (split, i), writer in writers.items():
+        if writer.records:
+            shards.append(Shard(split, names[split][i], writer.records, writer.bytes,
+                                writer.sha256(), tuple(per_class[split, i])))
+        else:
+            (out / names[split][i]).unlink()
+    return Written(shards, sorted(skipped, key=lambda s: s["file"]))

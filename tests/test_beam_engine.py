@@ -1,0 +1,237 @@
+"""The Beam dataset engine: the same dataset as the local engine, in process and as a
+Dataflow job (Beam's own DataflowRunner against a fake Dataflow API on loopback, staging
+on the Cloud Storage emulator)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from components.dataset import dataflow
+from components.dataset.options import DatasetOptions
+from components.dataset.prepare import prepare_source
+from components.dataset.sources import DatasetError
+from tests.dataflow_fake import FakeDataflow
+from trainer import contract, tfrecord
+from trainer.schema import OptionsError, validate
+
+pytest.importorskip("apache_beam")
+
+
+def _photos(root: Path) -> Path:
+    """A folder source: 3 classes of small photos and one file that is not an image."""
+    for label, colour in enumerate([(200, 30, 30), (30, 200, 30), (30, 30, 200)]):
+        folder = root / f"class{label}"
+        folder.mkdir(parents=True)
+        for i in range(40):
+            Image.new("RGB", (40 + i, 30 + label), (colour[0], i * 5, colour[2])).save(
+                folder / f"img{i:03d}.png")
+    (root / "class1" / "broken.jpg").write_bytes(b"not a jpeg")
+    return root
+
+
+def _examples(dataset: Path, manifest: dict) -> dict[str, set[tuple[str, int, str]]]:
+    """Per split, the set of (identity, label, image digest) its shards hold."""
+    import tensorflow as tf
+
+    found = {}
+    for split, entry in manifest["splits"].items():
+        found[split] = set()
+        for shard in entry["shards"]:
+            for raw in tfrecord_records(dataset / shard["file"]):
+                ex = tf.train.Example.FromString(raw).features.feature
+                found[split].add((ex[contract.FEATURE_ID].bytes_list.value[0].decode(),
+                                  ex[contract.FEATURE_LABEL].int64_list.value[0],
+                                  hashlib.sha256(ex[contract.FEATURE_IMAGE].bytes_list
+                                                 .value[0]).hexdigest()))
+    return found
+
+
+def tfrecord_records(path: Path) -> list[bytes]:
+    import tensorflow as tf
+
+    return [r.numpy() for r in tf.data.TFRecordDataset(str(path))]
+
+
+@pytest.mark.slow
+def test_beam_engine_writes_the_local_engines_dataset(tmp_path):
+    source = _photos(tmp_path / "photos")
+    common = dict(image_size=32, validation_fraction=0.25, test_fraction=0.1, min_shards=2,
+                  max_bad_fraction=0.05)
+    local = prepare_source(str(source), tmp_path / "local", engine="local", processes=2,
+                           **common)
+    beam = prepare_source(str(source), tmp_path / "beam", engine="beam", processes=2,
+                          **common)
+    for key in ("classes", "examples", "source_fingerprint", "image_format", "skipped"):
+        assert beam[key] == local[key], key
+    assert [s["file"] for s in beam["skipped"]] == [str(source / "class1" / "broken.jpg")]
+    for split in local["splits"]:
+        assert beam["splits"][split]["count"] == local["splits"][split]["count"]
+        assert beam["splits"][split]["per_class"] == local["splits"][split]["per_class"]
+        assert [s["file"] for s in beam["splits"][split]["shards"]] == \
+            [s["file"] for s in local["splits"][split]["shards"]]
+        for shard in beam["splits"][split]["shards"]:  # size and hash as written
+            data = (tmp_path / "beam" / shard["file"]).read_bytes()
+            assert shard["bytes"] == len(data)
+            assert shard["sha256"] == hashlib.sha256(data).hexdigest()
+    assert _examples(tmp_path / "beam", beam) == _examples(tmp_path / "local", local)
+    assert (tmp_path / "beam" / "report.md").read_text() == \
+        (tmp_path / "local" / "report.md").read_text()
+    assert contract.load_manifest(tmp_path / "beam") == beam
+
+
+def test_beam_engine_keeps_the_bad_fraction_rule_and_leaves_nothing(tmp_path):
+    source = _photos(tmp_path / "photos")
+    out = tmp_path / "out"
+    with pytest.raises(DatasetError, match=r"1 of 121 images .* above max_bad_fraction 0.0%"):
+        prepare_source(str(source), out, image_size=16, engine="beam", processes=1,
+                       max_bad_fraction=0.0)
+    assert not out.exists()
+
+
+def test_engine_is_a_declared_option_and_tfds_stays_local():
+    assert DatasetOptions().engine == "local"
+    with pytest.raises(OptionsError, match=r"dataset.engine is 'spark'; expected one of "
+                                           r"local, beam"):
+        validate(DatasetOptions, {"engine": "spark"}, prefix="dataset")
+    with pytest.raises(OptionsError, match=r"dataset.engine is 'beam', but the source "
+                                           r"tfds://mnist .* expected engine 'local'"):
+        validate(DatasetOptions, {"engine": "beam", "source": "tfds://mnist"},
+                 prefix="dataset")
+
+
+@pytest.fixture
+def dataflow_world(storage_emulator, monkeypatch, tmp_path):
+    """The Cloud Storage emulator with a bucket, a stand-in `/gcs/` mount, credentials that
+    need no account, and quick polling."""
+    import google.auth
+    from google.cloud import storage
+    from google.oauth2.credentials import Credentials
+
+    from trainer import gcs
+
+    storage.Client.create_anonymous_client().create_bucket("bkt")
+    mount = tmp_path / "gcs"
+    mount.mkdir()
+    monkeypatch.setattr(gcs, "GCS_MOUNT", f"{mount}/")
+    monkeypatch.setattr(google.auth, "default",
+                        lambda *args, **kwargs: (Credentials(token="test"), "test-project"))
+    monkeypatch.setattr(dataflow, "POLL_SECONDS", 0.1)
+    return mount
+
+
+IMAGE = "europe-west4-docker.pkg.dev/test-project/repo/gpu-pipeline-cpu@sha256:" + "a" * 64
+
+
+def _job(fake: FakeDataflow, **options) -> dataflow.DataflowJob:
+    settings = DatasetOptions(engine="beam", dataflow_max_workers=7,
+                              dataflow_machine_type="n2-highcpu-8", dataflow_flexrs=True,
+                              dataflow_network="vpc",
+                              dataflow_subnetwork="regions/europe-west4/subnetworks/sub",
+                              **options)
+    job = dataflow.dataflow_job(settings, project_id="test-project", region="europe-west4",
+                                service_account="run@test-project.iam.gserviceaccount.com",
+                                sdk_image=IMAGE, output_uri="gs://bkt/root/run/task/dataset")
+    return dataclasses.replace(job, endpoint=fake.endpoint)
+
+
+def _blobs(prefix: str) -> dict[str, bytes]:
+    from google.cloud import storage
+
+    client = storage.Client.create_anonymous_client()
+    return {b.name: b.download_as_bytes() for b in client.list_blobs("bkt", prefix=prefix)}
+
+
+def test_dataflow_job_request_and_its_success(dataflow_world):
+    from google.cloud import dataflow_v1beta3
+
+    out = dataflow_world / "bkt/root/run/task/dataset"
+    with FakeDataflow("run") as fake:
+        manifest = prepare_source("builtin://shapes", out, engine="beam",
+                                  builtin_images_per_class=30, min_shards=2,
+                                  dataflow=_job(fake))
+    assert fake.run_error is None
+    [body] = fake.created()
+    job = dataflow_v1beta3.Job.from_json(json.dumps(body))
+    assert job.name == dataflow.job_name_for("gs://bkt/root/run/task/dataset")
+    [path] = [p for m, p, _ in fake.requests if m == "POST"]
+    assert path.startswith("/v1b3/projects/test-project/locations/europe-west4/jobs")
+    environment = job.environment
+    assert environment.temp_storage_prefix.startswith(
+        "storage.googleapis.com/bkt/root/run/task/dataflow/temp/")
+    assert environment.service_account_email == "run@test-project.iam.gserviceaccount.com"
+    assert environment.flex_resource_scheduling_goal == \
+        dataflow_v1beta3.FlexResourceSchedulingGoal.FLEXRS_COST_OPTIMIZED
+    [pool] = environment.worker_pools
+    assert pool.worker_harness_container_image == IMAGE
+    assert [c.container_image for c in pool.sdk_harness_container_images] == [IMAGE]
+    assert pool.machine_type == "n2-highcpu-8"
+    assert pool.autoscaling_settings.max_num_workers == 7
+    assert (pool.network, pool.subnetwork) == ("vpc", "regions/europe-west4/subnetworks/sub")
+    options = body["environment"]["sdkPipelineOptions"]["options"]
+    assert options["sdk_location"] == "container"
+    assert options["labels"] == ["pipeline=gpu-pipeline"]
+    # The workers wrote the shards to Cloud Storage; the stage wrote the manifest last.
+    shards = _blobs("root/run/task/dataset/")
+    for entry in manifest["splits"].values():
+        for shard in entry["shards"]:
+            data = shards[f"root/run/task/dataset/{shard['file']}"]
+            assert shard["sha256"] == hashlib.sha256(data).hexdigest()
+            assert len(tfrecord_records_of(data)) == shard["count"]
+        assert entry["count"] == sum(s["count"] for s in entry["shards"])
+    assert contract.load_manifest(out)["examples"] == 30 * 4
+    assert not _blobs("root/run/task/dataflow/temp/" + job.name)  # the plan is removed
+
+
+def tfrecord_records_of(data: bytes) -> list[bytes]:
+    records, offset = [], 0
+    while offset < len(data):
+        length = int.from_bytes(data[offset:offset + 8], "little")
+        records.append(data[offset + 12:offset + 12 + length])
+        offset += 12 + length + 4
+    assert tfrecord.frame(records[0])[:8] == data[:8]
+    return records
+
+
+def test_a_failed_dataflow_job_fails_the_stage_with_its_error(dataflow_world):
+    out = dataflow_world / "bkt/root/run/task/dataset"
+    with FakeDataflow("fail", error="Workflow failed. Causes: quota CPUS exceeded") as fake:
+        with pytest.raises(dataflow.DataflowJobFailed,
+                           match=r"ended in JOB_STATE_FAILED: Workflow failed. Causes: quota "
+                                 r"CPUS exceeded; see https://console.cloud.google.com/"
+                                 r"dataflow/jobs/europe-west4/2026-job-1"):
+            prepare_source("builtin://shapes", out, engine="beam",
+                           builtin_images_per_class=10, dataflow=_job(fake))
+    assert not out.exists()
+    assert not _blobs("root/run/task/dataset/")
+
+
+def test_a_stopped_stage_cancels_its_dataflow_job(dataflow_world):
+    import os
+    import signal
+    import threading
+
+    out = dataflow_world / "bkt/root/run/task/dataset"
+    with FakeDataflow("hang") as fake:
+        def terminate_when_running():
+            while not fake.jobs:
+                threading.Event().wait(0.05)
+            threading.Event().wait(0.3)
+            os.kill(os.getpid(), signal.SIGTERM)  # what Vertex AI sends a cancelled task
+
+        threading.Thread(target=terminate_when_running, daemon=True).start()
+        with pytest.raises(dataflow.DataflowJobFailed, match=r"stopped \(SIGTERM\)"):
+            prepare_source("builtin://shapes", out, engine="beam",
+                           builtin_images_per_class=10, dataflow=_job(fake))
+    [job] = fake.jobs.values()
+    assert job.state == "JOB_STATE_CANCELLED"
+    assert any(m == "PUT" and b.get("requestedState") in ("JOB_STATE_CANCELLED", 5)
+               for m, _, b in fake.requests)
+    assert not out.exists()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or \
+        callable(signal.getsignal(signal.SIGTERM))
