@@ -43,6 +43,7 @@ bench: install
 	$(BIN)/python benchmarks/local_pipeline.py
 	$(BIN)/python benchmarks/input_pipeline.py
 	$(BIN)/python benchmarks/dataset_prep.py
+	$(BIN)/python benchmarks/dataset_engines.py
 
 clean:
 	rm -rf $(VENV) local_runs build *.egg-info
