@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import http.server
-import json
 import re
 import threading
 from typing import Any
+
+from tests.json_http import json_handler
 
 #: Dataflow job names (Dataflow docs, "Pipeline options": `--job_name`).
 JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -128,33 +129,8 @@ class FakeDataflow:
             job.state = "JOB_STATE_FAILED"
 
     def _handler(self) -> type:
-        fake = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _serve(self, method: str) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                status, out = fake._route(method, self.path, json.loads(raw) if raw else None)
-                data = json.dumps(out).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                self._serve("GET")
-
-            def do_POST(self):
-                self._serve("POST")
-
-            def do_PUT(self):
-                self._serve("PUT")
-
-            def log_message(self, *args):
-                pass
-
-        return Handler
+        return json_handler(lambda request, method, body: self._route(method, request.path,
+                                                                      body))
 
 
 def _pipeline_url(request: dict[str, Any]) -> str:

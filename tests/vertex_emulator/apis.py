@@ -60,6 +60,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from tests.json_http import json_handler
+
 ROLES = ("chief", "worker", "ps", "evaluator")
 
 
@@ -528,37 +530,16 @@ class FakeGoogleApis:
     # --- HTTP -----------------------------------------------------------------------------
 
     def _handler(self):
-        apis = self
+        def respond(request, method: str, body: Any) -> tuple[int, Any]:
+            host = request.headers.get("X-Emulated-Host", "")
+            routing = urllib.parse.unquote(request.headers.get("x-goog-request-params", ""))
+            self.requests.append(Recorded(method, request.path.split("?")[0], host, body,
+                                          routing))
+            self._request.query = urllib.parse.parse_qs(urllib.parse.urlsplit(request.path).query)
+            self._request.routing = routing
+            return self._route(method, request.path, body)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _serve(self, method: str) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                body = json.loads(raw) if raw.strip() else None
-                host = self.headers.get("X-Emulated-Host", "")
-                routing = urllib.parse.unquote(self.headers.get("x-goog-request-params", ""))
-                apis.requests.append(Recorded(method, self.path.split("?")[0], host, body,
-                                              routing))
-                apis._request.query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
-                apis._request.routing = routing
-                status, answer = apis._route(method, self.path, body)
-                data = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                self._serve("GET")
-
-            def do_POST(self):
-                self._serve("POST")
-
-            def log_message(self, *args):
-                pass
-
-        return Handler
+        return json_handler(respond)
 
 
 def _now() -> str:
