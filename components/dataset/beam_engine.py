@@ -185,7 +185,7 @@ def _results(work: str) -> Written:
                     shards.append(Shard.from_json(item["shard"]))
                 else:
                     skipped.append(item["skipped"])
-    return Written(shards, sorted(skipped, key=lambda s: s["file"]))
+    return Written(shards, skipped)
 
 
 def _delete(target: str, names: list[str]) -> None:

@@ -45,6 +45,10 @@ class Written:
     shards: list[Shard]
     skipped: list[dict[str, str]]
 
+    def __post_init__(self) -> None:
+        # In file order, whichever order the engine met them in.
+        self.skipped = sorted(self.skipped, key=lambda s: s["file"])
+
     def count(self, split: str) -> int:
         """Examples written into `split`."""
         return sum(s.count for s in self.shards if s.split == split)
