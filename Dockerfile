@@ -1,13 +1,18 @@
 # syntax=docker/dockerfile:1
 # The project's two images, one stage each (components/images.py names them):
 #   gpu: the trainer on the CustomJob's GPU machines;
-#   cpu: the pipeline's components, CPU-only worker pools and the model server.
+#   cpu: the pipeline's components, CPU-only worker pools, the model server and the
+#        Dataflow workers of the Beam dataset engine.
 # Each installs its lock file (requirements/*.lock, every package pinned with its hashes,
 # `make lock`) and nothing else. `make image-check` builds both environments from the same
 # locks and checks what this file promises (the CUDA libraries load, the code starts).
 
 # Debian's slim Python, by digest; Cloud Build passes components/images.py's value.
 ARG PYTHON_BASE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
+# Beam's SDK image at the CPU lock's Beam version, for its boot program only.
+ARG BEAM_SDK=apache/beam_python3.11_sdk:2.77.0
+
+FROM ${BEAM_SDK} AS beam_sdk
 
 FROM ${PYTHON_BASE} AS base
 WORKDIR /app
@@ -41,6 +46,11 @@ ENTRYPOINT ["python", "-m", "trainer.task"]
 FROM base AS cpu
 COPY requirements/cpu.lock requirements/
 RUN pip install --require-hashes --no-deps -r requirements/cpu.lock
+# Dataflow starts the workers' container with its entry point, which must run Beam's boot
+# program (Dataflow docs, "Build custom container images"); the boot program starts the
+# SDK worker with the Beam installed from the lock. Everything else that runs this image
+# names its command: the pipeline's components (KFP), CustomJob pools and the model server.
+COPY --from=beam_sdk /opt/apache/beam /opt/apache/beam
 COPY --from=sources /app /app
 RUN pip install --no-deps --no-build-isolation -e .
-ENTRYPOINT ["python", "-m", "trainer.task"]
+ENTRYPOINT ["/opt/apache/beam/boot"]

@@ -76,10 +76,30 @@ def test_each_dockerfile_stage_installs_its_lock_and_nothing_else(image):
     installs = [line for line in stage.splitlines() if "pip install" in line]
     assert installs == [f"RUN pip install --require-hashes --no-deps -r {image.lock}",
                         "RUN pip install --no-deps --no-build-isolation -e ."]
-    assert 'ENTRYPOINT ["python", "-m", "trainer.task"]' in stage
     assert f"ARG PYTHON_BASE={images.PYTHON_BASE_IMAGE}\n" in DOCKERFILE
     assert DOCKERFILE.count("FROM ${PYTHON_BASE} AS base") == 1
     assert f"/python{images.PYTHON_VERSION}/" in IMAGE_SITE_PACKAGES
+
+
+def test_the_gpu_image_starts_the_trainer_and_the_cpu_image_beams_boot_program():
+    from components.build.image_check import stage_entrypoint
+
+    assert stage_entrypoint(DOCKERFILE, images.GPU.target) == list(images.TRAINER_COMMAND)
+    # Dataflow starts a custom container's entry point, which must run Beam's boot program
+    # (Dataflow docs, "Build custom container images"), copied from Beam's SDK image at the
+    # version the CPU lock installs.
+    assert stage_entrypoint(DOCKERFILE, images.CPU.target) == ["/opt/apache/beam/boot"]
+    assert f"ARG BEAM_SDK={images.BEAM_SDK_IMAGE}\n" in DOCKERFILE
+    assert "FROM ${BEAM_SDK} AS beam_sdk\n" in DOCKERFILE
+    cpu = DOCKERFILE.split(" AS cpu\n", 1)[1]
+    assert "COPY --from=beam_sdk /opt/apache/beam /opt/apache/beam\n" in cpu
+    assert images.BEAM_SDK_IMAGE.endswith(f"_sdk:{images.BEAM_VERSION}")
+    assert locks.pinned(_lock(images.CPU))["apache-beam"] == images.BEAM_VERSION
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())[
+        "project"]["optional-dependencies"]["beam"]
+    assert extra == [f"apache-beam[gcp]=={images.BEAM_VERSION}"]
+    # The GPU image has no use for Beam.
+    assert "apache-beam" not in locks.pinned(_lock(images.GPU))
 
 
 def _lock(image: images.ProjectImage) -> str:

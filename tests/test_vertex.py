@@ -255,7 +255,8 @@ def test_submit_uploads_sources_builds_once_and_sends_the_dry_run_request(cloud,
     assert build.build.images == [gpu, cpu]
     assert [list(s.args) for s in build.build.steps] == [
         ["build", "--target", target, "--build-arg", f"PYTHON_BASE={images.PYTHON_BASE_IMAGE}",
-         "--tag", image, "."] for target, image in (("gpu", gpu), ("cpu", cpu))]
+         "--build-arg", f"BEAM_SDK={images.BEAM_SDK_IMAGE}", "--tag", image, "."]
+        for target, image in (("gpu", gpu), ("cpu", cpu))]
     assert [list(s.wait_for) for s in build.build.steps] == [["-"], ["-"]]  # side by side
     assert build.parent == "projects/my-proj/locations/us-central1"
     assert build.build.options.machine_type == \

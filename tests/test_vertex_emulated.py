@@ -32,12 +32,13 @@ from pipelines.config import load_config
 from pipelines.vertex import runs
 from pipelines.vertex.clients import Clients
 from tests.test_vertex import RecordingApi
-from tests.vertex_emulator.apis import FakeGoogleApis
+from tests.vertex_emulator.apis import FakeGoogleApis, image_entrypoints
 from tests.vertex_emulator.mount import StandInMount
 from tests.vertex_emulator.pipelines import EmulatedPipelines, environment
 
 pytestmark = pytest.mark.slow
 REPO = "us-central1-docker.pkg.dev/my-proj/ml-images"
+ROOT = Path(__file__).resolve().parents[1]
 ACCOUNT = "trainer@my-proj.iam.gserviceaccount.com"
 
 
@@ -60,8 +61,7 @@ def emulated_vertex(work: Path):
     storage = gcs.storage_client()
     storage.create_bucket("pipelines")
     mount = StandInMount(work / "gcs", storage)
-    apis = FakeGoogleApis(work, {f"{REPO}/{image.name}": [sys.executable, "-m", "trainer.task"]
-                                 for image in images.PROJECT_IMAGES})
+    apis = FakeGoogleApis(work, image_entrypoints(REPO, ROOT / "Dockerfile"))
     try:
         with apis:
             env = environment(apis.url, mount, storage_host, "my-proj")
@@ -177,6 +177,7 @@ def test_the_custom_job_request_and_the_environment_of_its_replicas(emulated_run
             aiplatform_v1.AcceleratorType.NVIDIA_TESLA_T4
         # The built GPU image, by its digest alone (Vertex AI refuses tag and digest).
         assert pool.container_spec.image_uri == gpu_image
+        assert list(pool.container_spec.command) == list(images.TRAINER_COMMAND)
         args = list(pool.container_spec.args)
         assert args[args.index("--epochs") + 1] == "3"
         assert args[args.index("--job-dir") + 1].startswith(emulated_run["mount"].prefix)
@@ -361,7 +362,12 @@ def test_a_parameter_server_layout_trains_with_tf_config_as_vertex_sets_it(tmp_p
         (sent,) = apis.recorded(r"/customJobs$")
         job = aiplatform_v1.CustomJob.from_json(json.dumps(sent.body))
         assert [p.replica_count for p in job.job_spec.worker_pool_specs] == [1, 2, 1]
-        assert not job.job_spec.worker_pool_specs[2].machine_spec.accelerator_count
+        ps_pool = job.job_spec.worker_pool_specs[2]
+        assert not ps_pool.machine_spec.accelerator_count
+        # The CPU image, whose entry point is Beam's boot program: the pool names the
+        # trainer (without it the replica exits as the boot program does, failing the job).
+        assert ps_pool.container_spec.image_uri == _built(apis, images.CPU)
+        assert list(ps_pool.container_spec.command) == list(images.TRAINER_COMMAND)
         record = next(iter(apis.jobs.values()))
         assert record.state == "JOB_STATE_SUCCEEDED"
         configs = [json.loads(r.env["TF_CONFIG"]) for r in record.replicas]

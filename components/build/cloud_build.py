@@ -153,7 +153,8 @@ def build_request(repository: Repository, tag: str, source_uri: str,
     steps = [cloudbuild_v1.BuildStep(
         name=DOCKER_BUILDER, id=f"build-{image.key}", wait_for=["-"],
         args=["build", "--target", image.target,
-              "--build-arg", f"PYTHON_BASE={images.PYTHON_BASE_IMAGE}", "--tag", uri, "."])
+              *(f for k, v in images.BUILD_ARGS.items() for f in ("--build-arg", f"{k}={v}")),
+              "--tag", uri, "."])
         for image, uri in zip(wanted, pushed)]
     build = cloudbuild_v1.Build(
         source=cloudbuild_v1.Source(storage_source=cloudbuild_v1.StorageSource(

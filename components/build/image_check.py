@@ -13,6 +13,8 @@ sets (its site-packages mapped onto the virtualenv's):
   (`tf.sysconfig.get_build_info()`);
 - both images: imports TensorFlow and tf-keras, runs `python -m trainer.task --help`,
   imports the serving predictor and the pipeline's components;
+- CPU image: prepares a small dataset with the Beam engine (what its Dataflow workers
+  run; Beam's boot program, copied from Beam's SDK image, is not here);
 - reports each environment's size on disk.
 
 What it cannot show: that a kernel runs on a GPU (there is none here, nor the driver's
@@ -39,10 +41,10 @@ from components.build.context import project_root
 IMAGE_SITE_PACKAGES = f"/usr/local/lib/python{images.PYTHON_VERSION}/site-packages"
 
 
-def stage_environment(dockerfile: str, target: str) -> dict[str, str]:
-    """The ENV assignments of a Dockerfile stage (`FROM ... AS target`) and of the stages
-    it is built on."""
-    stages: dict[str, tuple[str, list[str]]] = {}
+def _stage_chain(dockerfile: str, target: str) -> list[list[tuple[str, str]]]:
+    """The instructions (keyword, rest) of a Dockerfile stage (`FROM ... AS target`) and
+    of the stages it is built on, the first stage first."""
+    stages: dict[str, tuple[str, list[tuple[str, str]]]] = {}
     current = ""
     text = re.sub(r"\\\n\s*", " ", dockerfile)
     for line in text.splitlines():
@@ -51,17 +53,34 @@ def stage_environment(dockerfile: str, target: str) -> dict[str, str]:
         if match:
             current = match.group(2) or ""
             stages[current] = (match.group(1), [])
-        elif line.upper().startswith("ENV ") and current in stages:
-            stages[current][1].append(line[4:])
+        elif line and not line.startswith("#") and current in stages:
+            keyword, _, rest = line.partition(" ")
+            stages[current][1].append((keyword.upper(), rest.strip()))
     chain = []
     while target in stages:
-        chain.append(target)
+        chain.append(stages[target][1])
         target = stages[target][0]
+    return chain[::-1]
+
+
+def stage_environment(dockerfile: str, target: str) -> dict[str, str]:
+    """The ENV assignments of a Dockerfile stage and of the stages it is built on."""
     environment: dict[str, str] = {}
-    for stage in reversed(chain):
-        for assignments in stages[stage][1]:
-            environment.update(re.findall(r"(\w+)=(\S+)", assignments))
+    for stage in _stage_chain(dockerfile, target):
+        for keyword, rest in stage:
+            if keyword == "ENV":
+                environment.update(re.findall(r"(\w+)=(\S+)", rest))
     return environment
+
+
+def stage_entrypoint(dockerfile: str, target: str) -> list[str]:
+    """The ENTRYPOINT (exec form) a container of the stage starts, or []."""
+    found: list[str] = []
+    for stage in _stage_chain(dockerfile, target):
+        for keyword, rest in stage:
+            if keyword == "ENTRYPOINT":
+                found = json.loads(rest)
+    return found
 
 
 def _run(command: list[str], env: dict[str, str] | None = None) -> str:
@@ -151,6 +170,28 @@ def _check_cuda(report: dict, failures: list[str]) -> None:
                         if DRIVER_LIBRARY in failed else f"{DRIVER_LIBRARY} found")
 
 
+def _check_beam(report: dict, failures: list[str]) -> None:
+    """The CPU image runs the Beam dataset engine (and, on Dataflow, its workers): a small
+    dataset prepared with it, on Beam's in-process runner."""
+    import tempfile
+
+    import apache_beam
+
+    from components.dataset.prepare import prepare_source
+
+    with tempfile.TemporaryDirectory() as work:
+        try:
+            manifest = prepare_source("builtin://shapes", Path(work) / "data", engine="beam",
+                                      image_size=32, builtin_images_per_class=10, processes=1)
+        except Exception as exc:  # noqa: BLE001 - reported with the other failures
+            failures.append(f"the Beam engine failed: {exc}")
+            return
+    report["beam"] = (f"apache-beam {apache_beam.__version__}: {manifest['examples']} images "
+                      "prepared by the Beam engine")
+    if apache_beam.__version__ != images.BEAM_VERSION:
+        failures.append(f"apache-beam {apache_beam.__version__}, expected {images.BEAM_VERSION}")
+
+
 def check_inside(key: str) -> dict:
     """Runs in the image's environment: what it loads and starts; raises SystemExit on a
     failure."""
@@ -185,6 +226,8 @@ def check_inside(key: str) -> dict:
     import components.ops  # noqa: F401 - the pipeline's components, as KFP's executor loads
     import trainer.serving  # noqa: F401 - the model server's predictor (aiplatform CPR)
     report["imports"] = "trainer.serving, components.ops"
+    if key == images.CPU.key:
+        _check_beam(report, failures)
     if failures:
         raise SystemExit("image-check failed in the " + key + " image's environment:\n  - "
                          + "\n  - ".join(failures))

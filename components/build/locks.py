@@ -74,7 +74,8 @@ def lock_command(image: images.ProjectImage, uv: str = "uv") -> list[str]:
                "--custom-compile-command", "make lock", "--quiet", "-o", image.lock]
     if image is images.GPU:
         return command + ["--extra", "gpu", "--constraint", GPU_CONSTRAINTS]
-    return command + [CPU_INPUTS, "--override", CPU_OVERRIDES]
+    # The CPU image also runs the Beam dataset engine, locally and as Dataflow workers.
+    return command + [CPU_INPUTS, "--extra", "beam", "--override", CPU_OVERRIDES]
 
 
 def pinned(lock_text: str) -> dict[str, str]:

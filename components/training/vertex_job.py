@@ -10,6 +10,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from components.images import TRAINER_COMMAND
 from components.training.job_names import (
     JOB_NAME_SUFFIX,
     unique_job_name,
@@ -86,6 +87,7 @@ def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], images: Mapping
             gpus = pool_gpus(pool)
             pool["container_spec"] = {
                 "image_uri": images["gpu" if gpus else "cpu"]["reference"],
+                "command": list(TRAINER_COMMAND),
                 "args": [*args, "--expected-gpus", str(gpus)] if gpus else list(args)}
         pools.append(pool)
     base = output_uri.rstrip("/")

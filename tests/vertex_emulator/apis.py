@@ -17,7 +17,8 @@ location that is neither a region nor `global` (Cloud Build docs: "Cloud Build
 locations"; Artifact Registry's multi-regions `us`, `europe`, `asia` are not among them).
 
 A CustomJob starts every replica of its worker pools as a local process with the
-container's command and arguments and the environment Vertex AI sets (Vertex AI docs:
+container's command (or the image's entry point, as its Dockerfile stage declares it:
+`image_entrypoints`) and arguments and the environment Vertex AI sets (Vertex AI docs:
 "Distributed training"; CustomJobSpec.baseOutputDirectory). This machine has no GPUs:
 a replica's `--expected-gpus N` (its pool's GPUs, which the trainer checks) is recorded
 and left out of the command, as a machine with all N visible would pass the check.
@@ -30,7 +31,7 @@ and left out of the command, as a machine with all N visible would pass the chec
   `<base>/checkpoints/`, `<base>/logs/`, as `gs://` URIs with a trailing slash.
 
 The job succeeds when every replica of pools 0 and 1 has exited with 0 (parameter
-servers and evaluators are then stopped) and fails when one of them fails.
+servers and evaluators are then stopped) and fails when any replica fails.
 
 A HyperparameterTuningJob (`hyperparameterTuningJobs` create/get/cancel) runs its trials,
 `parallelTrialCount` at a time, each as a CustomJob of its `trialJobSpec` with the trial's
@@ -54,6 +55,7 @@ import json
 import re
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -63,6 +65,32 @@ from typing import Any
 from tests.json_http import json_handler
 
 ROLES = ("chief", "worker", "ps", "evaluator")
+
+#: What Beam's boot program does when a container is started without Dataflow's worker
+#: harness flags (`--id`, `--logging_endpoint`, ...): it exits at once (apache/beam,
+#: sdks/python/container/boot.go).
+BEAM_BOOT_ALONE = [sys.executable, "-c",
+                   "import sys; sys.exit('boot: No id provided.')"]
+
+
+def image_entrypoints(repository: str, dockerfile: Path) -> dict[str, list[str]]:
+    """Each project image's entry point as its Dockerfile stage declares it, as this
+    machine runs it: `python` is this interpreter, Beam's boot program exits as it does
+    without a Dataflow harness (a pool that relies on the CPU image's entry point fails as
+    it would on Vertex AI)."""
+    from components import images
+    from components.build.image_check import stage_entrypoint
+
+    text = dockerfile.read_text()
+    found = {}
+    for image in images.PROJECT_IMAGES:
+        command = stage_entrypoint(text, image.target)
+        if command[:1] == ["python"]:
+            command = [sys.executable, *command[1:]]
+        elif command[:1] == ["/opt/apache/beam/boot"]:
+            command = list(BEAM_BOOT_ALONE)
+        found[f"{repository}/{image.name}"] = command
+    return found
 
 
 @dataclasses.dataclass
@@ -504,7 +532,8 @@ class FakeGoogleApis:
         if job.state != "JOB_STATE_RUNNING":
             return
         training = [r for r in job.replicas if r.pool < 2]
-        failed = [r for r in training if r.process.poll() not in (None, 0)]
+        # Any replica that fails fails the job, a parameter server's or evaluator's too.
+        failed = [r for r in job.replicas if r.process.poll() not in (None, 0)]
         if failed:
             self._stop(job.replicas)
             tail = failed[0].log.read_text()[-2000:]
