@@ -78,13 +78,34 @@ def fingerprint_dataset_source(options: dict) -> str:
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def dataflow_launch(project: str, vertex: dict, images: dict) -> dict:
+    """Stage 2 on Vertex AI with `dataset.engine: beam`, after stage 3: what the dataset
+    stage needs to start its Dataflow job (the run's project, region and service account,
+    and the CPU image by digest, which the Dataflow workers run)."""
+    from components.dataset.dataflow import launch_settings
+    from components.stage import say, stage_errors
+    from components.vertex_options import VertexOptions
+    from trainer.schema import validate
+
+    with stage_errors("dataset"):
+        options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
+        settings = launch_settings(project, options.region, options.service_account, images)
+    say(f"the dataset is prepared by a Dataflow job in {settings['region']} whose workers run "
+        f"{settings['sdk_image']}")
+    return settings
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def prepare_dataset(options: dict, source_fingerprint: str, min_shards: int,
-                    dataset: Output[Dataset], report: Output[Markdown]):
+                    dataset: Output[Dataset], report: Output[Markdown], dataflow: dict = None):
     """Stage 2: image sources -> sharded TFRecords per split, manifest and report.
 
     `source_fingerprint` is not used here: it is an input so that KFP's cache key changes
     exactly when the source does. `min_shards` is the number of training workers.
+    `dataflow` (`dataflow_launch`'s output), with `dataset.engine: beam`, runs the Beam
+    pipeline as a Dataflow job; empty, it runs here.
     """
+    from components.dataset.dataflow import dataflow_job
     from components.dataset.options import DatasetOptions
     from components.dataset.prepare import prepare_dataset as prepare
     from components.stage import say, stage_errors
@@ -92,8 +113,10 @@ def prepare_dataset(options: dict, source_fingerprint: str, min_shards: int,
 
     with stage_errors("dataset"):
         settings = validate(DatasetOptions, options, prefix="dataset", strict=False)
+        job = dataflow_job(settings, output_uri=dataset.uri, **dataflow) \
+            if dataflow and settings.engine == "beam" else None
         manifest = prepare(settings, dataset.path, min_shards=min_shards,
-                           report_path=report.path)
+                           report_path=report.path, dataflow=job)
     dataset.metadata.update({
         "classes": manifest["classes"],
         "image_size": manifest["image_size"],

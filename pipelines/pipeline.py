@@ -1,7 +1,8 @@
 """The pipeline: five stages, one definition, two targets; read top to bottom as it runs.
 
 1 validate GPU config -> 2 prepare dataset, 3 build images -> 4 (tune, locally) train
--> 5 report and export (-> register, on Vertex).
+-> 5 report and export (-> register, on Vertex). On Vertex AI with `dataset.engine: beam`,
+stage 2 follows stage 3: its Dataflow workers run the image just built.
 
 Each stage is a small function below, called in order by the two pipelines. Only the
 dataset preparation may be served from KFP's cache (keyed on its source's fingerprint);
@@ -38,11 +39,13 @@ def validate(vertex: dict, training: dict, local_cluster: dict):
     return gpu
 
 
-def prepare(dataset: dict, training_workers, gpu, resources: "Resources | None" = None):
+def prepare(dataset: dict, training_workers, gpu, resources: "Resources | None" = None,
+            dataflow=None):
     """Stage 2, after stage 1: the prepared dataset, reused from the cache while the source
     is unchanged.
 
     Shards come in multiples of `training_workers`, so every worker reads its own files.
+    With `dataflow` (the `dataflow_launch` task), the Beam engine runs as a Dataflow job.
     """
     fingerprint = ops.fingerprint_dataset_source(options=dataset).after(gpu)
     fingerprint.set_display_name("2 dataset source fingerprint")
@@ -50,11 +53,22 @@ def prepare(dataset: dict, training_workers, gpu, resources: "Resources | None" 
     # fingerprint must look at the source every time, and a retraining must retrain.
     fingerprint.set_caching_options(False)
     data = ops.prepare_dataset(options=dataset, source_fingerprint=fingerprint.output,
-                               min_shards=training_workers)
+                               min_shards=training_workers,
+                               **({} if dataflow is None else {"dataflow": dataflow.output}))
     data.set_display_name("2 prepare dataset").after(gpu)
-    if resources is not None:  # decoding uses every core it is given
+    # Decoding uses every core it is given, unless Dataflow's workers decode.
+    if resources is not None and dataflow is None:
         data.set_cpu_limit(resources.cpu).set_memory_limit(resources.memory)
     return data
+
+
+def launch_dataflow(project_id, vertex: dict, image):
+    """Stage 2 on Vertex AI with `dataset.engine: beam`, after stage 3: the run's settings
+    of the Dataflow job (its workers run the CPU image just built, by digest)."""
+    launch = ops.dataflow_launch(project=project_id, vertex=vertex,
+                                 images=image.outputs["Output"])
+    launch.set_display_name("2 Dataflow launch settings").set_caching_options(False)
+    return launch
 
 
 def build(vertex: dict, *, push: bool, trainer_source_uri):
@@ -197,13 +211,15 @@ class Resources(NamedTuple):
     """Compile-time settings of the Vertex AI pipeline: CPU and memory of the heavy
     lightweight components (Vertex AI Pipelines runs a component on an e2-standard-4
     unless told otherwise; docs: "Specify the machine configuration for a pipeline step"),
-    who is told of every run's outcome, and whether training starts with a study (its
-    steps are part of the pipeline's shape; its values are the `tuning` parameter)."""
+    who is told of every run's outcome, whether training starts with a study, and whether
+    the dataset is prepared by a Dataflow job (`dataset.engine: beam`). The last two are
+    part of the pipeline's shape; their values are the `tuning` and `dataset` parameters."""
 
     cpu: str
     memory: str
     emails: tuple[str, ...] = ()
     tuning: bool = False
+    dataflow: bool = False
 
 
 def tune_on_vertex(project_id, training: dict, tuning: dict, vertex: dict, gpu, data, image):
@@ -247,10 +263,11 @@ def _vertex_run(resources: Resources, project, dataset: dict, training: dict, ve
     """The Vertex AI pipeline's tasks, with or without a study."""
     with dsl.ExitHandler(notify(resources.emails, ""), name="run"):
         gpu = validate(vertex, training, {})
-        data = prepare(dataset, gpu.outputs["training_workers"], gpu, resources)
         # The image is built (Cloud Build) while the dataset is prepared; both need only
-        # stage 1.
+        # stage 1, unless Dataflow's workers run the image.
         image = build(vertex, push=True, trainer_source_uri=trainer_source_uri).after(gpu)
+        launch = launch_dataflow(project, vertex, image) if resources.dataflow else None
+        data = prepare(dataset, gpu.outputs["training_workers"], gpu, resources, launch)
         record = None
         if tuning is not None:
             best = tune_on_vertex(project, training, tuning, vertex, gpu, data, image)
@@ -263,10 +280,13 @@ def _vertex_run(resources: Resources, project, dataset: dict, training: dict, ve
 
 
 def make_vertex_pipeline(resources: Resources):
-    """The Vertex AI pipeline, with `resources` for dataset preparation and export, and
-    with a study first when `resources.tuning`."""
+    """The Vertex AI pipeline, with `resources` for dataset preparation and export, with a
+    study first when `resources.tuning`, and the dataset prepared on Dataflow when
+    `resources.dataflow`."""
+    description = _DESCRIPTION + (" Prepares the dataset on Dataflow."
+                                  if resources.dataflow else "")
     if resources.tuning:
-        @dsl.pipeline(name=PIPELINE_NAME, description=_DESCRIPTION + " Tunes first.")
+        @dsl.pipeline(name=PIPELINE_NAME, description=description + " Tunes first.")
         def tuned_vertex_pipeline(
             project: str = "{{$.pipeline_google_cloud_project_id}}",
             dataset: dict = _DEFAULTS.dataset.model_dump(),
@@ -281,7 +301,7 @@ def make_vertex_pipeline(resources: Resources):
 
         return tuned_vertex_pipeline
 
-    @dsl.pipeline(name=PIPELINE_NAME, description=_DESCRIPTION)
+    @dsl.pipeline(name=PIPELINE_NAME, description=description)
     def vertex_pipeline(
         project: str = "{{$.pipeline_google_cloud_project_id}}",
         dataset: dict = _DEFAULTS.dataset.model_dump(),
@@ -298,7 +318,8 @@ def make_vertex_pipeline(resources: Resources):
 def resources_of(config: Config) -> Resources:
     """The compile-time settings a configuration asks for."""
     return Resources(config.vertex.component_cpu, config.vertex.component_memory,
-                     tuple(config.vertex.notification_emails), config.tuning.enabled)
+                     tuple(config.vertex.notification_emails), config.tuning.enabled,
+                     config.dataset.engine == "beam")
 
 
 vertex_pipeline = make_vertex_pipeline(resources_of(_DEFAULTS))

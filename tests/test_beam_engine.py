@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -235,3 +236,88 @@ def test_a_stopped_stage_cancels_its_dataflow_job(dataflow_world):
     assert not out.exists()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or \
         callable(signal.getsignal(signal.SIGTERM))
+
+
+def test_dataflow_workers_read_mounted_images_through_cloud_storage(dataflow_world):
+    """A class-folder source on Vertex AI's `/gcs/` mount: the workers, which have no
+    mount, are sent each image's `gs://` URI; images on this machine are refused before
+    any job starts."""
+    from google.cloud import storage
+
+    photos = _photos(dataflow_world / "bkt" / "photos")
+    bucket = storage.Client.create_anonymous_client().bucket("bkt")
+    for path in photos.rglob("*.*"):
+        bucket.blob(str(path.relative_to(dataflow_world / "bkt"))).upload_from_filename(
+            str(path))
+    local = prepare_source(str(photos), dataflow_world.parent / "local-copy", image_size=32,
+                           min_shards=2)
+    out = dataflow_world / "bkt/root/run/task/dataset"
+    with FakeDataflow("run") as fake:
+        manifest = prepare_source(str(photos), out, engine="beam", image_size=32,
+                                  min_shards=2, dataflow=_job(fake))
+    assert fake.run_error is None
+    assert [s["file"] for s in manifest["skipped"]] == \
+        ["gs://bkt/photos/class1/broken.jpg"]
+    assert {s: e["per_class"] for s, e in manifest["splits"].items()} == \
+        {s: e["per_class"] for s, e in local["splits"].items()}
+
+    elsewhere = _photos(dataflow_world.parent / "laptop" / "photos")
+    with FakeDataflow("run") as fake:
+        with pytest.raises(DatasetError, match=r"a Dataflow job reads images from Cloud "
+                                               r"Storage, but 121 of 121 images are paths on "
+                                               r"this machine \(first: '.*laptop/photos/"):
+            prepare_source(str(elsewhere), out.parent / "again", engine="beam",
+                           dataflow=_job(fake))
+    assert fake.requests == [] and not (out.parent / "again").exists()
+
+
+def test_launch_settings_need_the_project_and_the_cpu_image_by_digest():
+    images = {"cpu": {"reference": IMAGE}}
+    assert dataflow.launch_settings("p", "europe-west4", "", images) == {
+        "project_id": "p", "region": "europe-west4", "service_account": "",
+        "sdk_image": IMAGE}
+    tagged = IMAGE.split("@")[0] + ":src-1"
+    with pytest.raises(dataflow.DataflowSettingsError) as error:
+        dataflow.launch_settings("", "europe-west4", "", {"cpu": {"reference": tagged}})
+    assert str(error.value) == (
+        "project is empty; expected the Google Cloud project of the run; "
+        f"images.cpu.reference is '{tagged}'; expected the CPU image the build stage made, "
+        "by digest (REPOSITORY/NAME@sha256:...), which the Dataflow workers run")
+
+
+def test_submit_dry_run_shows_the_dataflow_job(tmp_path, capsys):
+    import yaml
+
+    from components import images
+    from pipelines.cli import main
+
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({
+        "dataset": {"source": "gs://my-bucket/photos", "engine": "beam",
+                    "dataflow_max_workers": 20, "dataflow_flexrs": True},
+        "vertex": {"service_account": "run@my-project.iam.gserviceaccount.com"}}))
+    repository = "us-central1-docker.pkg.dev/my-project/images"
+    assert main(["submit", "--dry-run", "--config", str(path), "--project", "my-project",
+                 "--pipeline-root", "gs://my-bucket/root",
+                 "--image-repository", repository]) == 0
+    out = capsys.readouterr().out
+    start = out.index("[", out.index("start a Dataflow job with these Beam pipeline options"))
+    args, _ = json.JSONDecoder().raw_decode(out[start:])
+    cpu = images.reference(repository, images.CPU, images.UNBUILT_DIGEST)
+    assert {"--runner=DataflowRunner", "--project=my-project", "--region=us-central1",
+            f"--sdk_container_image={cpu}", "--sdk_location=container",
+            "--max_num_workers=20", "--flexrs_goal=COST_OPTIMIZED",
+            "--service_account_email=run@my-project.iam.gserviceaccount.com"} <= set(args)
+    temp = next(a for a in args if a.startswith("--temp_location="))
+    assert re.fullmatch(r"--temp_location=gs://my-bucket/root/PROJECT_NUMBER/"
+                        r"gpu-training-pipeline-\d{14}/prepare-dataset_TASK_ID/dataflow/temp",
+                        temp)
+    assert "dataset: a Dataflow job in us-central1, up to 20 n2-standard-4 workers (FlexRS)" \
+        in out
+    # The request sent to Vertex AI is the Dataflow-shaped pipeline.
+    request, _ = json.JSONDecoder().raw_decode(out[out.rindex('{\n  "parent"'):])
+    tasks = request["pipelineJob"]["pipelineSpec"]["components"]["comp-exit-handler-1"][
+        "dag"]["tasks"]
+    assert tasks["prepare-dataset"]["inputs"]["parameters"]["dataflow"] == {
+        "taskOutputParameter": {"outputParameterKey": "Output",
+                                "producerTask": "dataflow-launch"}}

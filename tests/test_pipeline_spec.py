@@ -69,6 +69,37 @@ def test_stages_run_in_order_validation_first(fresh):
     assert "report-training" in _upstream(tasks, "export-model")
 
 
+def test_with_the_beam_engine_the_dataset_stage_starts_dataflow_on_the_built_image(tmp_path):
+    from pipelines.config import Config
+    from pipelines.pipeline import resources_of
+
+    config = Config.model_validate({"dataset": {"engine": "beam"}})
+    spec = yaml.safe_load(compile_pipeline(tmp_path / "spec.yaml",
+                                           resources=resources_of(config)).read_text())
+    tasks = _stages(spec)
+    # The Dataflow workers run the CPU image by the digest the build stage outputs.
+    launch = tasks["dataflow-launch"]
+    assert launch["dependentTasks"] == ["build-images"]
+    assert launch["inputs"]["parameters"]["images"] == {"taskOutputParameter": {
+        "outputParameterKey": "Output", "producerTask": "build-images"}}
+    assert launch["inputs"]["parameters"]["project"] == {"componentInputParameter":
+                                                         "pipelinechannel--project"}
+    assert launch["cachingOptions"] == {}
+    prepare = tasks["prepare-dataset"]
+    assert prepare["inputs"]["parameters"]["dataflow"] == {"taskOutputParameter": {
+        "outputParameterKey": "Output", "producerTask": "dataflow-launch"}}
+    assert {"build-images", "validate-gpu-config"} <= _upstream(tasks, "prepare-dataset")
+    assert prepare["cachingOptions"] == {"enableCache": True}
+    # The component only waits for Dataflow: no 8-CPU machine for it.
+    executor = spec["deploymentSpec"]["executors"]["exec-prepare-dataset"]["container"]
+    assert "resources" not in executor
+    assert "Dataflow" in spec["pipelineInfo"]["description"]
+    # The default (local engine) spec has neither.
+    local = yaml.safe_load(compile_pipeline(tmp_path / "local.yaml").read_text())
+    assert "dataflow-launch" not in _stages(local)
+    assert "dataflow" not in _stages(local)["prepare-dataset"]["inputs"]["parameters"]
+
+
 def test_the_shard_multiple_comes_from_the_validated_pools_at_run_time(fresh):
     tasks = _stages(yaml.safe_load(fresh.read_text()))
     assert tasks["prepare-dataset"]["inputs"]["parameters"]["min_shards"] == {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -20,17 +21,20 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import requests
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import aiplatform_v1, artifactregistry_v1, resourcemanager_v3
 from google.cloud.devtools import cloudbuild_v1
+from google.oauth2.credentials import Credentials
 
 from components import images
 from pipelines.config import load_config
 from pipelines.vertex import runs
 from pipelines.vertex.clients import Clients
+from tests.dataflow_fake import FakeDataflow
 from tests.test_vertex import RecordingApi
 from tests.vertex_emulator.apis import FakeGoogleApis, image_entrypoints
 from tests.vertex_emulator.mount import StandInMount
@@ -63,8 +67,12 @@ def emulated_vertex(work: Path):
     mount = StandInMount(work / "gcs", storage)
     apis = FakeGoogleApis(work, image_entrypoints(REPO, ROOT / "Dockerfile"))
     try:
-        with apis:
+        # The fake Dataflow runs a job's pipeline in this process, whose Cloud Storage
+        # client then needs credentials that need no account.
+        with apis, FakeDataflow("run") as dataflow, mock.patch(
+                "google.auth.default", lambda *a, **k: (Credentials(token="t"), "my-proj")):
             env = environment(apis.url, mount, storage_host, "my-proj")
+            env["EMULATED_DATAFLOW"] = dataflow.endpoint
             (work / "tmp").mkdir()
             env["TMPDIR"] = str(work / "tmp")
             apis.environment = env
@@ -82,13 +90,14 @@ def emulated_vertex(work: Path):
                     credentials=AnonymousCredentials()),
                 iam=requests.Session(), iam_endpoint=apis.url)
 
-            def run(vertex: dict, training: dict, tuning: dict | None = None) -> dict:
+            def run(vertex: dict, training: dict, tuning: dict | None = None,
+                    dataset: dict | None = None) -> dict:
                 config = load_config(overrides={
                     "vertex": {"project": "my-proj", "region": "us-central1",
                                "pipeline_root": "gs://pipelines/root",
                                "image_repository": REPO, "service_account": ACCOUNT,
                                "accuracy_threshold": 0.3, "job_name": "emulated", **vertex},
-                    "training": training, "tuning": tuning or {}})
+                    "training": training, "tuning": tuning or {}, "dataset": dataset or {}})
                 runs.submit(config, dry_run=False, clients=clients,
                             credentials=AnonymousCredentials(), log=lambda line: None)
                 request = clients.pipeline_api.calls[-1]
@@ -98,7 +107,7 @@ def emulated_vertex(work: Path):
                 tasks = emulated.run(request)
                 return {"tasks": tasks, "apis": apis, "request": request, "mount": mount,
                         "storage": storage, "env": env, "work": work, "clients": clients,
-                        "seconds": time.monotonic() - started}
+                        "dataflow": dataflow, "seconds": time.monotonic() - started}
 
             yield run
     finally:
@@ -457,13 +466,19 @@ STUDY = {"max_trials": 2, "parallel_trials": 1, "max_failed_trials": 1,
              {"name": "batch_size", "type": "DISCRETE", "values": [16, 32]}]}
 
 
-def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run):
-    """Last in this module (it adds a CustomJob to the shared emulation): the compiled
-    spec with a study runs gcpc's HyperparameterTuningJobRunOp, whose trials run the real
-    trainer and report with cloudml-hypertune; our component reads the job back and the
-    final CustomJob trains with the best trial's parameters."""
+@pytest.fixture(scope="module")
+def tuned_run(emulated_run):
+    """A second run, last in this module (it adds jobs to the shared emulation): a study
+    first, and the dataset prepared by the Beam engine as a Dataflow job."""
+    return emulated_run["run"]({}, {"epochs": 1}, STUDY, {"engine": "beam"})
+
+
+def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run, tuned_run):
+    """The compiled spec with a study runs gcpc's HyperparameterTuningJobRunOp, whose
+    trials run the real trainer and report with cloudml-hypertune; our component reads the
+    job back and the final CustomJob trains with the best trial's parameters."""
     apis = emulated_run["apis"]
-    tuned = emulated_run["run"]({}, {"epochs": 1}, STUDY)
+    tuned = tuned_run
     tasks = tuned["tasks"]
     assert {"vertex-tuning-spec", "hyperparameter-tuning-job", "best-vertex-trial",
             "vertex-training-spec", "custom-training-job", "export-model"} <= {
@@ -519,3 +534,56 @@ def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run
     export = tasks["export-model"].parameters
     assert "tuned: best of 2 trials by val_accuracy" in export["description"]
 
+
+
+def test_the_beam_engine_prepares_the_dataset_as_a_dataflow_job(tuned_run):
+    """`dataset.engine: beam`: the stage submits with Beam's own DataflowRunner (the fake
+    Dataflow API runs the staged pipeline), for the run's project and region, on the CPU
+    image the build stage made, as the run's service account, with temp and staging
+    under the pipeline root; the workers write the shards to Cloud Storage, and the
+    training that follows reads them."""
+    from google.cloud import dataflow_v1beta3
+
+    from components.dataset.dataflow import job_name_for
+
+    tasks, fake = tuned_run["tasks"], tuned_run["dataflow"]
+    cpu = tasks["build-images"].parameters["Output"][images.CPU.key]["reference"]
+    assert cpu.startswith(f"{REPO}/{images.CPU.name}@sha256:")
+    assert tasks["dataflow-launch"].parameters["Output"] == {
+        "project_id": "my-proj", "region": "us-central1", "service_account": ACCOUNT,
+        "sdk_image": cpu}
+    assert fake.run_error is None
+    (body,) = fake.created()
+    (path,) = [p for method, p, _ in fake.requests if method == "POST"]
+    assert path.split("?")[0] == "/v1b3/projects/my-proj/locations/us-central1/jobs"
+    job = dataflow_v1beta3.Job.from_json(json.dumps(body), ignore_unknown_fields=True)
+    dataset_uri = tasks["prepare-dataset"].artifacts["dataset"]["uri"]
+    base = dataset_uri.rsplit("/", 1)[0]
+    assert job.name == job_name_for(dataset_uri)
+    environment = job.environment
+    assert environment.service_account_email == ACCOUNT
+    assert environment.temp_storage_prefix.startswith(
+        f"storage.googleapis.com/{base[len('gs://'):]}/dataflow/temp")
+    (pool,) = environment.worker_pools
+    assert pool.worker_harness_container_image == cpu
+    assert (pool.machine_type, pool.autoscaling_settings.max_num_workers) == \
+        ("n2-standard-4", 10)
+    assert body["environment"]["sdkPipelineOptions"]["options"]["staging_location"] \
+        .startswith(f"{base}/dataflow/staging/{job.name}.")
+    assert [j.state for j in fake.jobs.values()] == ["JOB_STATE_DONE"]
+    log = tasks["prepare-dataset"].log.read_text()
+    assert f"Dataflow job {job.name} (2026-job-1) in us-central1" in log
+    assert "Dataflow job 2026-job-1: JOB_STATE_DONE" in log
+    # The shards are the workers' objects (the stage wrote only the report and the
+    # manifest, through the mount), and training read them.
+    storage = tuned_run["storage"]
+    bucket, _, prefix = dataset_uri[len("gs://"):].partition("/")
+    manifest = json.loads(storage.bucket(bucket).blob(f"{prefix}/manifest.json")
+                          .download_as_bytes())
+    assert manifest["examples"] > 0 and set(manifest["splits"]) == {"train", "validation",
+                                                                    "test"}
+    for entry in manifest["splits"].values():
+        for shard in entry["shards"]:
+            data = storage.bucket(bucket).blob(f"{prefix}/{shard['file']}").download_as_bytes()
+            assert hashlib.sha256(data).hexdigest() == shard["sha256"]
+    assert tasks["custom-training-job"].state == "SUCCEEDED"

@@ -63,15 +63,17 @@ def write_with_beam(plan: DatasetPlan, out: Path, processes: int,
                            "one stream; expected engine 'local' for it")
     if dataflow is None:
         target, work = str(out), tempfile.mkdtemp(prefix="beam-plan-")
+        refs = {}
     else:
         target = mounted_gcs_uri(str(out))
         if target is None:
             raise DatasetError(f"a Dataflow job writes to Cloud Storage, but the output "
                                f"directory {str(out)!r} is not on the /gcs/ mount")
+        refs = _worker_refs(plan) if kind.reads_files else {}
         work = f"{dataflow.temp_location}/{dataflow.job_name}-{uuid.uuid4().hex[:8]}-plan"
     names = {split: shard_names(split, n) for split, n in plan.shards.items()}
     try:
-        _write_plan(plan, work)
+        _write_plan(plan, work, refs)
         pipeline = beam.Pipeline(**_runner(processes, dataflow))
         _build(pipeline, work, target, plan, names)
         if dataflow is None:
@@ -98,10 +100,33 @@ def _runner(processes: int, dataflow: DataflowJob | None) -> dict[str, Any]:
                                        direct_num_workers=max(1, processes))}
 
 
-def _write_plan(plan: DatasetPlan, work: str) -> None:
-    """Every example with its split and shard, as JSON lines in files of the plan."""
-    lines = [json.dumps({"ref": ex.ref, "identity": ex.identity, "label": ex.label,
-                         "split": split, "shard": shard}).encode() + b"\n"
+def _worker_refs(plan: DatasetPlan) -> dict[str, str]:
+    """Where Dataflow's workers read each image: its `gs://` URI. Paths on Vertex AI's
+    Cloud Storage mount, which the workers do not have, become their URIs.
+
+    Raises:
+        DatasetError: Some images are on no Cloud Storage.
+    """
+    refs, local = {}, []
+    for example in plan.listing.examples:
+        uri = example.ref if example.ref.startswith("gs://") else mounted_gcs_uri(example.ref)
+        if uri is None:
+            local.append(example.ref)
+        else:
+            refs[example.ref] = uri
+    if local:
+        raise DatasetError(f"a Dataflow job reads images from Cloud Storage, but {len(local)} "
+                           f"of {len(plan.listing.examples)} images are paths on this "
+                           f"machine (first: {local[0]!r}); expected gs:// URIs or /gcs/ "
+                           "paths, or dataset.engine 'local'")
+    return refs
+
+
+def _write_plan(plan: DatasetPlan, work: str, refs: dict[str, str]) -> None:
+    """Every example with its split and shard (and where to read it, `refs`, if not at
+    its own ref), as JSON lines in files of the plan."""
+    lines = [json.dumps({"ref": refs.get(ex.ref, ex.ref), "identity": ex.identity,
+                         "label": ex.label, "split": split, "shard": shard}).encode() + b"\n"
              for ex, split, shard in plan.assignments()]
     for number, start in enumerate(range(0, len(lines), PLAN_LINES_PER_FILE)):
         with FileSystems.create(FileSystems.join(work, f"plan-{number:05d}.jsonl")) as f:

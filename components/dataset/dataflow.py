@@ -26,16 +26,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import logging
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from components import project
-from trainer.errors import StageError, first_line
-
-_LOG = logging.getLogger(__name__)
+from components.stage import say
+from trainer.errors import InputError, StageError, first_line
 
 #: Seconds between two looks at the job's state.
 POLL_SECONDS = 10.0
@@ -47,6 +45,10 @@ _TERMINAL = ("JOB_STATE_DONE", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_S
 
 class DataflowJobFailed(StageError):
     """The Dataflow job ended in another state than done."""
+
+
+class DataflowSettingsError(InputError):
+    """The run cannot give the Dataflow job what it needs."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +118,29 @@ def job_name_for(output_uri: str) -> str:
     return f"{project.NAME}-dataset-{digest}"
 
 
+def launch_settings(project_id: str, region: str, service_account: str,
+                    images: Mapping[str, Any]) -> dict[str, str]:
+    """What the dataset stage needs from the run to start its Dataflow job (the keyword
+    arguments of `dataflow_job` besides the options and the output): the run's project,
+    region and service account, and the CPU image the build stage made, by digest.
+
+    Raises:
+        DataflowSettingsError: No project, or no CPU image by digest.
+    """
+    reference = str((images.get("cpu") or {}).get("reference", ""))
+    problems = []
+    if not project_id:
+        problems.append("project is empty; expected the Google Cloud project of the run")
+    if "@sha256:" not in reference:
+        problems.append(f"images.cpu.reference is {reference!r}; expected the CPU image the "
+                        "build stage made, by digest (REPOSITORY/NAME@sha256:...), which the "
+                        "Dataflow workers run")
+    if problems:
+        raise DataflowSettingsError("; ".join(problems))
+    return {"project_id": project_id, "region": region, "service_account": service_account,
+            "sdk_image": reference}
+
+
 def dataflow_job(options: Any, *, project_id: str, region: str, service_account: str,
                  sdk_image: str, output_uri: str) -> DataflowJob:
     """The job that prepares `options`' dataset into `output_uri` (`gs://`), with temp and
@@ -155,7 +180,8 @@ def run_on_dataflow(pipeline: Any, job: DataflowJob) -> None:
     client = apiclient.DataflowApplicationClient(pipeline._options)
     url = (f"https://console.cloud.google.com/dataflow/jobs/{job.region}/{job_id}"
            f"?project={job.project}")
-    _LOG.info("Dataflow job %s (%s): %s", job.job_name, job_id, url)
+    say(f"Dataflow job {job.job_name} ({job_id}) in {job.region}, up to {job.max_workers} "
+        f"{job.machine_type} workers: {url}")
     with _cancelled_on_exit(client, job_id):
         state = _follow(client, job_id)
     if state != "JOB_STATE_DONE":
@@ -170,7 +196,7 @@ def _follow(client: Any, job_id: str) -> str:
     while True:
         state = client.get_job(job_id).current_state.name
         if state != last:
-            _LOG.info("Dataflow job %s: %s", job_id, state)
+            say(f"Dataflow job {job_id}: {state}")
             last = state
         if state in _TERMINAL:
             return state
@@ -201,11 +227,11 @@ def _cancelled_on_exit(client: Any, job_id: str) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        _LOG.warning("cancelling Dataflow job %s", job_id)
+        say(f"cancelling Dataflow job {job_id}")
         try:
             client.modify_job_state(job_id, "JOB_STATE_CANCELLED")
         except Exception as cancel_error:  # noqa: BLE001 - the first error matters more
-            _LOG.error("could not cancel Dataflow job %s: %s", job_id, cancel_error)
+            say(f"could not cancel Dataflow job {job_id}: {first_line(cancel_error, 300)}")
         if stopped:
             raise DataflowJobFailed(f"the stage was stopped (SIGTERM); Dataflow job {job_id} "
                                     "was asked to cancel") from None

@@ -275,11 +275,14 @@ class SourceKind:
         name: The kind, as manifests record it (`source_kind`).
         form: How a user writes such a source, for messages.
         fallback: Tried after every other kind (a plain path).
+        reads_files: Its examples' refs are files (a local, `/gcs/` or `gs://` path) that
+            `load` reads, rather than names of images it makes.
     """
 
     name: ClassVar[str]
     form: ClassVar[str]
     fallback: ClassVar[bool] = False
+    reads_files: ClassVar[bool] = True
 
     @classmethod
     def matches(cls, source: str) -> bool:
@@ -373,6 +376,7 @@ def list_source(source: str, image_size: int = 32,
 class BuiltinShapes(SourceKind):
     name = "builtin"
     form = f"{BUILTIN_SHAPES} (drawn here)"
+    reads_files = False
 
     @classmethod
     def matches(cls, source: str) -> bool:

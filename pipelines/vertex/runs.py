@@ -168,7 +168,36 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
         f"{build.options.machine_type.name}, timeout {build.timeout.seconds} s, as "
         + (f"{build.service_account} (logs: Cloud Logging only)" if build.service_account
            else "its default account"),
+        *dataflow_summary(dataflow_preview(config, cpu["reference"],
+                                           prepared.request.pipeline_job_id)),
     ]
+
+
+def dataflow_preview(config: Config, cpu_reference: str, job_id: str) -> Any:
+    """The Dataflow job the dataset stage of run `job_id` starts with `dataset.engine:
+    beam` (`components.dataset.dataflow.DataflowJob`), else None. Its output directory
+    (and so its name, temp and staging) is known only once Vertex AI runs the task: it
+    shows as Vertex AI lays it out, with placeholders."""
+    if config.dataset.engine != "beam":
+        return None
+    from components.dataset.dataflow import dataflow_job, launch_settings
+
+    launch = launch_settings(config.vertex.project, config.vertex.region,
+                             config.vertex.service_account, {"cpu": {"reference": cpu_reference}})
+    output = (f"{config.vertex.pipeline_root.rstrip('/')}/PROJECT_NUMBER/{job_id}/"
+              "prepare-dataset_TASK_ID/dataset")
+    job = dataflow_job(config.dataset, output_uri=output, **launch)
+    return dataclasses.replace(job, job_name=f"{project.NAME}-dataset-HASH_OF_THE_OUTPUT_URI")
+
+
+def dataflow_summary(job: Any) -> list[str]:
+    """The dry run's lines on the Dataflow job (`dataflow_preview`), or none."""
+    if job is None:
+        return []
+    return [f"dataset: a Dataflow job in {job.region}, up to {job.max_workers} "
+            f"{job.machine_type} workers{' (FlexRS)' if job.flexrs else ''}, running "
+            f"{job.sdk_image} as {job.service_account or 'the Compute Engine default account'}"
+            f"; temp files in {job.temp_location}"]
 
 
 def request_location(request: Any) -> str:
@@ -201,6 +230,12 @@ def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,
             print(to_json(prepared.build_request))
             log("Vertex AI would receive this CreatePipelineJobRequest:")
             print(to_json(prepared.request))
+            dataflow = dataflow_preview(config, prepared.images[images.CPU.key]["reference"],
+                                        prepared.request.pipeline_job_id)
+            if dataflow is not None:
+                log("its dataset stage would start a Dataflow job with these Beam pipeline "
+                    "options:")
+                print(json.dumps(dataflow.pipeline_args(), indent=2))
             for line in summary(prepared, config):
                 log(line)
             return prepared.request

@@ -6,6 +6,8 @@ Google's own code runs unchanged; only what cannot exist here is redirected:
 - Google API clients use their REST transport (the fake speaks REST, not gRPC) and
   credentials that need no account;
 - the google-cloud-pipeline-components launchers poll every 0.2 s instead of 20 s;
+- the dataset stage's Dataflow jobs go to the fake Dataflow API (EMULATED_DATAFLOW), whose
+  state it follows every 0.2 s;
 - Vertex AI's Cloud Storage mount `/gcs/` is the stand-in directory EMULATED_GCS_MOUNT
   (for KFP's executor and the project), where directory renames fail as on Cloud
   Storage FUSE (`rename-dir-limit` 0).
@@ -18,6 +20,7 @@ import sys
 
 APIS = os.environ.get("EMULATED_GOOGLE_APIS")
 MOUNT = os.environ.get("EMULATED_GCS_MOUNT")
+DATAFLOW = os.environ.get("EMULATED_DATAFLOW")
 
 
 def _credentials(*args, **kwargs):
@@ -68,6 +71,20 @@ def _project_mount(module):
     module.GCS_MOUNT = MOUNT
 
 
+def _dataflow_endpoint(module):
+    # Beam's Dataflow client calls the API at the job's `--dataflow_endpoint` (through
+    # httplib2, which the requests redirect above does not see): the fake Dataflow's.
+    import dataclasses
+
+    make = module.dataflow_job
+
+    def dataflow_job(*args, **kwargs):
+        return dataclasses.replace(make(*args, **kwargs), endpoint=DATAFLOW)
+
+    module.dataflow_job = dataflow_job
+    module.POLL_SECONDS = 0.2
+
+
 def _refuse_directory_renames():
     def refuse(rename):
         def wrapped(src, dst, *args, **kwargs):
@@ -96,6 +113,7 @@ PATCHES = {
         _fast_polling,
     "kfp.dsl.types.artifact_types": _kfp_mount,
     "trainer.gcs": _project_mount,
+    **({"components.dataset.dataflow": _dataflow_endpoint} if DATAFLOW else {}),
 }
 
 
