@@ -127,7 +127,8 @@ def prepare_dataset(options: dict, source_fingerprint: str, min_shards: int,
     counts = ", ".join(f"{s} {i['count']} in {len(i['shards'])} shards"
                        for s, i in manifest["splits"].items())
     say(f"dataset: {len(manifest['classes'])} classes ({', '.join(manifest['classes'])}); "
-        f"{counts}; {len(manifest['skipped'])} skipped")
+        f"{counts}; {len(manifest['skipped'])} skipped; prepared by the {settings.engine} "
+        + ("engine as a Dataflow job" if job else "engine"))
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)

@@ -129,6 +129,8 @@ def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
     assert second["artifacts"]["prepare-dataset/dataset"] == \
         first["artifacts"]["prepare-dataset/dataset"]
     assert "reused the dataset prepared earlier" in out
+    assert "[gpu-pipeline] dataset: 4 classes" in stdout and \
+        "skipped; prepared by the local engine\n" in stdout
     assert "[gpu-pipeline] dataset: 4 classes" not in out  # not prepared again
     assert second["metrics"]["champion_test_accuracy"] == champion
     # Both models' figures on this (reused) dataset were committed beside them: no stage

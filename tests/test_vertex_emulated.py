@@ -570,6 +570,7 @@ def test_the_beam_engine_prepares_the_dataset_as_a_dataflow_job(tuned_run):
     log = tasks["prepare-dataset"].log.read_text()
     assert f"Dataflow job {job.name} (2026-job-1) in us-central1" in log
     assert "Dataflow job 2026-job-1: JOB_STATE_DONE" in log
+    assert "prepared by the beam engine as a Dataflow job" in log
     # The shards are the workers' objects (the stage wrote only the report and the
     # manifest, through the mount), and training read them.
     storage = tuned_run["storage"]

@@ -123,6 +123,11 @@ def describe(field: FieldInfo) -> str:
             return f"{noun} {'<=' if high[0] == 'le' else '<'} {_number(high[1])}"
         return noun
     if annotation is str:
+        # A field with a pattern says in words what it matches (`json_schema_extra`'s
+        # `valid`), else its description must.
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        if extra.get("valid"):
+            return str(extra["valid"])
         patterned = any(getattr(item, "pattern", None) for item in field.metadata)
         return field.description if patterned and field.description else "a string"
     origin = typing.get_origin(annotation)

@@ -79,19 +79,25 @@ class DatasetOptions(pydantic.BaseModel):
     dataflow_machine_type: str = Field(
         "n2-standard-4", pattern=r"^[a-z][a-z0-9]*-[a-z0-9-]+$", description=(
             "With engine beam on Vertex AI: the Dataflow workers' Compute Engine machine "
-            "type."))
+            "type."), json_schema_extra={"valid": "a Compute Engine machine type, e.g. "
+                                                  "n2-standard-4 or n2-highcpu-16"})
     dataflow_flexrs: bool = Field(False, description=(
         "With engine beam on Vertex AI: Dataflow FlexRS (cost-optimized; the job may start "
         "up to 6 hours later, on preemptible and regular VMs)."))
     dataflow_network: str = Field("", pattern=r"^([a-z]([-a-z0-9]{0,61}[a-z0-9])?)?$",
                                   description=(
         "With engine beam on Vertex AI: the VPC network of the Dataflow workers, by name "
-        "(empty: default)."))
+        "(empty: default)."), json_schema_extra={
+        "valid": "a network name (lowercase letters, digits and hyphens, at most 63) or "
+                 "empty"})
     dataflow_subnetwork: str = Field(
         "", pattern=r"^((https://www\.googleapis\.com/compute/v1/projects/[^/]+/)?regions/"
                     r"[a-z0-9-]+/subnetworks/[a-z]([-a-z0-9]{0,61}[a-z0-9])?)?$",
         description=("With engine beam on Vertex AI: the workers' subnetwork, "
-                     "regions/REGION/subnetworks/NAME or its full URL (a Shared VPC's)."))
+                     "regions/REGION/subnetworks/NAME or its full URL (a Shared VPC's)."),
+        json_schema_extra={"valid": "regions/REGION/subnetworks/NAME, https://www.googleapis"
+                                    ".com/compute/v1/projects/PROJECT/regions/REGION/"
+                                    "subnetworks/NAME, or empty"})
 
     def problems(self) -> list[str]:
         """Rules between fields (each field's own rules are checked by its declaration)."""
