@@ -78,7 +78,8 @@ class VertexOptions(pydantic.BaseModel):
             "Scheduler: the job waits until the GPUs are available)."))
     max_wait_duration: str = Field("", pattern=r"^(\d+s)?$", description=(
         "FLEX_START: the longest the job waits for its GPUs, e.g. 3600s; empty: Vertex AI's "
-        "default."))
+        "default."), json_schema_extra={"valid": "whole seconds with an s, e.g. 3600s, or "
+                                                 "empty"})
     timeout: str = Field("604800s", description="Most time the CustomJob may run, e.g. 86400s.")
     tensorboard: Tensorboard = Field("", description=(
         "projects/.../locations/.../tensorboards/ID; empty for none."))
@@ -95,7 +96,9 @@ class VertexOptions(pydantic.BaseModel):
     promotion_margin: float = Field(0.01, ge=0, lt=1, description=(
         "How much the new model's test accuracy must beat the champion's by."))
     persistent_resource_id: str = Field("", pattern=r"^([a-z][a-z0-9-]{0,62})?$", description=(
-        "A Vertex AI persistent resource to train on (fast starts); empty for none."))
+        "A Vertex AI persistent resource to train on (fast starts); empty for none."),
+        json_schema_extra={"valid": "a resource ID (a lowercase letter, then lowercase "
+                                    "letters, digits and hyphens, at most 63) or empty"})
     labels: dict[str, str] = Field(default_factory=dict, description=(
         "Labels of the pipeline job and the CustomJob, for cost tracking."))
     serving_image: ImageReference = Field("", description=(

@@ -78,9 +78,11 @@ class VertexConfig(VertexOptions):
     # Vertex AI takes up to 96 CPUs and 624 GB per pipeline step (docs: "Specify the
     # machine configuration for a pipeline step").
     component_cpu: str = Field("8", pattern=r"^([1-9]\d*|\d+m)$", description=(
-        "CPUs of the dataset preparation and export steps on Vertex AI (e.g. 8 or 500m)."))
+        "CPUs of the dataset preparation and export steps on Vertex AI (e.g. 8 or 500m)."),
+        json_schema_extra={"valid": "whole CPUs (e.g. 8) or millicpus (e.g. 500m)"})
     component_memory: str = Field("32G", pattern=r"^[1-9]\d*(\.\d+)?[KMG]?$", description=(
-        "Memory of the dataset preparation and export steps on Vertex AI (e.g. 32G)."))
+        "Memory of the dataset preparation and export steps on Vertex AI (e.g. 32G)."),
+        json_schema_extra={"valid": "a size with K, M or G, e.g. 32G or 512M"})
 
     def problems(self) -> list[str]:
         found = super().problems()

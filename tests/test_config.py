@@ -123,3 +123,28 @@ def test_retraining_options_that_cannot_work_are_refused():
         "notification_emails": ["ml-team@example.com"], "promotion": "version_only"}})
     assert config.vertex.persistent_resource_id == "fast-pool"
     assert config.vertex_options().labels == {"team": "vision", "cost-center": "42"}
+
+
+def test_patterned_values_are_refused_with_what_they_accept_in_words():
+    with pytest.raises(ConfigError) as error:
+        load_config(overrides={
+            "dataset": {"dataflow_machine_type": "N2 big", "dataflow_network": "Bad_Net",
+                        "dataflow_subnetwork": "sub"},
+            "vertex": {"persistent_resource_id": "Bad", "component_cpu": "0.5",
+                       "component_memory": "lots"}})
+    lines = str(error.value).splitlines()
+    for expected in (
+            "dataset.dataflow_machine_type is 'N2 big'; expected a Compute Engine machine "
+            "type, e.g. n2-standard-4 or n2-highcpu-16",
+            "dataset.dataflow_network is 'Bad_Net'; expected a network name (lowercase "
+            "letters, digits and hyphens, at most 63) or empty",
+            "dataset.dataflow_subnetwork is 'sub'; expected regions/REGION/subnetworks/NAME, "
+            "https://www.googleapis.com/compute/v1/projects/PROJECT/regions/REGION/"
+            "subnetworks/NAME, or empty",
+            "vertex.persistent_resource_id is 'Bad'; expected a resource ID (a lowercase "
+            "letter, then lowercase letters, digits and hyphens, at most 63) or empty",
+            "vertex.component_cpu is '0.5'; expected whole CPUs (e.g. 8) or millicpus (e.g. "
+            "500m)",
+            "vertex.component_memory is 'lots'; expected a size with K, M or G, e.g. 32G or "
+            "512M"):
+        assert f"  - {expected}" in lines, (expected, lines)

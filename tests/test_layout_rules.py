@@ -125,7 +125,8 @@ def test_the_config_checks_layout_and_scheduling_before_any_work():
                                           "max_wait_duration": "soon"}})
     message = str(info.value)
     assert "vertex.worker_pool_specs[2] (parameter servers) is empty while pool 3" in message
-    assert "vertex.max_wait_duration is 'soon'; expected FLEX_START: the longest" in message
+    assert "vertex.max_wait_duration is 'soon'; expected whole seconds with an s, e.g. " \
+        "3600s, or empty" in message
     config = load_config(overrides={"vertex": {"worker_pool_specs": pools(1, 2, 1)},
                                     "training": {"local_workers": 2}})
     assert config.local_layout() == Layout(workers=1, parameter_servers=1)
