@@ -531,7 +531,6 @@ def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run
     assert "tuned: best of 2 trials by val_accuracy" in export["description"]
 
 
-
 def test_the_beam_engine_prepares_the_dataset_as_a_dataflow_job(tuned_run):
     """`dataset.engine: beam`: the stage submits with Beam's own DataflowRunner (the fake
     Dataflow API runs the staged pipeline), for the run's project and region, on the CPU

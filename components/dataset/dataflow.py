@@ -106,10 +106,6 @@ class DataflowJob:
             args.append("--flexrs_goal=COST_OPTIMIZED")
         return args
 
-    def describe(self) -> dict[str, Any]:
-        """What `submit --dry-run` shows of the job."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v not in ("", None)}
-
 
 def job_name_for(output_uri: str) -> str:
     """A Dataflow job name for the dataset written to `output_uri`: Dataflow's form

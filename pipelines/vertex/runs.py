@@ -65,7 +65,8 @@ class Prepared:
 
     `images` is what the build stage outputs: per image key (`gpu`, `cpu`) its `reference`
     by digest alone (a placeholder digest in a dry run, which builds and looks up
-    nothing), its content `tag` and whether it was `built`.
+    nothing), its content `tag` and whether it was `built`. `dataflow` is the Dataflow job
+    the dataset stage starts (`dataflow_preview`), if any.
     """
 
     job: Any
@@ -75,6 +76,7 @@ class Prepared:
     build_request: Any
     template: Path
     user_code_files: tuple[str, ...] = ()
+    dataflow: Any = None
 
 
 def prepare_run(config: Config, work_dir: Path, *, dry_run: bool, clients: Clients,
@@ -109,8 +111,10 @@ def prepare_run(config: Config, work_dir: Path, *, dry_run: bool, clients: Clien
     template = compile_for_vertex(config, work_dir / "pipeline.yaml",
                                   found[images.CPU.key]["reference"], source_uri)
     job = pipeline_job(config, template, source_uri, credentials)
-    return Prepared(job, create_request(job, config), found, source_uri, build_request,
-                    template, tuple(user_code_files(context)))
+    request = create_request(job, config)
+    return Prepared(job, request, found, source_uri, build_request, template,
+                    tuple(user_code_files(context)),
+                    dataflow_preview(config, found, request.pipeline_job_id))
 
 
 @contextlib.contextmanager
@@ -168,12 +172,11 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
         f"{build.options.machine_type.name}, timeout {build.timeout.seconds} s, as "
         + (f"{build.service_account} (logs: Cloud Logging only)" if build.service_account
            else "its default account"),
-        *dataflow_summary(dataflow_preview(config, cpu["reference"],
-                                           prepared.request.pipeline_job_id)),
+        *dataflow_summary(prepared.dataflow),
     ]
 
 
-def dataflow_preview(config: Config, cpu_reference: str, job_id: str) -> Any:
+def dataflow_preview(config: Config, found: dict[str, dict[str, Any]], job_id: str) -> Any:
     """The Dataflow job the dataset stage of run `job_id` starts with `dataset.engine:
     beam` (`components.dataset.dataflow.DataflowJob`), else None. Its output directory
     (and so its name, temp and staging) is known only once Vertex AI runs the task: it
@@ -183,7 +186,7 @@ def dataflow_preview(config: Config, cpu_reference: str, job_id: str) -> Any:
     from components.dataset.dataflow import dataflow_job, launch_settings
 
     launch = launch_settings(config.vertex.project, config.vertex.region,
-                             config.vertex.service_account, {"cpu": {"reference": cpu_reference}})
+                             config.vertex.service_account, found)
     output = (f"{config.vertex.pipeline_root.rstrip('/')}/PROJECT_NUMBER/{job_id}/"
               "prepare-dataset_TASK_ID/dataset")
     job = dataflow_job(config.dataset, output_uri=output, **launch)
@@ -230,12 +233,10 @@ def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,
             print(to_json(prepared.build_request))
             log("Vertex AI would receive this CreatePipelineJobRequest:")
             print(to_json(prepared.request))
-            dataflow = dataflow_preview(config, prepared.images[images.CPU.key]["reference"],
-                                        prepared.request.pipeline_job_id)
-            if dataflow is not None:
+            if prepared.dataflow is not None:
                 log("its dataset stage would start a Dataflow job with these Beam pipeline "
                     "options:")
-                print(json.dumps(dataflow.pipeline_args(), indent=2))
+                print(json.dumps(prepared.dataflow.pipeline_args(), indent=2))
             for line in summary(prepared, config):
                 log(line)
             return prepared.request
