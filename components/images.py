@@ -31,6 +31,12 @@ from components import project
 #: prediction").
 TENSORFLOW_VERSION = "2.21.0"
 
+#: The GPU lock's CUDA major and its cuBLAS and cuDNN releases (`major.minor` of what
+#: requirements/gpu.lock pins; tests check them against the lock): what the GPU validator
+#: holds against each GPU architecture's needs (`components.gpu.catalog.ARCHITECTURE_NEEDS`).
+GPU_CUDA_MAJOR = 12
+GPU_CUDA_LIBRARIES = {"cublas": "12.5", "cudnn": "9.3"}
+
 #: Python of both images; the lock files are resolved for it.
 PYTHON_VERSION = "3.11"
 

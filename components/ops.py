@@ -27,39 +27,48 @@ _IMAGE = images.pipeline_image()
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def validate_gpu_config(vertex: dict, training: dict, local_cluster: dict) -> NamedTuple(
         "GpuConfig", [("worker_pool_specs", list), ("training_workers", int),
-                      ("strategy", str)]):
+                      ("strategy", str), ("training_plan", dict)]):
     """Stage 1: the Vertex worker pools checked against the GPU rules and the strategy's
-    roles, normalised.
+    roles, normalised, and the training plan every replica applies.
 
     Returns the normalised pools, the number of processes that read the training data
-    (the dataset's shard multiple) and the strategy. `local_cluster` (workers, parameter
-    servers, evaluators) is the layout of a local run; empty on Vertex AI.
+    (the dataset's shard multiple), the strategy and the training plan (strategy,
+    all-reduce, mixed precision, XLA, with reasons). `local_cluster` (workers, parameter
+    servers, evaluators) is the layout of a local run, whose CPU processes train with a
+    plan of their own; empty on Vertex AI.
     """
     from collections import namedtuple
 
     from components.stage import say, stage_errors
     from components.training.layout import check_pools, input_pipelines, layout_of
     from components.vertex_options import VertexOptions
-    from trainer.cluster import Layout, choose_strategy
+    from trainer.cluster import Layout
     from trainer.options import TrainingOptions
     from trainer.schema import validate
+    from trainer.training_plan import plan_training
 
     with stage_errors("GPU config"):
         options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
-        strategy = validate(TrainingOptions, training, prefix="training",
-                            strict=False).strategy
+        trainer = validate(TrainingOptions, training, prefix="training", strict=False)
         result = check_pools(options.worker_pool_specs, region=options.region,
-                             strategy=strategy, scheduling=options.scheduling_strategy,
+                             training=trainer, scheduling=options.scheduling_strategy,
                              timeout=options.timeout)
         for warning in result.warnings:
             say(f"warning: {warning}")
         result.raise_for_errors()
-        layout = Layout(**{k: int(v) for k, v in local_cluster.items()}) if local_cluster \
-            else layout_of(result.specs)
-        chosen = choose_strategy(layout, strategy)
+        layout, plan = layout_of(result.specs), result.plan
+        if local_cluster:
+            layout = Layout(**{k: int(v) for k, v in local_cluster.items()})
+            plan = plan_training(layout, strategy=trainer.strategy,
+                                 mixed_precision=trainer.mixed_precision, xla=trainer.xla)
     say(f"GPU configuration valid for {options.region}: {result.describe()}")
-    outputs = namedtuple("GpuConfig", ["worker_pool_specs", "training_workers", "strategy"])
-    return outputs(result.specs, input_pipelines(layout, chosen), chosen)
+    say(f"training plan on Vertex AI: {result.plan.summary()}")
+    if local_cluster:
+        say(f"training plan of this local run: {plan.summary()}")
+    outputs = namedtuple("GpuConfig", ["worker_pool_specs", "training_workers", "strategy",
+                                       "training_plan"])
+    return outputs(result.specs, input_pipelines(layout, plan.strategy), plan.strategy,
+                   plan.to_dict())
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
@@ -158,30 +167,35 @@ def build_images(vertex: dict, push: bool, trainer_source_uri: str,
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def train_on_local_workers(dataset: Input[Dataset], training: dict, local_cluster: dict,
-                           model: Output[Model], training_job: Output[Artifact]):
+                           training_plan: dict, model: Output[Model],
+                           training_job: Output[Artifact]):
     """Stage 4 (local): the trainer as one process per replica of `local_cluster` (workers,
-    parameter servers, evaluators besides the chief) on localhost."""
+    parameter servers, evaluators besides the chief) on localhost, each applying stage 1's
+    `training_plan` for this local cluster."""
     from components.stage import say, stage_errors
     from components.training.local_cluster import replica_names, run_local_cluster
     from trainer.cluster import Layout
     from trainer.options import TrainingOptions
     from trainer.schema import to_flags, validate
+    from trainer.training_plan import TrainingPlan
 
     with stage_errors("training"):
         options = validate(TrainingOptions, training, prefix="training", strict=False)
+        plan = TrainingPlan.from_dict(training_plan)
         layout = Layout(**{k: int(v) for k, v in local_cluster.items()})
         say(f"training: {len(replica_names(layout))} processes on localhost (1 chief, "
             f"{layout.workers} worker(s), {layout.parameter_servers} parameter server(s), "
             f"{layout.evaluators} evaluator(s)), TF_CONFIG as Vertex AI sets it")
         chosen = run_local_cluster(layout, [
             "--job-dir", training_job.path, "--data-dir", dataset.path,
-            "--model-dir", model.path, *to_flags(options)], strategy=options.strategy)
-    model.metadata.update({"framework": "tensorflow", "strategy": chosen})
+            "--model-dir", model.path, *to_flags(options)], plan=plan)
+    model.metadata.update({"framework": "tensorflow", "strategy": chosen,
+                           "training_plan": plan.summary()})
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def tune_on_local_workers(dataset: Input[Dataset], training: dict, tuning: dict,
-                          local_cluster: dict, trials: Output[Markdown],
+                          local_cluster: dict, training_plan: dict, trials: Output[Markdown],
                           study: Output[Artifact]) -> NamedTuple(
                               "TuningOutputs", [("training", dict), ("record", dict)]):
     """Stage 4 (local), first part: the `tuning` study, each trial a local cluster of the
@@ -197,12 +211,14 @@ def tune_on_local_workers(dataset: Input[Dataset], training: dict, tuning: dict,
     from trainer.cluster import Layout
     from trainer.options import TrainingOptions
     from trainer.schema import validate
+    from trainer.training_plan import TrainingPlan
 
     with stage_errors("tuning"):
         options = validate(TrainingOptions, training, prefix="training", strict=False)
         study_options = validate(TuningOptions, tuning, prefix="tuning", strict=False)
         layout = Layout(**{k: int(v) for k, v in local_cluster.items()})
-        best, record = tune(dataset.path, options, study_options, layout, study.path, log=say)
+        best, record = tune(dataset.path, options, study_options, layout, study.path, log=say,
+                            plan=TrainingPlan.from_dict(training_plan))
     files.write_text(trials.path, trials_table(record) if record
                      else "No tuning: the configuration has no study.\n")
     study.metadata.update({k: record[k] for k in ("best_trial", "best_metric")} if record
@@ -212,7 +228,7 @@ def tune_on_local_workers(dataset: Input[Dataset], training: dict, tuning: dict,
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def vertex_tuning_spec(worker_pool_specs: list, images: dict, dataset: Input[Dataset],
-                       training: dict, tuning: dict, vertex: dict,
+                       training: dict, tuning: dict, vertex: dict, training_plan: dict,
                        tuning_job: Output[Artifact]) -> NamedTuple(
                            "VertexTuningSpec", [
                                ("worker_pool_specs", list), ("base_output_directory", str),
@@ -222,10 +238,11 @@ def vertex_tuning_spec(worker_pool_specs: list, images: dict, dataset: Input[Dat
                                ("study_spec_algorithm", str), ("region", str),
                                ("service_account", str), ("network", str)]):
     """Stage 4 (Vertex) with a study, part 1: the HyperparameterTuningJob's trials on the
-    validated pools and its study."""
+    validated pools, each replica applying stage 1's `training_plan`, and its study."""
     from collections import namedtuple
 
     from components.stage import stage_errors
+    from components.training.vertex_job import plan_flags
     from components.tuning.options import TuningOptions, vertex_problems
     from components.tuning.vertex_study import tuning_job_spec
     from components.vertex_options import VertexOptions
@@ -245,7 +262,8 @@ def vertex_tuning_spec(worker_pool_specs: list, images: dict, dataset: Input[Dat
         job = validate(VertexOptions, vertex, prefix="vertex", strict=False)
         spec = tuning_job_spec(worker_pool_specs, images, dataset_path=dataset.path,
                                output_uri=tuning_job.uri, output_path=tuning_job.path,
-                               trainer_args=to_flags(options), tuning=study,
+                               trainer_args=[*to_flags(options), *plan_flags(training_plan)],
+                               tuning=study,
                                job_name=job.job_name)
     values = {**spec, "region": job.region, "service_account": job.service_account,
               "network": job.network}
@@ -281,7 +299,7 @@ def best_vertex_trial(gcp_resources: str, training: dict, tuning: dict,
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def vertex_training_spec(worker_pool_specs: list, images: dict, dataset: Input[Dataset],
-                         training: dict, vertex: dict,
+                         training: dict, vertex: dict, training_plan: dict,
                          training_job: Output[Artifact]) -> NamedTuple(
                              "VertexTrainingSpec", [
                                  ("worker_pool_specs", list), ("base_output_directory", str),
@@ -291,11 +309,12 @@ def vertex_training_spec(worker_pool_specs: list, images: dict, dataset: Input[D
                                  ("scheduling_strategy", str), ("max_wait_duration", str),
                                  ("tensorboard", str), ("labels", dict),
                                  ("persistent_resource_id", str)]):
-    """Stage 4 (Vertex), part 1: the CustomJob's worker pools and settings."""
+    """Stage 4 (Vertex), part 1: the CustomJob's worker pools and settings; every replica
+    applies stage 1's `training_plan`."""
     from collections import namedtuple
 
     from components.stage import stage_errors
-    from components.training.vertex_job import custom_job_spec
+    from components.training.vertex_job import custom_job_spec, plan_flags
     from components.vertex_options import VertexOptions
     from trainer.options import TrainingOptions
     from trainer.schema import to_flags, validate
@@ -305,7 +324,8 @@ def vertex_training_spec(worker_pool_specs: list, images: dict, dataset: Input[D
         job = validate(VertexOptions, vertex, prefix="vertex", strict=False)
         spec = custom_job_spec(worker_pool_specs, images, dataset_path=dataset.path,
                                output_uri=training_job.uri, output_path=training_job.path,
-                               trainer_args=to_flags(options), job_name=job.job_name)
+                               trainer_args=[*to_flags(options), *plan_flags(training_plan)],
+                               job_name=job.job_name)
     settings = {"region": job.region, "service_account": job.service_account,
                 "network": job.network, "timeout": job.timeout,
                 "restart_job_on_worker_restart": job.restart_job_on_worker_restart,
@@ -337,7 +357,8 @@ def report_training(training_job: Input[Artifact], metrics: Output[Metrics],
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def export_model(dataset: Input[Dataset], trained_model: Input[Model], training: dict,
-                 vertex: dict, strategy: str, worker_pool_specs: list, images: dict,
+                 vertex: dict, strategy: str, worker_pool_specs: list, training_plan: dict,
+                 images: dict,
                  registry_root: str, job_name: str, tuning: dict,
                  exported_model: Output[Model],
                  metrics: Output[Metrics], comparison: Output[Markdown]) -> NamedTuple(
@@ -362,7 +383,8 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model], training:
         done = run_export_stage(
             trained_model.path, dataset.path, exported_model.path, vertex=vertex,
             training=training, images=images, registry_root=registry_root, job_name=job_name,
-            cluster={"strategy": strategy, "worker_pool_specs": worker_pool_specs},
+            cluster={"strategy": strategy, "worker_pool_specs": worker_pool_specs,
+                     "training_plan": training_plan},
             exported_uri=exported_model.uri, comparison_path=comparison.path, tuning=tuning)
     for name, value in done.metrics.items():
         metrics.log_metric(name, value)

@@ -234,16 +234,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"dataset.source {source!r} is Vertex AI's Cloud Storage mount, which "
                          f"this machine does not have; for a local run give {uri!r} or a "
                          "local copy")
+    layout, plan = _local_layout(config)
     _make_directory(args.pipeline_root, "--pipeline-root")
     from pipelines.local_run import run_local
 
-    layout = _local_layout(config)
     pools = config.vertex.worker_pool_specs
     say(f"local run: {layout.training_machines} training machine(s), "
         f"{layout.parameter_servers} parameter server(s), {layout.evaluators} evaluator(s) "
         f"as processes; model {config.training.model}, {config.training.total_epochs} "
         f"epochs, dataset {config.dataset.source}; "
         f"Vertex worker pools to validate: {len(pools)} in {config.vertex.region}")
+    say(f"training plan of this local run: {plan.summary()}")
+    say(f"training plan on Vertex AI: {config.vertex_plan().summary()}")
     result = run_local(config, args.pipeline_root, verbose=args.verbose,
                        cache=not args.no_cache)
     if result.dataset_reused:
@@ -266,9 +268,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _local_layout(config):
-    """The local run's roles, checked before any work: what this machine can start, and
-    what the training strategy can run."""
-    from trainer.cluster import choose_strategy
+    """The local run's roles and training plan, checked before any work: what this machine
+    can start, and what its CPU processes can run."""
+    from trainer.training_plan import PlanError
 
     layout = config.local_layout()
     if layout.training_machines > 8 or layout.parameter_servers > 4:
@@ -276,8 +278,14 @@ def _local_layout(config):
             f"a local run would start {layout.training_machines} training machine(s) and "
             f"{layout.parameter_servers} parameter server(s) (as the Vertex AI pools); this "
             "machine runs at most 8 and 4: give --workers and --parameter-servers")
-    choose_strategy(layout, config.training.strategy)
-    return layout
+    try:
+        return layout, config.local_plan()
+    except PlanError as exc:
+        raise UsageError(
+            f"this local run ({layout.training_machines} training machine(s) and "
+            f"{layout.parameter_servers} parameter server(s) as CPU processes) cannot train "
+            f"with these options: {exc} (the Vertex AI pools' plan is made separately, from "
+            "their GPUs)") from None
 
 
 def _vertex_config(args: argparse.Namespace):

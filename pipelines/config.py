@@ -37,6 +37,7 @@ from trainer.cluster import Layout
 from trainer.gcs import GCS_MOUNT
 from trainer.options import TrainingOptions
 from trainer.schema import STRICT, OptionsError, short, validate
+from trainer.training_plan import TrainingPlan, plan_training
 from trainer.user_model import is_reference, module_files
 
 
@@ -165,6 +166,21 @@ class Config(pydantic.BaseModel):
             else t.local_parameter_servers,
             evaluators=min(pools.evaluators, 1) if t.local_evaluator is None
             else int(t.local_evaluator))
+
+    def vertex_plan(self) -> TrainingPlan:
+        """The training plan of the Vertex AI pools (made by stage 1's rules)."""
+        result = check_pools(self.vertex.worker_pool_specs, training=self.training)
+        return result.raise_for_errors().plan
+
+    def local_plan(self) -> TrainingPlan:
+        """The training plan of `run --local`'s CPU processes (`local_layout`).
+
+        Raises:
+            PlanError: The training options cannot work on these processes.
+        """
+        t = self.training
+        return plan_training(self.local_layout(), strategy=t.strategy,
+                             mixed_precision=t.mixed_precision, xla=t.xla)
 
     def problems(self) -> list[str]:
         """Rules between sections."""
@@ -319,7 +335,7 @@ def _preflight(sections: Mapping[str, Any], raw: Mapping[str, Any],
     region = vertex.region if vertex else given.get("region", VertexConfig().region)
     if pools is not None:
         gpu = check_pools(pools, region=region if isinstance(region, str) else None,
-                          strategy=training.strategy if training is not None else "auto",
+                          training=training,
                           scheduling=vertex.scheduling_strategy if vertex else None,
                           timeout=vertex.timeout if vertex else "")
         errors.extend(f"vertex.{e}" for e in gpu.errors)

@@ -89,7 +89,8 @@ def train_on_vertex(project_id, training: dict, vertex: dict, gpu, data, image):
 
     spec = ops.vertex_training_spec(
         worker_pool_specs=gpu.outputs["worker_pool_specs"], images=image.outputs["Output"],
-        dataset=data.outputs["dataset"], training=training, vertex=vertex)
+        dataset=data.outputs["dataset"], training=training, vertex=vertex,
+        training_plan=gpu.outputs["training_plan"])
     spec.set_display_name("4a training job spec").set_caching_options(False)
     settings = spec.outputs
     job = CustomTrainingJobOp(
@@ -109,20 +110,22 @@ def train_on_vertex(project_id, training: dict, vertex: dict, gpu, data, image):
     return trained.output, settings["training_job"], job
 
 
-def train_locally(training: dict, local_cluster: dict, data, image):
+def train_locally(training: dict, local_cluster: dict, gpu, data, image):
     """Stage 4 locally: one process per replica on localhost; returns what
     `train_on_vertex` does."""
     task = ops.train_on_local_workers(dataset=data.outputs["dataset"], training=training,
-                                      local_cluster=local_cluster)
+                                      local_cluster=local_cluster,
+                                      training_plan=gpu.outputs["training_plan"])
     task.set_display_name("4 train on local workers").after(image).set_caching_options(False)
     return task.outputs["model"], task.outputs["training_job"], task
 
 
-def tune_locally(training: dict, tuning: dict, local_cluster: dict, data, image):
+def tune_locally(training: dict, tuning: dict, local_cluster: dict, gpu, data, image):
     """Stage 4 locally, first: the `tuning` study (trials as local clusters); its outputs
     are the training options to train with and the study."""
     task = ops.tune_on_local_workers(dataset=data.outputs["dataset"], training=training,
-                                     tuning=tuning, local_cluster=local_cluster)
+                                     tuning=tuning, local_cluster=local_cluster,
+                                     training_plan=gpu.outputs["training_plan"])
     task.set_display_name("4 tune hyperparameters").after(image).set_caching_options(False)
     return task
 
@@ -137,7 +140,8 @@ def report_and_export(data, trained_model, training_job, trained, *, training: d
     export = ops.export_model(
         dataset=data.outputs["dataset"], trained_model=trained_model, training=training,
         vertex=vertex, strategy=gpu.outputs["strategy"],
-        worker_pool_specs=gpu.outputs["worker_pool_specs"], images=images,
+        worker_pool_specs=gpu.outputs["worker_pool_specs"],
+        training_plan=gpu.outputs["training_plan"], images=images,
         registry_root=registry_root, job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
         tuning={} if tuning is None else tuning)
     export.set_display_name("5 export model").after(report).set_caching_options(False)
@@ -235,7 +239,8 @@ def tune_on_vertex(project_id, training: dict, tuning: dict, vertex: dict, gpu, 
 
     spec = ops.vertex_tuning_spec(
         worker_pool_specs=gpu.outputs["worker_pool_specs"], images=image.outputs["Output"],
-        dataset=data.outputs["dataset"], training=training, tuning=tuning, vertex=vertex)
+        dataset=data.outputs["dataset"], training=training, tuning=tuning, vertex=vertex,
+        training_plan=gpu.outputs["training_plan"])
     spec.set_display_name("4a tuning job spec").set_caching_options(False)
     settings = spec.outputs
     # No Spot or DWS here: gcpc's op has no scheduling argument for the trials.
@@ -334,9 +339,9 @@ def _local_run(dataset: dict, training: dict, vertex: dict, local_cluster: dict,
         image = build(vertex, push=False, trainer_source_uri="").after(data)
         before, record = image, None
         if tuning is not None:
-            before = tune_locally(training, tuning, local_cluster, data, image)
+            before = tune_locally(training, tuning, local_cluster, gpu, data, image)
             training, record = before.outputs["training"], before.outputs["record"]
-        model, job_dir, trained = train_locally(training, local_cluster, data, before)
+        model, job_dir, trained = train_locally(training, local_cluster, gpu, data, before)
         report_and_export(data, model, job_dir, trained, training=training, vertex=vertex,
                           gpu=gpu, images=image.outputs["Output"],
                           registry_root=registry_root, tuning=record)

@@ -25,30 +25,39 @@ def _section(data: Any, key: str) -> dict:
 
 
 def validate_file(path: Path, region: str | None):
-    """Validates a file in any of the accepted formats; returns (result, region, format)."""
+    """Validates a file in any of the accepted formats; returns (result, region, format,
+    the training options: a gpu-pipeline config's own, else the defaults)."""
     from components.gpu.ai_platform import validate_ai_platform_config
     from components.gpu.validation import validate_worker_pool_specs
     from pipelines.config import AI_PLATFORM_KEYS, SECTIONS, Config
     from pipelines.yaml_input import read_yaml
+    from trainer.options import TrainingOptions
+    from trainer.schema import validate
 
     data = read_yaml(path, "--config")
+    defaults = TrainingOptions()
     if isinstance(data, list):
-        return validate_worker_pool_specs(data, region), region, "vertex worker pool specs"
+        return (validate_worker_pool_specs(data, region), region, "vertex worker pool specs",
+                defaults)
     if isinstance(data, dict) and AI_PLATFORM_KEYS & set(data):
         region = region or _text(_section(data, "trainingInput").get("region"))
-        return validate_ai_platform_config(data, region), region, "AI Platform config.yaml"
+        return (validate_ai_platform_config(data, region), region, "AI Platform config.yaml",
+                defaults)
     if isinstance(data, dict) and "worker_pool_specs" in data:
         region = region or _text(data.get("region"))
         return (validate_worker_pool_specs(data["worker_pool_specs"], region), region,
-                "vertex worker pool specs")
+                "vertex worker pool specs", defaults)
     if isinstance(data, dict) and set(data) <= set(SECTIONS):
         if data.get("vertex") is not None and not isinstance(data["vertex"], dict):
             raise InputError(f"--config {str(path)!r}: vertex is {short(data['vertex'])}; "
                              "expected a mapping with region, worker_pool_specs, ...")
-        defaults, vertex = Config().vertex, _section(data, "vertex")
-        region = region or _text(vertex.get("region")) or defaults.region
-        specs = vertex.get("worker_pool_specs", list(defaults.worker_pool_specs))
-        return validate_worker_pool_specs(specs, region), region, "gpu-pipeline config"
+        config, vertex = Config(), _section(data, "vertex")
+        region = region or _text(vertex.get("region")) or config.vertex.region
+        specs = vertex.get("worker_pool_specs", list(config.vertex.worker_pool_specs))
+        training = validate(TrainingOptions, _section(data, "training"), prefix="training",
+                            strict=False)
+        return (validate_worker_pool_specs(specs, region), region, "gpu-pipeline config",
+                training)
     raise InputError(f"--config {str(path)!r} is in no format validate-gpu reads: expected an AI "
                      "Platform config.yaml (trainingInput: ...), Vertex worker pool specs (a "
                      "list, or worker_pool_specs: [...]), or a gpu-pipeline config (vertex: ...)")
@@ -61,7 +70,7 @@ def command(args: argparse.Namespace) -> int:
     if args.config is not None:
         if args.machine_type:
             raise InputError("give either --config FILE or --machine-type, not both")
-        result, region, source = validate_file(args.config, args.region)
+        result, region, source, training = validate_file(args.config, args.region)
     elif args.machine_type:
         machine_spec: dict[str, Any] = {"machine_type": args.machine_type}
         if args.accelerator_type is not None:
@@ -72,18 +81,19 @@ def command(args: argparse.Namespace) -> int:
         if args.replica_count > 1:
             specs.append({"machine_spec": dict(machine_spec),
                           "replica_count": args.replica_count - 1})
-        region, source = args.region, "command line"
+        region, source, training = args.region, "command line", None
         result = validate_worker_pool_specs(specs, region=region)
     else:
         raise InputError("give --machine-type (with --accelerator-type/--accelerator-count) "
                          "or --config FILE")
     from components.training.layout import with_role_checks
 
-    result = with_role_checks(result)  # the pools' roles, for the default strategy
+    result = with_role_checks(result, training)  # the roles and the training plan
+    plan = result.plan.to_dict() if result.plan is not None else None
     if args.json:
         print(json.dumps({"ok": result.ok, "errors": result.errors, "warnings": result.warnings,
                           "worker_pool_specs": result.specs, "region": region,
-                          "input": source}, indent=2))
+                          "input": source, "training_plan": plan}, indent=2))
     else:
         for warning in result.warnings:
             print(f"warning: {warning}")
@@ -92,6 +102,9 @@ def command(args: argparse.Namespace) -> int:
             print(f"valid ({source}): {len(used)} worker pool(s)"
                   + (f" in {region}" if region else ""))
             print(json.dumps(result.specs, indent=2))
+            print(f"training plan: {result.plan.summary()}")
+            for line in result.plan.describe():
+                print(f"  {line}")
         else:
             print(f"invalid GPU configuration ({source}):")
             for error in result.errors:

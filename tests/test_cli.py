@@ -82,16 +82,25 @@ def test_validate_gpu(capsys):
 def test_validate_gpu_reads_the_documents_config_yaml(tmp_path, capsys):
     from tests.test_gpu_validation import SEED_CONFIG_COMPUTE_ENGINE, SEED_CONFIG_LEGACY
 
-    for text, gpu in ((SEED_CONFIG_COMPUTE_ENGINE, "NVIDIA_TESLA_T4"),
-                      (SEED_CONFIG_LEGACY, "NVIDIA_TESLA_K80")):
+    for text, gpu, valid in ((SEED_CONFIG_COMPUTE_ENGINE, "NVIDIA_TESLA_T4", True),
+                             (SEED_CONFIG_LEGACY, "NVIDIA_TESLA_K80", False)):
         path = tmp_path / "config.yaml"
         path.write_text(text)
         assert main(["validate-gpu", "--config", str(path), "--region", "us-central1",
-                     "--json"]) == 0
+                     "--json"]) == (0 if valid else 1)
         report = json.loads(capsys.readouterr().out)
-        assert report["ok"] and report["input"] == "AI Platform config.yaml"
+        assert report["ok"] is valid and report["input"] == "AI Platform config.yaml"
         assert [p["replica_count"] for p in report["worker_pool_specs"]] == [1, 9, 3]
         assert report["worker_pool_specs"][1]["machine_spec"]["accelerator_type"] == gpu
+        if valid:  # the documents' headline layout: parameter servers, 4 x T4 per machine
+            assert report["training_plan"] == {
+                "strategy": "parameter_server", "all_reduce": "none", "mixed_precision": "off",
+                "xla": False, "accelerator": "NVIDIA_TESLA_T4", "gpus_per_machine": 4,
+                "reduction_server": False, "reasons": report["training_plan"]["reasons"]}
+        else:  # the legacy machine types carry K80s, which no CUDA 12 image runs
+            assert report["training_plan"] is None
+            assert all("NVIDIA_TESLA_K80 cannot run the trainer image" in e
+                       for e in report["errors"])
 
 
 def test_validate_gpu_reports_every_problem_of_a_pools_file(tmp_path):
@@ -132,6 +141,6 @@ def test_run_refuses_zone_and_job_name_problems_before_any_work(tmp_path):
     assert result.returncode == 2
     assert "vertex.region us-central1: the job uses" in result.stderr
     assert "vertex.job_name is 'nightly-train', which contains '-'" in result.stderr
-    assert "warning: vertex.worker_pool_specs[2] (parameter server): NVIDIA_TESLA_K80" in \
-        result.stderr
+    assert "vertex.worker_pool_specs[2] (parameter server): machine_spec.accelerator_type " \
+        "NVIDIA_TESLA_K80 cannot run the trainer image" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]

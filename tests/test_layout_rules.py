@@ -39,7 +39,7 @@ def test_every_accelerator_name_is_a_vertex_ai_accelerator_type():
 @pytest.mark.parametrize("machine,gpu,count", [
     ("a2-ultragpu-8g", "NVIDIA_A100_80GB", 8), ("g2-standard-24", "NVIDIA_L4", 2),
     ("a3-highgpu-8g", "NVIDIA_H100_80GB", 8), ("a3-megagpu-8g", "NVIDIA_H100_MEGA_80GB", 8),
-    ("a3-ultragpu-8g", "NVIDIA_H200_141GB", 8), ("a4-highgpu-8g", "NVIDIA_B200", 8),
+    ("a3-ultragpu-8g", "NVIDIA_H200_141GB", 8),
 ])
 def test_todays_gpu_machines_with_their_fixed_counts(machine, gpu, count):
     spec = {"machine_type": machine, "accelerator_type": gpu, "accelerator_count": count}

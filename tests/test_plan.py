@@ -7,9 +7,11 @@ import json
 
 import pytest
 
+from trainer.accelerators import ACCELERATORS
 from trainer.cluster import cluster_from_env
 from trainer.options import TrainingOptions
-from trainer.plan import decide, locations, make_plan
+from trainer.plan import locations, make_plan
+from trainer.training_plan import plan_training
 
 
 @pytest.fixture
@@ -31,8 +33,10 @@ def _plan(dataset, environ=None, gpus=0, replicas=2, **options):
         "cluster": {"chief": ["h:1"], "worker": ["h:2"]}, "task": {"type": "worker",
                                                                     "index": 0}})})
     where = locations("gs://b/job", str(dataset), environ)
-    return make_plan(TrainingOptions(**options), info, "multi_worker_mirrored", where,
-                     environ, gpus=gpus, replicas=replicas)
+    opts = TrainingOptions(**options)
+    training = plan_training(info.layout, mixed_precision=opts.mixed_precision, xla=opts.xla,
+                             gpu=ACCELERATORS["NVIDIA_TESLA_T4"] if gpus else None, gpus=gpus)
+    return make_plan(opts, info, training, where, environ, gpus=gpus, replicas=replicas)
 
 
 def test_batches_and_steps_follow_the_replicas_in_sync(dataset):
@@ -44,17 +48,17 @@ def test_batches_and_steps_follow_the_replicas_in_sync(dataset):
     assert "global batch 64 (32 per replica x 2), 15 steps per epoch" in plan.describe()
 
 
-def test_gpu_speed_and_data_handling_are_decided_once(dataset):
+def test_gpu_speed_comes_from_the_training_plan_and_data_handling_is_decided_once(dataset):
     on_cpu = _plan(dataset)
-    assert not on_cpu.mixed_precision and not on_cpu.xla
-    on_gpu = _plan(dataset, gpus=1)
-    assert on_gpu.mixed_precision and on_gpu.xla
+    assert (on_cpu.strategy, on_cpu.mixed_precision, on_cpu.xla) == \
+        ("multi_worker_mirrored", "off", False)
+    on_gpu = _plan(dataset, gpus=1)  # T4s: tensor cores, no bfloat16
+    assert (on_gpu.mixed_precision, on_gpu.xla) == ("float16", True)
     assert not _plan(dataset, gpus=1, xla="off").xla
     assert on_cpu.augment  # JPEG: photos
     assert not _plan(dataset, augment="off").augment
     # 1300 decoded 224x224 images are 196 MB: cached under the default budget, not under 100.
     assert on_cpu.cache and not _plan(dataset, cache_budget_mb=100.0).cache
-    assert decide("on", 0) and not decide("auto", 0) and not decide("off", 4)
 
 
 def test_each_split_is_read_as_the_plan_says(dataset):

@@ -16,7 +16,7 @@ from pydantic import AfterValidator, Field
 from trainer.backbones import BACKBONES, IMAGENET
 from trainer.cluster import STRATEGIES
 from trainer.model import MODELS
-from trainer.schema import STRICT, Switch
+from trainer.schema import STRICT, Precision, Switch
 from trainer.user_model import is_reference
 
 
@@ -75,10 +75,14 @@ class TrainingOptions(pydantic.BaseModel):
     user_code: str = Field("", description=(
         "Directory holding your model's package (model: package.module:function): first on "
         "the import path, and packed into the image built for Vertex AI."))
-    mixed_precision: Switch = Field("auto", description=(
-        "mixed_float16 compute; auto: on with GPUs, off on CPU."))
+    mixed_precision: Precision = Field("auto", description=(
+        "Compute type of the training replicas: float16 (tensor cores, loss scaling), "
+        "bfloat16 (compute capability 8.0+, no loss scaling) or off; auto: the training plan "
+        "chooses from the training replicas' GPUs and the strategy; on: float16."))
     xla: Switch = Field("auto", description=(
-        "XLA-compile the training step; auto: on with GPUs, off on CPU."))
+        "XLA-compile the training step; auto: on for GPU clusters under "
+        "MultiWorkerMirroredStrategy or on one machine, off under parameter servers, on "
+        "CPUs and on GPUs TensorFlow's XLA cannot target."))
     cache: Switch = Field("auto", description=(
         "Keep decoded images in memory; auto: when they fit cache_budget_mb."))
     cache_budget_mb: float = Field(2048.0, gt=0, le=2**20, description=(

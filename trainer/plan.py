@@ -19,6 +19,7 @@ from trainer.contract import image_format, load_manifest, shard_paths
 from trainer.data import InputSpec, fits_in_cache
 from trainer.gcs import to_mount_path
 from trainer.options import TrainingOptions
+from trainer.training_plan import TrainingPlan
 
 #: The splits a run reads: training, then validation (seeds `seed` and `seed + 1`).
 SPLITS = ("train", "validation")
@@ -76,31 +77,41 @@ class RunPlan:
     Attributes:
         options: The training options.
         info: This replica's place in the cluster.
-        strategy: The distribution strategy's name (`cluster.choose_strategy`).
+        training: The cluster's training plan (strategy, all-reduce, mixed precision,
+            XLA), decided once for every replica (`trainer.training_plan`).
         where: The run's directories.
         manifest: The prepared dataset's manifest.
         gpus: GPUs TensorFlow sees on this machine.
         threads: Cores this process owns in a local cluster (None: the whole machine).
         replicas: Replicas in sync (under ParameterServerStrategy a step is one worker's
             batch).
-        mixed_precision: Compute in float16 (GPUs with tensor cores).
-        xla: XLA-compile the training step.
         cache: Keep decoded images in memory.
         augment: Random crops and flips of training images.
     """
 
     options: TrainingOptions
     info: ClusterInfo
-    strategy: str
+    training: TrainingPlan
     where: Locations
     manifest: Mapping[str, Any]
     gpus: int
     threads: int | None
     replicas: int
-    mixed_precision: bool
-    xla: bool
     cache: bool
     augment: bool
+
+    @property
+    def strategy(self) -> str:
+        return self.training.strategy
+
+    @property
+    def mixed_precision(self) -> str:
+        """`float16`, `bfloat16` or `off`."""
+        return self.training.mixed_precision
+
+    @property
+    def xla(self) -> bool:
+        return self.training.xla
 
     @property
     def image_size(self) -> int:
@@ -175,16 +186,8 @@ class RunPlan:
                 f"{self.replicas}), {self.steps_per_epoch} steps per epoch; "
                 + "; ".join(f"{p.name} epochs {p.first_epoch + 1}-{p.end_epoch} at learning "
                             f"rate {p.learning_rate:g}" for p in self.phases) + "; cache "
-                f"{self.cache}, augment {self.augment}, mixed precision "
-                f"{self.mixed_precision}, XLA {self.xla}"
+                f"{self.cache}, augment {self.augment}"
                 + (f"; {self.threads} core(s) of a local cluster" if self.threads else ""))
-
-
-def decide(setting: str, gpus: int) -> bool:
-    """An `auto|on|off` GPU-speed switch: mixed precision and XLA pay off on GPUs (tensor
-    cores, fused kernels); on CPU, float16 is emulated and XLA's compile time outweighs
-    what it saves on small jobs."""
-    return setting == "on" or (setting == "auto" and gpus > 0)
 
 
 def locations(job_dir: str, data_dir: str, environ: Mapping[str, str], *,
@@ -199,8 +202,9 @@ def locations(job_dir: str, data_dir: str, environ: Mapping[str, str], *,
                      model_dir=paths.model_dir(job, environ, model_dir))
 
 
-def make_plan(options: TrainingOptions, info: ClusterInfo, strategy: str, where: Locations,
-              environ: Mapping[str, str], *, gpus: int, replicas: int) -> RunPlan:
+def make_plan(options: TrainingOptions, info: ClusterInfo, training: TrainingPlan,
+              where: Locations, environ: Mapping[str, str], *, gpus: int,
+              replicas: int) -> RunPlan:
     """The plan of a replica (reads the dataset's manifest)."""
     manifest = load_manifest(where.data_dir)
     size = int(manifest["image_size"][0])
@@ -209,10 +213,9 @@ def make_plan(options: TrainingOptions, info: ClusterInfo, strategy: str, where:
         examples, size, options.cache_budget_mb))
     augment = options.augment == "on" or (options.augment == "auto"
                                           and image_format(manifest) == "jpeg")
-    return RunPlan(options=options, info=info, strategy=strategy, where=where,
+    return RunPlan(options=options, info=info, training=training, where=where,
                    manifest=manifest, gpus=gpus, threads=len(local_cores(environ)) or None,
-                   replicas=replicas, mixed_precision=decide(options.mixed_precision, gpus),
-                   xla=decide(options.xla, gpus), cache=cache, augment=augment)
+                   replicas=replicas, cache=cache, augment=augment)
 
 
 def report(plan: RunPlan, *, resumed_from_epoch: int, epochs_run: int, seconds: float,
@@ -230,7 +233,8 @@ def report(plan: RunPlan, *, resumed_from_epoch: int, epochs_run: int, seconds: 
         "phases": [{"name": p.name, "epochs": p.end_epoch - p.first_epoch,
                     "learning_rate": p.learning_rate} for p in plan.phases],
         "steps_per_epoch": plan.steps_per_epoch, "mixed_precision": plan.mixed_precision,
-        "xla": plan.xla, "cache": plan.cache, "train_seconds": round(seconds, 3),
+        "xla": plan.xla, "training_plan": plan.training.to_dict(), "cache": plan.cache,
+        "train_seconds": round(seconds, 3),
         "examples_per_second": round(plan.steps_per_epoch * epochs_run * plan.global_batch
                                      / max(seconds, 1e-9), 1),
         "weights_sha256": weights_sha256, "model_dir": plan.where.model_dir,

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
 import pydantic
-from pydantic import BeforeValidator, ConfigDict
+from pydantic import AfterValidator, BeforeValidator, ConfigDict
 from pydantic.fields import FieldInfo
 
 from trainer.errors import InputError
@@ -54,6 +54,17 @@ def _switch(value: Any) -> Any:
 
 #: A setting that is forced on, forced off, or decided by the machine (`auto`).
 Switch = Annotated[Literal["auto", "on", "off"], BeforeValidator(_switch)]
+
+
+def _precision(value: Any) -> Any:
+    # `on` (and YAML's true) meant mixed_float16 before bfloat16 was offered; it still does.
+    value = _switch(value)
+    return "float16" if value == "on" else value
+
+
+#: Mixed precision: `auto` (the training plan decides), `off`, or a compute type.
+Precision = Annotated[Literal["auto", "off", "float16", "bfloat16", "on"],
+                      AfterValidator(_precision), BeforeValidator(_switch)]
 
 
 _REPR = reprlib.Repr()

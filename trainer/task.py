@@ -29,6 +29,7 @@ from trainer.errors import ProjectError
 from trainer.options import REPORTED_METRICS, TrainingOptions
 from trainer.plan import SPLITS, Locations, RunPlan, locations, make_plan
 from trainer.plan import report as plan_report
+from trainer.training_plan import TrainingPlan, plan_training
 
 log = logging.getLogger("trainer")
 
@@ -59,6 +60,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                          help="GPUs this machine has (the CustomJob passes its pool's count): "
                               "stop before training when TensorFlow sees fewer; 0 (default) "
                               "expects none, as on local runs.")
+    machine.add_argument("--training-plan", metavar="JSON", default="",
+                         help="The cluster's training plan (strategy, all-reduce, mixed "
+                              "precision, XLA) as the pipeline's validation stage made it for "
+                              "every replica; without it, the trainer makes one from TF_CONFIG "
+                              "and the GPUs it sees.")
     tuning = parser.add_argument_group("hyperparameter tuning")
     tuning.add_argument("--hypertune-metric", choices=REPORTED_METRICS, default="",
                         help="Report this metric after every epoch (the chief, with "
@@ -84,16 +90,36 @@ def _count(text: str) -> int:
     return value
 
 
-def _create_strategy(tf: Any, name: str) -> Any:
-    """The strategy `cluster.choose_strategy` chose; must run before any other TF op."""
-    if name == "parameter_server":
+def communication_options(tf: Any, plan: TrainingPlan) -> Any:
+    """MultiWorkerMirroredStrategy's all-reduce as the plan says: NCCL on GPUs (with the
+    default AUTO, TensorFlow all-reduces GPU tensors through host memory over gRPC:
+    `trainer.training_plan`), TensorFlow's ring on CPUs. NCCL runs with its own defaults
+    (its network plugin, when the image has Vertex AI's Reduction Server one, is found on
+    the library path); set NCCL_* variables in the pool's environment to change them."""
+    implementation = tf.distribute.experimental.CommunicationImplementation
+    return tf.distribute.experimental.CommunicationOptions(
+        implementation=implementation.NCCL if plan.all_reduce == "nccl"
+        else implementation.RING)
+
+
+def create_strategy(tf: Any, plan: TrainingPlan) -> Any:
+    """The plan's strategy; must run before any other TF op."""
+    if plan.strategy == "parameter_server":
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         return tf.distribute.ParameterServerStrategy(resolver)
-    if name == "multi_worker_mirrored":
-        return tf.distribute.MultiWorkerMirroredStrategy()
+    if plan.strategy == "multi_worker_mirrored":
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=communication_options(tf, plan))
     if len(tf.config.list_physical_devices("GPU")) > 1:
+        # Its default all-reduce between one machine's GPUs is NCCL (NcclAllReduce).
         return tf.distribute.MirroredStrategy()
     return tf.distribute.get_strategy()
+
+
+def apply_precision(keras: Any, plan: TrainingPlan) -> None:
+    """Keras's global mixed-precision policy, as the plan says (before the model is built)."""
+    if plan.mixed_precision != "off":
+        keras.mixed_precision.set_global_policy(plan.policy)
 
 
 def weights_digest(model: Any) -> str:
@@ -143,26 +169,25 @@ def _log_plan(tf: Any, plan: RunPlan) -> None:
     log.info("data: %s", plan.describe())
 
 
-def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, strategy_name: str,
+def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, training: TrainingPlan,
           environ: dict[str, str]) -> dict[str, Any]:
     """Trains and exports the model; returns the training report (chief and MWMS workers).
 
     Under ParameterServerStrategy only the chief runs this (it coordinates the workers).
     """
     tf = _start_tensorflow(environ)
-    strategy = _create_strategy(tf, strategy_name)  # First TensorFlow op, as collectives need.
+    strategy = create_strategy(tf, training)  # First TensorFlow op, as collectives need.
     import tf_keras as keras
 
     from trainer import callbacks
     from trainer.data import build_inputs
     from trainer.model import model_for
 
-    plan = make_plan(args.options, info, strategy_name, _locations(args, environ), environ,
+    plan = make_plan(args.options, info, training, _locations(args, environ), environ,
                      gpus=len(tf.config.list_physical_devices("GPU")),
                      replicas=strategy.num_replicas_in_sync)
     _log_plan(tf, plan)
-    if plan.mixed_precision:
-        keras.mixed_precision.set_global_policy("mixed_float16")
+    apply_precision(keras, training)
     keras.utils.set_random_seed(plan.options.seed)
     train_input, validation_input = (build_inputs(tf, keras, plan, s) for s in SPLITS)
     with strategy.scope():
@@ -242,7 +267,7 @@ def _export(tf: Any, model: Any, plan: RunPlan, report: dict[str, Any]) -> None:
 
 
 def evaluate_beside(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
-                    environ: dict[str, str]) -> int:
+                    training: TrainingPlan, environ: dict[str, str]) -> int:
     """The evaluator's role: the sidecar evaluator over the chief's checkpoints."""
     tf = _start_tensorflow(environ)
     import tf_keras as keras
@@ -251,10 +276,10 @@ def evaluate_beside(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
     from trainer.model import model_for
     from trainer.sidecar import run_sidecar
 
-    plan = make_plan(args.options, info, "single", _locations(args, environ), environ,
+    # The chief's model, layer for layer (the policy decides the layers' compute types).
+    plan = make_plan(args.options, info, training, _locations(args, environ), environ,
                      gpus=len(tf.config.list_physical_devices("GPU")), replicas=1)
-    if plan.mixed_precision:
-        keras.mixed_precision.set_global_policy("mixed_float16")
+    apply_precision(keras, training)
     model = model_for(keras, plan, pretrained=False)  # each checkpoint replaces the weights
     spec = dataclasses.replace(plan.input_spec("validation"), training=False, cache=False,
                                num_workers=1)
@@ -265,27 +290,73 @@ def evaluate_beside(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
     return evaluations
 
 
+def training_plan(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
+                  gpus: int, capability: tuple[int, int] | None) -> TrainingPlan:
+    """The plan this replica applies: the one it was given, checked against TF_CONFIG's
+    cluster; else one made here from TF_CONFIG and this machine's GPUs (`gpus`, and the
+    compute capability of the first) by the same rules.
+
+    Raises:
+        PlanError: The options cannot work on this cluster, or the plan given is invalid.
+        ClusterConfigError: The plan given is for another cluster.
+    """
+    from trainer.accelerators import seen
+
+    options = args.options
+    if not args.training_plan:
+        return plan_training(info.layout, strategy=options.strategy,
+                             mixed_precision=options.mixed_precision, xla=options.xla,
+                             gpu=seen(capability) if gpus and capability else None, gpus=gpus)
+    plan = TrainingPlan.from_json(args.training_plan)
+    requested = "auto" if plan.strategy == "single" else plan.strategy
+    try:
+        runs = cluster_lib.choose_strategy(info.layout, requested)
+    except cluster_lib.ClusterConfigError as exc:
+        runs = f"no {plan.strategy} ({exc})"
+    if runs != plan.strategy:
+        raise cluster_lib.ClusterConfigError(
+            f"--training-plan is for {plan.strategy}, but TF_CONFIG's cluster "
+            f"({dict(info.cluster) or 'one machine'}) runs {runs}: the plan was made for "
+            "other worker pools")
+    return plan
+
+
+def _visible_gpus(args: argparse.Namespace, environ: dict[str, str]
+                  ) -> tuple[int, tuple[int, int] | None]:
+    """GPUs TensorFlow sees here and the first one's compute capability, checked against
+    `--expected-gpus`; TensorFlow is imported only when either needs it."""
+    if not args.expected_gpus and args.training_plan:
+        return 0, None
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tensorflow as tf
+
+    from trainer.gpu_check import require_gpus
+
+    found = require_gpus(tf, args.expected_gpus, environ)
+    if args.expected_gpus:
+        log.info("GPUs: %d visible, %d expected", found, args.expected_gpus)
+    gpus = tf.config.list_physical_devices("GPU")
+    details = tf.config.experimental.get_device_details(gpus[0]) if gpus else {}
+    return found, details.get("compute_capability")
+
+
 def run(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
         environ: dict[str, str]) -> None:
-    """This replica's role in the strategy `cluster.choose_strategy` decides."""
+    """This replica's role in the training plan's strategy."""
     from trainer.report import REPORT_FILE
     from trainer.server import serve_until_done
 
-    strategy_name = cluster_lib.choose_strategy(info.layout, args.options.strategy)
-    if args.expected_gpus:  # before any role starts work, and before the strategy exists
-        os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-        import tensorflow as tf
-
-        from trainer.gpu_check import require_gpus
-
-        found = require_gpus(tf, args.expected_gpus, environ)
-        log.info("GPUs: %d visible, %d expected", found, args.expected_gpus)
+    # Before any role starts work, and before the strategy exists.
+    plan = training_plan(args, info, *_visible_gpus(args, environ))
+    if info.is_chief:
+        for line in plan.describe():
+            log.info("training plan: %s", line)
     if info.task_type == "evaluator":
-        evaluate_beside(args, info, environ)
-    elif strategy_name == "parameter_server" and info.task_type in ("worker", "ps"):
+        evaluate_beside(args, info, plan, environ)
+    elif plan.strategy == "parameter_server" and info.task_type in ("worker", "ps"):
         serve_until_done(info, os.path.join(_locations(args, environ).job_dir, REPORT_FILE))
     else:
-        train(args, info, strategy_name, environ)
+        train(args, info, plan, environ)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -51,6 +51,7 @@ def _label(value: Any) -> str:
 def labels(record: Mapping[str, Any], decision: Mapping[str, Any]) -> dict[str, str]:
     """Model Registry labels of a lineage record: lowercase keys and values of letters,
     digits, `_` and `-`, at most 63 characters (Vertex AI's label rules)."""
+    plan = record["cluster"].get("training_plan") or {}
     fingerprint = str(record["dataset"].get("source_fingerprint") or "")
     digest = fingerprint.split(":", 1)[-1] if fingerprint.startswith("sha256:") else fingerprint
     image = str(record.get("trainer_image", ""))
@@ -62,6 +63,9 @@ def labels(record: Mapping[str, Any], decision: Mapping[str, Any]) -> dict[str, 
         "image-tag": _label(record.get("image_tag") or "local"),
         "model": _label(record["training"].get("model", "")),
         "strategy": _label(record["cluster"].get("strategy", "")),
+        **({"all-reduce": _label(plan.get("all_reduce", "")),
+            "mixed-precision": _label(plan.get("mixed_precision", "")),
+            "xla": "on" if plan.get("xla") else "off"} if plan else {}),
         "compared-metric": _label(decision.get("metric", "")),
         "challenger-value": _label(f"{decision.get('challenger', 0):.4f}".replace(".", "_")),
         "promoted": _label(decision.get("promoted", False)),
@@ -82,6 +86,10 @@ def description(record: Mapping[str, Any], decision: Mapping[str, Any]) -> str:
             f"({record.get('image_tag') or 'local'}) | "
             f"{training.get('model')} {training.get('epochs')} epochs, "
             f"{record['cluster'].get('strategy')}")
+    plan = record["cluster"].get("training_plan")
+    if plan:
+        text += (f" (all-reduce {plan.get('all_reduce')}, mixed precision "
+                 f"{plan.get('mixed_precision')}, XLA {'on' if plan.get('xla') else 'off'})")
     study = record.get("tuning")
     if study:
         text += (f" | tuned: best of {study['trials']} trials by {study['metric']} "

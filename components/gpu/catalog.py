@@ -234,3 +234,67 @@ ZONES: dict[str, dict[str, frozenset[str]]] = {
 #: (https://cloud.google.com/compute/docs/eol/k80-eol); Vertex AI marks it deprecated.
 END_OF_SUPPORT = {K80: "reached end of support on 2024-05-01 "
                        "(https://cloud.google.com/compute/docs/eol/k80-eol)"}
+
+# --- What the trainer image's CUDA libraries serve ------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchitectureNeeds:
+    """The CUDA libraries an NVIDIA architecture needs (`trainer.accelerators` says which
+    architecture each GPU type is).
+
+    Attributes:
+        cublas: The first cuBLAS (CUDA toolkit) release with its kernels, as `major.minor`.
+        cudnn: The first cuDNN release that supports it.
+        last_cuda_major: The last CUDA major that supports it (None: still supported).
+        source: Where the figures come from.
+    """
+
+    cublas: str
+    cudnn: str
+    last_cuda_major: int | None = None
+    source: str = ""
+
+
+#: BEYOND THE GPU GUIDE: NVIDIA's CUDA Toolkit and cuDNN release notes (the first release
+#: naming each architecture) and the cuDNN support matrix, read 2026-11. `make image-check`
+#: and the tests hold the GPU lock's cuBLAS and cuDNN against this table for every GPU type
+#: the validator accepts.
+ARCHITECTURE_NEEDS = {
+    "Kepler": ArchitectureNeeds("5.0", "1.0", last_cuda_major=11, source=(
+        "CUDA 12.0 release notes: Kepler (compute capability 3.x) is no longer supported; "
+        "cuDNN 9 likewise")),
+    "Pascal": ArchitectureNeeds("8.0", "5.1", source="CUDA 8.0 and cuDNN 5.1 release notes"),
+    "Volta": ArchitectureNeeds("9.0", "7.0", source="CUDA 9.0 and cuDNN 7.0 release notes"),
+    "Turing": ArchitectureNeeds("10.0", "7.3", source="CUDA 10.0 and cuDNN 7.3 release notes"),
+    "Ampere": ArchitectureNeeds("11.0", "8.0", source="CUDA 11.0 and cuDNN 8.0 release notes"),
+    "Ada Lovelace": ArchitectureNeeds("11.8", "8.6",
+                                      source="CUDA 11.8 and cuDNN 8.6 release notes"),
+    "Hopper": ArchitectureNeeds("11.8", "8.6", source="CUDA 11.8 and cuDNN 8.6 release notes"),
+    "Blackwell": ArchitectureNeeds("12.8", "9.7", source=(
+        "CUDA 12.8 release notes (sm_100, sm_120; cuBLAS 12.8) and cuDNN 9.7 release notes")),
+}
+
+# --- Network bandwidth (Reduction Server sizing) -------------------------------------
+
+#: BEYOND THE GPU GUIDE (Compute Engine: "Network bandwidths and GPUs", read 2026-11):
+#: the maximum egress of N1 machines with T4 or V100 GPUs by GPU count (the page's
+#: configurations with the most vCPUs; fewer vCPUs may get less). N1 machines with P100,
+#: P4 or K80 GPUs get what N1 machines without GPUs get.
+N1_GPU_EGRESS_GBPS = {T4: {1: 32, 2: 50, 4: 100}, V100: {1: 24, 2: 32, 4: 50, 8: 100}}
+#: The same page, per accelerator-optimized machine type (A2 by GPU count; G2 by machine;
+#: A3 and A4 eight-GPU machines through their GPU NICs).
+FIXED_EGRESS_GBPS = {
+    **{f"a2-highgpu-{n}g": gbps for n, gbps in ((1, 24), (2, 32), (4, 50), (8, 100))},
+    "a2-megagpu-16g": 100,
+    **{f"a2-ultragpu-{n}g": gbps for n, gbps in ((1, 24), (2, 32), (4, 50), (8, 100))},
+    **{f"g2-standard-{v}": gbps for v, gbps in ((4, 10), (8, 16), (12, 16), (16, 32),
+                                                 (24, 32), (32, 32), (48, 50), (96, 100))},
+    **{f"a3-highgpu-{n}g": gbps for n, gbps in ((1, 25), (2, 50), (4, 100), (8, 1000))},
+    "a3-megagpu-8g": 1800, "a3-ultragpu-8g": 3600, "a4-highgpu-8g": 3600,
+}
+#: General-purpose machines (Compute Engine: "Network bandwidth", per-VM maximum egress
+#: without Tier_1 networking): 2 Gbps per vCPU, at most 32 Gbps (E2: 16). Vertex AI's
+#: Reduction Server docs recommend n1-highcpu-16 reducers for their 32 Gbps.
+GENERAL_PURPOSE_GBPS_PER_VCPU = 2
+GENERAL_PURPOSE_MAX_GBPS = {"n1": 32, "n2": 32, "n2d": 32, "c2": 32, "c2d": 32, "e2": 16}

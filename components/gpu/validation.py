@@ -15,10 +15,13 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from components import images
 from components.gpu import catalog as cat
+from trainer.accelerators import ACCELERATORS
 from trainer.cluster import POOLS
 from trainer.errors import InputError
 from trainer.schema import short
+from trainer.training_plan import TrainingPlan
 
 ACCELERATOR_TYPES = cat.ACCELERATOR_TYPES
 GPU_REGIONS = cat.GPU_REGIONS
@@ -55,12 +58,14 @@ class ValidationResult:
         warnings: Advice that does not block the run.
         specs: The normalised worker pool specs (integers as integers, unused trailing
             pools dropped, an unused pool between used ones kept as `{}`).
+        plan: The training plan (`components.training.layout.with_role_checks` adds it).
     """
 
     ok: bool
     errors: list[str]
     warnings: list[str]
     specs: list[dict[str, Any]]
+    plan: TrainingPlan | None = None
 
     @property
     def training_workers(self) -> int:
@@ -207,9 +212,46 @@ def _check_machine(name: str, machine_type: Any, accelerator_type: str | None,
                       f"{machine_type} takes {listed(row[accelerator_type])} x {accelerator_type}"
                       f"{_shortfall(machine_type, accelerator_type, accelerator_count)}; "
                       f"machine types taking {accelerator_count}: {listed(others) or 'none'}")
-    if accelerator_type in cat.END_OF_SUPPORT:
-        warnings.append(f"{name}: {accelerator_type} {cat.END_OF_SUPPORT[accelerator_type]}; "
-                        "Vertex AI may refuse it: choose NVIDIA_TESLA_T4 or newer")
+    unserved = image_cannot_serve(accelerator_type)
+    if unserved:
+        errors.append(f"{name}: machine_spec.accelerator_type {accelerator_type} cannot run the "
+                      f"trainer image: {unserved}")
+
+
+def image_cannot_serve(accelerator_type: str) -> str:
+    """Why the trainer image's CUDA libraries cannot serve a GPU type, or "".
+
+    The GPU lock's cuBLAS and cuDNN (`components.images.GPU_CUDA_LIBRARIES`) are held
+    against the needs of the GPU's architecture (`catalog.ARCHITECTURE_NEEDS`), and its
+    CUDA major against the last one that supports the architecture.
+    """
+    gpu = ACCELERATORS.get(accelerator_type)
+    if gpu is None:
+        return ""
+    needs = cat.ARCHITECTURE_NEEDS[gpu.architecture]
+    what = f"{gpu.architecture}, compute capability {gpu.capability}"
+    if needs.last_cuda_major is not None and needs.last_cuda_major < images.GPU_CUDA_MAJOR:
+        ended = cat.END_OF_SUPPORT.get(accelerator_type, "")
+        return (f"its GPUs ({what}) are supported up to CUDA {needs.last_cuda_major}, and the "
+                f"image's TensorFlow is built with CUDA {images.GPU_CUDA_MAJOR} "
+                f"({needs.source})" + (f"; it also {ended}" if ended else "")
+                + "; choose NVIDIA_TESLA_T4 or newer")
+    have = images.GPU_CUDA_LIBRARIES
+    short = [f"{label} {have[key]} (needs {need}+)"
+             for key, label, need in (("cublas", "cuBLAS", needs.cublas),
+                                      ("cudnn", "cuDNN", needs.cudnn))
+             if _release(have[key]) < _release(need)]
+    if not short:
+        return ""
+    return (f"its GPUs ({what}) need newer CUDA libraries than the image's "
+            f"{' and '.join(short)} ({needs.source})"
+            + ("" if gpu.xla else ", and TensorFlow 2.21's XLA cannot target them "
+               "(tensorflow/tensorflow#111958)")
+            + "; choose NVIDIA_H200_141GB (a3-ultragpu-8g) or NVIDIA_H100_80GB (a3-highgpu-8g)")
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".")[:2])
 
 
 def _accelerator_type(name: str, machine_spec: Mapping[str, Any], errors: list[str],

@@ -13,7 +13,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from trainer.accelerators import ACCELERATORS
 from trainer.cluster import ClusterConfigError, Layout, choose_strategy
+from trainer.training_plan import PlanError, TrainingPlan, plan_training
 
 POOL_NAMES = ("worker_pool_specs[0] (chief)", "worker_pool_specs[1] (workers)",
               "worker_pool_specs[2] (parameter servers)", "worker_pool_specs[3] (evaluator)")
@@ -139,33 +141,143 @@ def check_scheduling(pools: Sequence[Any], strategy: str, timeout: str) -> list[
     return errors
 
 
-def check_pools(pools: Any, *, region: str | None = None, strategy: str = "auto",
+def _gpus(pool: Any) -> tuple[str, int]:
+    spec = (pool.get("machine_spec") or {}) if isinstance(pool, Mapping) else {}
+    if not spec.get("accelerator_type") or not spec.get("accelerator_count"):
+        return "", 0
+    return str(spec["accelerator_type"]), int(spec["accelerator_count"])
+
+
+def training_gpus(pools: Sequence[Any], strategy: str) -> tuple[str, int]:
+    """The GPU type and count of the machines that run training steps: the workers (pool
+    1) under ParameterServerStrategy, where the chief only coordinates; the chief and the
+    workers (pools 0 and 1) otherwise.
+
+    Raises:
+        PlanError: Under MultiWorkerMirroredStrategy, pools 0 and 1 differ in their GPUs.
+    """
+    indices = (1,) if strategy == "parameter_server" else (0, 1)
+    found = {i: _gpus(pools[i]) for i in indices if i < len(pools) and _replicas(pools[i])}
+    kinds = set(found.values())
+    if len(kinds) > 1:
+        described = "; ".join(f"{POOL_NAMES[i]} has " + (f"{n} x {g}" if n else "no GPU")
+                              for i, (g, n) in found.items())
+        raise PlanError(
+            f"{described}: MultiWorkerMirroredStrategy runs one replica per GPU on every "
+            "training machine and all-reduces across all of them, so every training machine "
+            "needs the same GPUs (TensorFlow sizes the all-reduce group from each machine's "
+            "own devices); give pools 0 and 1 the same machine_spec")
+    return kinds.pop() if kinds else ("", 0)
+
+
+def plan_for_pools(pools: Sequence[Any], *, strategy: str = "auto",
+                   mixed_precision: str = "auto", xla: str = "auto") -> TrainingPlan:
+    """The training plan of validated Vertex AI worker pools (`trainer.training_plan`).
+
+    Raises:
+        PlanError: The options cannot work on these pools.
+    """
+    layout = layout_of(pools)
+    reduction = len(pools) > 2 and is_reduction_server(pools[2])
+    try:
+        chosen = choose_strategy(layout, strategy)
+    except ClusterConfigError as exc:
+        raise PlanError(str(exc)) from None
+    gpu, count = training_gpus(pools, chosen)
+    return plan_training(layout, strategy=strategy, mixed_precision=mixed_precision, xla=xla,
+                         gpu=ACCELERATORS.get(gpu), gpus=count, reduction_server=reduction)
+
+
+def egress_gbps(pool: Any) -> float | None:
+    """A pool's machines' maximum egress bandwidth (`catalog`'s tables), None if unknown."""
+    from components.gpu import catalog as cat
+
+    spec = (pool.get("machine_spec") or {}) if isinstance(pool, Mapping) else {}
+    machine, (gpu, count) = str(spec.get("machine_type", "")), _gpus(pool)
+    if machine in cat.FIXED_EGRESS_GBPS:
+        return float(cat.FIXED_EGRESS_GBPS[machine])
+    if machine.startswith("n1-") and count and gpu in cat.N1_GPU_EGRESS_GBPS:
+        return cat.N1_GPU_EGRESS_GBPS[gpu].get(count)
+    family, vcpus = machine.partition("-")[0], machine.rsplit("-", 1)[-1]
+    if family in cat.GENERAL_PURPOSE_MAX_GBPS and vcpus.isdigit():
+        return float(min(cat.GENERAL_PURPOSE_GBPS_PER_VCPU * int(vcpus),
+                         cat.GENERAL_PURPOSE_MAX_GBPS[family]))
+    return None
+
+
+def check_reduction_server(pools: Sequence[Any]) -> list[str]:
+    """Advice on a Reduction Server pool's size: Vertex AI's docs ask that pool 2's total
+    egress bandwidth match or exceed that of pools 0 and 1 ("Reduce training time with
+    Reduction Server": e.g. 8 a2-megagpu-16g workers at 100 Gbps need 25 n1-highcpu-16
+    reducers at 32 Gbps)."""
+    if len(pools) < 3 or not is_reduction_server(pools[2]):
+        return []
+    training = [(p, _replicas(p)) for p in pools[:2] if _replicas(p)]
+    reducers, each = _replicas(pools[2]), egress_gbps(pools[2])
+    rates = [egress_gbps(p) for p, _ in training]
+    machine = (pools[2].get("machine_spec") or {}).get("machine_type")
+    if each is None or None in rates:
+        return [f"{POOL_NAMES[2]}: the network bandwidth of {machine} or of the training "
+                "machines is not recorded here, so the reducers' count cannot be checked "
+                "against Vertex AI's rule (reducers' total egress >= the training machines'); "
+                "check it on Compute Engine's network bandwidth pages"]
+    need = sum(rate * n for rate, (_, n) in zip(rates, training, strict=True))
+    if reducers * each >= need:
+        return []
+    enough = -(-int(need) // int(each))
+    return [f"{POOL_NAMES[2]}: {reducers} x {machine} reducers give {reducers * each:g} Gbps, "
+            f"less than the training machines' {need:g} Gbps; Vertex AI's Reduction Server "
+            f"docs ask for at least as much: use {enough} x {machine} (or a machine with more "
+            "bandwidth, such as n1-highcpu-16 at 32 Gbps)"]
+
+
+def check_pools(pools: Any, *, region: str | None = None, training: Any = None,
                 scheduling: str | None = None, timeout: str = "") -> Any:
     """Every rule of Vertex AI worker pools in one result: the GPU rules (machine x GPU type
-    x count x region), the roles the strategy needs, and, with `scheduling`, the
-    scheduling strategy's rules. The one check the config loader, the validation stage
-    and `gpu-pipeline validate-gpu` all run.
+    x count x region), the roles the strategy needs, the training plan (strategy,
+    all-reduce, mixed precision, XLA) and, with `scheduling`, the scheduling strategy's
+    rules. The one check the config loader, the validation stage and `gpu-pipeline
+    validate-gpu` all run.
+
+    Args:
+        pools: Worker pool specs.
+        region: The Vertex AI region (its rules are checked when given).
+        training: The training options (`strategy`, `mixed_precision`, `xla`); None for
+            their defaults.
+        scheduling: The scheduling strategy, to check its rules.
+        timeout: The job's timeout (FLEX_START's limit).
 
     Returns:
-        A `components.gpu.validation.ValidationResult` with the layout's and scheduling's
-        errors and advice added.
+        A `components.gpu.validation.ValidationResult` with the layout's, the plan's and
+        scheduling's errors and advice added, and the plan when there are no errors.
     """
     from components.gpu.validation import validate_worker_pool_specs
 
-    return with_role_checks(validate_worker_pool_specs(pools, region=region), strategy,
+    return with_role_checks(validate_worker_pool_specs(pools, region=region), training,
                             scheduling, timeout)
 
 
-def with_role_checks(result: Any, strategy: str = "auto", scheduling: str | None = None,
+def with_role_checks(result: Any, training: Any = None, scheduling: str | None = None,
                      timeout: str = "") -> Any:
     """A GPU validation result with the layout's (and scheduling's) errors and advice
-    added; unchanged when the GPU rules already failed."""
+    added, and the training plan; unchanged when the GPU rules already failed."""
     import dataclasses
+
+    from trainer.options import TrainingOptions
 
     if not result.ok:
         return result
-    errors, advice = check_layout(result.specs, strategy)
+    training = training if training is not None else TrainingOptions()
+    errors, advice = check_layout(result.specs, training.strategy)
     if scheduling is not None:
         errors += check_scheduling(result.specs, scheduling, timeout)
+    plan = None
+    if not errors:
+        try:
+            plan = plan_for_pools(result.specs, strategy=training.strategy,
+                                  mixed_precision=training.mixed_precision, xla=training.xla)
+        except PlanError as exc:
+            errors += exc.problems
+        advice += check_reduction_server(result.specs)
     return dataclasses.replace(result, ok=not errors, errors=result.errors + errors,
-                               warnings=result.warnings + advice)
+                               warnings=result.warnings + advice, plan=plan)

@@ -27,6 +27,7 @@ from trainer.cluster import (
     vertex_tf_config,
 )
 from trainer.errors import StageError
+from trainer.training_plan import TrainingPlan
 
 #: Seconds the replicas that do not decide the outcome (parameter servers, PS workers,
 #: the evaluator) get to end by themselves once training is done.
@@ -129,7 +130,8 @@ def run_local_cluster(layout: Layout, trainer_args: Sequence[str], strategy: str
                       timeout_seconds: float = 1800, out: TextIO | None = None, *,
                       cores: Sequence[int] | None = None,
                       environ: Mapping[str, str] | None = None,
-                      stop: threading.Event | None = None) -> str:
+                      stop: threading.Event | None = None,
+                      plan: TrainingPlan | None = None) -> str:
     """Runs `python -m trainer.task` as one process per replica of `layout`.
 
     Training is done when the replicas that decide it have ended with 0: the chief and
@@ -150,6 +152,8 @@ def run_local_cluster(layout: Layout, trainer_args: Sequence[str], strategy: str
             that run side by side (tuning trials) get disjoint sets.
         environ: Variables added to the processes' environment.
         stop: Once set, the processes are stopped (a tuning trial stopped early).
+        plan: The training plan every process applies (`--training-plan`); without it,
+            each makes one by the same rules from TF_CONFIG and `trainer_args`.
 
     Returns:
         The strategy the cluster ran.
@@ -158,7 +162,9 @@ def run_local_cluster(layout: Layout, trainer_args: Sequence[str], strategy: str
         LocalTrainingError: A process failed or the timeout passed.
         ClusterStopped: `stop` was set before training ended.
     """
-    chosen = choose_strategy(layout, strategy)
+    chosen = plan.strategy if plan is not None else choose_strategy(layout, strategy)
+    if plan is not None:
+        trainer_args = [*trainer_args, "--training-plan", plan.to_json()]
     replicas = _start(layout, trainer_args, out, cores, environ or {})
     # The replicas whose success ends training, and those whose failure does not end it.
     deciding = {"chief"} | ({f"worker-{i}" for i in range(layout.workers)}

@@ -35,6 +35,13 @@ def pool_gpus(pool: Mapping[str, Any]) -> int:
     return int(machine.get("accelerator_count") or 0)
 
 
+def plan_flags(training_plan: Mapping[str, Any]) -> list[str]:
+    """The trainer's `--training-plan` flag for stage 1's plan (checked as it is read)."""
+    from trainer.training_plan import TrainingPlan
+
+    return ["--training-plan", TrainingPlan.from_dict(training_plan).to_json()]
+
+
 def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], images: Mapping[str, Any], *,
                     dataset_path: str, output_uri: str, output_path: str,
                     trainer_args: Sequence[str] = (),

@@ -18,6 +18,7 @@ from trainer.cluster import Layout
 from trainer.files import write_json, write_text
 from trainer.options import TrainingOptions
 from trainer.schema import to_flags
+from trainer.training_plan import TrainingPlan
 
 
 class _Prefixed:
@@ -38,9 +39,11 @@ class _Prefixed:
 
 def tune_on_local_workers(dataset_dir: str, training: TrainingOptions, tuning: TuningOptions,
                           layout: Layout, study_dir: str,
-                          log: Callable[[str], None] = print) -> tuple[dict[str, Any], dict]:
+                          log: Callable[[str], None] = print,
+                          plan: TrainingPlan | None = None) -> tuple[dict[str, Any], dict]:
     """Runs the study; returns (the training options with the best parameters, the study
-    record), and writes `study.json` and `trials.md` under `study_dir`.
+    record), and writes `study.json` and `trials.md` under `study_dir`. Every trial's
+    cluster applies `plan`, the run's training plan (when given).
 
     Without parameters there is no study: the options come back unchanged, with an
     empty record.
@@ -56,7 +59,7 @@ def tune_on_local_workers(dataset_dir: str, training: TrainingOptions, tuning: T
         os.makedirs(job_dir, exist_ok=True)
         run_local_cluster(layout, ["--job-dir", job_dir, *base, *args], strategy=training.strategy,
                           out=_Prefixed(f"[trial {trial_id}] "), cores=cores, environ=env,
-                          stop=stop)
+                          stop=stop, plan=plan)
 
     trials: list[Trial] = run_study(tuning, run_trial, study_dir,
                                     processes_per_trial=layout.training_machines, log=log)

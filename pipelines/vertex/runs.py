@@ -160,6 +160,9 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
            f"{', '.join(p.name for p in config.tuning.parameters)} by "
            f"{config.tuning.metric}; the CustomJob then trains with the best trial's values"]
           if config.tuning.enabled else []),
+        "training plan (every replica applies it, as --training-plan): "
+        + config.vertex_plan().summary(),
+        *(f"  {line}" for line in config.vertex_plan().describe()),
         "cache: " + (f"only {', '.join(cached)} may be reused (keyed on the source's "
                      "fingerprint); every other task runs every time" if cached
                      else "off for every task"),
