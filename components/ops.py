@@ -235,7 +235,8 @@ def vertex_tuning_spec(worker_pool_specs: list, images: dict, dataset: Input[Dat
                                ("display_name", str), ("study_spec_metrics", list),
                                ("study_spec_parameters", list), ("max_trial_count", int),
                                ("parallel_trial_count", int), ("max_failed_trial_count", int),
-                               ("study_spec_algorithm", str), ("region", str),
+                               ("study_spec_algorithm", str),
+                               ("study_spec_measurement_selection_type", str), ("region", str),
                                ("service_account", str), ("network", str)]):
     """Stage 4 (Vertex) with a study, part 1: the HyperparameterTuningJob's trials on the
     validated pools, each replica applying stage 1's `training_plan`, and its study."""

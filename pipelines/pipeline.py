@@ -255,6 +255,7 @@ def tune_on_vertex(project_id, training: dict, tuning: dict, vertex: dict, gpu, 
         parallel_trial_count=settings["parallel_trial_count"],
         max_failed_trial_count=settings["max_failed_trial_count"],
         study_spec_algorithm=settings["study_spec_algorithm"],
+        study_spec_measurement_selection_type=settings["study_spec_measurement_selection_type"],
         service_account=settings["service_account"], network=settings["network"])
     job.set_display_name("4a tune on Vertex AI").set_caching_options(False)
     best = ops.best_vertex_trial(gcp_resources=job.outputs["gcp_resources"],

@@ -213,3 +213,27 @@ def test_dockerignore_rules_are_dockers(patterns, path, excluded):
     from components.build.dockerignore import DockerIgnore
 
     assert DockerIgnore(patterns).excluded(path) is excluded
+
+
+def test_the_gpu_lock_serves_every_architecture_the_validator_accepts(monkeypatch):
+    """What `make image-check` proves in the built environment, here from the lock alone:
+    the lock's cuBLAS and cuDNN are the releases the validator decides by, and they meet
+    NVIDIA's documented needs of every GPU architecture it accepts (B200 and K80 are
+    refused for it)."""
+    from components.build.locks import architecture_problems, pinned
+    from components.gpu.validation import image_cannot_serve
+
+    pins = pinned((ROOT / "requirements" / "gpu.lock").read_text())
+    rows, problems = architecture_problems(pins)
+    assert problems == []
+    assert len(rows) == 8 and any(r.startswith("Blackwell") and "NOT met" in r for r in rows)
+    assert image_cannot_serve("NVIDIA_B200") and image_cannot_serve("NVIDIA_TESLA_K80")
+    # A lock moved to newer libraries without telling the validator is caught ...
+    newer = {**pins, "nvidia-cudnn-cu12": "9.8.0.87"}
+    assert "the GPU lock pins cudnn 9.8.0.87, but components/images.py GPU_CUDA_LIBRARIES " \
+           "says 9.3: update it" in architecture_problems(newer)[1]
+    # ... and once told, the validator accepts Blackwell's B200 (its XLA stays off: plan).
+    monkeypatch.setitem(images.GPU_CUDA_LIBRARIES, "cublas", "12.8")
+    monkeypatch.setitem(images.GPU_CUDA_LIBRARIES, "cudnn", "9.8")
+    assert image_cannot_serve("NVIDIA_B200") == ""
+    assert architecture_problems({**newer, "nvidia-cublas-cu12": "12.8.4.1"})[1] == []

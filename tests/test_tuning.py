@@ -19,6 +19,7 @@ from components.tuning.local_study import (
     StudyError,
     Trial,
     best_trial,
+    final_measurement,
     last_measurement,
     measurements,
     median_rule,
@@ -154,7 +155,15 @@ def test_submit_dry_run_sends_the_study_with_the_spec_that_runs_it(tmp_path, cap
     tasks = job["pipelineSpec"]["components"]["comp-exit-handler-1"]["dag"]["tasks"]
     assert {"vertex-tuning-spec", "hyperparameter-tuning-job", "best-vertex-trial"} <= set(tasks)
     assert "tuning: a HyperparameterTuningJob of 3 trial(s), 1 at a time, on the training " \
-           "pools, searching learning_rate, batch_size by val_accuracy" in out
+           "pools, searching learning_rate, batch_size by val_accuracy, each trial measured by " \
+           "its last report (study_spec_measurement_selection_type LAST_MEASUREMENT)" in out
+    # The op is told how trials are measured (gcpc 2.22 would otherwise use its default,
+    # BEST_MEASUREMENT, while the local study takes the last report).
+    inputs = job["pipelineSpec"]["components"]["comp-exit-handler-1"]["dag"]["tasks"][
+        "hyperparameter-tuning-job"]["inputs"]["parameters"]
+    assert inputs["study_spec_measurement_selection_type"]["taskOutputParameter"] == {
+        "outputParameterKey": "study_spec_measurement_selection_type",
+        "producerTask": "vertex-tuning-spec"}
 
     # Early stopping runs on this machine only: gcpc's op sends no stopping spec.
     spec = AI_PLATFORM["trainingInput"]["hyperparameters"]
@@ -332,6 +341,26 @@ def test_parallel_trials_are_bounded_by_the_cores():
     assert parallel_slots(4, 1, [0, 1]) == [[0], [1]]
     assert parallel_slots(2, 2, list(range(8))) == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert parallel_slots(3, 4, [0, 1]) == [[0, 1]]  # at least one trial
+
+
+def test_a_trial_is_measured_by_its_last_or_best_report_as_the_study_says(tmp_path):
+    from components.tuning.vertex_study import tuning_job_spec
+
+    metrics = tmp_path / "output.metrics"
+    metrics.write_text("".join(json.dumps({"val_accuracy": v, "val_loss": 1 - v,
+                                           "global_step": i}) + "\n"
+                               for i, v in enumerate((0.5, 0.9, 0.7))))
+    assert final_measurement(str(metrics), study()) == 0.7  # the default: the last report
+    assert final_measurement(str(metrics), study(measurement="best")) == 0.9
+    assert final_measurement(str(metrics), study(measurement="best", metric="val_loss",
+                                                 goal="MINIMIZE")) == pytest.approx(0.1)
+    images = {k: {"reference": f"r/{k}@sha256:" + "0" * 64} for k in ("gpu", "cpu")}
+    pools = [{"machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1}]
+    for measurement, sent in (("last", "LAST_MEASUREMENT"), ("best", "BEST_MEASUREMENT")):
+        spec = tuning_job_spec(pools, images, dataset_path="/d", output_uri="gs://b/o",
+                               output_path="/gcs/b/o", trainer_args=[],
+                               tuning=study(measurement=measurement), job_name="job")
+        assert spec["study_spec_measurement_selection_type"] == sent
 
 
 def test_best_trial_follows_the_goal():

@@ -10,7 +10,9 @@ sets (its site-packages mapped onto the virtualenv's):
   (`trainer.gpu_check.CUDA_LIBRARIES`, and cuDNN's parts), and runs `ptxas`, which XLA
   compiles with;
   checks that the lock provides the CUDA and cuDNN majors of TensorFlow's build
-  (`tf.sysconfig.get_build_info()`);
+  (`tf.sysconfig.get_build_info()`), and that its cuBLAS and cuDNN meet the needs of every
+  GPU architecture the validator accepts (`locks.architecture_problems`: a table with
+  each architecture's source);
 - both images: imports TensorFlow and tf-keras, runs `python -m trainer.task --help`,
   imports the serving predictor and the pipeline's components;
 - CPU image: prepares a small dataset with the Beam engine (what its Dataflow workers
@@ -210,10 +212,12 @@ def check_inside(key: str) -> dict:
     if key == images.GPU.key:
         from importlib import metadata
 
-        from components.build.locks import cuda_problems, normalise
+        from components.build.locks import architecture_problems, cuda_problems, normalise
 
         pins = {normalise(d.metadata["Name"]): d.version for d in metadata.distributions()}
         failures += cuda_problems(pins, info)
+        report["architectures"], refused = architecture_problems(pins)
+        failures += refused
         report["gpus_visible"] = len(tf.config.list_physical_devices("GPU"))
     if tf.__version__ != images.TENSORFLOW_VERSION:
         failures.append(f"TensorFlow {tf.__version__}, expected {images.TENSORFLOW_VERSION}")
@@ -266,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(value, dict):
                 for library, path in value.items():
                     print(f"    {library:<10} {path.replace(str(venv), '<env>')}")
+            elif isinstance(value, list):
+                print(f"  {name}:")
+                for line in value:
+                    print(f"    {line}")
             else:
                 print(f"  {name}: {value}")
     print("[image-check] passed: each image's locked environment installs, its CUDA "

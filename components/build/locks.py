@@ -109,6 +109,47 @@ def cuda_problems(gpu_pins: Mapping[str, str], build_info: Mapping[str, object])
     return problems
 
 
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".")[:2])
+
+
+def architecture_problems(gpu_pins: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """Each GPU architecture's needs (`catalog.ARCHITECTURE_NEEDS`, with its source) held
+    against the GPU lock's cuBLAS and cuDNN: (one line per architecture, problems).
+
+    A problem is a lock whose releases are not the ones the GPU validator decides by
+    (`images.GPU_CUDA_LIBRARIES`), or a GPU type the validator accepts whose architecture
+    needs more than the lock has.
+    """
+    from components.gpu import catalog as cat
+    from components.gpu.validation import image_cannot_serve
+    from trainer.accelerators import ACCELERATORS
+
+    locked = {"cublas": gpu_pins.get("nvidia-cublas-cu12", "0"),
+              "cudnn": gpu_pins.get("nvidia-cudnn-cu12", "0")}
+    problems = [f"the GPU lock pins {key} {locked[key]}, but components/images.py "
+                f"GPU_CUDA_LIBRARIES says {images.GPU_CUDA_LIBRARIES[key]}: update it"
+                for key in locked
+                if _release(locked[key]) != _release(images.GPU_CUDA_LIBRARIES[key])]
+    rows = []
+    for name, needs in cat.ARCHITECTURE_NEEDS.items():
+        accepted = [g for g, a in ACCELERATORS.items()
+                    if a.architecture == name and not image_cannot_serve(g)]
+        met = (needs.last_cuda_major is None or needs.last_cuda_major >= images.GPU_CUDA_MAJOR) \
+            and all(_release(locked[k]) >= _release(v)
+                    for k, v in (("cublas", needs.cublas), ("cudnn", needs.cudnn)))
+        rows.append(f"{name:<13} needs cuBLAS {needs.cublas}+, cuDNN {needs.cudnn}+"
+                    + (f", CUDA <= {needs.last_cuda_major}" if needs.last_cuda_major else "")
+                    + f": {'met' if met else 'NOT met'} by the lock; accepted: "
+                    + (", ".join(accepted) or "none (refused by the validator)")
+                    + f" [{needs.source}]")
+        if accepted and not met:
+            problems.append(f"{', '.join(accepted)} ({name}) accepted, but the GPU lock's "
+                            f"cuBLAS {locked['cublas']} / cuDNN {locked['cudnn']} do not meet "
+                            f"its needs")
+    return rows, problems
+
+
 def write_locks(root: Path, uv: str) -> None:
     """Regenerates the GPU constraints and both lock files under `root`."""
     (root / GPU_CONSTRAINTS).write_text(gpu_constraints())

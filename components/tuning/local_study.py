@@ -153,6 +153,18 @@ def last_measurement(metric_file: str, tag: str) -> float | None:
     return found[-1][1] if found else None
 
 
+def final_measurement(metric_file: str, tuning: TuningOptions) -> float | None:
+    """A trial's measurement as the study selects it (`tuning.measurement`): its last
+    report, or its best by the study's goal, as Vertex AI's LAST_MEASUREMENT and
+    BEST_MEASUREMENT do (None: none reported)."""
+    values = [value for _, value in measurements(metric_file, tuning.metric)]
+    if not values:
+        return None
+    if tuning.measurement == "last":
+        return values[-1]
+    return max(values) if tuning.goal == "MAXIMIZE" else min(values)
+
+
 def parallel_slots(parallel_trials: int, processes_per_trial: int,
                    cores: Sequence[int]) -> list[list[int]]:
     """Disjoint core sets for the trials that run at once: as many as asked for and the
@@ -265,7 +277,7 @@ class _Scheduler:
             self.log(f"tuning: trial {trial.trial_id} starts with " + ", ".join(
                 f"{k}={flag_value(v)}" for k, v in trial.parameters.items()))
             stop = threading.Event()
-            future = pool.submit(_run_one, self.run_trial, trial, self.tuning.metric,
+            future = pool.submit(_run_one, self.run_trial, trial, self.tuning,
                                  self.slots[slot], stop)
             self.running[future] = _Running(suggestion, trial, slot, time.monotonic(), stop)
 
@@ -340,11 +352,11 @@ def _metric_file(trial: Trial) -> str:
     return os.path.join(trial.job_dir, "hypertune", "output.metrics")
 
 
-def _run_one(run_trial: TrialRunner, trial: Trial, metric: str, cores: list[int],
+def _run_one(run_trial: TrialRunner, trial: Trial, tuning: TuningOptions, cores: list[int],
              stop: threading.Event) -> tuple[float | None, str]:
     """(final measurement, error) of one trial; its errors never escape. A trial stopped
-    early ends with its last report."""
-    metric_file = _metric_file(trial)
+    early ends with its reports so far."""
+    metric, metric_file = tuning.metric, _metric_file(trial)
     args = ["--hypertune-metric", metric, *trial_flags(trial.parameters)]
     env = {METRIC_FILE_ENV: metric_file, TRIAL_ID_ENV: trial.trial_id}
     try:
@@ -352,7 +364,7 @@ def _run_one(run_trial: TrialRunner, trial: Trial, metric: str, cores: list[int]
     except Exception as exc:  # noqa: BLE001 - a failed trial is a result, not a crash
         if not stop.is_set():
             return None, first_line(exc)
-    value = last_measurement(metric_file, metric)
+    value = final_measurement(metric_file, tuning)
     return (value, "") if value is not None else (None, f"reported no {metric}")
 
 

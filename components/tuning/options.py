@@ -126,6 +126,11 @@ def _type_for(kind: typing.Any, literal: bool) -> str:
     return "another option (this one cannot be searched)"
 
 
+#: A trial's measurement: its last report, or its best; Vertex AI's StudySpec names.
+MEASUREMENTS = ("last", "best")
+MEASUREMENT_SELECTION = {"last": "LAST_MEASUREMENT", "best": "BEST_MEASUREMENT"}
+
+
 class TuningOptions(pydantic.BaseModel):
     """A study: which training options to search, how, and by which metric. No
     parameters: no tuning (the default)."""
@@ -146,6 +151,10 @@ class TuningOptions(pydantic.BaseModel):
     algorithm: Literal[ALGORITHMS] = Field("ALGORITHM_UNSPECIFIED", description=(
         "ALGORITHM_UNSPECIFIED (Vertex AI: Bayesian optimization), GRID_SEARCH or "
         "RANDOM_SEARCH."))
+    measurement: Literal[MEASUREMENTS] = Field("last", description=(
+        "Which report of a trial is its measurement: last (its final epoch) or best (its "
+        "best epoch); the same on Vertex AI (sent as study_spec_measurement_selection_type) "
+        "and locally."))
     early_stopping: bool = Field(False, description=(
         "Stop a running trial whose best metric is worse than the median of the completed "
         "trials up to the same epoch (Vertex AI's median stopping rule); on this machine "

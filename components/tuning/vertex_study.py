@@ -17,7 +17,7 @@ from typing import Any
 
 from components.training.vertex_job import custom_job_spec
 from components.tuning.local_study import Trial, typed
-from components.tuning.options import TuningOptions
+from components.tuning.options import MEASUREMENT_SELECTION, TuningOptions
 from trainer.errors import StageError
 from trainer.remote import remote_call
 
@@ -82,7 +82,9 @@ def tuning_job_spec(worker_pool_specs: Sequence[dict[str, Any]], images: Mapping
             "study_spec_parameters": parameters, "max_trial_count": tuning.max_trials,
             "parallel_trial_count": tuning.parallel_trials,
             "max_failed_trial_count": tuning.max_failed_trials,
-            "study_spec_algorithm": tuning.algorithm}
+            "study_spec_algorithm": tuning.algorithm,
+            # gcpc 2.22's op defaults to BEST_MEASUREMENT; the study's own choice is sent.
+            "study_spec_measurement_selection_type": MEASUREMENT_SELECTION[tuning.measurement]}
 
 
 def job_name_of(gcp_resources: str) -> str:

@@ -14,6 +14,7 @@ from components import images, project
 from components.build import cloud_build
 from components.build.context import USER_CODE_DIR, user_code_files, write_build_context
 from components.stage import say
+from components.tuning.options import MEASUREMENT_SELECTION
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients
 from pipelines.vertex.iam import check_permissions
@@ -158,7 +159,10 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
         *([f"tuning: a HyperparameterTuningJob of {config.tuning.max_trials} trial(s), "
            f"{config.tuning.parallel_trials} at a time, on the training pools, searching "
            f"{', '.join(p.name for p in config.tuning.parameters)} by "
-           f"{config.tuning.metric}; the CustomJob then trains with the best trial's values"]
+           f"{config.tuning.metric}, each trial measured by its {config.tuning.measurement} "
+           "report (study_spec_measurement_selection_type "
+           f"{MEASUREMENT_SELECTION[config.tuning.measurement]}); the CustomJob then trains "
+           "with the best trial's values"]
           if config.tuning.enabled else []),
         "training plan (every replica applies it, as --training-plan): "
         + config.vertex_plan().summary(),

@@ -301,7 +301,7 @@ class FakeGoogleApis:
                 while custom_job.state == "JOB_STATE_RUNNING":
                     self._update(custom_job)
                     time.sleep(0.2)
-                value = _last_value(metrics_file, metric)
+                value = _measurement(metrics_file, metric, spec)
                 with self._lock:
                     trial["endTime"] = _now()
                     if custom_job.state == "JOB_STATE_SUCCEEDED" and value is not None:
@@ -590,13 +590,19 @@ def _flag(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def _last_value(path: Path, metric: str) -> float | None:
-    """The last value of `metric` in a cloudml-hypertune metrics file."""
+def _measurement(path: Path, metric: str, spec: dict) -> float | None:
+    """A trial's final measurement from its cloudml-hypertune metrics file, as the study's
+    `measurementSelectionType` selects it: the last report (also when unspecified,
+    StudySpec's documented default), or the best by the metric's goal."""
     if not path.is_file():
         return None
     values = [json.loads(line).get(metric) for line in path.read_text().splitlines()]
     values = [float(v) for v in values if v is not None]
-    return values[-1] if values else None
+    if not values:
+        return None
+    if spec.get("measurementSelectionType") != "BEST_MEASUREMENT":
+        return values[-1]
+    return max(values) if spec["metrics"][0].get("goal") == "MAXIMIZE" else min(values)
 
 
 _VALUE_SPECS = ("doubleValueSpec", "integerValueSpec", "discreteValueSpec",
