@@ -203,6 +203,7 @@ _documents = st.one_of(
 @given(document=_documents)
 def test_random_documents_never_crash_config_loading_or_validate_gpu(document, tmp_path_factory):
     from pipelines.config import ConfigError, load_config
+    from components.training.layout import with_role_checks
     from pipelines.validate_gpu import validate_file
     from trainer.errors import ProjectError
 
@@ -213,8 +214,10 @@ def test_random_documents_never_crash_config_loading_or_validate_gpu(document, t
     except ConfigError:
         pass
     try:
-        result, _, _ = validate_file(path, None)
+        result, _, _, training = validate_file(path, None)
         assert isinstance(result.ok, bool)
+        checked = with_role_checks(result, training)  # the roles and the training plan
+        assert checked.ok is (checked.plan is not None)
     except ProjectError:
         pass
 

@@ -219,6 +219,12 @@ def test_the_custom_job_request_and_the_environment_of_its_replicas(emulated_run
     assert job_record.state == "JOB_STATE_SUCCEEDED"
     chief, worker = job_record.replicas
     assert chief.expected_gpus == worker.expected_gpus == 1
+    # Stage 1's training plan reached every replica of the pools: two T4 machines.
+    for replica in (chief, worker):
+        plan = replica.training_plan
+        assert (plan["strategy"], plan["all_reduce"], plan["mixed_precision"], plan["xla"],
+                plan["accelerator"], plan["gpus_per_machine"]) == (
+            "multi_worker_mirrored", "nccl", "float16", True, "NVIDIA_TESLA_T4", 1)
     config = json.loads(chief.env["TF_CONFIG"])
     assert config["task"] == {"type": "chief", "index": 0, "trial": ""}
     assert set(config["cluster"]) == {"chief", "worker"} and config["environment"] == "cloud"
@@ -408,6 +414,11 @@ def test_a_parameter_server_layout_trains_with_tf_config_as_vertex_sets_it(tmp_p
             {"chief": 1, "worker": 2, "ps": 1}
         chief_log = record.replicas[0].log.read_text()
         assert "parameter_server with 3 training machine(s), 1 parameter server(s)" in chief_log
+        # The seeds' layout's plan, on every replica: no all-reduce, no float16, no XLA.
+        assert {(r.training_plan["strategy"], r.training_plan["all_reduce"],
+                 r.training_plan["mixed_precision"], r.training_plan["xla"])
+                for r in record.replicas} == {("parameter_server", "none", "off", False)}
+        assert "training plan: xla: off (under ParameterServerStrategy" in chief_log
         assert "epoch 1/2:" in chief_log and "fine-tuning: " in chief_log
         assert "epoch 2/2:" in chief_log
         assert "serving at" in record.replicas[3].log.read_text()

@@ -22,7 +22,10 @@ container's command (or the image's entry point, as its Dockerfile stage declare
 `image_entrypoints`) and arguments and the environment Vertex AI sets (Vertex AI docs:
 "Distributed training"; CustomJobSpec.baseOutputDirectory). This machine has no GPUs:
 a replica's `--expected-gpus N` (its pool's GPUs, which the trainer checks) is recorded
-and left out of the command, as a machine with all N visible would pass the check.
+and left out of the command, as a machine with all N visible would pass the check; its
+`--training-plan` is recorded as sent, and the replica runs it with what only GPUs can do
+turned off (NCCL becomes TensorFlow's ring, no XLA, no mixed precision), as CPUs would
+refuse or crawl through it.
 
 - `TF_CONFIG`: `cluster` with `chief` (pool 0), `worker` (pool 1) and `ps` (pool 2) only;
   `task` with the replica's type (`evaluator` for pool 3) and index; `job`, `environment:
@@ -114,6 +117,7 @@ class Replica:
     process: subprocess.Popen
     log: Path
     expected_gpus: int = 0
+    training_plan: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass
@@ -514,6 +518,7 @@ class FakeGoogleApis:
             container = definition["containerSpec"]
             command = list(container.get("command") or self._command(container["imageUri"]))
             args, expected_gpus = _without_gpu_expectation(container.get("args", []))
+            args, plan = _on_cpus(args)
             for index in range(len(hosts)):
                 env = {**self.environment, **(trial_env or {}),
                        **{e["name"]: e["value"] for e in container.get("env", [])}}
@@ -535,7 +540,7 @@ class FakeGoogleApis:
                     process = subprocess.Popen([*command, *args],
                                                env=env, stdout=out, stderr=subprocess.STDOUT,
                                                cwd=self.work_dir)
-                replicas.append(Replica(pool, index, env, process, log, expected_gpus))
+                replicas.append(Replica(pool, index, env, process, log, expected_gpus, plan))
         return replicas
 
     def _update(self, job: CustomJob) -> None:
@@ -684,6 +689,17 @@ def _without_gpu_expectation(args: list[str]) -> tuple[list[str], int]:
         return list(args), 0
     at = args.index("--expected-gpus")
     return [*args[:at], *args[at + 2:]], int(args[at + 1])
+
+
+def _on_cpus(args: list[str]) -> tuple[list[str], dict[str, Any] | None]:
+    """The arguments with the training plan's GPU parts turned off, and the plan as sent."""
+    if "--training-plan" not in args:
+        return list(args), None
+    at = args.index("--training-plan")
+    sent = json.loads(args[at + 1])
+    cpus = {**sent, "xla": False, "mixed_precision": "off",
+            "all_reduce": "ring" if sent["all_reduce"] == "nccl" else sent["all_reduce"]}
+    return [*args[:at + 1], json.dumps(cpus), *args[at + 2:]], sent
 
 
 def _tag_name(image: str) -> str:
