@@ -202,8 +202,8 @@ _documents = st.one_of(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(document=_documents)
 def test_random_documents_never_crash_config_loading_or_validate_gpu(document, tmp_path_factory):
-    from pipelines.config import ConfigError, load_config
     from components.training.layout import with_role_checks
+    from pipelines.config import ConfigError, load_config
     from pipelines.validate_gpu import validate_file
     from trainer.errors import ProjectError
 

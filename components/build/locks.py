@@ -109,10 +109,6 @@ def cuda_problems(gpu_pins: Mapping[str, str], build_info: Mapping[str, object])
     return problems
 
 
-def _release(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split(".")[:2])
-
-
 def architecture_problems(gpu_pins: Mapping[str, str]) -> tuple[list[str], list[str]]:
     """Each GPU architecture's needs (`catalog.ARCHITECTURE_NEEDS`, with its source) held
     against the GPU lock's cuBLAS and cuDNN: (one line per architecture, problems).
@@ -122,7 +118,7 @@ def architecture_problems(gpu_pins: Mapping[str, str]) -> tuple[list[str], list[
     needs more than the lock has.
     """
     from components.gpu import catalog as cat
-    from components.gpu.validation import image_cannot_serve
+    from components.gpu.validation import image_cannot_serve, release
     from trainer.accelerators import ACCELERATORS
 
     locked = {"cublas": gpu_pins.get("nvidia-cublas-cu12", "0"),
@@ -130,13 +126,13 @@ def architecture_problems(gpu_pins: Mapping[str, str]) -> tuple[list[str], list[
     problems = [f"the GPU lock pins {key} {locked[key]}, but components/images.py "
                 f"GPU_CUDA_LIBRARIES says {images.GPU_CUDA_LIBRARIES[key]}: update it"
                 for key in locked
-                if _release(locked[key]) != _release(images.GPU_CUDA_LIBRARIES[key])]
+                if release(locked[key]) != release(images.GPU_CUDA_LIBRARIES[key])]
     rows = []
     for name, needs in cat.ARCHITECTURE_NEEDS.items():
         accepted = [g for g, a in ACCELERATORS.items()
                     if a.architecture == name and not image_cannot_serve(g)]
         met = (needs.last_cuda_major is None or needs.last_cuda_major >= images.GPU_CUDA_MAJOR) \
-            and all(_release(locked[k]) >= _release(v)
+            and all(release(locked[k]) >= release(v)
                     for k, v in (("cublas", needs.cublas), ("cudnn", needs.cudnn)))
         rows.append(f"{name:<13} needs cuBLAS {needs.cublas}+, cuDNN {needs.cudnn}+"
                     + (f", CUDA <= {needs.last_cuda_major}" if needs.last_cuda_major else "")

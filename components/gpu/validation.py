@@ -240,7 +240,7 @@ def image_cannot_serve(accelerator_type: str) -> str:
     short = [f"{label} {have[key]} (needs {need}+)"
              for key, label, need in (("cublas", "cuBLAS", needs.cublas),
                                       ("cudnn", "cuDNN", needs.cudnn))
-             if _release(have[key]) < _release(need)]
+             if release(have[key]) < release(need)]
     if not short:
         return ""
     return (f"its GPUs ({what}) need newer CUDA libraries than the image's "
@@ -250,7 +250,8 @@ def image_cannot_serve(accelerator_type: str) -> str:
             + "; choose NVIDIA_H200_141GB (a3-ultragpu-8g) or NVIDIA_H100_80GB (a3-highgpu-8g)")
 
 
-def _release(version: str) -> tuple[int, ...]:
+def release(version: str) -> tuple[int, ...]:
+    """`12.5.3.2` -> (12, 5): a library release as NVIDIA's needs name it."""
     return tuple(int(part) for part in version.split(".")[:2])
 
 
