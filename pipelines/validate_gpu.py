@@ -29,7 +29,7 @@ def validate_file(path: Path, region: str | None):
     the training options: a gpu-pipeline config's own, else the defaults)."""
     from components.gpu.ai_platform import validate_ai_platform_config
     from components.gpu.validation import validate_worker_pool_specs
-    from pipelines.config import AI_PLATFORM_KEYS, SECTIONS, Config
+    from pipelines.config import AI_PLATFORM_KEYS, SECTIONS, Config, TrainingConfig
     from pipelines.yaml_input import read_yaml
     from trainer.options import TrainingOptions
     from trainer.schema import validate
@@ -54,7 +54,7 @@ def validate_file(path: Path, region: str | None):
         config, vertex = Config(), _section(data, "vertex")
         region = region or _text(vertex.get("region")) or config.vertex.region
         specs = vertex.get("worker_pool_specs", list(config.vertex.worker_pool_specs))
-        training = validate(TrainingOptions, _section(data, "training"), prefix="training",
+        training = validate(TrainingConfig, _section(data, "training"), prefix="training",
                             strict=False)
         return (validate_worker_pool_specs(specs, region), region, "gpu-pipeline config",
                 training)
