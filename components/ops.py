@@ -45,7 +45,7 @@ def validate_gpu_config(vertex: dict, training: dict, local_cluster: dict) -> Na
     from trainer.cluster import Layout
     from trainer.options import TrainingOptions
     from trainer.schema import validate
-    from trainer.training_plan import plan_training
+    from trainer.training_plan import plan_training, requested
 
     with stage_errors("GPU config"):
         options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
@@ -59,8 +59,7 @@ def validate_gpu_config(vertex: dict, training: dict, local_cluster: dict) -> Na
         layout, plan = layout_of(result.specs), result.plan
         if local_cluster:
             layout = Layout(**{k: int(v) for k, v in local_cluster.items()})
-            plan = plan_training(layout, strategy=trainer.strategy,
-                                 mixed_precision=trainer.mixed_precision, xla=trainer.xla)
+            plan = plan_training(layout, **requested(trainer))
     say(f"GPU configuration valid for {options.region}: {result.describe()}")
     say(f"training plan on Vertex AI: {result.plan.summary()}")
     if local_cluster:

@@ -37,7 +37,7 @@ from trainer.cluster import Layout
 from trainer.gcs import GCS_MOUNT
 from trainer.options import TrainingOptions
 from trainer.schema import STRICT, OptionsError, short, validate
-from trainer.training_plan import TrainingPlan, plan_training
+from trainer.training_plan import TrainingPlan, plan_training, requested
 from trainer.user_model import is_reference, module_files
 
 
@@ -178,9 +178,7 @@ class Config(pydantic.BaseModel):
         Raises:
             PlanError: The training options cannot work on these processes.
         """
-        t = self.training
-        return plan_training(self.local_layout(), strategy=t.strategy,
-                             mixed_precision=t.mixed_precision, xla=t.xla)
+        return plan_training(self.local_layout(), **requested(self.training))
 
     def problems(self) -> list[str]:
         """Rules between sections."""

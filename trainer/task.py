@@ -29,7 +29,7 @@ from trainer.errors import ProjectError
 from trainer.options import REPORTED_METRICS, TrainingOptions
 from trainer.plan import SPLITS, Locations, RunPlan, locations, make_plan
 from trainer.plan import report as plan_report
-from trainer.training_plan import TrainingPlan, plan_training
+from trainer.training_plan import TrainingPlan, plan_training, requested
 
 log = logging.getLogger("trainer")
 
@@ -304,13 +304,12 @@ def training_plan(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
 
     options = args.options
     if not args.training_plan:
-        return plan_training(info.layout, strategy=options.strategy,
-                             mixed_precision=options.mixed_precision, xla=options.xla,
+        return plan_training(info.layout, **requested(options),
                              gpu=seen(capability) if gpus and capability else None, gpus=gpus)
     plan = TrainingPlan.from_json(args.training_plan)
-    requested = "auto" if plan.strategy == "single" else plan.strategy
+    asked = "auto" if plan.strategy == "single" else plan.strategy
     try:
-        runs = cluster_lib.choose_strategy(info.layout, requested)
+        runs = cluster_lib.choose_strategy(info.layout, asked)
     except cluster_lib.ClusterConfigError as exc:
         runs = f"no {plan.strategy} ({exc})"
     if runs != plan.strategy:

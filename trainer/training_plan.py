@@ -143,6 +143,12 @@ class TrainingPlan:
                 else f"{name}: {value}" for name, value in values.items()]
 
 
+def requested(options: Any) -> dict[str, str]:
+    """What training options (`TrainingOptions` or a section holding its fields) ask of
+    the plan: `strategy`, `mixed_precision` and `xla`, as `plan_training` takes them."""
+    return {name: getattr(options, name) for name in ("strategy", "mixed_precision", "xla")}
+
+
 def plan_training(layout: Layout, *, strategy: str = "auto", mixed_precision: str = "auto",
                   xla: str = "auto", gpu: Accelerator | None = None, gpus: int = 0,
                   reduction_server: bool = False) -> TrainingPlan:

@@ -15,7 +15,7 @@ from typing import Any
 
 from trainer.accelerators import ACCELERATORS
 from trainer.cluster import ClusterConfigError, Layout, choose_strategy
-from trainer.training_plan import PlanError, TrainingPlan, plan_training
+from trainer.training_plan import PlanError, TrainingPlan, plan_training, requested
 
 POOL_NAMES = ("worker_pool_specs[0] (chief)", "worker_pool_specs[1] (workers)",
               "worker_pool_specs[2] (parameter servers)", "worker_pool_specs[3] (evaluator)")
@@ -141,7 +141,8 @@ def check_scheduling(pools: Sequence[Any], strategy: str, timeout: str) -> list[
     return errors
 
 
-def _gpus(pool: Any) -> tuple[str, int]:
+def pool_accelerator(pool: Any) -> tuple[str, int]:
+    """A pool's GPU type and GPUs per replica ("" and 0 without GPUs)."""
     spec = (pool.get("machine_spec") or {}) if isinstance(pool, Mapping) else {}
     if not spec.get("accelerator_type") or not spec.get("accelerator_count"):
         return "", 0
@@ -157,7 +158,8 @@ def training_gpus(pools: Sequence[Any], strategy: str) -> tuple[str, int]:
         PlanError: Under MultiWorkerMirroredStrategy, pools 0 and 1 differ in their GPUs.
     """
     indices = (1,) if strategy == "parameter_server" else (0, 1)
-    found = {i: _gpus(pools[i]) for i in indices if i < len(pools) and _replicas(pools[i])}
+    found = {i: pool_accelerator(pools[i]) for i in indices
+             if i < len(pools) and _replicas(pools[i])}
     kinds = set(found.values())
     if len(kinds) > 1:
         described = "; ".join(f"{POOL_NAMES[i]} has " + (f"{n} x {g}" if n else "no GPU")
@@ -193,7 +195,7 @@ def egress_gbps(pool: Any) -> float | None:
     from components.gpu import catalog as cat
 
     spec = (pool.get("machine_spec") or {}) if isinstance(pool, Mapping) else {}
-    machine, (gpu, count) = str(spec.get("machine_type", "")), _gpus(pool)
+    machine, (gpu, count) = str(spec.get("machine_type", "")), pool_accelerator(pool)
     if machine in cat.FIXED_EGRESS_GBPS:
         return float(cat.FIXED_EGRESS_GBPS[machine])
     if machine.startswith("n1-") and count and gpu in cat.N1_GPU_EGRESS_GBPS:
@@ -274,8 +276,7 @@ def with_role_checks(result: Any, training: Any = None, scheduling: str | None =
     plan = None
     if not errors:
         try:
-            plan = plan_for_pools(result.specs, strategy=training.strategy,
-                                  mixed_precision=training.mixed_precision, xla=training.xla)
+            plan = plan_for_pools(result.specs, **requested(training))
         except PlanError as exc:
             errors += exc.problems
         advice += check_reduction_server(result.specs)

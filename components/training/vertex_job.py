@@ -16,7 +16,7 @@ from components.training.job_names import (
     unique_job_name,
     validate_job_name,
 )
-from components.training.layout import is_reduction_server
+from components.training.layout import is_reduction_server, pool_accelerator
 from trainer.errors import InputError
 
 #: Vertex AI sets AIP_MODEL_DIR to `<base_output_directory>/model`.
@@ -25,14 +25,6 @@ MODEL_SUBDIR = "model"
 
 class TrainingSpecError(InputError):
     """The worker pools or image cannot make a CustomJob."""
-
-
-def pool_gpus(pool: Mapping[str, Any]) -> int:
-    """How many GPUs each replica of a worker pool has."""
-    machine = pool.get("machine_spec") or {}
-    if not str(machine.get("accelerator_type", "")).startswith("NVIDIA_"):
-        return 0
-    return int(machine.get("accelerator_count") or 0)
 
 
 def plan_flags(training_plan: Mapping[str, Any]) -> list[str]:
@@ -91,7 +83,7 @@ def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], images: Mapping
     for pool in worker_pool_specs:
         pool = copy.deepcopy(dict(pool))
         if pool and not is_reduction_server(pool):  # which runs Vertex AI's own image
-            gpus = pool_gpus(pool)
+            gpus = pool_accelerator(pool)[1]
             pool["container_spec"] = {
                 "image_uri": images["gpu" if gpus else "cpu"]["reference"],
                 "command": list(TRAINER_COMMAND),

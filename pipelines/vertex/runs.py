@@ -149,7 +149,7 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
     gpu, cpu = (prepared.images[i.key] for i in (images.GPU, images.CPU))
     placeholder = " (digest placeholder: a dry run builds nothing)" \
         if gpu["reference"].endswith(images.UNBUILT_DIGEST) else ""
-    user_code = config.training.user_code
+    user_code, plan = config.training.user_code, config.vertex_plan()
     return [
         *([f"your model {config.training.model}: {len(prepared.user_code_files)} file(s) of "
            f"{user_code} in the build context as {USER_CODE_DIR}/ "
@@ -165,8 +165,8 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
            "with the best trial's values"]
           if config.tuning.enabled else []),
         "training plan (every replica applies it, as --training-plan): "
-        + config.vertex_plan().summary(),
-        *(f"  {line}" for line in config.vertex_plan().describe()),
+        + plan.summary(),
+        *(f"  {line}" for line in plan.describe()),
         "cache: " + (f"only {', '.join(cached)} may be reused (keyed on the source's "
                      "fingerprint); every other task runs every time" if cached
                      else "off for every task"),
