@@ -26,7 +26,8 @@ test: install
 compile: install
 	$(BIN)/gpu-pipeline compile
 
-# Regenerates the images' lock files (requirements/*.lock) with uv, hashes included.
+# Regenerates the images' lock files (requirements/*.lock) with uv, hashes included, and
+# the GPU image's apt lock (needs https://packages.cloud.google.com/apt and gpgv).
 lock: install
 	$(BIN)/python -m pip install --quiet -e ".[lock]"
 	$(BIN)/python -m components.build.locks

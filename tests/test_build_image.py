@@ -1,5 +1,5 @@
-"""Build stage: the context, its deterministic tarball and digest; the images' Dockerfile
-stages and lock files, checked against what TensorFlow declares."""
+"""Build stage: the context, its deterministic tarball and digest; the images' Dockerfiles
+and lock files, checked against what TensorFlow declares."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def copy_project(destination: Path) -> Path:
     """A copy of what the build context is made from (no caches), to change freely."""
     destination.mkdir()
-    for name in ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md"):
+    for name in (".dockerignore", "pyproject.toml", "README.md"):
         shutil.copyfile(ROOT / name, destination / name)
-    for package in ("requirements", "pipelines", "components", "trainer"):
+    for package in ("docker", "requirements", "pipelines", "components", "trainer"):
         shutil.copytree(ROOT / package, destination / package,
                         ignore=shutil.ignore_patterns("__pycache__"))
     return destination
@@ -33,8 +33,9 @@ def copy_project(destination: Path) -> Path:
 
 def test_context_holds_dockerfile_locks_and_sources(tmp_path):
     context = write_build_context(tmp_path)
-    assert {"Dockerfile", "pyproject.toml", "trainer/task.py", "components/ops.py",
-            "pipelines/pipeline.py", images.GPU.lock, images.CPU.lock} <= set(context.files)
+    assert {images.GPU.dockerfile, images.CPU.dockerfile, "pyproject.toml", "trainer/task.py",
+            "components/ops.py", "pipelines/pipeline.py", images.GPU.lock, images.CPU.lock,
+            images.GPU_APT_LOCK, "components/build/apt_lock.py"} <= set(context.files)
     assert not any("__pycache__" in f or f.endswith(".pyc") for f in context.files)
     assert (context.directory / "trainer" / "task.py").read_bytes() == \
         (ROOT / "trainer" / "task.py").read_bytes()
@@ -67,32 +68,42 @@ def test_image_references_are_digest_only_and_tags_are_for_pushing():
     assert {i.key for i in images.PROJECT_IMAGES} == {"gpu", "cpu"}
 
 
-DOCKERFILE = (ROOT / "Dockerfile").read_text()
+GPU_DOCKERFILE = (ROOT / images.GPU.dockerfile).read_text()
+CPU_DOCKERFILE = (ROOT / images.CPU.dockerfile).read_text()
 
 
 @pytest.mark.parametrize("image", images.PROJECT_IMAGES, ids=lambda i: i.key)
-def test_each_dockerfile_stage_installs_its_lock_and_nothing_else(image):
-    stage = DOCKERFILE.split(f" AS {image.target}\n", 1)[1].split("\nFROM ", 1)[0]
-    installs = [line for line in stage.splitlines() if "pip install" in line]
-    assert installs == [f"RUN pip install --require-hashes --no-deps -r {image.lock}",
+def test_each_image_has_a_dockerfile_of_its_own_that_installs_its_locks_and_nothing_else(image):
+    dockerfile = (ROOT / image.dockerfile).read_text()
+    installs = [line for line in dockerfile.splitlines() if line.startswith("RUN ")]
+    apt = ["RUN python /tmp/apt-lock/apt_lock.py install /tmp/apt-lock/gpu-apt.lock "
+           "&& rm -rf /tmp/apt-lock"] if image is images.GPU else []
+    assert installs == [*apt, f"RUN pip install --require-hashes --no-deps -r {image.lock}",
                         "RUN pip install --no-deps --no-build-isolation -e ."]
-    assert f"ARG PYTHON_BASE={images.PYTHON_BASE_IMAGE}\n" in DOCKERFILE
-    assert DOCKERFILE.count("FROM ${PYTHON_BASE} AS base") == 1
+    assert f"ARG PYTHON_BASE={images.PYTHON_BASE_IMAGE}\n" in dockerfile
+    # Every stage of the file is one its image needs (the legacy builder builds them all):
+    # the Python base, and for the CPU image Beam's SDK image for its boot program.
+    froms = re.findall(r"^FROM (\S+)", dockerfile, re.MULTILINE)
+    assert froms == (["${PYTHON_BASE}"] if image is images.GPU
+                     else ["${BEAM_SDK}", "${PYTHON_BASE}"])
+    assert [f"{k}" for k, _ in image.build_args] == \
+        re.findall(r"^ARG (\w+)=", dockerfile, re.MULTILINE)
+    assert dict(image.build_args)["PYTHON_BASE"] == images.PYTHON_BASE_IMAGE
     assert f"/python{images.PYTHON_VERSION}/" in IMAGE_SITE_PACKAGES
 
 
 def test_the_gpu_image_starts_the_trainer_and_the_cpu_image_beams_boot_program():
     from components.build.image_check import stage_entrypoint
 
-    assert stage_entrypoint(DOCKERFILE, images.GPU.target) == list(images.TRAINER_COMMAND)
+    assert stage_entrypoint(GPU_DOCKERFILE) == list(images.TRAINER_COMMAND)
     # Dataflow starts a custom container's entry point, which must run Beam's boot program
     # (Dataflow docs, "Build custom container images"), copied from Beam's SDK image at the
     # version the CPU lock installs.
-    assert stage_entrypoint(DOCKERFILE, images.CPU.target) == ["/opt/apache/beam/boot"]
-    assert f"ARG BEAM_SDK={images.BEAM_SDK_IMAGE}\n" in DOCKERFILE
-    assert "FROM ${BEAM_SDK} AS beam_sdk\n" in DOCKERFILE
-    cpu = DOCKERFILE.split(" AS cpu\n", 1)[1]
-    assert "COPY --from=beam_sdk /opt/apache/beam /opt/apache/beam\n" in cpu
+    assert stage_entrypoint(CPU_DOCKERFILE) == ["/opt/apache/beam/boot"]
+    assert f"ARG BEAM_SDK={images.BEAM_SDK_IMAGE}\n" in CPU_DOCKERFILE
+    assert dict(images.CPU.build_args)["BEAM_SDK"] == images.BEAM_SDK_IMAGE
+    assert "FROM ${BEAM_SDK} AS beam_sdk\n" in CPU_DOCKERFILE
+    assert "COPY --from=beam_sdk /opt/apache/beam /opt/apache/beam\n" in CPU_DOCKERFILE
     assert images.BEAM_SDK_IMAGE.endswith(f"_sdk:{images.BEAM_VERSION}")
     assert locks.pinned(_lock(images.CPU))["apache-beam"] == images.BEAM_VERSION
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())[
@@ -152,7 +163,7 @@ def test_a_lock_with_the_old_images_cudnn_8_is_refused():
 
 
 def test_the_gpu_stage_puts_every_cuda_library_and_the_driver_on_the_library_path():
-    env = stage_environment(DOCKERFILE, images.GPU.target)
+    env = stage_environment(GPU_DOCKERFILE)
     paths = env["LD_LIBRARY_PATH"].split(":")
     for package, _ in CUDA_LIBRARIES.values():
         folder = package.removeprefix("nvidia-").removesuffix("-cu12").replace("-", "_")
@@ -160,7 +171,7 @@ def test_the_gpu_stage_puts_every_cuda_library_and_the_driver_on_the_library_pat
     assert paths[0] == "/usr/local/nvidia/lib64"  # the driver Vertex AI mounts
     assert f"{IMAGE_SITE_PACKAGES}/nvidia/cuda_nvcc/bin" in env["PATH"].split(":")  # ptxas
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["TF_USE_LEGACY_KERAS"] == "1"
-    cpu = stage_environment(DOCKERFILE, images.CPU.target)
+    cpu = stage_environment(CPU_DOCKERFILE)
     assert "LD_LIBRARY_PATH" not in cpu and cpu["TF_USE_LEGACY_KERAS"] == "1"
 
 
@@ -195,7 +206,7 @@ def test_the_build_context_follows_dockerignore_and_leaves_planted_secrets_out(t
         names = tar.getnames()
         assert not set(SECRETS) & set(names)
         assert all(b"do-not-ship" not in tar.extractfile(m).read() for m in tar.getmembers())
-    assert "trainer/task.py" in names and "Dockerfile" in names
+    assert "trainer/task.py" in names and images.GPU.dockerfile in names
 
 
 @pytest.mark.parametrize("patterns,path,excluded", [

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from components import images
 from pipelines.config import Config
 from pipelines.local_run import LocalRunError, run_local
 from trainer.commit import committed
@@ -56,7 +57,7 @@ def test_demo_runs_every_stage_and_says_what_it_did(demo):
     summary = json.loads(stdout.strip().splitlines()[-1])
     artifacts = {name: Path(path) for name, path in summary["artifacts"].items()}
     assert (artifacts["prepare-dataset/dataset"] / "manifest.json").is_file()
-    assert (artifacts["build-images/build_context"] / "context" / "Dockerfile").is_file()
+    assert (artifacts["build-images/build_context"] / "context" / images.GPU.dockerfile).is_file()
     assert (artifacts["build-images/build_context"] / "context.tar.gz").is_file()
     report = json.loads((artifacts["train-on-local-workers/training_job"] /
                          "training_report.json").read_text())

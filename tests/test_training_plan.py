@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from components import images
 from components.gpu import catalog as cat
 from components.training.layout import (
     REDUCTION_SERVER,
@@ -143,12 +144,13 @@ def test_what_cannot_work_is_refused_at_load(pools, options, message):
     assert result.plan is None
 
 
-def test_the_reduction_server_reduces_through_nccl_and_is_sized_by_bandwidth():
+def test_the_reduction_server_reduces_through_nccl_and_is_sized_by_bandwidth(monkeypatch):
     # Vertex AI's docs' example: 5 n1-highmem-96 with 8 V100s (100 Gbps each) and 16
     # n1-highcpu-16 reducers (32 Gbps each): 512 Gbps >= 500.
     v100 = pool("n1-highmem-96", cat.V100, 8)
     pools = [v100, {**v100, "replica_count": 4},
              pool("n1-highcpu-16", replicas=16, image=RS_IMAGE)]
+    monkeypatch.setattr(images, "reduction_server_plugin", lambda: "1.2.3")
     result = check_pools(pools, region="us-central1")
     assert result.ok and not result.warnings, (result.errors, result.warnings)
     assert (result.plan.strategy, result.plan.all_reduce, result.plan.reduction_server) == \
@@ -158,7 +160,7 @@ def test_the_reduction_server_reduces_through_nccl_and_is_sized_by_bandwidth():
     # Too few reducers: advice with the numbers.
     pools[2] = pool("n1-highcpu-16", replicas=8, image=RS_IMAGE)
     assert check_reduction_server(pools) == [
-        "worker_pool_specs[2] (parameter servers): 8 x n1-highcpu-16 reducers give 256 Gbps, "
+        "worker_pool_specs[2] (Reduction Server): 8 x n1-highcpu-16 reducers give 256 Gbps, "
         "less than the training machines' 500 Gbps; Vertex AI's Reduction Server docs ask for "
         "at least as much: use 16 x n1-highcpu-16 (or a machine with more bandwidth, such as "
         "n1-highcpu-16 at 32 Gbps)"]
@@ -167,6 +169,62 @@ def test_the_reduction_server_reduces_through_nccl_and_is_sized_by_bandwidth():
     advice = check_reduction_server([mega, {**mega, "replica_count": 7},
                                      pool("n1-highcpu-16", replicas=20, image=RS_IMAGE)])
     assert "use 25 x n1-highcpu-16" in advice[0]
+
+
+def test_a_reduction_server_is_refused_while_the_gpu_image_lacks_its_nccl_plugin(monkeypatch):
+    v100 = pool("n1-highmem-96", cat.V100, 8)
+    pools = [v100, {**v100, "replica_count": 4},
+             pool("n1-highcpu-16", replicas=16, image=RS_IMAGE)]
+    monkeypatch.setattr(images, "reduction_server_plugin", lambda: None)
+    result = check_pools(pools, region="us-central1")
+    assert not result.ok and result.plan is None
+    assert result.errors == [
+        "worker_pool_specs[2] (Reduction Server): the GPU image would not hold the reducers' "
+        "NCCL plugin (google-reduction-server): "
+        "requirements/gpu-apt.lock pins no version, so the reducers would be paid for and "
+        "idle. Run `make lock` where https://packages.cloud.google.com/apt can be reached (it "
+        "pins the plugin and checks the repository's signing key), or remove it (NCCL then "
+        "all-reduces between the training machines directly)"]
+    # What the committed apt lock pins decides it.
+    monkeypatch.undo()
+    pinned = images.reduction_server_plugin()
+    assert check_pools(pools, region="us-central1").ok == bool(pinned)
+
+
+def test_a_replica_stops_when_nccl_cannot_open_the_reduction_server_plugin():
+    from trainer.gpu_check import (
+        MissingNcclPluginError,
+        nccl_net_plugin,
+        require_reduction_server_plugin,
+    )
+
+    assert nccl_net_plugin({}) == "libnccl-net.so"
+    assert nccl_net_plugin({"NCCL_NET_PLUGIN": "gcp"}) == "libnccl-net-gcp.so"
+    # NCCL_NET_PLUGIN may name a library: any that loads here stands in for the plugin.
+    assert require_reduction_server_plugin({"NCCL_NET_PLUGIN": "libc.so.6"}) == "libc.so.6"
+    with pytest.raises(MissingNcclPluginError, match=r"NCCL's network plugin "
+                       r"libnccl-net\.so does not load in this image \(libnccl-net\.so: cannot "
+                       r"open shared object file"):
+        require_reduction_server_plugin({})
+
+
+def test_a_training_replica_given_a_reduction_server_plan_stops_without_the_plugin(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(images, "reduction_server_plugin", lambda: "1.2.3")
+    v100 = pool("n1-standard-8", cat.V100, 1)
+    plan = check_pools([v100, v100, pool("n1-highcpu-16", replicas=2, image=RS_IMAGE)]).plan
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_CONFIG": json.dumps({
+        "cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"]},
+        "task": {"type": "worker", "index": 0}})}
+    env.pop("NCCL_NET_PLUGIN", None)
+    result = subprocess.run([sys.executable, "-m", "trainer.task", "--job-dir",
+                             str(tmp_path / "j"), "--data-dir", str(tmp_path),
+                             "--training-plan", plan.to_json()],
+                            cwd=ROOT, env=env, text=True, capture_output=True, timeout=300)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert "trainer: worker_pool_specs[2] runs Vertex AI's Reduction Server, but NCCL's " \
+        "network plugin libnccl-net.so does not load in this image" in result.stderr
+    assert not (tmp_path / "j").exists()  # stopped before any work
 
 
 def test_a_plan_travels_as_json_and_is_checked_when_read():

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from components import images
 from components.build.context import write_build_context
 from pipelines.cli import main
 from pipelines.config import ConfigError, load_config
@@ -123,8 +124,9 @@ def test_user_code_is_in_the_build_context_and_the_digest_follows_it(tmp_path, c
     (code / "their_models" / "nets.py").write_text("def build(**kwargs):\n    pass\n")
     assert write_build_context(tmp_path / "c", user_code=code).digest != first.digest
     # The image copies the whole context (and so user_code/) below its WORKDIR.
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    assert "WORKDIR /app" in dockerfile and "COPY . ./" in dockerfile
+    for image in images.PROJECT_IMAGES:
+        dockerfile = (ROOT / image.dockerfile).read_text()
+        assert "WORKDIR /app" in dockerfile and "COPY . ./" in dockerfile
     assert "!user_code/" in (ROOT / ".dockerignore").read_text()
 
 

@@ -245,7 +245,7 @@ def test_submit_uploads_sources_builds_once_and_sends_the_dry_run_request(cloud,
     assert job.resource_name.startswith("projects/my-proj/locations/us-central1/pipelineJobs/")
 
     # The sources are in Cloud Storage, and both images were built from them in one build,
-    # a Dockerfile stage each, on the configured machine.
+    # each with its own Dockerfile, on the configured machine.
     (build,) = cloud.build.requests
     source = build.build.source.storage_source
     blob = cloud.storage.bucket(source.bucket).blob(source.object_)
@@ -253,10 +253,11 @@ def test_submit_uploads_sources_builds_once_and_sends_the_dry_run_request(cloud,
     assert blob.download_as_bytes() == context.tarball.read_bytes()
     gpu, cpu = (images.tagged(REPO, i, context.tag) for i in (images.GPU, images.CPU))
     assert build.build.images == [gpu, cpu]
+    base = ["--build-arg", f"PYTHON_BASE={images.PYTHON_BASE_IMAGE}"]
     assert [list(s.args) for s in build.build.steps] == [
-        ["build", "--target", target, "--build-arg", f"PYTHON_BASE={images.PYTHON_BASE_IMAGE}",
-         "--build-arg", f"BEAM_SDK={images.BEAM_SDK_IMAGE}", "--tag", image, "."]
-        for target, image in (("gpu", gpu), ("cpu", cpu))]
+        ["build", "--file", "docker/gpu.Dockerfile", *base, "--tag", gpu, "."],
+        ["build", "--file", "docker/cpu.Dockerfile", *base,
+         "--build-arg", f"BEAM_SDK={images.BEAM_SDK_IMAGE}", "--tag", cpu, "."]]
     assert [list(s.wait_for) for s in build.build.steps] == [["-"], ["-"]]  # side by side
     assert build.parent == "projects/my-proj/locations/us-central1"
     assert build.build.options.machine_type == \

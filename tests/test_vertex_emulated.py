@@ -83,7 +83,7 @@ def emulated_vertex(work: Path):
     with _storage_emulator() as (storage_host, storage):
         storage.create_bucket("pipelines")
         mount = StandInMount(work / "gcs", storage)
-        apis = FakeGoogleApis(work, image_entrypoints(REPO, ROOT / "Dockerfile"))
+        apis = FakeGoogleApis(work, image_entrypoints(REPO, ROOT), checkout=ROOT)
         # `PipelineJob.submit` checks that the pipeline root's bucket belongs to the
         # project with its own Resource Manager client (gcs_utils._verify_bucket_ownership);
         # here it asks the fake instead of the unreachable API (39 s of retries).
@@ -271,7 +271,15 @@ def test_the_build_stage_found_the_images_submit_built(emulated_run):
     assert request.service_account == f"projects/my-proj/serviceAccounts/{ACCOUNT}"
     assert request.options.logging == cloudbuild_v1.BuildOptions.LoggingMode.CLOUD_LOGGING_ONLY
     assert request.options.machine_type == cloudbuild_v1.BuildOptions.MachineType.E2_HIGHCPU_8
-    assert [s.args[2] for s in request.steps] == ["gpu", "cpu"]
+    assert [s.args[1:3] for s in request.steps] == [
+        ["--file", "docker/gpu.Dockerfile"], ["--file", "docker/cpu.Dockerfile"]]
+    # Whichever builder the step's image runs, each image's build runs only its own
+    # installs: the legacy builder builds every stage of the file it is given.
+    gpu, cpu = apis.built["build-gpu"], apis.built["build-cpu"]
+    assert any("requirements/gpu.lock" in run for run in gpu) and \
+        not any("cpu.lock" in run for run in gpu)
+    assert any("requirements/cpu.lock" in run for run in cpu) and \
+        not any("gpu.lock" in run or "apt_lock" in run for run in cpu)
     # The build stayed "not done" for a while: the client polled its operation until done.
     polls = apis.recorded(r"/operations/build-1$", method="GET")
     assert len(polls) >= 2

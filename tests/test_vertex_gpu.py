@@ -250,6 +250,15 @@ def test_the_dry_run_prints_the_iam_requests_and_digest_only_images(capsys):
     assert f"IAM testIamPermissions on projects/-/serviceAccounts/{ACCOUNT}: " \
            "iam.serviceAccounts.actAs" in out
     assert "Cloud Build: us-central1, E2_HIGHCPU_8, timeout 3600 s" in out
+    # A Dockerfile per image, so each step builds only its own image's stages.
+    assert "  step build-gpu: docker build --file docker/gpu.Dockerfile (only this image's " \
+        "stages, whichever builder runs)" in out
+    assert "  step build-cpu: docker build --file docker/cpu.Dockerfile" in out
+    pinned = images.reduction_server_plugin()
+    assert ("the GPU image's Reduction Server plugin: " + (
+        f"google-reduction-server={pinned} (apt lock)" if pinned else
+        "none (requirements/gpu-apt.lock pins nothing: Reduction Server pools are refused)")) \
+        in out
     references = {line.split(" run ")[-1] for line in out.splitlines() if " run " in line
                   and "@sha256:" in line}
     assert references == {images.reference(REPO, i, images.UNBUILT_DIGEST)

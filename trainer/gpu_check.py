@@ -76,3 +76,43 @@ def require_gpus(tf: Any, expected: int, environ: Mapping[str, str]) -> int:
     raise MissingGpuError(
         f"this machine should have {expected} GPU(s) (--expected-gpus {expected}) but "
         f"TensorFlow sees {found}: training would run on its CPUs. {build}; {why}")
+
+
+class MissingNcclPluginError(StageError):
+    """The plan all-reduces through a Reduction Server, but NCCL's network plugin is absent."""
+
+
+def nccl_net_plugin(environ: Mapping[str, str]) -> str:
+    """The network plugin NCCL opens at start: `libnccl-net.so`, or with `NCCL_NET_PLUGIN`
+    set, `libnccl-net-<value>.so` (or the library it names), by the loader's search
+    (NCCL docs: Environment Variables, NCCL_NET_PLUGIN; "NCCL Net plugin")."""
+    chosen = environ.get("NCCL_NET_PLUGIN", "")
+    if not chosen:
+        return "libnccl-net.so"
+    return chosen if ".so" in chosen else f"libnccl-net-{chosen}.so"
+
+
+def require_reduction_server_plugin(environ: Mapping[str, str]) -> str:
+    """Checks that NCCL will find Vertex AI Reduction Server's network plugin here.
+
+    Without it NCCL all-reduces between the training machines directly and pool 2's
+    reducers are paid for and idle; the plugin comes from the `google-reduction-server`
+    package the GPU image installs from its apt lock.
+
+    Returns:
+        The plugin library's name, as loaded.
+
+    Raises:
+        MissingNcclPluginError: The loader cannot open it.
+    """
+    name = nccl_net_plugin(environ)
+    try:
+        ctypes.CDLL(name)
+    except OSError as exc:
+        raise MissingNcclPluginError(
+            f"worker_pool_specs[2] runs Vertex AI's Reduction Server, but NCCL's network "
+            f"plugin {name} does not load in this image ({exc}): NCCL would all-reduce "
+            "without the reducers. Build the GPU image from a requirements/gpu-apt.lock that "
+            "pins google-reduction-server (`make lock`), or remove the Reduction Server "
+            "pool") from None
+    return name

@@ -347,6 +347,11 @@ def run(args: argparse.Namespace, info: cluster_lib.ClusterInfo,
 
     # Before any role starts work, and before the strategy exists.
     plan = training_plan(args, info, *_visible_gpus(args, environ))
+    if plan.reduction_server and plan.all_reduce == "nccl" and \
+            info.task_type in ("chief", "worker"):
+        from trainer.gpu_check import require_reduction_server_plugin
+
+        log.info("NCCL network plugin: %s", require_reduction_server_plugin(environ))
     if info.is_chief:
         for line in plan.describe():
             log.info("training plan: %s", line)

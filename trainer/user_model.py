@@ -31,7 +31,7 @@ from trainer.errors import InputError, first_line
 #: `package.module:function`: dotted Python names, a colon, a function name.
 REFERENCE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 
-#: Where the image holds `training.user_code` (the Dockerfile copies the context there).
+#: Where the image holds `training.user_code` (each image's Dockerfile copies the context there).
 USER_CODE_IN_IMAGE = "/app/user_code"
 
 

@@ -140,7 +140,10 @@ def build_request(repository: Repository, tag: str, source_uri: str,
                   wanted: Sequence[images.ProjectImage] = images.PROJECT_IMAGES,
                   settings: BuildSettings = BuildSettings()) -> Any:
     """The Cloud Build request that builds `wanted` images from `source_uri` and pushes
-    them, tagged `tag`; one step per image (a Dockerfile stage each), run side by side.
+    them, tagged `tag`; one step per image, run side by side, each with its own Dockerfile
+    (`--file`), so that each runs only its own image's stages whichever builder
+    `gcr.io/cloud-builders/docker` uses (its legacy builder builds every stage of a file
+    before `--target`; `DOCKER_BUILDKIT=1` needs the buildx plugin).
 
     Returns:
         A `cloudbuild_v1.CreateBuildRequest`.
@@ -152,8 +155,8 @@ def build_request(repository: Repository, tag: str, source_uri: str,
     pushed = [images.tagged(repository.uri, image, tag) for image in wanted]
     steps = [cloudbuild_v1.BuildStep(
         name=DOCKER_BUILDER, id=f"build-{image.key}", wait_for=["-"],
-        args=["build", "--target", image.target,
-              *(f for k, v in images.BUILD_ARGS.items() for f in ("--build-arg", f"{k}={v}")),
+        args=["build", "--file", image.dockerfile,
+              *(f for k, v in image.build_args for f in ("--build-arg", f"{k}={v}")),
               "--tag", uri, "."])
         for image, uri in zip(wanted, pushed)]
     build = cloudbuild_v1.Build(

@@ -1,4 +1,4 @@
-"""The image's build context: the Dockerfile and sources, packed deterministically.
+"""The images' build context: the Dockerfiles and sources, packed deterministically.
 
 The image tag is derived from the content digest, so the same sources always name the
 same image. A user's model code (`training.user_code`) goes in as `user_code/`, under the
@@ -17,6 +17,7 @@ import shutil
 import tarfile
 from pathlib import Path
 
+from components import images
 from components.build.dockerignore import DockerIgnore
 from trainer.errors import StageError
 from trainer.user_model import USER_CODE_IN_IMAGE
@@ -54,18 +55,19 @@ def content_tag(digest: str) -> str:
 
 
 def project_root() -> Path:
-    """Returns the checkout (or image directory) holding the Dockerfile and sources.
+    """Returns the checkout (or image directory) holding the Dockerfiles and sources.
 
     Raises:
         BuildContextError: The installed project is not an editable checkout.
     """
     root = Path(__file__).resolve().parents[2]
-    missing = [f for f in ("Dockerfile", "pyproject.toml") if not (root / f).is_file()]
+    needed = ("pyproject.toml", *(image.dockerfile for image in images.PROJECT_IMAGES))
+    missing = [f for f in needed if not (root / f).is_file()]
     if missing:
         raise BuildContextError(
             f"cannot find {', '.join(missing)} beside the installed packages in {root}; "
             "install the project from its checkout with `pip install -e .` (as `make install` "
-            "and the Dockerfile do)")
+            "and the Dockerfiles do)")
     return root
 
 

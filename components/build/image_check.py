@@ -15,6 +15,8 @@ sets (its site-packages mapped onto the virtualenv's):
   each architecture's source);
 - both images: imports TensorFlow and tf-keras, runs `python -m trainer.task --help`,
   imports the serving predictor and the pipeline's components;
+- GPU image: says what its apt lock pins (Reduction Server's NCCL plugin, installed by
+  the Docker build from Google's apt repository, which cannot be reached here);
 - CPU image: prepares a small dataset with the Beam engine (what its Dataflow workers
   run; Beam's boot program, copied from Beam's SDK image, is not here);
 - reports each environment's size on disk.
@@ -37,15 +39,17 @@ import time
 from pathlib import Path
 
 from components import images
+from components.build.apt_lock import parse
 from components.build.context import project_root
 
 #: Where the image's own Python puts packages (python:3.11-slim): the Dockerfile's paths.
 IMAGE_SITE_PACKAGES = f"/usr/local/lib/python{images.PYTHON_VERSION}/site-packages"
 
 
-def _stage_chain(dockerfile: str, target: str) -> list[list[tuple[str, str]]]:
-    """The instructions (keyword, rest) of a Dockerfile stage (`FROM ... AS target`) and
-    of the stages it is built on, the first stage first."""
+def _stage_chain(dockerfile: str, target: str | None = None) -> list[list[tuple[str, str]]]:
+    """The instructions (keyword, rest) of a Dockerfile stage (`FROM ... AS target`; the
+    file's last stage, which `docker build` makes, by default) and of the stages it is
+    built on, the first stage first."""
     stages: dict[str, tuple[str, list[tuple[str, str]]]] = {}
     current = ""
     text = re.sub(r"\\\n\s*", " ", dockerfile)
@@ -53,19 +57,20 @@ def _stage_chain(dockerfile: str, target: str) -> list[list[tuple[str, str]]]:
         line = line.strip()
         match = re.match(r"FROM\s+(\S+)(?:\s+AS\s+(\S+))?", line, re.IGNORECASE)
         if match:
-            current = match.group(2) or ""
+            current = match.group(2) or f"#{len(stages)}"  # an unnamed stage
             stages[current] = (match.group(1), [])
         elif line and not line.startswith("#") and current in stages:
             keyword, _, rest = line.partition(" ")
             stages[current][1].append((keyword.upper(), rest.strip()))
     chain = []
+    target = target or current
     while target in stages:
         chain.append(stages[target][1])
         target = stages[target][0]
     return chain[::-1]
 
 
-def stage_environment(dockerfile: str, target: str) -> dict[str, str]:
+def stage_environment(dockerfile: str, target: str | None = None) -> dict[str, str]:
     """The ENV assignments of a Dockerfile stage and of the stages it is built on."""
     environment: dict[str, str] = {}
     for stage in _stage_chain(dockerfile, target):
@@ -75,7 +80,7 @@ def stage_environment(dockerfile: str, target: str) -> dict[str, str]:
     return environment
 
 
-def stage_entrypoint(dockerfile: str, target: str) -> list[str]:
+def stage_entrypoint(dockerfile: str, target: str | None = None) -> list[str]:
     """The ENTRYPOINT (exec form) a container of the stage starts, or []."""
     found: list[str] = []
     for stage in _stage_chain(dockerfile, target):
@@ -94,7 +99,7 @@ def _run(command: list[str], env: dict[str, str] | None = None) -> str:
 
 
 def build_environment(image: images.ProjectImage, root: Path, work: Path) -> Path:
-    """A virtualenv holding what `image`'s Dockerfile stage installs (reused while its lock
+    """A virtualenv holding what `image`'s Dockerfile installs with pip (reused while its lock
     and the project are unchanged); returns its directory."""
     lock = root / image.lock
     venv = work / image.key
@@ -120,13 +125,23 @@ def site_packages(venv: Path) -> Path:
 
 
 def image_environment(image: images.ProjectImage, root: Path, venv: Path) -> dict[str, str]:
-    """The process environment of `image`'s stage, its paths mapped onto `venv`."""
-    declared = stage_environment((root / "Dockerfile").read_text(), image.target)
+    """The process environment of `image`'s Dockerfile, its paths mapped onto `venv`."""
+    declared = stage_environment((root / image.dockerfile).read_text())
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
     for name, value in declared.items():
         env[name] = value.replace(IMAGE_SITE_PACKAGES, str(site_packages(venv)))
     env["PATH"] = f"{venv / 'bin'}:{env.get('PATH', os.environ.get('PATH', ''))}"
     return env
+
+
+def apt_lock_status(root: Path) -> str:
+    """What the GPU image's apt lock pins (the Reduction Server plugin), in a line."""
+    lock = parse((root / images.GPU_APT_LOCK).read_text())
+    if lock.pins:
+        return (", ".join(f"{p.name}={p.version}" for p in lock.pins)
+                + f" (signed by {lock.fingerprint}); installed by the Docker build, not here")
+    return (f"{images.GPU_APT_LOCK} pins nothing ({lock.unresolved}): the image has no "
+            "Reduction Server plugin and the validator refuses Reduction Server pools")
 
 
 def _size_mb(path: Path) -> float:
@@ -265,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
                        "--inside", image.key], env=env)
         report = json.loads(output.strip().splitlines()[-1])
         report["environment_mb"] = round(_size_mb(site_packages(venv)))
+        if image is images.GPU:
+            report["apt_lock"] = apt_lock_status(root)
         print(f"[image-check] {image.name} ({image.purpose}):")
         for name, value in report.items():
             if isinstance(value, dict):

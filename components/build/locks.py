@@ -2,8 +2,9 @@
 
 `make lock` (`python -m components.build.locks`) resolves each image's Python environment
 for the images' platform and Python (`components.images`) and writes it with every
-package's hashes; the Dockerfile installs from those files alone (`--require-hashes
---no-deps`), so an image holds exactly what was locked.
+package's hashes; the Dockerfiles install from those files alone (`--require-hashes
+--no-deps`), so an image holds exactly what was locked. It then pins the GPU image's one
+apt package, Reduction Server's NCCL plugin (`components.build.apt_lock`).
 
 The GPU image's CUDA libraries are pinned to the versions TensorFlow's wheel declares as
 the minimum of its `and-cuda` extra: the release TensorFlow was built and tested with
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Mapping
 
 from components import images
+from components.build import apt_lock
 from components.build.context import project_root
 from trainer.gpu_check import CUDA_LIBRARIES
 
@@ -155,13 +157,14 @@ def write_locks(root: Path, uv: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`make lock`: regenerates the images' lock files with uv."""
+    """`make lock`: regenerates the images' lock files with uv, and the GPU image's apt lock."""
     parser = argparse.ArgumentParser(prog="python -m components.build.locks",
                                      description=main.__doc__)
     parser.add_argument("--uv", default=shutil.which("uv") or str(Path(sys.executable).parent
                                                                    / "uv"))
     args = parser.parse_args(argv)
     write_locks(project_root(), args.uv)
+    apt_lock.write_lock(project_root())
     return 0
 
 

@@ -18,7 +18,7 @@ Why the stage submits with Beam's DataflowRunner and waits, rather than gcpc's
 
 The workers' image must start Beam's boot program (Dataflow docs, "Build custom container
 images": `/opt/apache/beam/boot` must run at container start-up), which the CPU image does
-as its entry point (Dockerfile).
+as its entry point (docker/cpu.Dockerfile).
 """
 
 from __future__ import annotations

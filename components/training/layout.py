@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from components import images
 from trainer.accelerators import ACCELERATORS
 from trainer.cluster import ClusterConfigError, Layout, choose_strategy
 from trainer.training_plan import PlanError, TrainingPlan, plan_training, requested
@@ -22,6 +23,8 @@ POOL_NAMES = ("worker_pool_specs[0] (chief)", "worker_pool_specs[1] (workers)",
 #: Vertex AI's Reduction Server image (docs: "Reduction Server"): a pool 2 running it
 #: speeds up MultiWorkerMirroredStrategy's all-reduce instead of holding parameters.
 REDUCTION_SERVER = "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver"
+#: Pool 2 when it runs the Reduction Server, as messages name it.
+REDUCERS = "worker_pool_specs[2] (Reduction Server)"
 
 
 def _replicas(pool: Any) -> int:
@@ -219,7 +222,7 @@ def check_reduction_server(pools: Sequence[Any]) -> list[str]:
     rates = [egress_gbps(p) for p, _ in training]
     machine = (pools[2].get("machine_spec") or {}).get("machine_type")
     if each is None or None in rates:
-        return [f"{POOL_NAMES[2]}: the network bandwidth of {machine} or of the training "
+        return [f"{REDUCERS}: the network bandwidth of {machine} or of the training "
                 "machines is not recorded here, so the reducers' count cannot be checked "
                 "against Vertex AI's rule (reducers' total egress >= the training machines'); "
                 "check it on Compute Engine's network bandwidth pages"]
@@ -227,10 +230,24 @@ def check_reduction_server(pools: Sequence[Any]) -> list[str]:
     if reducers * each >= need:
         return []
     enough = -(-int(need) // int(each))
-    return [f"{POOL_NAMES[2]}: {reducers} x {machine} reducers give {reducers * each:g} Gbps, "
+    return [f"{REDUCERS}: {reducers} x {machine} reducers give {reducers * each:g} Gbps, "
             f"less than the training machines' {need:g} Gbps; Vertex AI's Reduction Server "
             f"docs ask for at least as much: use {enough} x {machine} (or a machine with more "
             "bandwidth, such as n1-highcpu-16 at 32 Gbps)"]
+
+
+def check_reduction_server_plugin(pools: Sequence[Any]) -> list[str]:
+    """A Reduction Server pool needs its NCCL plugin in the GPU image (Vertex AI docs:
+    "a custom container with NCCL 2.7 or later and the google-reduction-server package");
+    the image installs it only at the version its apt lock pins."""
+    if len(pools) < 3 or not is_reduction_server(pools[2]) or images.reduction_server_plugin():
+        return []
+    return [f"{REDUCERS}: the GPU image would not hold the reducers' NCCL plugin "
+            f"({images.REDUCTION_SERVER_PACKAGE}): "
+            f"{images.GPU_APT_LOCK} pins no version, so the reducers would be paid for and "
+            "idle. Run `make lock` where https://packages.cloud.google.com/apt can be "
+            "reached (it pins the plugin and checks the repository's signing key), or "
+            "remove it (NCCL then all-reduces between the training machines directly)"]
 
 
 def check_pools(pools: Any, *, region: str | None = None, training: Any = None,
@@ -280,5 +297,7 @@ def with_role_checks(result: Any, training: Any = None, scheduling: str | None =
         except PlanError as exc:
             errors += exc.problems
         advice += check_reduction_server(result.specs)
+        errors += check_reduction_server_plugin(result.specs)
     return dataclasses.replace(result, ok=not errors, errors=result.errors + errors,
-                               warnings=result.warnings + advice, plan=plan)
+                               warnings=result.warnings + advice,
+                               plan=None if errors else plan)

@@ -179,6 +179,12 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
         f"{build.options.machine_type.name}, timeout {build.timeout.seconds} s, as "
         + (f"{build.service_account} (logs: Cloud Logging only)" if build.service_account
            else "its default account"),
+        *(f"  step {step.id}: docker {' '.join(step.args[:3])} (only this image's stages, "
+          "whichever builder runs)" for step in build.steps),
+        "  the GPU image's Reduction Server plugin: "
+        + (f"{images.REDUCTION_SERVER_PACKAGE}={images.reduction_server_plugin()} (apt lock)"
+           if images.reduction_server_plugin() else
+           f"none ({images.GPU_APT_LOCK} pins nothing: Reduction Server pools are refused)"),
         *dataflow_summary(prepared.dataflow),
     ]
 

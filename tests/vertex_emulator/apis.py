@@ -5,10 +5,14 @@ get (the default version: a model's first version, then the last uploaded with t
 `default` alias; Vertex AI docs: "How to use model version aliases"); Cloud
 Build: `builds` create and the build's operation, which stays "not done" for
 `build_seconds` (a client that gives up early fails) and then "pushes" each image to the
-fake Artifact Registry; Artifact Registry: `tags` get; Resource Manager: `projects` get
-(project number `PROJECT_NUMBER`, which aiplatform's `PipelineJob.submit` compares with
-the pipeline root bucket's owner); `testIamPermissions` of Resource Manager (projects),
-Cloud Storage (buckets) and IAM (service accounts), granting all but `denied`.
+fake Artifact Registry; each step's `docker build` is recorded with what the builder of
+`gcr.io/cloud-builders/docker` would run for it (`built`): without BuildKit, every `RUN`
+of every stage of the Dockerfile it names, whatever its `--target` (Docker docs:
+"Multi-stage builds"; docker/docs#15477); Artifact Registry: `tags` get; Resource
+Manager: `projects` get (project number `PROJECT_NUMBER`, which aiplatform's
+`PipelineJob.submit` compares with the pipeline root bucket's owner); `testIamPermissions`
+of Resource Manager (projects), Cloud Storage (buckets) and IAM (service accounts),
+granting all but `denied`.
 
 What Vertex AI and Cloud Build refuse, the fake refuses with their status (400
 INVALID_ARGUMENT): an image reference with both a tag and a digest (`Invalid image URI`:
@@ -18,7 +22,7 @@ location that is neither a region nor `global` (Cloud Build docs: "Cloud Build
 locations"; Artifact Registry's multi-regions `us`, `europe`, `asia` are not among them).
 
 A CustomJob starts every replica of its worker pools as a local process with the
-container's command (or the image's entry point, as its Dockerfile stage declares it:
+container's command (or the image's entry point, as its Dockerfile declares it:
 `image_entrypoints`) and arguments and the environment Vertex AI sets (Vertex AI docs:
 "Distributed training"; CustomJobSpec.baseOutputDirectory). This machine has no GPUs:
 a replica's `--expected-gpus N` (its pool's GPUs, which the trainer checks) is recorded
@@ -77,18 +81,17 @@ BEAM_BOOT_ALONE = [sys.executable, "-c",
                    "import sys; sys.exit('boot: No id provided.')"]
 
 
-def image_entrypoints(repository: str, dockerfile: Path) -> dict[str, list[str]]:
-    """Each project image's entry point as its Dockerfile stage declares it, as this
+def image_entrypoints(repository: str, root: Path) -> dict[str, list[str]]:
+    """Each project image's entry point as its Dockerfile under `root` declares it, as this
     machine runs it: `python` is this interpreter, Beam's boot program exits as it does
     without a Dataflow harness (a pool that relies on the CPU image's entry point fails as
     it would on Vertex AI)."""
     from components import images
     from components.build.image_check import stage_entrypoint
 
-    text = dockerfile.read_text()
     found = {}
     for image in images.PROJECT_IMAGES:
-        command = stage_entrypoint(text, image.target)
+        command = stage_entrypoint((root / image.dockerfile).read_text())
         if command[:1] == ["python"]:
             command = [sys.executable, *command[1:]]
         elif command[:1] == ["/opt/apache/beam/boot"]:
@@ -152,11 +155,14 @@ class FakeGoogleApis:
         entrypoints: Image name (without tag or digest) -> the command its container runs.
         environment: Environment of every replica (the emulation's own, e.g. the stand-in
             mount and the Cloud Storage emulator); may be set after construction.
+        checkout: Where the Dockerfiles that builds name are read (the build context's).
     """
 
     def __init__(self, work_dir: Path, entrypoints: dict[str, list[str]],
-                 environment: dict[str, str] | None = None):
+                 environment: dict[str, str] | None = None, checkout: Path | None = None):
         self.work_dir = work_dir
+        self.checkout = checkout
+        self.built: dict[str, list[str]] = {}  # build step id -> the RUNs its builder ran
         self.entrypoints = entrypoints
         self.environment = environment or {}
         self.requests: list[Recorded] = []
@@ -413,12 +419,24 @@ class FakeGoogleApis:
             return 400, _error(400, f"invalid location {location!r}: Cloud Build runs in "
                                "regions and global")
         with self._lock:
+            for step in body.get("steps", []):
+                self.built[step.get("id", "")] = self._legacy_builder_runs(step.get("args", []))
             number = len(self.builds) + 1
             name = f"{parent}/operations/build-{number}"
             build = {**body, "id": f"emulated-build-{number}", "status": "QUEUED",
                      "log_url": f"https://console.cloud.google.com/cloud-build/builds/{number}"}
             self.builds[name] = {"build": build, "started": time.monotonic()}
         return 200, self._build_state(name)
+
+    def _legacy_builder_runs(self, args: list[str]) -> list[str]:
+        """What `docker build ARGS` runs without BuildKit: every stage of its Dockerfile
+        (`--file`, else `Dockerfile` in the context), so every RUN, in order."""
+        if self.checkout is None or args[:1] != ["build"]:
+            return []
+        name = args[args.index("--file") + 1] if "--file" in args else "Dockerfile"
+        text = re.sub(r"\\\n\s*", " ", (self.checkout / name).read_text())
+        return [line.strip()[4:] for line in text.splitlines()
+                if line.strip().upper().startswith("RUN ")]
 
     def _build_operation(self, name: str, body: Any) -> tuple[int, Any]:
         if name not in self.builds:
