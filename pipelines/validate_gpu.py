@@ -109,4 +109,6 @@ def command(args: argparse.Namespace) -> int:
             print(f"invalid GPU configuration ({source}):")
             for error in result.errors:
                 print(f"  - {error}")
+            if result.plan is not None:
+                print(f"training plan these pools would run: {result.plan.summary()}")
     return 0 if result.ok else 1

@@ -103,6 +103,32 @@ def test_validate_gpu_reads_the_documents_config_yaml(tmp_path, capsys):
                        for e in report["errors"])
 
 
+def test_validate_gpu_shows_a_reduction_server_plan_and_what_the_image_lacks(tmp_path, capsys,
+                                                                            monkeypatch):
+    from components import images
+
+    v100 = {"machine_spec": {"machine_type": "n1-highmem-96",
+                             "accelerator_type": "NVIDIA_TESLA_V100", "accelerator_count": 8},
+            "replica_count": 1}
+    path = tmp_path / "pools.json"
+    path.write_text(json.dumps([v100, {**v100, "replica_count": 4}, {
+        "machine_spec": {"machine_type": "n1-highcpu-16"}, "replica_count": 16,
+        "container_spec": {"image_uri": "us-docker.pkg.dev/vertex-ai-restricted/training/"
+                                        "reductionserver:latest"}}]))
+    command = ["validate-gpu", "--config", str(path), "--region", "us-central1", "--json"]
+    for pinned in (None, "1.2.3"):
+        monkeypatch.setattr(images, "reduction_server_plugin", lambda pinned=pinned: pinned)
+        assert main(command) == (0 if pinned else 1)
+        report = json.loads(capsys.readouterr().out)
+        plan = report["training_plan"]
+        assert (plan["strategy"], plan["all_reduce"], plan["reduction_server"], plan["xla"],
+                plan["mixed_precision"]) == ("multi_worker_mirrored", "nccl", True, True,
+                                             "float16")
+        assert report["ok"] is bool(pinned)
+        assert [e for e in report["errors"] if "NCCL plugin" in e] == \
+            ([] if pinned else [report["errors"][0]])
+
+
 def test_validate_gpu_reports_every_problem_of_a_pools_file(tmp_path):
     path = tmp_path / "pools.json"
     path.write_text(json.dumps([

@@ -177,7 +177,9 @@ def test_a_reduction_server_is_refused_while_the_gpu_image_lacks_its_nccl_plugin
              pool("n1-highcpu-16", replicas=16, image=RS_IMAGE)]
     monkeypatch.setattr(images, "reduction_server_plugin", lambda: None)
     result = check_pools(pools, region="us-central1")
-    assert not result.ok and result.plan is None
+    # Refused, with the plan the pools would run (validate-gpu --json shows both).
+    assert not result.ok and (result.plan.all_reduce, result.plan.reduction_server) == \
+        ("nccl", True)
     assert result.errors == [
         "worker_pool_specs[2] (Reduction Server): the GPU image would not hold the reducers' "
         "NCCL plugin (google-reduction-server): "

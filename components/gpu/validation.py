@@ -58,7 +58,9 @@ class ValidationResult:
         warnings: Advice that does not block the run.
         specs: The normalised worker pool specs (integers as integers, unused trailing
             pools dropped, an unused pool between used ones kept as `{}`).
-        plan: The training plan (`components.training.layout.with_role_checks` adds it).
+        plan: The training plan (`components.training.layout.with_role_checks` adds it
+            when the pools and options allow one; a result refused for what the image
+            lacks still carries it, to show what the pools would run).
     """
 
     ok: bool

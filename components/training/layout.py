@@ -279,7 +279,9 @@ def check_pools(pools: Any, *, region: str | None = None, training: Any = None,
 def with_role_checks(result: Any, training: Any = None, scheduling: str | None = None,
                      timeout: str = "") -> Any:
     """A GPU validation result with the layout's (and scheduling's) errors and advice
-    added, and the training plan; unchanged when the GPU rules already failed."""
+    added, and the training plan (kept when only the image's Reduction Server plugin is
+    missing: it is what the pools would run); unchanged when the GPU rules already
+    failed."""
     import dataclasses
 
     from trainer.options import TrainingOptions
@@ -299,5 +301,4 @@ def with_role_checks(result: Any, training: Any = None, scheduling: str | None =
         advice += check_reduction_server(result.specs)
         errors += check_reduction_server_plugin(result.specs)
     return dataclasses.replace(result, ok=not errors, errors=result.errors + errors,
-                               warnings=result.warnings + advice,
-                               plan=None if errors else plan)
+                               warnings=result.warnings + advice, plan=plan)
