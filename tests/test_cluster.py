@@ -14,6 +14,7 @@ from trainer.cluster import (
     Layout,
     choose_strategy,
     cluster_from_env,
+    grpc_proxy_exemptions,
     vertex_tf_config,
 )
 from trainer.gcs import to_mount_path
@@ -27,6 +28,24 @@ def test_vertex_chief_and_workers():
     assert (chief.is_chief, chief.num_workers, chief.name) == (True, 3, "chief:0")
     # Worker index 0 is not the chief when the cluster has a chief (Vertex's pool 0).
     assert (worker0.is_chief, worker0.num_workers) == (False, 3)
+
+
+def test_the_clusters_grpc_goes_around_the_users_proxy_and_the_rest_still_through_it():
+    vertex = cluster_from_env({"TF_CONFIG": vertex_tf_config(
+        {"chief": ["workerpool0-0:2222"], "worker": ["workerpool1-0:2222", "[::1]:5"]},
+        "chief", 0)})
+    proxy = {"https_proxy": "http://proxy.corp:3128"}
+    # gRPC reads no_grpc_proxy first and then ignores no_proxy: the user's list is kept.
+    assert grpc_proxy_exemptions(vertex, {**proxy, "no_proxy": "metadata.google.internal,"
+                                                               ".corp"}) == \
+        "metadata.google.internal,.corp,localhost,127.0.0.1,workerpool0-0,workerpool1-0,::1"
+    assert grpc_proxy_exemptions(vertex, {**proxy, "no_grpc_proxy": "a", "no_proxy": "b"}) == \
+        "a,localhost,127.0.0.1,workerpool0-0,workerpool1-0,::1"
+    assert grpc_proxy_exemptions(vertex, {"grpc_proxy": "http://p:1", "NO_PROXY": "c"}) \
+        .startswith("c,localhost,")
+    # No proxy, or no cluster: nothing to change.
+    assert grpc_proxy_exemptions(vertex, {"no_proxy": "x"}) is None
+    assert grpc_proxy_exemptions(cluster_from_env({}), proxy) is None
 
 
 def test_vertex_evaluator_is_a_task_outside_the_cluster():

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,14 +22,26 @@ pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent / "gpu-pipeline"
 
 
+def dead_proxy() -> str:
+    """A proxy URL on a loopback port where nothing answers."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    """`gpu-pipeline run --local --json` on the embedded default, in an empty directory."""
+    """`gpu-pipeline run --local --json` on the embedded default, in an empty directory, on
+    a machine whose environment names a proxy that does not answer (most company laptops
+    set these): the cluster's own gRPC must go around it, or it never forms."""
     cwd = tmp_path_factory.mktemp("demo")
     temp = tmp_path_factory.mktemp("tmp")
+    proxy = dead_proxy()
+    proxies = {name: proxy for name in ("http_proxy", "https_proxy", "grpc_proxy",
+                                        "HTTP_PROXY", "HTTPS_PROXY")}
     result = subprocess.run([str(BIN), "run", "--local", "--json"], cwd=cwd,
                             capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "TMPDIR": str(temp)})
+                            env={**os.environ, "TMPDIR": str(temp), **proxies})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     # KFP's runner writes every component's source to a temporary directory: removed.
     assert os.listdir(temp) == []
@@ -70,6 +83,9 @@ def test_demo_runs_every_stage_and_says_what_it_did(demo):
                  "were not built or pushed (no Docker engine is used); training uses the "
                  "trainer installed in this environment",
                  "[trainer chief:0] model written to",
+                 # Behind the proxy of the environment, the cluster's gRPC went direct.
+                 "[trainer chief:0] proxy variables set: the cluster's gRPC goes direct "
+                 "(no_grpc_proxy=localhost,127.0.0.1)",
                  # The trainer measured the model it committed; export did not do it again.
                  "[trainer chief:0] exported model through its serving signature",
                  "[gpu-pipeline] exported model, as the trainer measured it, on",

@@ -232,3 +232,45 @@ def pin_local_cores(environ: Mapping[str, str]) -> list[int]:
                                      f"this machine has cores {sorted(os.sched_getaffinity(0))} "
                                      f"({exc.strerror})") from None
     return cores
+
+
+#: What gRPC (TensorFlow's cluster transport) reads to find a proxy, in its order, and what
+#: exempts a host from it: "checked in order, and the first one that has a value is used"
+#: (grpc/grpc doc/environment_variables.md). Unlike most HTTP clients, gRPC proxies every
+#: channel, localhost included, unless one of the exemption lists names the host; and
+#: with `no_grpc_proxy` set, it ignores `no_proxy`.
+GRPC_PROXY_VARIABLES = ("grpc_proxy", "https_proxy", "http_proxy")
+GRPC_NO_PROXY_VARIABLES = ("no_grpc_proxy", "no_proxy")
+
+
+def grpc_proxy_exemptions(info: ClusterInfo, environ: Mapping[str, str]) -> str | None:
+    """The `no_grpc_proxy` that keeps the cluster's traffic off any proxy in `environ`.
+
+    The cluster's hosts (and localhost) join the user's own exemptions (`no_grpc_proxy`,
+    else `no_proxy` or `NO_PROXY`, which gRPC would otherwise have used), so that other
+    gRPC traffic (Google's clients) still goes where the user sends it; HTTP downloads
+    (Keras weights, Cloud Storage) read `no_proxy`, which is left as it is.
+
+    Returns:
+        The value to set, or None when no proxy is set or there is no cluster.
+    """
+    if not info.cluster or not any(environ.get(name) for name in GRPC_PROXY_VARIABLES):
+        return None
+    user = next((environ[name] for name in (*GRPC_NO_PROXY_VARIABLES, "NO_PROXY")
+                 if environ.get(name)), "")
+    hosts = [address.rsplit(":", 1)[0].strip("[]")
+             for addresses in info.cluster.values() for address in addresses]
+    exempt: list[str] = []
+    for host in (*user.split(","), "localhost", "127.0.0.1", *hosts):
+        if host.strip() and host.strip() not in exempt:
+            exempt.append(host.strip())
+    return ",".join(exempt)
+
+
+def keep_cluster_off_proxies(info: ClusterInfo, environ: Mapping[str, str]) -> str | None:
+    """Sets `no_grpc_proxy` in this process's environment (before TensorFlow starts its
+    gRPC channels) as `grpc_proxy_exemptions` says; returns what was set, if anything."""
+    exempt = grpc_proxy_exemptions(info, environ)
+    if exempt is not None:
+        os.environ["no_grpc_proxy"] = exempt
+    return exempt

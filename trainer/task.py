@@ -379,6 +379,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.propagate = False
     try:
         cluster_lib.pin_local_cores(os.environ)  # before TensorFlow starts
+        exempt = cluster_lib.keep_cluster_off_proxies(info, os.environ)
+        if exempt is not None and info.is_chief:
+            log.info("proxy variables set: the cluster's gRPC goes direct (no_grpc_proxy=%s)",
+                     exempt)
         run(args, info, dict(os.environ))
     except ProjectError as exc:
         print(f"trainer: {exc}", file=sys.stderr)
