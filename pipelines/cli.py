@@ -401,6 +401,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 
 _signals_received: list[int] = []
+_left_running: list[int] = []
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -410,7 +411,7 @@ def _interrupt(signum: int, frame: Any) -> None:
     _signals_received.append(signum)
     # First the processes: KFP's runner waits for a task in another thread, which an
     # exception in this one would not stop.
-    stop_descendants()
+    _left_running[:] = stop_descendants()
     raise KeyboardInterrupt
 
 
@@ -432,8 +433,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = {"run": _cmd_run, "compile": _cmd_compile, "validate-gpu": validate_gpu.command,
                 "submit": _cmd_submit, "schedule": _cmd_schedule, "publish": _cmd_publish,
                 "models": _cmd_models}
+    from pipelines.process_tree import marked_run
+
     try:
-        return commands[args.command](args)
+        with marked_run():  # every process the command starts is found when it stops
+            return commands[args.command](args)
     except LocalRunError as exc:
         print(f"error: the pipeline failed: {exc} (its log is above)", file=sys.stderr)
         return exc.exit_code
@@ -444,8 +448,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except KeyboardInterrupt:
-        print("interrupted: every process of the run was stopped, and what it had written "
-              "was removed", file=sys.stderr)
+        print("interrupted: " + (f"processes {_left_running} of the run could not be stopped"
+                                 if _left_running else "every process of the run was stopped")
+              + ", and what it had written was removed", file=sys.stderr)
         return 128 + _signals_received[-1] if _signals_received else 130
 
 

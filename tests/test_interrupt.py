@@ -52,3 +52,56 @@ def test_an_interrupted_run_stops_its_workers_and_removes_its_partial_run(tmp_pa
     assert _processes_mentioning(str(root)) == []  # no worker runs on
     assert sorted(os.listdir(root)) == []  # no partial run, no cache entry of it
     assert os.listdir(temp) == []  # the runner's temporary files are gone too
+
+
+def _trainer(root: Path, task_type: str) -> int | None:
+    """The pid of the run's trainer replica of `task_type`, once it exists."""
+    for pid in _processes_mentioning(str(root)):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"trainer.task" in cmdline and f'"type": "{task_type}"'.encode() in environ:
+            return pid
+    return None
+
+
+def test_a_run_interrupted_while_its_cluster_forms_leaves_no_process(tmp_path):
+    # The worker is frozen as it starts, so the chief waits for it: a replica stuck forming
+    # the cluster ignores SIGTERM (TensorFlow's coordination service handles it), and a
+    # frozen one cannot act on it at all. The signal goes to the whole process group, as
+    # `timeout` and a terminal's Ctrl-C send it: the stage processes die at once and the
+    # trainers are re-parented before the command looks for them. All must be gone when
+    # the command says so.
+    root, temp = tmp_path / "runs", tmp_path / "tmp"
+    temp.mkdir()
+    log = open(tmp_path / "out.log", "w")
+    run = subprocess.Popen([str(BIN), "run", "--local", "--pipeline-root", str(root)],
+                           stdout=log, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "TMPDIR": str(temp)}, start_new_session=True)
+    deadline = time.monotonic() + 300
+    worker = None
+    try:
+        while worker is None:
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()
+            worker = _trainer(root, "worker")
+            time.sleep(0.05)
+        os.kill(worker, signal.SIGSTOP)
+        while "[trainer chief:0] training plan" not in (tmp_path / "out.log").read_text():
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()
+            time.sleep(0.2)
+        time.sleep(3)  # the chief is now waiting for the frozen worker
+        assert "epoch 1/" not in (tmp_path / "out.log").read_text()
+        os.killpg(run.pid, signal.SIGTERM)
+        _, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        left = _processes_mentioning(str(root))
+        for pid in left:  # whatever the run left, so that it does not outlive the test
+            os.kill(pid, signal.SIGKILL)
+    assert run.returncode == 143, err
+    assert "interrupted: every process of the run was stopped" in err
+    assert left == []
+    assert sorted(os.listdir(root)) == []
