@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 
 import pytest
 
@@ -14,7 +15,9 @@ from trainer.cluster import (
     Layout,
     choose_strategy,
     cluster_from_env,
+    cluster_wait_seconds,
     grpc_proxy_exemptions,
+    not_formed_message,
     vertex_tf_config,
 )
 from trainer.gcs import to_mount_path
@@ -46,6 +49,25 @@ def test_the_clusters_grpc_goes_around_the_users_proxy_and_the_rest_still_throug
     # No proxy, or no cluster: nothing to change.
     assert grpc_proxy_exemptions(vertex, {"no_proxy": "x"}) is None
     assert grpc_proxy_exemptions(cluster_from_env({}), proxy) is None
+
+
+def test_a_replica_names_the_replicas_it_cannot_reach_when_the_cluster_does_not_form():
+    with socket.socket() as listening, socket.socket() as closed:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        closed.bind(("127.0.0.1", 0))  # bound, not listening: refuses connections
+        up, down = (f"127.0.0.1:{s.getsockname()[1]}" for s in (listening, closed))
+        info = cluster_from_env({"TF_CONFIG": vertex_tf_config(
+            {"chief": ["127.0.0.1:1"], "worker": [up, down]}, "chief", 0)})
+        message = not_formed_message(info, 30, {"grpc_proxy": "http://p:3128"})
+    assert message == (
+        f"chief:0: the training cluster did not form within 30 s (training.cluster_wait): "
+        f"could not reach worker:1 ({down}). Likely causes: a replica that failed to start "
+        "or died (see its log), a firewall between the machines, or a proxy "
+        "(grpc_proxy=http://p:3128)")
+    # 0 means: by where the replica runs.
+    assert cluster_wait_seconds(0, {"TRAINER_LOCAL_CLUSTER": "1"}) == 180
+    assert cluster_wait_seconds(0, {}) == 1800 and cluster_wait_seconds(45, {}) == 45
 
 
 def test_vertex_evaluator_is_a_task_outside_the_cluster():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -105,3 +106,39 @@ def test_a_run_interrupted_while_its_cluster_forms_leaves_no_process(tmp_path):
     assert "interrupted: every process of the run was stopped" in err
     assert left == []
     assert sorted(os.listdir(root)) == []
+
+
+def test_a_cluster_that_cannot_form_fails_within_its_limit_naming_the_replica(tmp_path):
+    # The worker is frozen as it starts (as behind a firewall: alive, but nothing answers
+    # at its address): the chief stops after training.cluster_wait, naming it, and the
+    # launcher stops the rest and removes what the run wrote.
+    root = tmp_path / "runs"
+    log = open(tmp_path / "out.log", "w")
+    run = subprocess.Popen([str(BIN), "run", "--local", "--pipeline-root", str(root),
+                            "--cluster-wait", "10"], stdout=log, stderr=subprocess.PIPE,
+                           text=True)
+    deadline = time.monotonic() + 300
+    worker = None
+    try:
+        while worker is None:
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()
+            worker = _trainer(root, "worker")
+            time.sleep(0.05)
+        os.kill(worker, signal.SIGSTOP)
+        frozen = time.monotonic()
+        _, err = run.communicate(timeout=240)
+        took = time.monotonic() - frozen
+    finally:
+        if run.poll() is None:
+            run.kill()
+        left = _processes_mentioning(str(root))
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+    out = (tmp_path / "out.log").read_text()
+    assert run.returncode == 1, err
+    assert re.search(r"trainer: chief:0: the training cluster did not form within 10 s "
+                     r"\(training\.cluster_wait\): could not reach worker:0 \(localhost:\d+\)\. "
+                     r"Likely causes: a replica that failed to start or died", out + err)
+    assert took < 10 + 60  # the limit, TensorFlow's start and the launcher's stop
+    assert "Traceback" not in err and "epoch 1/" not in out
+    assert left == []

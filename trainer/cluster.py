@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 from collections.abc import Mapping
 
 from trainer.errors import InputError
@@ -46,6 +47,13 @@ ROLES = tuple(pool.task_type for pool in POOLS)
 #: size its thread pools for the whole machine in every process, and the processes would
 #: oversubscribe it.
 LOCAL_CORES_ENV = "TRAINER_LOCAL_CORES"
+#: Set by the local launcher in every replica's environment: a cluster on localhost.
+LOCAL_CLUSTER_ENV = "TRAINER_LOCAL_CLUSTER"
+#: How long a replica waits for its cluster to form (`training.cluster_wait: 0`): on
+#: localhost the processes start within seconds of each other; Vertex AI provisions each
+#: pool's machines separately, and they start minutes apart.
+LOCAL_CLUSTER_WAIT_SECONDS = 180
+VERTEX_CLUSTER_WAIT_SECONDS = 1800
 #: The `training.strategy` option's values.
 STRATEGIES = ("auto", "multi_worker_mirrored", "parameter_server")
 
@@ -274,3 +282,41 @@ def keep_cluster_off_proxies(info: ClusterInfo, environ: Mapping[str, str]) -> s
     if exempt is not None:
         os.environ["no_grpc_proxy"] = exempt
     return exempt
+
+
+def cluster_wait_seconds(option: int, environ: Mapping[str, str]) -> int:
+    """The `training.cluster_wait` a replica applies (0: by where it runs)."""
+    if option:
+        return option
+    return LOCAL_CLUSTER_WAIT_SECONDS if environ.get(LOCAL_CLUSTER_ENV) \
+        else VERTEX_CLUSTER_WAIT_SECONDS
+
+
+def unreachable(info: ClusterInfo, timeout: float = 2.0) -> list[str]:
+    """The other replicas of the cluster whose address accepts no TCP connection (no
+    server listening there yet, or the way to it blocked), as `worker:0 (host:port)`."""
+    missing = []
+    for role, addresses in info.cluster.items():
+        for index, address in enumerate(addresses):
+            if (role, index) == (info.task_type, info.task_index):
+                continue
+            host, _, port = address.rpartition(":")
+            try:
+                socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+            except (OSError, ValueError):
+                missing.append(f"{role}:{index} ({address})")
+    return missing
+
+
+def not_formed_message(info: ClusterInfo, seconds: int, environ: Mapping[str, str]) -> str:
+    """Why a replica gave up waiting for its cluster, with what it could not reach."""
+    missing = unreachable(info)
+    proxies = [f"{name}={environ[name]}" for name in (*GRPC_PROXY_VARIABLES, "no_grpc_proxy")
+               if environ.get(name)]
+    return (f"{info.name}: the training cluster did not form within {seconds} s "
+            "(training.cluster_wait): "
+            + (f"could not reach {', '.join(missing)}" if missing else
+               "every replica's address answers, but not all of them joined")
+            + ". Likely causes: a replica that failed to start or died (see its log), a "
+            "firewall between the machines, or a proxy"
+            + (f" ({', '.join(proxies)})" if proxies else ""))

@@ -72,6 +72,10 @@ class TrainingOptions(pydantic.BaseModel):
     early_stopping_patience: int = Field(0, ge=0, le=10000, description=(
         "Stop a phase after this many epochs without a better val_accuracy, keeping the "
         "best epoch's weights; 0: off."))
+    cluster_wait: int = Field(0, ge=0, le=86400, description=(
+        "Seconds each replica waits for the others to join its cluster before it stops, "
+        "naming those it cannot reach; 0: auto (3 minutes in a local run, 30 on Vertex AI, "
+        "whose machines start minutes apart)."))
     user_code: str = Field("", description=(
         "Directory holding your model's package (model: package.module:function): first on "
         "the import path, and packed into the image built for Vertex AI."))

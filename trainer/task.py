@@ -176,7 +176,11 @@ def train(args: argparse.Namespace, info: cluster_lib.ClusterInfo, training: Tra
     Under ParameterServerStrategy only the chief runs this (it coordinates the workers).
     """
     tf = _start_tensorflow(environ)
-    strategy = create_strategy(tf, training)  # First TensorFlow op, as collectives need.
+    from trainer.cluster_watch import formation_watch
+
+    wait = cluster_lib.cluster_wait_seconds(args.options.cluster_wait, environ)
+    with formation_watch(info, wait, environ):
+        strategy = create_strategy(tf, training)  # First TensorFlow op, as collectives need.
     import tf_keras as keras
 
     from trainer import callbacks

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from trainer.cluster import (
+    LOCAL_CLUSTER_ENV,
     LOCAL_CORES_ENV,
     ROLES,
     Layout,
@@ -81,7 +82,7 @@ def cluster_environments(layout: Layout, base_env: dict[str, str]
     pool_of = {role: i for i, role in enumerate(ROLES)}
     envs = []
     for task_type, index in replicas:
-        env = dict(base_env)
+        env = {**base_env, LOCAL_CLUSTER_ENV: "1"}
         if len(replicas) > 1:
             env["TF_CONFIG"] = vertex_tf_config(by_role, task_type, index)
         else:
