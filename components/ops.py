@@ -140,7 +140,7 @@ def prepare_dataset(options: dict, source_fingerprint: str, min_shards: int,
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def build_images(vertex: dict, push: bool, trainer_source_uri: str,
+def build_images(vertex: dict, training: dict, push: bool, trainer_source_uri: str,
                  build_context: Output[Artifact]) -> dict:
     """Stage 3: the images' build context and digest; on Vertex, the images built from it.
 
@@ -159,7 +159,8 @@ def build_images(vertex: dict, push: bool, trainer_source_uri: str,
         options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
         found, metadata = run_build_stage(
             build_context.path, build_context.uri, options.image_repository, push=push,
-            trainer_source_uri=trainer_source_uri, settings=options.build_settings())
+            trainer_source_uri=trainer_source_uri, user_code=training.get("user_code", ""),
+            settings=options.build_settings())
     build_context.metadata.update(metadata)
     return found
 

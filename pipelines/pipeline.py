@@ -71,10 +71,11 @@ def launch_dataflow(project_id, vertex: dict, image):
     return launch
 
 
-def build(vertex: dict, *, push: bool, trainer_source_uri):
-    """Stage 3: the build context; on Vertex the GPU and CPU images, each built only when
-    it is missing."""
-    images = ops.build_images(vertex=vertex, push=push, trainer_source_uri=trainer_source_uri)
+def build(vertex: dict, training: dict, *, push: bool, trainer_source_uri):
+    """Stage 3: the build context (with the user's model code, as `submit` packs it); on
+    Vertex the GPU and CPU images, each built only when it is missing."""
+    images = ops.build_images(vertex=vertex, training=training, push=push,
+                              trainer_source_uri=trainer_source_uri)
     images.set_display_name("3 build images").set_caching_options(False)
     return images
 
@@ -271,7 +272,7 @@ def _vertex_run(resources: Resources, project, dataset: dict, training: dict, ve
         gpu = validate(vertex, training, {})
         # The image is built (Cloud Build) while the dataset is prepared; both need only
         # stage 1, unless Dataflow's workers run the image.
-        image = build(vertex, push=True, trainer_source_uri=trainer_source_uri).after(gpu)
+        image = build(vertex, training, push=True, trainer_source_uri=trainer_source_uri).after(gpu)
         launch = launch_dataflow(project, vertex, image) if resources.dataflow else None
         data = prepare(dataset, gpu.outputs["training_workers"], gpu, resources, launch)
         record = None
@@ -337,7 +338,7 @@ def _local_run(dataset: dict, training: dict, vertex: dict, local_cluster: dict,
     with dsl.ExitHandler(notify((), registry_root), name="run"):
         gpu = validate(vertex, training, local_cluster)
         data = prepare(dataset, gpu.outputs["training_workers"], gpu)
-        image = build(vertex, push=False, trainer_source_uri="").after(data)
+        image = build(vertex, training, push=False, trainer_source_uri="").after(data)
         before, record = image, None
         if tuning is not None:
             before = tune_locally(training, tuning, local_cluster, gpu, data, image)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from components import images
+from components.build.context import write_build_context
 from pipelines.config import Config
 from pipelines.local_run import LocalRunError, run_local
 from trainer.commit import committed
@@ -169,11 +170,21 @@ def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "tiny.py").write_text(TINY_MODEL)
+    # A git checkout: its .git/ (remote URLs can carry tokens) never enters the context.
+    (cwd / "their_code" / ".git").mkdir()
+    (cwd / "their_code" / ".git" / "config").write_text(
+        '[remote "origin"]\n\turl = https://user:token@git.example/their_code\n')
     config = cwd / "their-model.yaml"
     config.write_text("training:\n  model: their_models.tiny:build\n  user_code: their_code\n"
                       "vertex:\n  accuracy_threshold: 0.0\n  promotion: default\n")
     third, out = _run(cwd, "--epochs", "2", "--config", str(config))
     assert "model their_models.tiny:build, 2 epochs" in out
+    # The local build stage packed the context `submit` would: the same digest.
+    context = Path(third["artifacts"]["build-images/build_context"]) / "context"
+    assert (context / "user_code" / "their_models" / "tiny.py").is_file()
+    assert not (context / "user_code" / ".git").exists()
+    submitted = write_build_context(cwd / "as-submit", user_code=cwd / "their_code")
+    assert f"build context: {len(submitted.files)} files, {submitted.digest}" in out
     trained = json.loads((Path(third["artifacts"]["train-on-local-workers/training_job"])
                           / "training_report.json").read_text())
     assert trained["model"] == "their_models.tiny:build" and trained["epochs"] == 2

@@ -121,8 +121,19 @@ def test_user_code_is_in_the_build_context_and_the_digest_follows_it(tmp_path, c
         assert tar.extractfile("user_code/their_models/nets.py").read() == \
             (code / "their_models" / "nets.py").read_bytes()
     assert first.digest != without.digest
+    changed = write_build_context(tmp_path / "c", user_code=code)
+    assert changed.digest == first.digest  # same code, same digest
+    # Version control, environments and caches of the user's folder stay out: a token in
+    # .git/config never reaches the image, and it does not change the digest.
+    for leftover in (".git/config", ".git/objects/ab/cdef", ".hg/hgrc", ".svn/entries",
+                     ".venv/lib/site.py", "venv/bin/python", ".pytest_cache/v/x",
+                     "their_models/__pycache__/nets.cpython-311.pyc",
+                     ".ipynb_checkpoints/n.ipynb"):
+        (code / leftover).parent.mkdir(parents=True, exist_ok=True)
+        (code / leftover).write_text("url = https://user:token@git.example/x\n")
+    assert write_build_context(tmp_path / "d", user_code=code).digest == first.digest
     (code / "their_models" / "nets.py").write_text("def build(**kwargs):\n    pass\n")
-    assert write_build_context(tmp_path / "c", user_code=code).digest != first.digest
+    assert write_build_context(tmp_path / "e", user_code=code).digest != first.digest
     # The image copies the whole context (and so user_code/) below its WORKDIR.
     for image in images.PROJECT_IMAGES:
         dockerfile = (ROOT / image.dockerfile).read_text()

@@ -204,6 +204,8 @@ def _iam_clients(apis):
     bucket_iam = storage.Client(project="my-proj", credentials=AnonymousCredentials(),
                                 client_options={"api_endpoint": apis.url})
     return Clients(storage=bucket_iam, projects=_client(resourcemanager_v3.ProjectsClient, apis),
+                   build=_client(cloudbuild_v1.CloudBuildClient, apis),
+                   registry=_client(artifactregistry_v1.ArtifactRegistryClient, apis),
                    iam=requests.Session(), iam_endpoint=apis.url)
 
 
@@ -219,10 +221,14 @@ def test_submit_reports_every_missing_permission_at_once_and_sends_nothing_else(
     assert "storage.objects.create on gs://pipelines" in message
     assert f"iam.serviceAccounts.actAs on projects/-/serviceAccounts/{ACCOUNT}" in message
     assert "aiplatform.pipelineJobs.create" not in message
-    # The three requests, as their API types; nothing uploaded, built or submitted.
-    project, account = (iam_policy_pb2.TestIamPermissionsRequest(**r.body) for r in
-                        apis.recorded(r":testIamPermissions$"))
-    assert list(project.permissions) == list(iam.PROJECT_PERMISSIONS)
+    # The requests, as their API types; nothing uploaded, built or submitted.
+    project, repository, account = (iam_policy_pb2.TestIamPermissionsRequest(**r.body)
+                                    for r in apis.recorded(r":testIamPermissions$"))
+    assert list(project.permissions) == ["aiplatform.pipelineJobs.create",
+                                         "cloudbuild.builds.create"]
+    assert list(repository.permissions) == ["artifactregistry.tags.get"]
+    assert apis.recorded(r":testIamPermissions$")[1].path == \
+        "/v1/projects/my-proj/locations/us-central1/repositories/ml-images:testIamPermissions"
     assert list(account.permissions) == ["iam.serviceAccounts.actAs"]
     (bucket,) = apis.recorded(r"/iam/testPermissions$", method="GET")
     assert bucket.path == "/storage/v1/b/pipelines/iam/testPermissions"
@@ -234,10 +240,41 @@ def test_submit_reports_every_missing_permission_at_once_and_sends_nothing_else(
 def test_submit_passes_the_iam_check_when_everything_is_granted(apis, capsys):
     checked = iam.check_permissions(config(), _iam_clients(apis), dry_run=False,
                                     log=print)
-    assert len(checked) == 3 and "the caller holds the 7 permissions" in capsys.readouterr().out
+    assert len(checked) == 4 and "the caller holds the 7 permissions" in capsys.readouterr().out
     # Without a run-as account, there is no actAs to check.
     assert [c.api for c in iam.checks(config(service_account=""))] == \
-        ["Resource Manager", "Cloud Storage"]
+        ["Resource Manager", "Artifact Registry", "Cloud Storage"]
+    # Images in another project: Cloud Build runs there, and is asked there.
+    other = iam.checks(config(image_repository="europe-west4-docker.pkg.dev/images-prj/team"))
+    assert [(c.resource, c.permissions) for c in other[:3]] == [
+        ("projects/my-proj", ("aiplatform.pipelineJobs.create",)),
+        ("projects/images-prj", ("cloudbuild.builds.create",)),
+        ("projects/images-prj/locations/europe-west4/repositories/team",
+         ("artifactregistry.tags.get",))]
+
+
+REPOSITORY = "projects/my-proj/locations/us-central1/repositories/ml-images"
+CALLER = {"projects/my-proj": {"aiplatform.pipelineJobs.create", "cloudbuild.builds.create"},
+          "gs://pipelines": set(iam.BUCKET_PERMISSIONS),
+          f"projects/-/serviceAccounts/{ACCOUNT}": {"iam.serviceAccounts.actAs"}}
+
+
+def test_a_reader_granted_on_the_repository_passes_and_one_granted_nowhere_does_not(apis,
+                                                                                   capsys):
+    # What the README tells admins: roles/artifactregistry.reader on the repository. A
+    # grant there is invisible on the project (IAM inherits downward), where the check
+    # used to ask.
+    apis.grants = {**CALLER, REPOSITORY: {"artifactregistry.tags.get"}}
+    assert len(iam.check_permissions(config(), _iam_clients(apis), dry_run=False,
+                                     log=print)) == 4
+    # Granted on the project, it reaches the repository too.
+    apis.grants = {**CALLER, "projects/my-proj": CALLER["projects/my-proj"]
+                   | {"artifactregistry.tags.get"}}
+    iam.check_permissions(config(), _iam_clients(apis), dry_run=False, log=print)
+    apis.grants = dict(CALLER)
+    with pytest.raises(iam.PermissionsError, match=r"artifactregistry\.tags\.get on "
+                       f"{REPOSITORY} \\(roles/artifactregistry\\.reader\\)"):
+        iam.check_permissions(config(), _iam_clients(apis), dry_run=False, log=print)
 
 
 def test_the_dry_run_prints_the_iam_requests_and_digest_only_images(capsys):
@@ -247,6 +284,13 @@ def test_the_dry_run_prints_the_iam_requests_and_digest_only_images(capsys):
     out = capsys.readouterr().out
     assert "Resource Manager testIamPermissions on projects/my-proj: " \
            "aiplatform.pipelineJobs.create, cloudbuild.builds.create" in out
+    assert "Artifact Registry testIamPermissions on projects/my-proj/locations/us-central1/" \
+           "repositories/ml-images: artifactregistry.tags.get" in out
+    # What only the run's identities can hold is listed, as not checked.
+    assert "IAM: not checked (testIamPermissions answers for the caller only)" in out
+    assert f"  {ACCOUNT} (every step and the CustomJob): roles/aiplatform.user" in out
+    assert f"  Cloud Build ({ACCOUNT}): roles/artifactregistry.writer on projects/my-proj/" \
+           "locations/us-central1/repositories/ml-images" in out
     assert f"IAM testIamPermissions on projects/-/serviceAccounts/{ACCOUNT}: " \
            "iam.serviceAccounts.actAs" in out
     assert "Cloud Build: us-central1, E2_HIGHCPU_8, timeout 3600 s" in out

@@ -18,7 +18,7 @@ from trainer.remote import remote_call
 
 
 def run_build_stage(context_dir: str, context_uri: str, image_repository: str, *, push: bool,
-                    trainer_source_uri: str = "",
+                    trainer_source_uri: str = "", user_code: str = "",
                     settings: cloud_build.BuildSettings = cloud_build.BuildSettings(),
                     clients: tuple[Any, Any, Any] | None = None,
                     log: Callable[[str], None] = say) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -32,6 +32,9 @@ def run_build_stage(context_dir: str, context_uri: str, image_repository: str, *
             with the trainer installed in their own environment.
         trainer_source_uri: A build context tarball uploaded by `gpu-pipeline submit`;
             empty to use the sources of the stage's own image.
+        user_code: A local run's `training.user_code`, packed as `submit` packs it, so that
+            the digest shown is the one Vertex AI would build (on Vertex AI the image's
+            own sources already hold it).
         settings: Machine, timeout and service account of a Cloud Build.
         clients: (storage, Cloud Build, Artifact Registry) clients; created when None.
         log: Where progress lines go.
@@ -40,7 +43,7 @@ def run_build_stage(context_dir: str, context_uri: str, image_repository: str, *
         (per image key: `reference` by digest, `tag` and `built`, empty for local runs;
         metadata for the artifact).
     """
-    context = write_build_context(context_dir)
+    context = write_build_context(context_dir, user_code=None if push else user_code or None)
     metadata: dict[str, Any] = {
         "digest": context.digest, "files": len(context.files), "tag": context.tag,
         "images": {i.key: images.tagged(image_repository, i, context.tag)

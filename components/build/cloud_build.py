@@ -70,10 +70,14 @@ class Repository:
     def uri(self) -> str:
         return f"{self.location}-docker.pkg.dev/{self.project}/{self.repository}"
 
+    @property
+    def name(self) -> str:
+        """Its Artifact Registry resource name (where its IAM grants are made)."""
+        return f"projects/{self.project}/locations/{self.location}/repositories/{self.repository}"
+
     def tag_name(self, package: str, tag: str) -> str:
         """The Artifact Registry resource name of an image tag."""
-        return (f"projects/{self.project}/locations/{self.location}/repositories/"
-                f"{self.repository}/packages/{package}/tags/{tag}")
+        return f"{self.name}/packages/{package}/tags/{tag}"
 
 
 def context_object(bucket_uri: str, digest: str) -> tuple[str, str]:

@@ -2,18 +2,23 @@
 
 A missing role otherwise shows up mid-run (a build that cannot push, a job that cannot act
 as its service account). `testIamPermissions` tells which of a list of permissions the
-caller holds on a resource, without changing anything; `submit` asks three resources and
-reports every missing permission at once:
+caller holds on a resource, without changing anything; `submit` asks each resource where
+the grant is made (IAM grants inherit downward: a role granted on a repository or bucket is
+invisible on its project) and reports every missing permission at once:
 
-- the project (Resource Manager): creating the pipeline run and the image build, reading
-  image tags;
+- Vertex AI's project (Resource Manager): creating the pipeline run;
+- the image repository's project (Resource Manager), where Cloud Build runs the build
+  (`components.build.cloud_build`): creating the build; one request with the above when
+  it is the same project;
+- the image repository (Artifact Registry's own testIamPermissions): reading image tags,
+  which admins grant there (`roles/artifactregistry.reader` on the repository);
 - the pipeline root's bucket (Cloud Storage): uploading the sources, reading them back;
 - the run-as service account (IAM): `iam.serviceAccounts.actAs`, without which Vertex AI
   refuses a run that uses it (Vertex AI docs: "Configure a service account for
   Vertex AI Pipelines").
 
-What it cannot check is what the run-as account itself may do (Cloud Build, Artifact
-Registry and Storage inside the run): the README lists those roles.
+testIamPermissions answers for the caller only: what the run-as account and Google's
+service agents need inside the run is listed by `unchecked` (and the README), not checked.
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ from pipelines.vertex.clients import Clients
 from trainer.errors import InputError
 from trainer.remote import remote_call
 
-#: The caller's permissions on the project: `submit` creates the pipeline run and builds
-#: the images with Cloud Build, after asking Artifact Registry whether they exist.
-PROJECT_PERMISSIONS = ("aiplatform.pipelineJobs.create", "cloudbuild.builds.create",
-                       "artifactregistry.tags.get")
+#: The caller's permissions on Vertex AI's project: `submit` creates the pipeline run.
+PROJECT_PERMISSIONS = ("aiplatform.pipelineJobs.create",)
+#: On the image repository's project, where Cloud Build builds the images.
+BUILD_PERMISSIONS = ("cloudbuild.builds.create",)
+#: On the image repository: `submit` asks whether each image's content tag exists.
+REPOSITORY_PERMISSIONS = ("artifactregistry.tags.get",)
 #: On the pipeline root's bucket: `submit` uploads the sources and checks what is there.
 BUCKET_PERMISSIONS = ("storage.buckets.get", "storage.objects.create", "storage.objects.get")
 #: On the run-as service account.
@@ -58,15 +65,50 @@ class Check:
 
 def checks(config: Config) -> list[Check]:
     """The testIamPermissions requests `submit` makes for a configuration."""
+    from components.build.cloud_build import Repository
     from trainer.gcs import split_gcs_uri
 
     bucket, _ = split_gcs_uri(config.vertex.pipeline_root)
-    found = [Check("Resource Manager", f"projects/{config.vertex.project}", PROJECT_PERMISSIONS),
-             Check("Cloud Storage", f"gs://{bucket}", BUCKET_PERMISSIONS)]
+    repository = Repository.parse(config.vertex.image_repository)
+    vertex = f"projects/{config.vertex.project}"
+    building = f"projects/{repository.project}"
+    found = [Check("Resource Manager", vertex, PROJECT_PERMISSIONS
+                   + (BUILD_PERMISSIONS if building == vertex else ()))]
+    if building != vertex:
+        found.append(Check("Resource Manager", building, BUILD_PERMISSIONS))
+    found += [Check("Artifact Registry", repository.name, REPOSITORY_PERMISSIONS),
+              Check("Cloud Storage", f"gs://{bucket}", BUCKET_PERMISSIONS)]
     if config.vertex.service_account:
         found.append(Check("IAM", f"projects/-/serviceAccounts/{config.vertex.service_account}",
                            SERVICE_ACCOUNT_PERMISSIONS))
     return found
+
+
+def unchecked(config: Config) -> list[str]:
+    """What the run needs of identities other than the caller, for which no
+    testIamPermissions can answer (it answers for the caller only): one line each."""
+    from components.build.cloud_build import Repository
+    from trainer.gcs import split_gcs_uri
+
+    bucket, _ = split_gcs_uri(config.vertex.pipeline_root)
+    repository = Repository.parse(config.vertex.image_repository)
+    account = config.vertex.service_account or "the Compute Engine default service account"
+    jobs = "CustomJob" + (", HyperparameterTuningJob" if config.tuning.enabled else "")
+    lines = [f"{account} (every step and the {jobs}): roles/aiplatform.user and "
+             f"roles/logging.logWriter on projects/{config.vertex.project}, "
+             f"roles/storage.objectUser on gs://{bucket}, roles/artifactregistry.reader on "
+             f"{repository.name}, roles/iam.serviceAccountUser on itself",
+             f"Cloud Build ({config.vertex.service_account or 'its default account'}): "
+             f"roles/artifactregistry.writer on {repository.name}, "
+             f"roles/storage.objectViewer on gs://{bucket}"]
+    if repository.project != config.vertex.project:
+        lines.append("Vertex AI's service agent (service-PROJECT_NUMBER@gcp-sa-aiplatform"
+                     f".iam.gserviceaccount.com): roles/artifactregistry.reader on "
+                     f"{repository.name}, which is in another project")
+    if config.dataset.engine == "beam":
+        lines.append(f"{account} with dataset.engine beam: roles/dataflow.developer and "
+                     f"roles/dataflow.worker on projects/{config.vertex.project}")
+    return lines
 
 
 def granted(check: Check, clients: Clients) -> set[str]:
@@ -78,6 +120,9 @@ def granted(check: Check, clients: Clients) -> set[str]:
                                                        permissions=check.permissions)
     if check.api == "Resource Manager":
         response = clients.get_projects().test_iam_permissions(request=request)
+        return set(response.permissions)
+    if check.api == "Artifact Registry":
+        response = clients.get_builders()[1].test_iam_permissions(request=request)
         return set(response.permissions)
     if check.api == "Cloud Storage":
         bucket = clients.get_storage().bucket(check.resource[len("gs://"):])
@@ -101,6 +146,10 @@ def check_permissions(config: Config, clients: Clients, *, dry_run: bool,
             that grants it.
     """
     planned = checks(config)
+    log("IAM: not checked (testIamPermissions answers for the caller only), needed in the "
+        "run:")
+    for line in unchecked(config):
+        log(f"  {line}")
     if dry_run:
         log("IAM: submit would check the caller's permissions with:")
         for check in planned:

@@ -11,8 +11,9 @@ of every stage of the Dockerfile it names, whatever its `--target` (Docker docs:
 "Multi-stage builds"; docker/docs#15477); Artifact Registry: `tags` get; Resource
 Manager: `projects` get (project number `PROJECT_NUMBER`, which aiplatform's
 `PipelineJob.submit` compares with the pipeline root bucket's owner); `testIamPermissions`
-of Resource Manager (projects), Cloud Storage (buckets) and IAM (service accounts),
-granting all but `denied`.
+of Resource Manager (projects), Artifact Registry (repositories), Cloud Storage (buckets)
+and IAM (service accounts), granting all but `denied`, or with `grants` what was granted
+on the resource or above it.
 
 What Vertex AI and Cloud Build refuse, the fake refuses with their status (400
 INVALID_ARGUMENT): an image reference with both a tag and a digest (`Invalid image URI`:
@@ -173,6 +174,8 @@ class FakeGoogleApis:
         self.builds: dict[str, dict[str, Any]] = {}  # operation name -> build, started
         self.build_seconds = 1.5  # how long a build stays "not done"
         self.denied: set[str] = set()  # permissions testIamPermissions leaves out
+        # resource -> permissions granted there; None: everything (but `denied`) everywhere
+        self.grants: dict[str, set[str]] | None = None
         self.tuning_jobs: dict[str, dict[str, Any]] = {}  # name -> the job resource
         self._lock = threading.Lock()
         self._request = threading.local()  # the query string of the request being served
@@ -223,6 +226,8 @@ class FakeGoogleApis:
             ("POST", r"^/v3/(projects/[^/:]+):testIamPermissions$", self._test_permissions),
             ("POST", r"^/v1/(projects/-/serviceAccounts/[^/:]+):testIamPermissions$",
              self._test_permissions),
+            ("POST", r"^/v1/(projects/[^/]+/locations/[^/]+/repositories/[^/:]+)"
+                     r":testIamPermissions$", self._test_permissions),
             ("GET", r"^/storage/v1/b/([^/]+)/iam/testPermissions$", self._test_bucket),
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/repositories/[^/]+/packages/[^/]+"
                     r"/tags/[^/]+)$", self._get_tag),
@@ -475,14 +480,24 @@ class FakeGoogleApis:
         return 200, {"name": f"projects/{PROJECT_NUMBER}", "projectId": project_id,
                      "state": "ACTIVE"}
 
+    def _held(self, resource: str, asked: list[str]) -> list[str]:
+        """What the caller holds on `resource`: every permission but `denied`, or with
+        `grants` set, those granted on the resource or on a resource above it (IAM
+        inherits downward: a project's grants reach its repositories, not the reverse)."""
+        if self.grants is None:
+            return [p for p in asked if p not in self.denied]
+        parts = resource.split("/")
+        above = {"/".join(parts[:n]) for n in range(2, len(parts) + 1)}
+        held = set().union(*(self.grants.get(r, set()) for r in above | {resource}))
+        return [p for p in asked if p in held and p not in self.denied]
+
     def _test_permissions(self, resource: str, body: dict[str, Any]) -> tuple[int, Any]:
-        return 200, {"permissions": [p for p in (body or {}).get("permissions", [])
-                                     if p not in self.denied]}
+        return 200, {"permissions": self._held(resource, (body or {}).get("permissions", []))}
 
     def _test_bucket(self, bucket: str, body: Any) -> tuple[int, Any]:
         asked = self._request.query.get("permissions", [])
         return 200, {"kind": "storage#testIamPermissionsResponse",
-                     "permissions": [p for p in asked if p not in self.denied]}
+                     "permissions": self._held(f"gs://{bucket}", asked)}
 
     def _get_tag(self, name: str, body: Any) -> tuple[int, Any]:
         if name not in self.tags:
