@@ -202,6 +202,14 @@ def _load(args: argparse.Namespace):
             print(f"warning: {warning}", file=sys.stderr)
 
 
+def _check_model(config) -> None:
+    """A user's model (`training.model: package.module:function`), built once on the CPU
+    before any stage runs (`pipelines.model_check`)."""
+    from pipelines.model_check import check_user_model
+
+    check_user_model(config)
+
+
 def _is(path: Path, test) -> bool:
     """`test(path)` (Path.is_file, ...), False for a path the system cannot even look at
     (a name too long, a permission denied)."""
@@ -227,6 +235,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("only local runs are available: use `gpu-pipeline run --local`; "
                          "`gpu-pipeline compile` writes the Vertex AI spec")
     config = _load(args)  # Pre-flight: every configuration error before any work.
+    _check_model(config)
     from trainer.gcs import mounted_gcs_uri
 
     source, uri = config.dataset.source, mounted_gcs_uri(config.dataset.source)
@@ -298,6 +307,7 @@ def _vertex_config(args: argparse.Namespace):
 
     config = _load(args)
     require_vertex_settings(config)
+    _check_model(config)
     if not args.dry_run:
         for warning in bucket_location_warnings(config, Clients().get_storage()):
             print(f"warning: {warning}", file=sys.stderr)
@@ -377,6 +387,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 def _cmd_compile(args: argparse.Namespace) -> int:
     config = _load(args)  # Refuse an invalid configuration before compiling anything.
+    _check_model(config)
     from components.tuning.options import vertex_problems
 
     problems = vertex_problems(config.tuning)  # the spec is for Vertex AI

@@ -4,6 +4,8 @@ pre-flight; the examples; a user's code in the build context and the request."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -22,6 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 VERTEX = {"project": "my-project", "pipeline_root": "gs://my-bucket/root",
           "image_repository": "us-central1-docker.pkg.dev/my-project/images"}
+
+BIN = Path(sys.executable).parent / "gpu-pipeline"
 
 
 @pytest.fixture
@@ -179,3 +183,31 @@ def _pipeline_job(out: str) -> dict:
     start = out.rindex('{\n  "parent"')
     request, _ = json.JSONDecoder().raw_decode(out[start:])
     return request["pipelineJob"]
+
+
+BROKEN = {
+    "signature": ("def build(size, classes):\n    pass\n",
+                  "is build(size, classes), which cannot be called as build(image_size=32, "
+                  "num_classes=4) (missing a required argument: 'size'); the contract calls "
+                  "it with the keywords image_size and num_classes"),
+    "output": ("import tf_keras as keras\n\ndef build(image_size, num_classes):\n"
+               "    return keras.Sequential([keras.Input((image_size, image_size, 3)),\n"
+               "        keras.layers.Flatten(), keras.layers.Dense(7, activation='softmax')])\n",
+               "returned a model whose output has shape (None, 7); expected (None, 4)"),
+}
+
+
+@pytest.mark.parametrize("broken", BROKEN, ids=str)
+def test_a_wrong_user_model_is_refused_before_any_stage_runs(tmp_path, broken):
+    source, message = BROKEN[broken]
+    package = tmp_path / "code" / "their_models"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "nets.py").write_text(source)
+    result = subprocess.run([str(BIN), "run", "--local", "--model", "their_models.nets:build",
+                             "--user-code", str(tmp_path / "code")], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: training.model 'their_models.nets:build' ")
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "local_runs").exists()  # no stage ran

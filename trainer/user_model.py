@@ -116,6 +116,7 @@ def build_user_model(keras: Any, reference: str, *, image_size: int, num_classes
             raise UserModelError(f"training.weights is {weights!r}, but {reference} takes no "
                                  "weights keyword; add one, or leave training.weights empty")
         kwargs["weights"] = weights
+    _check_signature(function, reference, kwargs)
     try:
         model = function(**kwargs)
     except UserModelError:
@@ -126,6 +127,23 @@ def build_user_model(keras: Any, reference: str, *, image_size: int, num_classes
                              f"{_where(exc)}") from None
     _check_model(keras, model, reference, image_size, num_classes)
     return model
+
+
+def _check_signature(function: Callable[..., Any], reference: str,
+                     kwargs: dict[str, Any]) -> None:
+    """Refuses a function that cannot take the contract's keywords, before calling it."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin or C function: the call itself will tell
+        return
+    try:
+        signature.bind(**kwargs)
+    except TypeError as exc:
+        call = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        raise UserModelError(
+            f"training.model {reference!r} is {function.__name__}{signature}, which cannot "
+            f"be called as {function.__name__}({call}) ({exc}); the contract calls it with "
+            "the keywords image_size and num_classes (README: \"Your own model\")") from None
 
 
 def _check_model(keras: Any, model: Any, reference: str, image_size: int,
@@ -159,3 +177,55 @@ def _check_model(keras: Any, model: Any, reference: str, image_size: int,
                              f"are not class probabilities (rows sum to "
                              f"{', '.join(f'{v:.3g}' for v in rows.sum(axis=-1))}); end it "
                              "with a softmax (the trainer's loss expects probabilities)")
+
+
+def preflight(reference: str, *, user_code: str, image_size: int, num_classes: int,
+              weights: str = "") -> None:
+    """Builds the user's model once on the CPU, as the trainer will, before any stage runs.
+
+    Weights the trainer would fetch (`imagenet`, a remote file) are not loaded here: the
+    function must only accept them. Run in a process of its own (`main`), which imports
+    TensorFlow.
+
+    Raises:
+        UserModelError: One line naming `training.model` and what breaks the contract.
+    """
+    import os
+
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tf_keras as keras
+
+    local = weights if weights and Path(weights).is_file() else ""
+    if weights and not local and not _accepts(load_function(reference, user_code), "weights"):
+        raise UserModelError(f"training.weights is {weights!r}, but {reference} takes no "
+                             "weights keyword; add one, or leave training.weights empty")
+    build_user_model(keras, reference, image_size=image_size, num_classes=num_classes,
+                     weights=local, user_code=user_code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m trainer.user_model REFERENCE --user-code DIR --image-size N --num-classes K
+    [--weights W]`: the pre-flight of a user's model; exit 2 with one line when it breaks
+    the contract."""
+    import argparse
+    import os
+
+    parser = argparse.ArgumentParser(prog="python -m trainer.user_model")
+    parser.add_argument("reference")
+    parser.add_argument("--user-code", default="")
+    parser.add_argument("--image-size", type=int, required=True)
+    parser.add_argument("--num-classes", type=int, required=True)
+    parser.add_argument("--weights", default="")
+    args = parser.parse_args(argv)
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # a tiny CPU build, whatever the machine has
+    try:
+        preflight(args.reference, user_code=args.user_code, image_size=args.image_size,
+                  num_classes=args.num_classes, weights=args.weights)
+    except UserModelError as exc:
+        print(exc, file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
