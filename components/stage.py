@@ -27,6 +27,8 @@ def stage_errors(stage: str) -> Iterator[None]:
     try:
         yield
     except ProjectError as exc:
-        for line in str(exc).splitlines():
+        first, *rest = str(exc).splitlines() or [""]
+        say(f"{stage} failed: {first}")  # the line a run's summary names as its reason
+        for line in rest:
             say(f"{stage}: {line}")
         sys.exit(1)

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 from components import project
 from components.project import LOG_PREFIX
+from components.training.local_cluster import TENSORFLOW_CHATTER
 from pipelines.config import Config
 from pipelines.process_tree import stop_descendants
 from trainer.errors import StageError, first_line
@@ -63,6 +64,13 @@ _PROGRESS = re.compile(r"^\s*(" + re.escape(LOG_PREFIX) + r"|\[trainer "
                        r"|.*Task .*(started|finished with status)"
                        r"|.*Pipeline .*(started|finished with status))")
 _FAILURE = re.compile(r"finished with status FAILURE")
+# The same epoch again, from a replica other than the chief (shown with --verbose).
+_OTHER_EPOCH = re.compile(r"^\s*\[trainer (?!chief:)[^\]]+\] epoch \d+/")
+# What KFP's executor says of itself when it starts a task, and the next task's start.
+_EXECUTOR = re.compile(r"^\s*\[KFP Executor .*\]: (Looking for component|Loading KFP component)")
+_TASK_START = re.compile(r"Executing task '")
+# The first line of a stage's error (`components.stage.stage_errors`).
+_STAGE_FAILED = re.compile(r"^" + re.escape(LOG_PREFIX) + r" \S[^:]* failed: ")
 # KFP's executor logs its whole input as indented JSON: "Got executor_input:" ... "    }".
 _INPUT_START = re.compile(r"Got executor_input:$")
 _INPUT_END = re.compile(r"^ {4}\}$")
@@ -73,34 +81,53 @@ class _ProgressFilter:
     """A text stream that passes on only progress lines.
 
     The hidden lines of the running task are kept, and shown when the task fails, so a
-    failure always comes with its traceback or last words (but not with the executor's
-    input JSON, which says nothing about why).
+    failure always comes with its traceback or last words, but once: not a line the
+    task's progress already showed, nor TensorFlow's start-up chatter, the executor's
+    input JSON or its own notices, which say nothing about why. Epoch lines of replicas
+    other than the chief are hidden: the chief's say the same.
     """
 
     def __init__(self, target: TextIO, keep: int = 60):
         self._target = target
         self._buffer = ""
         self._hidden: collections.deque[str] = collections.deque(maxlen=keep)
+        self._shown: list[str] = []  # the running task's progress lines
         self._in_executor_input = False
+        self.reason = ""  # the first failed stage's own error line, once one failed
+
+    def _failed(self) -> None:
+        stated = [line for line in self._shown if _STAGE_FAILED.match(line)]
+        if stated and not self.reason:
+            self.reason = stated[0][len(LOG_PREFIX) + 1:]
+        said = "\n".join(self._shown)
+        new = [line for line in self._hidden if line.strip() not in said]
+        if new:
+            self._target.write("\n".join(new) + "\n")
+        self._hidden.clear()
 
     def write(self, text: str) -> int:
         self._buffer += text
         *lines, self._buffer = self._buffer.split("\n")
         for line in lines:
             plain = _ANSI.sub("", line).rstrip()
-            if _FAILURE.search(plain) and self._hidden:
-                self._target.write("\n".join(self._hidden) + "\n")
+            if _FAILURE.search(plain):
+                self._failed()
+            if _TASK_START.search(plain):
                 self._hidden.clear()
-            if _PROGRESS.match(plain):
+                self._shown.clear()
+            if _PROGRESS.match(plain) and not _OTHER_EPOCH.match(plain):
                 self._target.write(plain.strip() + "\n")
+                self._shown.append(plain.strip())
                 if "finished with status" in plain:
                     self._hidden.clear()
+                    self._shown.clear()
                     self._in_executor_input = False
             elif self._in_executor_input:
                 self._in_executor_input = not _INPUT_END.match(plain)
             elif _INPUT_START.search(plain):
                 self._in_executor_input = True
-            elif plain.strip():
+            elif plain.strip() and not (TENSORFLOW_CHATTER.match(plain)
+                                        or _EXECUTOR.match(plain)):
                 self._hidden.append(plain)
         return len(text)
 
@@ -112,10 +139,11 @@ class _ProgressFilter:
 
 
 @contextlib.contextmanager
-def _quiet_kfp(out: TextIO, verbose: bool) -> Iterator[None]:
-    """Routes KFP's output (stdout and its logger) through the progress filter."""
+def _quiet_kfp(out: TextIO, verbose: bool) -> Iterator[_ProgressFilter | None]:
+    """Routes KFP's output (stdout and its logger) through the progress filter (yielded;
+    None with `verbose`)."""
     if verbose:
-        yield
+        yield None
         return
     stream = _ProgressFilter(out)
     handler = logging.StreamHandler(stream)
@@ -125,7 +153,7 @@ def _quiet_kfp(out: TextIO, verbose: bool) -> Iterator[None]:
     kfp_logger.propagate = False
     try:
         with contextlib.redirect_stdout(stream):
-            yield
+            yield stream
     finally:
         kfp_logger.handlers[:], kfp_logger.propagate = saved
 
@@ -239,11 +267,14 @@ def run_local(config: Config, pipeline_root: str | os.PathLike, *, verbose: bool
                    raise_on_error=True, enable_caching=cache)
         before = set(root.iterdir())
         failure = None
+        progress = None
         try:
-            with _contained(root), _quiet_kfp(out, verbose):
+            with _contained(root), _quiet_kfp(out, verbose) as progress:
                 local_pipeline_for(config)(**local_arguments(config, str(root / REGISTRY)))
         except RuntimeError as exc:
             failure = first_line(_ANSI.sub("", str(exc)), 2000)
+            if progress is not None and progress.reason:  # the stage's own words first
+                failure = f"{progress.reason} ({failure})"
     run_dir = _run_dir(root, before)
     summary = _summary(run_dir)
     if failure is not None:

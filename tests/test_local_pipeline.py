@@ -80,6 +80,8 @@ def test_demo_runs_every_stage_and_says_what_it_did(demo):
     assert curves.startswith("<!doctype html>") and curves.count("<svg") == 2
     assert "[gpu-pipeline] training: 10 epochs, multi_worker_mirrored on 2 training machine(s)" \
         in stdout
+    # One line per epoch: the chief's (the worker's say the same; shown with --verbose).
+    assert "[trainer chief:0] epoch 1/10" in stdout and "[trainer worker:0] epoch" not in stdout
     for line in ("GPU configuration valid for us-central1",
                  "were not built or pushed (no Docker engine is used); training uses the "
                  "trainer installed in this environment",
@@ -259,8 +261,11 @@ def test_a_dataset_the_stage_cannot_use_fails_the_run_with_its_message(tmp_path)
     config = config.model_copy(update={"dataset": config.dataset.model_copy(
         update={"source": str(source)})})
     out = io.StringIO()
-    with pytest.raises(LocalRunError, match="fingerprint-dataset-source"):
+    with pytest.raises(LocalRunError, match="fingerprint-dataset-source") as raised:
         run_local(config, tmp_path / "runs", out=out)
     log = out.getvalue()
-    assert "[gpu-pipeline] dataset: dataset source" in log and "has 1 class(es) (circle)" in log
+    assert "[gpu-pipeline] dataset failed: dataset source" in log and \
+        "has 1 class(es) (circle)" in log
+    # The reason comes first in the error, before KFP's own words.
+    assert str(raised.value).startswith("dataset failed: dataset source")
     assert "Traceback" not in log and "executor_input" not in log

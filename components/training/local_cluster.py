@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -119,6 +120,30 @@ def core_plan(names: Sequence[str], cores: Sequence[int]) -> dict[str, list[int]
     return {name: ordered[i * share:(i + 1) * share] for i, name in enumerate(training)}
 
 
+#: TensorFlow's start-up and device notices (absl's `I0000 00:00:...` lines, oneDNN, CUDA
+#: probing on a machine without GPUs): in every process's log, and never a run's reason.
+TENSORFLOW_CHATTER = re.compile(
+    r"^\s*([IWEF]\d{4} [\d:.]+\s+\d+ \S+:\d+\]"
+    r"|WARNING: All log messages before absl::InitializeLog"
+    r"|.*This TensorFlow binary is optimized|.*To enable the following instructions"
+    r"|.*oneDNN custom operations are on)")
+#: A line that says why a trainer failed: its own error line, or a traceback's last line.
+_REASON = re.compile(r"^(trainer: |[A-Za-z_.]*(Error|Exception|Exit)\b.*: )")
+
+
+def failure_summary(name: str, code: int | None, tail: Sequence[str]) -> str:
+    """A failed process in a few lines: its reason first (its own error line, or the
+    last line of its traceback), then its last other lines (a traceback), without
+    TensorFlow's chatter or its progress lines, which its log already shows."""
+    lines = [line for line in tail if line.strip() and not TENSORFLOW_CHATTER.match(line)]
+    reasons = [line for line in lines if _REASON.match(line)]
+    reason = reasons[-1] if reasons else "no error line (see its log above)"
+    before = [line for line in lines
+              if line != reason and not line.startswith("[trainer ")][-12:]
+    return (f"training process {name} exited with code {code}: {reason}"
+            + ("\nits last lines:\n" + "\n".join(before) if before else ""))
+
+
 def _pump(stream, out: TextIO | None, tail: deque) -> None:
     for line in iter(stream.readline, ""):
         tail.append(line.rstrip("\n"))
@@ -178,9 +203,8 @@ def run_local_cluster(layout: Layout, trainer_args: Sequence[str], strategy: str
     finally:
         _stop(replicas)
     if failed:
-        raise LocalTrainingError(f"training process {failed.name} exited with code "
-                                 f"{failed.process.returncode}; last lines:\n"
-                                 + "\n".join(failed.tail))
+        raise LocalTrainingError(failure_summary(failed.name, failed.process.returncode,
+                                                 list(failed.tail)))
     return chosen
 
 
