@@ -30,7 +30,8 @@ def _processes_mentioning(text: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+# SIGTERM (143), sent to the whole process group, is the next test's.
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130)])
 def test_an_interrupted_run_stops_its_workers_and_removes_its_partial_run(tmp_path, signum,
                                                                           code):
     root, temp = tmp_path / "runs", tmp_path / "tmp"
@@ -115,7 +116,7 @@ def test_a_cluster_that_cannot_form_fails_within_its_limit_naming_the_replica(tm
     root = tmp_path / "runs"
     log = open(tmp_path / "out.log", "w")
     run = subprocess.Popen([str(BIN), "run", "--local", "--pipeline-root", str(root),
-                            "--cluster-wait", "10"], stdout=log, stderr=subprocess.PIPE,
+                            "--cluster-wait", "5"], stdout=log, stderr=subprocess.PIPE,
                            text=True)
     deadline = time.monotonic() + 300
     worker = None
@@ -136,13 +137,13 @@ def test_a_cluster_that_cannot_form_fails_within_its_limit_naming_the_replica(tm
             os.kill(pid, signal.SIGKILL)
     out = (tmp_path / "out.log").read_text()
     assert run.returncode == 1, err
-    assert re.search(r"trainer: chief:0: the training cluster did not form within 10 s "
+    assert re.search(r"trainer: chief:0: the training cluster did not form within 5 s "
                      r"\(training\.cluster_wait\): could not reach worker:0 \(localhost:\d+\)\. "
                      r"Likely causes: a replica that failed to start or died", out + err)
-    assert took < 10 + 60  # the limit, TensorFlow's start and the launcher's stop
+    assert took < 5 + 60  # the limit, TensorFlow's start and the launcher's stop
     assert "Traceback" not in err and "epoch 1/" not in out
     # The reason first and once, in the log and in the command's last word; no chatter.
-    reason = "trainer: chief:0: the training cluster did not form within 10 s"
+    reason = "trainer: chief:0: the training cluster did not form within 5 s"
     assert err.startswith("error: the pipeline failed: training failed: training process "
                           f"chief exited with code -9: {reason}")
     assert out.count(reason) == 1 and "cuda_platform" not in out and "oneDNN" not in out
