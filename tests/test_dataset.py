@@ -500,3 +500,24 @@ def test_bad_image_format_names_the_field(tmp_path):
                        match=r"dataset.image_format is 'webp'; expected one of auto, png, jpeg"):
         prepare_source(BUILTIN_SHAPES, tmp_path / "out", image_format="webp")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_long_preparation_says_how_far_it_is_its_rate_and_the_time_left():
+    from components.progress import Progress
+
+    now = [0.0]
+    lines: list[str] = []
+    progress = Progress("dataset: images encoded", 10_000, every=15, log=lines.append,
+                        clock=lambda: now[0])
+    for _ in range(100):  # 100 images a second for 10 s: too soon to say anything
+        now[0] += 0.1
+        progress.advance(10)
+    assert lines == []
+    now[0] = 15.0
+    progress.advance(500)  # 1,500 of 10,000 after 15 s: 100/s, 85 s left
+    assert lines == ["dataset: images encoded: 1500 of 10000 (15%), 100/s, about 85 s left"]
+    now[0] += 1.0
+    progress.advance(10)  # within `every` of the last report: quiet
+    now[0] += 30.0
+    progress.advance(8490)  # done: the stage's own summary says the rest
+    assert len(lines) == 1

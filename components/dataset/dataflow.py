@@ -186,14 +186,18 @@ def run_on_dataflow(pipeline: Any, job: DataflowJob) -> None:
                                 f"; see {url}")
 
 
-def _follow(client: Any, job_id: str) -> str:
-    """Polls the job until it is in a terminal state; returns that state's name."""
-    last = None
+def _follow(client: Any, job_id: str, report_every: float = 300) -> str:
+    """Polls the job until it is in a terminal state; returns that state's name. A job
+    gives no count of its work: a state change is said at once, and a long state again
+    every `report_every` seconds with how long the job has run."""
+    last, said, started = None, 0.0, time.monotonic()
     while True:
         state = client.get_job(job_id).current_state.name
-        if state != last:
-            say(f"Dataflow job {job_id}: {state}")
-            last = state
+        now = time.monotonic()
+        if state != last or now - said >= report_every:
+            say(f"Dataflow job {job_id}: {state}"
+                + (f" after {(now - started) / 60:.0f} min" if state == last else ""))
+            last, said = state, now
         if state in _TERMINAL:
             return state
         time.sleep(POLL_SECONDS)

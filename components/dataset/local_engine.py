@@ -9,6 +9,7 @@ from typing import Any
 from components.dataset.encode import results
 from components.dataset.shard_plan import DatasetPlan, shard_names
 from components.dataset.written import Shard, Written
+from components.progress import Progress
 from trainer import contract, tfrecord
 
 
@@ -28,6 +29,7 @@ def write_locally(plan: DatasetPlan, out: Path, processes: int) -> Written:
     per_class = {key: [0] * classes for key in
                  ((split, i) for split, n in plan.shards.items() for i in range(n))}
     skipped: list[dict[str, str]] = []
+    progress = Progress("dataset: images encoded", len(assigned))
     try:
         for split, split_names in names.items():
             for i, name in enumerate(split_names):
@@ -36,6 +38,7 @@ def write_locally(plan: DatasetPlan, out: Path, processes: int) -> Written:
                                                  plan.image_size, processes,
                                                  plan.image_format):
             ex, split, shard = assigned[index]
+            progress.advance()
             if data is None:
                 skipped.append({"file": ex.ref, "reason": error or "unreadable"})
                 continue
