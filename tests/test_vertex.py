@@ -84,7 +84,8 @@ class FakeCloudBuild:
 
 
 class FakeArtifactRegistry:
-    """Answers GetTagRequests for the tags it holds, NotFound otherwise."""
+    """Answers GetTagRequests for the tags it holds, NotFound otherwise; grants every
+    permission asked of a repository."""
 
     def __init__(self):
         self.requests, self.tags = [], {}
@@ -102,6 +103,10 @@ class FakeArtifactRegistry:
         if request.name not in self.tags:
             raise exceptions.NotFound(request.name)
         return artifactregistry_v1.Tag(name=request.name, version=self.tags[request.name])
+
+    def test_iam_permissions(self, request):
+        assert isinstance(request, iam_policy_pb2.TestIamPermissionsRequest)
+        return iam_policy_pb2.TestIamPermissionsResponse(permissions=request.permissions)
 
 
 class RecordingApi:
