@@ -42,7 +42,8 @@ def check_user_model(config: Config) -> None:
     training = config.training
     if not is_reference(training.model):
         return
-    classes = known_classes(config) or STAND_IN_CLASSES
+    known = known_classes(config)
+    classes = known or STAND_IN_CLASSES
     command = [sys.executable, "-m", "trainer.user_model", training.model,
                "--user-code", training.user_code, "--image-size",
                str(config.dataset.image_size), "--num-classes", str(classes),
@@ -61,5 +62,5 @@ def check_user_model(config: Config) -> None:
                              f"{done.returncode}: {done.stderr.strip()[-500:]}")
     say(f"your model {training.model}: built with image_size="
           f"{config.dataset.image_size}, num_classes={classes}"
-          + ("" if known_classes(config) else " (a stand-in: the dataset's count is known "
+          + ("" if known else " (a stand-in: the dataset's count is known "
              "once it is prepared)") + "; it meets the contract")

@@ -69,6 +69,26 @@ def _trainer(root: Path, task_type: str) -> int | None:
     return None
 
 
+def _freeze_worker(run: subprocess.Popen, root: Path, deadline: float) -> int:
+    """Freezes the run's worker replica as soon as it exists (SIGSTOP); returns its pid."""
+    while (worker := _trainer(root, "worker")) is None:
+        assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()
+        time.sleep(0.05)
+    os.kill(worker, signal.SIGSTOP)
+    return worker
+
+
+def _kill_leftovers(run: subprocess.Popen, root: Path) -> list[int]:
+    """Kills the command and whatever of its run is left (so that nothing outlives the
+    test); returns what was left of the run."""
+    if run.poll() is None:
+        run.kill()
+    left = _processes_mentioning(str(root))
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
 def test_a_run_interrupted_while_its_cluster_forms_leaves_no_process(tmp_path):
     # The worker is frozen as it starts, so the chief waits for it: a replica stuck forming
     # the cluster ignores SIGTERM (TensorFlow's coordination service handles it), and a
@@ -83,13 +103,8 @@ def test_a_run_interrupted_while_its_cluster_forms_leaves_no_process(tmp_path):
                            stdout=log, stderr=subprocess.PIPE, text=True,
                            env={**os.environ, "TMPDIR": str(temp)}, start_new_session=True)
     deadline = time.monotonic() + 300
-    worker = None
     try:
-        while worker is None:
-            assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()
-            worker = _trainer(root, "worker")
-            time.sleep(0.05)
-        os.kill(worker, signal.SIGSTOP)
+        _freeze_worker(run, root, deadline)
         while "[trainer chief:0] training plan" not in (tmp_path / "out.log").read_text():
             assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()
             time.sleep(0.2)
@@ -98,11 +113,7 @@ def test_a_run_interrupted_while_its_cluster_forms_leaves_no_process(tmp_path):
         os.killpg(run.pid, signal.SIGTERM)
         _, err = run.communicate(timeout=120)
     finally:
-        if run.poll() is None:
-            run.kill()
-        left = _processes_mentioning(str(root))
-        for pid in left:  # whatever the run left, so that it does not outlive the test
-            os.kill(pid, signal.SIGKILL)
+        left = _kill_leftovers(run, root)
     assert run.returncode == 143, err
     assert "interrupted: every process of the run was stopped" in err
     assert left == []
@@ -112,29 +123,19 @@ def test_a_run_interrupted_while_its_cluster_forms_leaves_no_process(tmp_path):
 def test_a_cluster_that_cannot_form_fails_within_its_limit_naming_the_replica(tmp_path):
     # The worker is frozen as it starts (as behind a firewall: alive, but nothing answers
     # at its address): the chief stops after training.cluster_wait, naming it, and the
-    # launcher stops the rest and removes what the run wrote.
+    # launcher stops the rest.
     root = tmp_path / "runs"
     log = open(tmp_path / "out.log", "w")
     run = subprocess.Popen([str(BIN), "run", "--local", "--pipeline-root", str(root),
                             "--cluster-wait", "5"], stdout=log, stderr=subprocess.PIPE,
                            text=True)
-    deadline = time.monotonic() + 300
-    worker = None
     try:
-        while worker is None:
-            assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()
-            worker = _trainer(root, "worker")
-            time.sleep(0.05)
-        os.kill(worker, signal.SIGSTOP)
+        _freeze_worker(run, root, time.monotonic() + 300)
         frozen = time.monotonic()
         _, err = run.communicate(timeout=240)
         took = time.monotonic() - frozen
     finally:
-        if run.poll() is None:
-            run.kill()
-        left = _processes_mentioning(str(root))
-        for pid in left:
-            os.kill(pid, signal.SIGKILL)
+        left = _kill_leftovers(run, root)
     out = (tmp_path / "out.log").read_text()
     assert run.returncode == 1, err
     assert re.search(r"trainer: chief:0: the training cluster did not form within 5 s "

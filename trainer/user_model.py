@@ -99,6 +99,13 @@ def _accepts(function: Callable[..., Any], name: str) -> bool:
     return any(p.name == name or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
+def _require_weights_keyword(function: Callable[..., Any], reference: str,
+                             weights: str) -> None:
+    if not _accepts(function, "weights"):
+        raise UserModelError(f"training.weights is {weights!r}, but {reference} takes no "
+                             "weights keyword; add one, or leave training.weights empty")
+
+
 def build_user_model(keras: Any, reference: str, *, image_size: int, num_classes: int,
                      weights: str = "", user_code: str = "") -> Any:
     """Calls the user's function and checks what it returns.
@@ -112,9 +119,7 @@ def build_user_model(keras: Any, reference: str, *, image_size: int, num_classes
     function = load_function(reference, user_code)
     kwargs: dict[str, Any] = {"image_size": image_size, "num_classes": num_classes}
     if weights:
-        if not _accepts(function, "weights"):
-            raise UserModelError(f"training.weights is {weights!r}, but {reference} takes no "
-                                 "weights keyword; add one, or leave training.weights empty")
+        _require_weights_keyword(function, reference, weights)
         kwargs["weights"] = weights
     _check_signature(function, reference, kwargs)
     try:
@@ -196,9 +201,8 @@ def preflight(reference: str, *, user_code: str, image_size: int, num_classes: i
     import tf_keras as keras
 
     local = weights if weights and Path(weights).is_file() else ""
-    if weights and not local and not _accepts(load_function(reference, user_code), "weights"):
-        raise UserModelError(f"training.weights is {weights!r}, but {reference} takes no "
-                             "weights keyword; add one, or leave training.weights empty")
+    if weights and not local:
+        _require_weights_keyword(load_function(reference, user_code), reference, weights)
     build_user_model(keras, reference, image_size=image_size, num_classes=num_classes,
                      weights=local, user_code=user_code)
 
