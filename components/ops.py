@@ -27,20 +27,24 @@ _IMAGE = images.pipeline_image()
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def validate_gpu_config(vertex: dict, training: dict, local_cluster: dict) -> NamedTuple(
         "GpuConfig", [("worker_pool_specs", list), ("training_workers", int),
-                      ("strategy", str), ("training_plan", dict)]):
+                      ("strategy", str), ("training_plan", dict), ("alternatives", list)]):
     """Stage 1: the Vertex worker pools checked against the GPU rules and the strategy's
-    roles, normalised, and the training plan every replica applies.
+    roles, normalised, and the training plan every replica applies; the same for every
+    alternative of `vertex.fallbacks`.
 
-    Returns the normalised pools, the number of processes that read the training data
-    (the dataset's shard multiple), the strategy and the training plan (strategy,
-    all-reduce, mixed precision, XLA, with reasons). `local_cluster` (workers, parameter
-    servers, evaluators) is the layout of a local run, whose CPU processes train with a
-    plan of their own; empty on Vertex AI.
+    Returns the primary configuration's normalised pools, strategy and training plan
+    (strategy, all-reduce, mixed precision, XLA, with reasons), the number of processes
+    that read the training data (the dataset's shard multiple: a multiple of every
+    alternative's), and every alternative with its own pools and plan, in the order the
+    training step tries them. `local_cluster` (workers, parameter servers, evaluators) is
+    the layout of a local run, whose CPU processes train with a plan of their own; empty
+    on Vertex AI.
     """
     from collections import namedtuple
 
+    from components.capacity.alternatives import batch_lines, check_alternatives, shard_multiple
     from components.stage import say, stage_errors
-    from components.training.layout import check_pools, input_pipelines, layout_of
+    from components.training.layout import input_pipelines
     from components.vertex_options import VertexOptions
     from trainer.cluster import Layout
     from trainer.options import TrainingOptions
@@ -50,24 +54,30 @@ def validate_gpu_config(vertex: dict, training: dict, local_cluster: dict) -> Na
     with stage_errors("GPU config"):
         options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
         trainer = validate(TrainingOptions, training, prefix="training", strict=False)
-        result = check_pools(options.worker_pool_specs, region=options.region,
-                             training=trainer, scheduling=options.scheduling_strategy,
-                             timeout=options.timeout)
-        for warning in result.warnings:
+        checked = check_alternatives(options, trainer)
+        for warning in checked.warnings:
             say(f"warning: {warning}")
-        result.raise_for_errors()
-        layout, plan = layout_of(result.specs), result.plan
+        checked.raise_for_errors()
+        result, plan = checked.primary, checked.primary.plan
+        readers = shard_multiple(checked.alternatives)
         if local_cluster:
             layout = Layout(**{k: int(v) for k, v in local_cluster.items()})
             plan = plan_training(layout, **requested(trainer))
+            readers = input_pipelines(layout, plan.strategy)
     say(f"GPU configuration valid for {options.region}: {result.describe()}")
     say(f"training plan on Vertex AI: {result.plan.summary()}")
+    for alternative in checked.alternatives[1:]:
+        say(f"{alternative.label}, tried after a stock-out or a quota refusal: "
+            f"{alternative.describe()}; training plan: {alternative.plan.summary()}")
+    if len(checked.alternatives) > 1:
+        for line in batch_lines(checked.alternatives, trainer):
+            say(line)
     if local_cluster:
         say(f"training plan of this local run: {plan.summary()}")
     outputs = namedtuple("GpuConfig", ["worker_pool_specs", "training_workers", "strategy",
-                                       "training_plan"])
-    return outputs(result.specs, input_pipelines(layout, plan.strategy), plan.strategy,
-                   plan.to_dict())
+                                       "training_plan", "alternatives"])
+    return outputs(result.specs, readers, plan.strategy, plan.to_dict(),
+                   [a.to_dict() for a in checked.alternatives])
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
@@ -299,42 +309,37 @@ def best_vertex_trial(gcp_resources: str, training: dict, tuning: dict,
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def vertex_training_spec(worker_pool_specs: list, images: dict, dataset: Input[Dataset],
-                         training: dict, vertex: dict, training_plan: dict,
-                         training_job: Output[Artifact]) -> NamedTuple(
-                             "VertexTrainingSpec", [
-                                 ("worker_pool_specs", list), ("base_output_directory", str),
-                                 ("model_uri", str), ("display_name", str), ("region", str),
-                                 ("service_account", str), ("network", str), ("timeout", str),
-                                 ("restart_job_on_worker_restart", bool),
-                                 ("scheduling_strategy", str), ("max_wait_duration", str),
-                                 ("tensorboard", str), ("labels", dict),
-                                 ("persistent_resource_id", str)]):
-    """Stage 4 (Vertex), part 1: the CustomJob's worker pools and settings; every replica
-    applies stage 1's `training_plan`."""
+def train_on_vertex_ai(project: str, alternatives: list, images: dict, dataset: Input[Dataset],
+                       training: dict, vertex: dict, training_job: Output[Artifact]
+                       ) -> NamedTuple("VertexTraining", [
+                           ("model_uri", str), ("worker_pool_specs", list), ("strategy", str),
+                           ("training_plan", dict), ("capacity", dict),
+                           ("gcp_resources", str)]):
+    """Stage 4 (Vertex): the trainer as a Vertex AI CustomJob on the first of stage 1's
+    `alternatives` with capacity (the primary, then `vertex.fallbacks`; a stock-out or a
+    quota refusal moves on, any other failure fails the step); every replica applies its
+    alternative's training plan. Returns the model's URI, the pools, strategy and plan
+    that trained, the capacity record (which alternative trained and why not the others)
+    and the jobs it created."""
     from collections import namedtuple
 
-    from components.stage import stage_errors
-    from components.training.vertex_job import custom_job_spec, plan_flags
-    from components.vertex_options import VertexOptions
-    from trainer.options import TrainingOptions
-    from trainer.schema import to_flags, validate
+    from components.capacity.launcher import gcp_resources, run_training_job, summary
+    from components.stage import say, stage_errors
+    from components.training.vertex_job import MODEL_SUBDIR
 
     with stage_errors("training"):
-        options = validate(TrainingOptions, training, prefix="training", strict=False)
-        job = validate(VertexOptions, vertex, prefix="vertex", strict=False)
-        spec = custom_job_spec(worker_pool_specs, images, dataset_path=dataset.path,
-                               output_uri=training_job.uri, output_path=training_job.path,
-                               trainer_args=[*to_flags(options), *plan_flags(training_plan)],
-                               job_name=job.job_name)
-    settings = {"region": job.region, "service_account": job.service_account,
-                "network": job.network, "timeout": job.timeout,
-                "restart_job_on_worker_restart": job.restart_job_on_worker_restart,
-                "scheduling_strategy": job.scheduling_strategy,
-                "max_wait_duration": job.max_wait_duration, "tensorboard": job.tensorboard,
-                "labels": job.labels, "persistent_resource_id": job.persistent_resource_id}
-    values = {**spec, **settings}
-    return namedtuple("VertexTrainingSpec", list(values))(**values)
+        done = run_training_job(project, alternatives, images, dataset_path=dataset.path,
+                                output_uri=training_job.uri, output_path=training_job.path,
+                                training=training, vertex=vertex, log=say)
+    record = done.record()
+    say(f"training: {summary(record)}")
+    training_job.metadata.update({"capacity": summary(record), "custom_job": done.job.name})
+    outputs = namedtuple("VertexTraining", ["model_uri", "worker_pool_specs", "strategy",
+                                            "training_plan", "capacity", "gcp_resources"])
+    plan = done.alternative.plan
+    return outputs(f"{training_job.uri.rstrip('/')}/{MODEL_SUBDIR}",
+                   done.alternative.worker_pool_specs, plan.strategy, plan.to_dict(), record,
+                   gcp_resources(record["attempts"]))
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
@@ -360,7 +365,7 @@ def report_training(training_job: Input[Artifact], metrics: Output[Metrics],
 def export_model(dataset: Input[Dataset], trained_model: Input[Model], training: dict,
                  vertex: dict, strategy: str, worker_pool_specs: list, training_plan: dict,
                  images: dict,
-                 registry_root: str, job_name: str, tuning: dict,
+                 registry_root: str, job_name: str, tuning: dict, capacity: dict,
                  exported_model: Output[Model],
                  metrics: Output[Metrics], comparison: Output[Markdown]) -> NamedTuple(
                      "ExportOutputs", [("accuracy", float), ("model_uri", str),
@@ -373,7 +378,8 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model], training:
 
     `registry_root` is the local registry (`run --local`: the model is registered there);
     "" on Vertex AI, where the champion is `vertex.parent_model`'s default version and the
-    model upload that follows acts on the decision.
+    model upload that follows acts on the decision. `capacity` (Vertex AI) says which of
+    the alternatives trained and why not the ones before it.
     """
     from collections import namedtuple
 
@@ -385,7 +391,7 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model], training:
             trained_model.path, dataset.path, exported_model.path, vertex=vertex,
             training=training, images=images, registry_root=registry_root, job_name=job_name,
             cluster={"strategy": strategy, "worker_pool_specs": worker_pool_specs,
-                     "training_plan": training_plan},
+                     "training_plan": training_plan, "capacity": capacity},
             exported_uri=exported_model.uri, comparison_path=comparison.path, tuning=tuning)
     for name, value in done.metrics.items():
         metrics.log_metric(name, value)

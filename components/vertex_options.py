@@ -48,6 +48,22 @@ def default_pools() -> list[dict[str, Any]]:
     return [copy.deepcopy(pool) for _ in range(2)]
 
 
+SchedulingStrategy = Literal["STANDARD", "SPOT", "FLEX_START"]
+
+
+class Fallback(pydantic.BaseModel):
+    """An alternative to the primary configuration, which the training step tries when
+    Vertex AI has no capacity for the ones before it; what it leaves out is the primary's."""
+
+    model_config = STRICT
+
+    region: Region | None = Field(None, description="Vertex AI region of this alternative.")
+    worker_pool_specs: list[Any] | None = Field(None, description=(
+        "Worker pools of this alternative (the same roles as the primary's)."))
+    scheduling_strategy: SchedulingStrategy | None = Field(None, description=(
+        "STANDARD, SPOT or FLEX_START for this alternative."))
+
+
 class VertexOptions(pydantic.BaseModel):
     """The Vertex AI settings the pipeline's stages use at run time."""
 
@@ -72,7 +88,7 @@ class VertexOptions(pydantic.BaseModel):
         "projects/NUMBER/global/networks/NAME for VPC peering; empty for none."))
     restart_job_on_worker_restart: bool = Field(True, description=(
         "Restart the whole job when a worker restarts (training then resumes)."))
-    scheduling_strategy: Literal["STANDARD", "SPOT", "FLEX_START"] = Field(
+    scheduling_strategy: SchedulingStrategy = Field(
         "STANDARD", description=(
             "STANDARD, SPOT (preemptible machines) or FLEX_START (Dynamic Workload "
             "Scheduler: the job waits until the GPUs are available)."))
@@ -81,6 +97,15 @@ class VertexOptions(pydantic.BaseModel):
         "default."), json_schema_extra={"valid": "whole seconds with an s, e.g. 3600s, or "
                                                  "empty"})
     timeout: str = Field("604800s", description="Most time the CustomJob may run, e.g. 86400s.")
+    fallbacks: list[Fallback] = Field(default_factory=list, max_length=8, description=(
+        "Alternatives tried in order when Vertex AI has no capacity (a stock-out or a "
+        "quota refusal) for the primary configuration, each overriding any of region, "
+        "worker_pool_specs and scheduling_strategy."))
+    capacity_rounds: int = Field(2, ge=1, le=10, description=(
+        "How many times the training step goes through the configurations (the primary, "
+        "then each fallback) while every one is out of capacity."))
+    capacity_backoff: str = Field("600s", description=(
+        "Wait before the next round, doubled each round, e.g. 600s."))
     tensorboard: Tensorboard = Field("", description=(
         "projects/.../locations/.../tensorboards/ID; empty for none."))
     accuracy_threshold: float = Field(0.9, ge=0, le=1, description=(
@@ -109,6 +134,14 @@ class VertexOptions(pydantic.BaseModel):
         """Rules a single field's type cannot say (formats); the GPU rules are stage 1's."""
         found = validate_job_name(self.job_name, "job_name", reserve=JOB_NAME_SUFFIX)
         found += _seconds_problems("timeout", self.timeout, "86400s")
+        found += _seconds_problems("capacity_backoff", self.capacity_backoff, "600s", 86400)
+        # A persistent resource's machines are reserved: no stock-out to fall back from,
+        # and an alternative's region or machines would not be the resource's.
+        if self.fallbacks and self.persistent_resource_id:
+            found.append(f"fallbacks has {len(self.fallbacks)} alternative(s) but "
+                         f"persistent_resource_id is {self.persistent_resource_id!r}; a "
+                         "persistent resource's machines are reserved, so there is no "
+                         "stock-out to fall back from: remove one of them")
         # Cloud Build's longest build timeout is 24 hours (Cloud Build docs: "Build
         # configuration file schema", timeout).
         found += _seconds_problems("build_timeout", self.build_timeout, "3600s", 86400)

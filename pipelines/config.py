@@ -22,6 +22,7 @@ import pydantic
 from croniter import croniter
 from pydantic import AfterValidator, Field
 
+from components.capacity.alternatives import check_alternatives
 from components.cloud_names import DisplayName, GcsUri, ProjectId
 from components.dataset.options import DatasetOptions
 from components.dataset.sources import DatasetError, kind_of
@@ -329,16 +330,17 @@ def _preflight(sections: Mapping[str, Any], raw: Mapping[str, Any],
             errors.append(f"dataset.source is {short(dataset.source)}: {exc}")
     # The GPU rules apply to the pools given even when another vertex field is wrong.
     given = raw.get("vertex") if isinstance(raw.get("vertex"), Mapping) else {}
-    pools = vertex.worker_pool_specs if vertex else given.get("worker_pool_specs")
-    region = vertex.region if vertex else given.get("region", VertexConfig().region)
-    if pools is not None:
-        gpu = check_pools(pools, region=region if isinstance(region, str) else None,
-                          training=training,
-                          scheduling=vertex.scheduling_strategy if vertex else None,
-                          timeout=vertex.timeout if vertex else "")
-        errors.extend(f"vertex.{e}" for e in gpu.errors)
-        if warnings is not None:
-            warnings.extend(f"vertex.{w}" for w in gpu.warnings)
+    region = given.get("region", VertexConfig().region)
+    if vertex is not None:  # the primary configuration and every fallback
+        gpu: Any = check_alternatives(vertex, training)
+    elif given.get("worker_pool_specs") is not None:
+        gpu = check_pools(given["worker_pool_specs"], training=training,
+                          region=region if isinstance(region, str) else None)
+    else:
+        return errors
+    errors.extend(f"vertex.{e}" for e in gpu.errors)
+    if warnings is not None:
+        warnings.extend(f"vertex.{w}" for w in gpu.warnings)
     return errors
 
 

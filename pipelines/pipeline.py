@@ -81,44 +81,32 @@ def build(vertex: dict, training: dict, *, push: bool, trainer_source_uri):
 
 
 def train_on_vertex(project_id, training: dict, vertex: dict, gpu, data, image):
-    """Stage 4 on Vertex AI: a CustomJob on the validated pools.
+    """Stage 4 on Vertex AI: a CustomJob on the first validated alternative with capacity
+    (the primary pools, then `vertex.fallbacks`), by the project's own launcher.
 
     Returns:
-        (trained model, training job directory, the task that ends training).
+        The training task (its outputs: the pools, strategy and plan that trained, the
+        capacity record, the training job directory) and the trained model.
     """
-    from google_cloud_pipeline_components.v1.custom_job import CustomTrainingJobOp
-
-    spec = ops.vertex_training_spec(
-        worker_pool_specs=gpu.outputs["worker_pool_specs"], images=image.outputs["Output"],
-        dataset=data.outputs["dataset"], training=training, vertex=vertex,
-        training_plan=gpu.outputs["training_plan"])
-    spec.set_display_name("4a training job spec").set_caching_options(False)
-    settings = spec.outputs
-    job = CustomTrainingJobOp(
-        project=project_id, location=settings["region"],
-        display_name=settings["display_name"], worker_pool_specs=settings["worker_pool_specs"],
-        base_output_directory=settings["base_output_directory"],
-        service_account=settings["service_account"], network=settings["network"],
-        timeout=settings["timeout"],
-        restart_job_on_worker_restart=settings["restart_job_on_worker_restart"],
-        strategy=settings["scheduling_strategy"],
-        max_wait_duration=settings["max_wait_duration"], tensorboard=settings["tensorboard"],
-        labels=settings["labels"], persistent_resource_id=settings["persistent_resource_id"])
+    job = ops.train_on_vertex_ai(
+        project=project_id, alternatives=gpu.outputs["alternatives"],
+        images=image.outputs["Output"], dataset=data.outputs["dataset"], training=training,
+        vertex=vertex)
     job.set_display_name("4b train on Vertex AI").set_caching_options(False)
-    trained = dsl.importer(artifact_uri=settings["model_uri"], artifact_class=Model,
-                           reimport=False).after(job)
+    trained = dsl.importer(artifact_uri=job.outputs["model_uri"], artifact_class=Model,
+                           reimport=False)
     trained.set_display_name("4c trained model").set_caching_options(False)
-    return trained.output, settings["training_job"], job
+    return job, trained.output
 
 
 def train_locally(training: dict, local_cluster: dict, gpu, data, image):
-    """Stage 4 locally: one process per replica on localhost; returns what
-    `train_on_vertex` does."""
+    """Stage 4 locally: one process per replica on localhost; returns the task and the
+    trained model."""
     task = ops.train_on_local_workers(dataset=data.outputs["dataset"], training=training,
                                       local_cluster=local_cluster,
                                       training_plan=gpu.outputs["training_plan"])
     task.set_display_name("4 train on local workers").after(image).set_caching_options(False)
-    return task.outputs["model"], task.outputs["training_job"], task
+    return task, task.outputs["model"]
 
 
 def tune_locally(training: dict, tuning: dict, local_cluster: dict, gpu, data, image):
@@ -131,20 +119,26 @@ def tune_locally(training: dict, tuning: dict, local_cluster: dict, gpu, data, i
     return task
 
 
-def report_and_export(data, trained_model, training_job, trained, *, training: dict,
-                      vertex: dict, gpu, images, registry_root, tuning=None,
+def report_and_export(data, trained_model, trained, cluster, *, training: dict, vertex: dict,
+                      images, registry_root, tuning=None, capacity=None,
                       resources: "Resources | None" = None):
     """Stage 4's report and stage 5: the curves, then the new model and the champion
-    evaluated on the same splits, the champion/challenger decision and the export."""
-    report = ops.report_training(training_job=training_job).after(trained)
+    evaluated on the same splits, the champion/challenger decision and the export.
+
+    `trained` is the training task (its `training_job` directory); `cluster` the task
+    whose `strategy`, `worker_pool_specs` and `training_plan` say what trained (on Vertex
+    AI the training task; locally stage 1); `capacity` which alternative trained and why
+    not the others (Vertex AI).
+    """
+    report = ops.report_training(training_job=trained.outputs["training_job"])
     report.set_display_name("4 training report").set_caching_options(False)
     export = ops.export_model(
         dataset=data.outputs["dataset"], trained_model=trained_model, training=training,
-        vertex=vertex, strategy=gpu.outputs["strategy"],
-        worker_pool_specs=gpu.outputs["worker_pool_specs"],
-        training_plan=gpu.outputs["training_plan"], images=images,
+        vertex=vertex, strategy=cluster.outputs["strategy"],
+        worker_pool_specs=cluster.outputs["worker_pool_specs"],
+        training_plan=cluster.outputs["training_plan"], images=images,
         registry_root=registry_root, job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
-        tuning={} if tuning is None else tuning)
+        tuning={} if tuning is None else tuning, capacity={} if capacity is None else capacity)
     export.set_display_name("5 export model").after(report).set_caching_options(False)
     if resources is not None:  # loads the model and evaluates two splits
         export.set_cpu_limit(resources.cpu).set_memory_limit(resources.memory)
@@ -279,10 +273,11 @@ def _vertex_run(resources: Resources, project, dataset: dict, training: dict, ve
         if tuning is not None:
             best = tune_on_vertex(project, training, tuning, vertex, gpu, data, image)
             training, record = best.outputs["training"], best.outputs["record"]
-        model, job_dir, trained = train_on_vertex(project, training, vertex, gpu, data, image)
-        export = report_and_export(data, model, job_dir, trained, training=training,
-                                   vertex=vertex, gpu=gpu, images=image.outputs["Output"],
-                                   registry_root="", tuning=record, resources=resources)
+        trained, model = train_on_vertex(project, training, vertex, gpu, data, image)
+        export = report_and_export(data, model, trained, trained, training=training,
+                                   vertex=vertex, images=image.outputs["Output"],
+                                   registry_root="", tuning=record,
+                                   capacity=trained.outputs["capacity"], resources=resources)
         register_if_better(project, vertex, export, image)
 
 
@@ -343,10 +338,10 @@ def _local_run(dataset: dict, training: dict, vertex: dict, local_cluster: dict,
         if tuning is not None:
             before = tune_locally(training, tuning, local_cluster, gpu, data, image)
             training, record = before.outputs["training"], before.outputs["record"]
-        model, job_dir, trained = train_locally(training, local_cluster, gpu, data, before)
-        report_and_export(data, model, job_dir, trained, training=training, vertex=vertex,
-                          gpu=gpu, images=image.outputs["Output"],
-                          registry_root=registry_root, tuning=record)
+        trained, model = train_locally(training, local_cluster, gpu, data, before)
+        report_and_export(data, model, trained, gpu, training=training, vertex=vertex,
+                          images=image.outputs["Output"], registry_root=registry_root,
+                          tuning=record)
 
 
 @dsl.pipeline(name=LOCAL_PIPELINE_NAME, description=_DESCRIPTION + " (local workers)")

@@ -56,11 +56,59 @@ def validate_file(path: Path, region: str | None):
         specs = vertex.get("worker_pool_specs", list(config.vertex.worker_pool_specs))
         training = validate(TrainingConfig, _section(data, "training"), prefix="training",
                             strict=False)
+        if vertex.get("fallbacks"):  # every alternative, each with its own plan
+            return _alternatives(vertex, region, training), region, "gpu-pipeline config", \
+                training
         return (validate_worker_pool_specs(specs, region), region, "gpu-pipeline config",
                 training)
     raise InputError(f"--config {str(path)!r} is in no format validate-gpu reads: expected an AI "
                      "Platform config.yaml (trainingInput: ...), Vertex worker pool specs (a "
                      "list, or worker_pool_specs: [...]), or a gpu-pipeline config (vertex: ...)")
+
+
+def _alternatives(vertex: dict, region: str, training: Any) -> Any:
+    """A config's primary configuration and fallbacks checked (`Checked`)."""
+    from components.capacity.alternatives import check_alternatives
+    from components.vertex_options import VertexOptions
+    from trainer.schema import validate
+
+    keys = ("worker_pool_specs", "scheduling_strategy", "timeout", "fallbacks")
+    options = validate(VertexOptions, {"region": region, **{k: vertex[k] for k in keys
+                                                            if k in vertex}},
+                       prefix="vertex", strict=False)
+    return check_alternatives(options, training)
+
+
+def _report_alternatives(checked: Any, source: str, as_json: bool, training: Any) -> int:
+    """Prints every alternative, each with its index, pools and plan, or its problems."""
+    from components.capacity.alternatives import batch_lines, shard_multiple
+
+    if as_json:
+        print(json.dumps({
+            "ok": checked.ok, "errors": checked.errors, "warnings": checked.warnings,
+            "input": source, "shard_multiple": shard_multiple(checked.alternatives),
+            "alternatives": [{**a.to_dict(), "ok": r.ok, "errors": r.errors}
+                             for a, r in zip(checked.alternatives, checked.results,
+                                             strict=True)]}, indent=2))
+        return 0 if checked.ok else 1
+    for warning in checked.warnings:
+        print(f"warning: {warning}")
+    for alternative, result in zip(checked.alternatives, checked.results, strict=True):
+        print(f"alternative {alternative.index} ({alternative.label}): "
+              + ("valid, " + alternative.describe() if result.ok else "invalid"))
+        if alternative.plan is not None:
+            print(f"  training plan: {alternative.plan.summary()}")
+    if not checked.ok:
+        print(f"invalid GPU configuration ({source}):")
+        for error in checked.errors:
+            print(f"  - {error}")
+        return 1
+    print(f"valid ({source}): {len(checked.alternatives)} alternatives, tried in this order "
+          "when Vertex AI has no capacity; the dataset's shards come in multiples of "
+          f"{shard_multiple(checked.alternatives)}")
+    for line in batch_lines(checked.alternatives, training):
+        print(f"  {line}")
+    return 0
 
 
 def command(args: argparse.Namespace) -> int:
@@ -86,8 +134,11 @@ def command(args: argparse.Namespace) -> int:
     else:
         raise InputError("give --machine-type (with --accelerator-type/--accelerator-count) "
                          "or --config FILE")
+    from components.capacity.alternatives import Checked
     from components.training.layout import with_role_checks
 
+    if isinstance(result, Checked):
+        return _report_alternatives(result, source, args.json, training)
     result = with_role_checks(result, training)  # the roles and the training plan
     plan = result.plan.to_dict() if result.plan is not None else None
     if args.json:

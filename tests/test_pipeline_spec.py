@@ -64,8 +64,8 @@ def test_stages_run_in_order_validation_first(fresh):
         assert "validate-gpu-config" in _upstream(tasks, later), later
     # The image is built while the dataset is prepared; training needs both.
     assert "prepare-dataset" not in _upstream(tasks, "build-images")
-    assert {"prepare-dataset", "build-images"} <= _upstream(tasks, "custom-training-job")
-    assert "custom-training-job" in _upstream(tasks, "report-training")
+    assert {"prepare-dataset", "build-images"} <= _upstream(tasks, "train-on-vertex-ai")
+    assert "train-on-vertex-ai" in _upstream(tasks, "report-training")
     assert "report-training" in _upstream(tasks, "export-model")
 
 
@@ -107,32 +107,29 @@ def test_the_shard_multiple_comes_from_the_validated_pools_at_run_time(fresh):
                                 "producerTask": "validate-gpu-config"}}
 
 
-def test_training_is_a_custom_job_with_run_time_worker_pools(fresh):
+def test_training_is_the_launcher_with_run_time_alternatives(fresh):
     spec = yaml.safe_load(fresh.read_text())
     tasks = _stages(spec)
-    job = tasks["custom-training-job"]
+    job = tasks["train-on-vertex-ai"]
     parameters = job["inputs"]["parameters"]
-    assert tasks["vertex-training-spec"]["inputs"]["parameters"]["worker_pool_specs"] == \
-        {"taskOutputParameter": {"outputParameterKey": "worker_pool_specs",
-                                 "producerTask": "validate-gpu-config"}}
+    # Stage 1's checked alternatives (the primary pools, then vertex.fallbacks), read at
+    # run time; the settings from the `vertex` parameter.
+    assert parameters["alternatives"] == {"taskOutputParameter": {
+        "outputParameterKey": "alternatives", "producerTask": "validate-gpu-config"}}
+    assert parameters["vertex"] == {"componentInputParameter": "pipelinechannel--vertex"}
+    assert parameters["project"] == {"componentInputParameter": "pipelinechannel--project"}
     assert tasks["validate-gpu-config"]["inputs"]["parameters"]["vertex"] == \
         {"componentInputParameter": "pipelinechannel--vertex"}
-    assert job["componentRef"]["name"] == "comp-custom-training-job"
-    executors = spec["deploymentSpec"]["executors"]
-    assert "google-cloud-pipeline-components" in executors["exec-custom-training-job"][
-        "container"]["image"]
-    # Every CustomJob setting comes from the options, read at run time by the spec task.
-    for field, output in (("worker_pool_specs", "worker_pool_specs"), ("location", "region"),
-                          ("display_name", "display_name"),
-                          ("base_output_directory", "base_output_directory"),
-                          ("service_account", "service_account"), ("network", "network"),
-                          ("restart_job_on_worker_restart", "restart_job_on_worker_restart"),
-                          ("strategy", "scheduling_strategy"), ("timeout", "timeout"),
-                          ("tensorboard", "tensorboard"), ("labels", "labels"),
-                          ("persistent_resource_id", "persistent_resource_id")):
-        assert parameters[field] == {"taskOutputParameter": {
-            "outputParameterKey": output, "producerTask": "vertex-training-spec"}}, field
-    assert parameters["project"] == {"componentInputParameter": "pipelinechannel--project"}
+    # The model and the export read what trained: the launcher's outputs, not stage 1's.
+    assert tasks["importer"]["inputs"]["parameters"]["uri"] == {"taskOutputParameter": {
+        "outputParameterKey": "model_uri", "producerTask": "train-on-vertex-ai"}}
+    export = tasks["export-model"]["inputs"]["parameters"]
+    for name in ("worker_pool_specs", "training_plan", "strategy", "capacity"):
+        assert export[name] == {"taskOutputParameter": {
+            "outputParameterKey": name, "producerTask": "train-on-vertex-ai"}}, name
+    # The project's own image runs it, not gcpc's launcher image.
+    image = spec["deploymentSpec"]["executors"]["exec-train-on-vertex-ai"]["container"]["image"]
+    assert "google-cloud-pipeline-components" not in image
 
 
 def test_an_exit_handler_reports_every_run_whatever_its_outcome(fresh):

@@ -139,6 +139,32 @@ class RecordingApi:
     resume_schedule = delete_schedule = pause_schedule
 
 
+class FakeQuotas:
+    """Cloud Quotas' ListQuotaInfos: the quotas given (metric -> QuotaInfo), recorded."""
+
+    def __init__(self, infos=()):
+        self.infos, self.requests = list(infos), []
+
+    def list_quota_infos(self, request):
+        from google.cloud import cloudquotas_v1
+
+        assert isinstance(request, cloudquotas_v1.ListQuotaInfosRequest)
+        self.requests.append(request)
+        return list(self.infos)
+
+
+class FakeJobs:
+    """Vertex AI's ListCustomJobs: no active jobs; recorded."""
+
+    def __init__(self):
+        self.requests = []
+
+    def list_custom_jobs(self, request):
+        assert isinstance(request, aiplatform_v1.ListCustomJobsRequest)
+        self.requests.append(request)
+        return []
+
+
 @pytest.fixture
 def cloud(storage_emulator):
     from trainer.gcs import storage_client
@@ -148,7 +174,8 @@ def cloud(storage_emulator):
     registry = FakeArtifactRegistry()
     return Clients(storage=storage, build=FakeCloudBuild(registry), registry=registry,
                    pipeline_api=RecordingApi(), schedule_api=RecordingApi(),
-                   projects=GrantingIam(), iam=GrantingIam())
+                   projects=GrantingIam(), iam=GrantingIam(), quotas=FakeQuotas(),
+                   jobs=FakeJobs())
 
 
 class GrantingIam:
@@ -226,7 +253,7 @@ def test_only_the_dataset_preparation_may_be_served_from_cache(enable_caching):
     job = runs.pipeline_job(cfg, SPEC, "", AnonymousCredentials())
     sent = aiplatform_v1.PipelineJob.to_dict(runs.create_request(job, cfg).pipeline_job)
     caching = _task_caching(sent["pipeline_spec"])
-    assert {"fingerprint-dataset-source", "custom-training-job", "export-model",
+    assert {"fingerprint-dataset-source", "train-on-vertex-ai", "export-model",
             "model-upload", "model-upload-2", "importer"} <= set(caching)
     assert {name for name, cached in caching.items() if cached} == (
         {"prepare-dataset"} if enable_caching else set())
@@ -533,7 +560,7 @@ def test_another_team_uses_the_spec_as_a_step(tmp_path):
     tasks = spec["root"]["dag"]["tasks"]
     assert {"gpu-training-pipeline", "announce"} <= set(tasks)
     assert tasks["announce"]["dependentTasks"] == ["gpu-training-pipeline"]
-    assert "comp-custom-training-job" in json.dumps(spec["components"])
+    assert "comp-train-on-vertex-ai" in json.dumps(spec["components"])
 
 
 def test_schedule_cli_dry_run(capsys):

@@ -224,8 +224,8 @@ def test_submit_reports_every_missing_permission_at_once_and_sends_nothing_else(
     # The requests, as their API types; nothing uploaded, built or submitted.
     project, repository, account = (iam_policy_pb2.TestIamPermissionsRequest(**r.body)
                                     for r in apis.recorded(r":testIamPermissions$"))
-    assert list(project.permissions) == ["aiplatform.pipelineJobs.create",
-                                         "cloudbuild.builds.create"]
+    assert list(project.permissions) == [*iam.PROJECT_PERMISSIONS, "cloudbuild.builds.create"]
+    assert "cloudquotas.quotas.get" in iam.PROJECT_PERMISSIONS  # submit reads the quotas
     assert list(repository.permissions) == ["artifactregistry.tags.get"]
     assert apis.recorded(r":testIamPermissions$")[1].path == \
         "/v1/projects/my-proj/locations/us-central1/repositories/ml-images:testIamPermissions"
@@ -240,21 +240,21 @@ def test_submit_reports_every_missing_permission_at_once_and_sends_nothing_else(
 def test_submit_passes_the_iam_check_when_everything_is_granted(apis, capsys):
     checked = iam.check_permissions(config(), _iam_clients(apis), dry_run=False,
                                     log=print)
-    assert len(checked) == 4 and "the caller holds the 7 permissions" in capsys.readouterr().out
+    assert len(checked) == 4 and "the caller holds the 9 permissions" in capsys.readouterr().out
     # Without a run-as account, there is no actAs to check.
     assert [c.api for c in iam.checks(config(service_account=""))] == \
         ["Resource Manager", "Artifact Registry", "Cloud Storage"]
     # Images in another project: Cloud Build runs there, and is asked there.
     other = iam.checks(config(image_repository="europe-west4-docker.pkg.dev/images-prj/team"))
     assert [(c.resource, c.permissions) for c in other[:3]] == [
-        ("projects/my-proj", ("aiplatform.pipelineJobs.create",)),
+        ("projects/my-proj", iam.PROJECT_PERMISSIONS),
         ("projects/images-prj", ("cloudbuild.builds.create",)),
         ("projects/images-prj/locations/europe-west4/repositories/team",
          ("artifactregistry.tags.get",))]
 
 
 REPOSITORY = "projects/my-proj/locations/us-central1/repositories/ml-images"
-CALLER = {"projects/my-proj": {"aiplatform.pipelineJobs.create", "cloudbuild.builds.create"},
+CALLER = {"projects/my-proj": {*iam.PROJECT_PERMISSIONS, "cloudbuild.builds.create"},
           "gs://pipelines": set(iam.BUCKET_PERMISSIONS),
           f"projects/-/serviceAccounts/{ACCOUNT}": {"iam.serviceAccounts.actAs"}}
 
@@ -283,7 +283,8 @@ def test_the_dry_run_prints_the_iam_requests_and_digest_only_images(capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "Resource Manager testIamPermissions on projects/my-proj: " \
-           "aiplatform.pipelineJobs.create, cloudbuild.builds.create" in out
+           "aiplatform.pipelineJobs.create, cloudquotas.quotas.get, " \
+           "aiplatform.customJobs.list, cloudbuild.builds.create" in out
     assert "Artifact Registry testIamPermissions on projects/my-proj/locations/us-central1/" \
            "repositories/ml-images: artifactregistry.tags.get" in out
     # What only the run's identities can hold is listed, as not checked.

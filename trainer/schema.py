@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import reprlib
 import types
 import typing
@@ -153,6 +154,9 @@ def _field_at(model: type[pydantic.BaseModel], loc: tuple) -> tuple[Any, FieldIn
     """The model and field a pydantic error location points at (None past a leaf)."""
     field = None
     for part in loc:
+        if isinstance(part, int) and typing.get_origin(model) in (list, tuple):
+            model = typing.get_args(model)[0]  # an item of a list of models
+            continue
         if not (isinstance(model, type) and issubclass(model, pydantic.BaseModel)):
             return model, None
         field = model.model_fields.get(part) if isinstance(part, str) else None
@@ -172,6 +176,7 @@ def messages(error: pydantic.ValidationError, model: type[pydantic.BaseModel],
         while loc and isinstance(loc[-1], str) and ("[" in loc[-1] or "(" in loc[-1]):
             loc = loc[:-1]
         path = ".".join(str(p) for p in (prefix, *loc) if p != "")
+        path = re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", path)  # list items as fallbacks[1]
         owner, field = _field_at(model, loc)
         value = short(item.get("input"))
         kind = item["type"]

@@ -134,7 +134,8 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
         images: The build stage's images.
         registry_root: The local registry (`run --local`); "" on Vertex AI.
         job_name: The pipeline run's name (the local run's decision record).
-        cluster: The cluster's strategy and pools (for the lineage).
+        cluster: The cluster's strategy, pools and plan, and on Vertex AI its
+            `capacity` record (for the lineage and the report).
         exported_uri: The exported model artifact's URI.
         comparison_path: Where the champion/challenger Markdown goes.
         tuning: The study record of the tuning that chose the options (empty: none).
@@ -155,7 +156,14 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
                               tuning=tuning)
     results, decision, champion = outcome["metrics"], outcome["decision"], outcome["champion"]
     Path(comparison_path).parent.mkdir(parents=True, exist_ok=True)
-    files.write_text(comparison_path, comparison_markdown(decision, results, champion))
+    report = comparison_markdown(decision, results, champion)
+    capacity = cluster.get("capacity")
+    if capacity:  # which configuration trained, and why not the ones before it
+        from components.capacity.launcher import summary
+
+        report += f"\nCapacity: {summary(capacity)}.\n"
+        say(f"capacity: {summary(capacity)}")
+    files.write_text(comparison_path, report)
     # The SavedModel is committed in a directory of its own under the artifact (no
     # directory renames on Cloud Storage FUSE); its URI is what a model upload points at.
     saved_model_uri = f"{exported_uri.rstrip('/')}/{os.path.basename(outcome['saved'])}"

@@ -63,6 +63,8 @@ def labels(record: Mapping[str, Any], decision: Mapping[str, Any]) -> dict[str, 
         "image-tag": _label(record.get("image_tag") or "local"),
         "model": _label(record["training"].get("model", "")),
         "strategy": _label(record["cluster"].get("strategy", "")),
+        **({"trained-on": _label(record["cluster"]["capacity"]["trained_on"].replace("]", ""))}
+           if record["cluster"].get("capacity") else {}),
         **({"all-reduce": _label(plan.get("all_reduce", "")),
             "mixed-precision": _label(plan.get("mixed_precision", "")),
             "xla": "on" if plan.get("xla") else "off"} if plan else {}),
@@ -90,6 +92,11 @@ def description(record: Mapping[str, Any], decision: Mapping[str, Any]) -> str:
     if plan:
         text += (f" (all-reduce {plan.get('all_reduce')}, mixed precision "
                  f"{plan.get('mixed_precision')}, XLA {'on' if plan.get('xla') else 'off'})")
+    capacity = record["cluster"].get("capacity")
+    if capacity:
+        from components.capacity.launcher import summary
+
+        text += f" | {summary(capacity)}"
     study = record.get("tuning")
     if study:
         text += (f" | tuned: best of {study['trials']} trials by {study['metric']} "

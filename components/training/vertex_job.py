@@ -92,3 +92,32 @@ def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], images: Mapping
     base = output_uri.rstrip("/")
     return {"worker_pool_specs": pools, "base_output_directory": base,
             "model_uri": f"{base}/{MODEL_SUBDIR}", "display_name": unique_job_name(job_name)}
+
+
+def _seconds(value: str) -> Any:
+    from google.protobuf import duration_pb2
+
+    return duration_pb2.Duration(seconds=int(float(value.rstrip("s"))))
+
+
+def custom_job(spec: Mapping[str, Any], options: Any, scheduling: str) -> Any:
+    """The `aiplatform_v1.CustomJob` of `custom_job_spec`'s output, with the run's
+    settings (`VertexOptions`) and a scheduling strategy; the fields gcpc's
+    CustomTrainingJobOp would fill from the same values."""
+    from google.cloud import aiplatform_v1
+
+    pools = [dict(p) for p in spec["worker_pool_specs"]]
+    while pools and not pools[-1]:
+        pools.pop()  # trailing unused pools (stage 1 refuses gaps between used ones)
+    timing = {"timeout": _seconds(options.timeout),
+              "restart_job_on_worker_restart": options.restart_job_on_worker_restart,
+              "strategy": scheduling}
+    if options.max_wait_duration and scheduling == "FLEX_START":
+        timing["max_wait_duration"] = _seconds(options.max_wait_duration)
+    job_spec = {"worker_pool_specs": pools, "scheduling": timing,
+                "base_output_directory": {"output_uri_prefix": spec["base_output_directory"]},
+                "service_account": options.service_account, "network": options.network,
+                "tensorboard": options.tensorboard,
+                "persistent_resource_id": options.persistent_resource_id}
+    return aiplatform_v1.CustomJob(display_name=spec["display_name"], job_spec=job_spec,
+                                   labels=dict(options.labels))

@@ -11,7 +11,7 @@ from trainer.remote import remote_call
 
 @dataclasses.dataclass
 class Clients:
-    """Clients for Cloud Storage, Cloud Build, Artifact Registry and Vertex AI.
+    """Clients for Cloud Storage, Cloud Build, Artifact Registry, Cloud Quotas and Vertex AI.
 
     Tests pass a Cloud Storage client for an emulator on loopback and recording clients
     for the APIs no test can reach.
@@ -26,6 +26,9 @@ class Clients:
     projects: Any = None  # Resource Manager ProjectsClient (testIamPermissions)
     iam: Any = None  # an HTTP session for the IAM API
     iam_endpoint: str = ""  # where that API is; IAM's own unless given
+    quotas: Any = None  # Cloud Quotas client (ListQuotaInfos)
+    jobs: Any = None  # Vertex AI JobServiceClient for every region (tests); else per region
+    _regional: dict = dataclasses.field(default_factory=dict)
 
     def get_storage(self) -> Any:
         """The Cloud Storage client (the default one unless given)."""
@@ -51,6 +54,26 @@ class Clients:
             with remote_call("connecting to Resource Manager"):
                 self.projects = projects_client()
         return self.projects
+
+    def get_quotas(self) -> Any:
+        """The Cloud Quotas client (the default one unless given)."""
+        if self.quotas is None:
+            from pipelines.vertex.capacity import quotas_client
+
+            with remote_call("connecting to Cloud Quotas"):
+                self.quotas = quotas_client()
+        return self.quotas
+
+    def get_jobs(self, region: str) -> Any:
+        """A Vertex AI JobServiceClient for `region` (the given one, else the region's)."""
+        if self.jobs is not None:
+            return self.jobs
+        if region not in self._regional:
+            from pipelines.vertex.capacity import jobs_client
+
+            with remote_call(f"connecting to Vertex AI in {region}"):
+                self._regional[region] = jobs_client(region)
+        return self._regional[region]
 
     def get_iam(self) -> tuple[Any, str]:
         """(an HTTP session for the IAM API, its endpoint)."""

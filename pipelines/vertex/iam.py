@@ -6,7 +6,8 @@ caller holds on a resource, without changing anything; `submit` asks each resour
 the grant is made (IAM grants inherit downward: a role granted on a repository or bucket is
 invisible on its project) and reports every missing permission at once:
 
-- Vertex AI's project (Resource Manager): creating the pipeline run;
+- Vertex AI's project (Resource Manager): creating the pipeline run, reading the quotas
+  and the active CustomJobs (`pipelines.vertex.capacity`);
 - the image repository's project (Resource Manager), where Cloud Build runs the build
   (`components.build.cloud_build`): creating the build; one request with the above when
   it is the same project;
@@ -33,8 +34,10 @@ from pipelines.vertex.clients import Clients
 from trainer.errors import InputError
 from trainer.remote import remote_call
 
-#: The caller's permissions on Vertex AI's project: `submit` creates the pipeline run.
-PROJECT_PERMISSIONS = ("aiplatform.pipelineJobs.create",)
+#: The caller's permissions on Vertex AI's project: `submit` reads the Vertex AI quotas
+#: (Cloud Quotas' ListQuotaInfos) and the active CustomJobs, and creates the pipeline run.
+PROJECT_PERMISSIONS = ("aiplatform.pipelineJobs.create", "cloudquotas.quotas.get",
+                       "aiplatform.customJobs.list")
 #: On the image repository's project, where Cloud Build builds the images.
 BUILD_PERMISSIONS = ("cloudbuild.builds.create",)
 #: On the image repository: `submit` asks whether each image's content tag exists.
@@ -94,8 +97,9 @@ def unchecked(config: Config) -> list[str]:
     repository = Repository.parse(config.vertex.image_repository)
     account = config.vertex.service_account or "the Compute Engine default service account"
     jobs = "CustomJob" + (", HyperparameterTuningJob" if config.tuning.enabled else "")
-    lines = [f"{account} (every step and the {jobs}): roles/aiplatform.user and "
-             f"roles/logging.logWriter on projects/{config.vertex.project}, "
+    lines = [f"{account} (every step and the {jobs}): roles/aiplatform.user, "
+             "roles/logging.logWriter and roles/cloudquotas.viewer (the training step reads "
+             f"the quotas before each attempt) on projects/{config.vertex.project}, "
              f"roles/storage.objectUser on gs://{bucket}, roles/artifactregistry.reader on "
              f"{repository.name}, roles/iam.serviceAccountUser on itself",
              f"Cloud Build ({config.vertex.service_account or 'its default account'}): "
@@ -175,6 +179,8 @@ def check_permissions(config: Config, clients: Clients, *, dry_run: bool,
 #: permissions index").
 ROLES = {
     "aiplatform.pipelineJobs.create": "roles/aiplatform.user",
+    "aiplatform.customJobs.list": "roles/aiplatform.user or roles/aiplatform.viewer",
+    "cloudquotas.quotas.get": "roles/cloudquotas.viewer",
     "cloudbuild.builds.create": "roles/cloudbuild.builds.editor",
     "artifactregistry.tags.get": "roles/artifactregistry.reader",
     "storage.buckets.get": "roles/storage.legacyBucketReader or roles/storage.admin",

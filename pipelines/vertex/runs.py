@@ -16,6 +16,7 @@ from components.build.context import USER_CODE_DIR, user_code_files, write_build
 from components.stage import say
 from components.tuning.options import MEASUREMENT_SELECTION
 from pipelines.config import Config
+from pipelines.vertex.capacity import check_capacity
 from pipelines.vertex.clients import Clients
 from pipelines.vertex.iam import check_permissions
 from pipelines.vertex.preflight import require_vertex_settings
@@ -168,6 +169,7 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
         "training plan (every replica applies it, as --training-plan): "
         + plan.summary(),
         *(f"  {line}" for line in plan.describe()),
+        *capacity_summary(config),
         "cache: " + (f"only {', '.join(cached)} may be reused (keyed on the source's "
                      "fingerprint); every other task runs every time" if cached
                      else "off for every task"),
@@ -187,6 +189,24 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
            f"none ({images.GPU_APT_LOCK} pins nothing: Reduction Server pools are refused)"),
         *dataflow_summary(prepared.dataflow),
     ]
+
+
+def capacity_summary(config: Config) -> list[str]:
+    """The dry run's lines on the fallbacks: each with its plan, and how the global batch
+    and learning rate follow whichever trains."""
+    from components.capacity.alternatives import batch_lines, check_alternatives
+
+    alternatives = check_alternatives(config.vertex, config.training).alternatives
+    if len(alternatives) < 2:
+        return [f"capacity: no vertex.fallbacks; a stock-out or a quota refusal is tried "
+                f"again {config.vertex.capacity_rounds - 1} time(s), "
+                f"{config.vertex.capacity_backoff} apart (doubling)"]
+    return [f"capacity: after a stock-out or a quota refusal, the training step tries "
+            f"{', '.join(a.label for a in alternatives[1:])} in order, up to "
+            f"{config.vertex.capacity_rounds} round(s) {config.vertex.capacity_backoff} apart "
+            "(doubling):",
+            *(f"  {a.label}: {a.describe()}; {a.plan.summary()}" for a in alternatives[1:]),
+            *(f"  {line}" for line in batch_lines(alternatives, config.training))]
 
 
 def dataflow_preview(config: Config, found: dict[str, dict[str, Any]], job_id: str) -> Any:
@@ -237,6 +257,7 @@ def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,
     clients = clients or Clients()
     require_vertex_settings(config)
     check_permissions(config, clients, dry_run=dry_run, log=log)
+    check_capacity(config, clients, dry_run=dry_run, log=log)
     with prepared_run(config, dry_run, clients, credentials, log) as (prepared, _):
         if dry_run:
             log("dry run: nothing was uploaded, built or submitted")

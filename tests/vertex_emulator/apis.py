@@ -131,6 +131,7 @@ class CustomJob:
     replicas: list[Replica]
     state: str = "JOB_STATE_RUNNING"
     error: str = ""
+    error_code: int = 13
 
 
 #: The emulated project's number (Resource Manager's answer, the buckets' owner).
@@ -177,6 +178,12 @@ class FakeGoogleApis:
         # resource -> permissions granted there; None: everything (but `denied`) everywhere
         self.grants: dict[str, set[str]] | None = None
         self.tuning_jobs: dict[str, dict[str, Any]] = {}  # name -> the job resource
+        # Custom-training quota metric (without the service) -> region -> limit; a metric
+        # absent here is a quota the project does not have (never refused).
+        self.quotas: dict[str, dict[str, int]] = {}
+        # (machine type or GPU type, region) with no machines right now: a job using one
+        # fails without starting, as Vertex AI's stock-outs do.
+        self.stockouts: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._request = threading.local()  # the query string of the request being served
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -207,6 +214,9 @@ class FakeGoogleApis:
         routes = [
             ("POST", r"^/v1/(projects/[^/]+/locations/[^/]+)/customJobs$", self._create_job),
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/customJobs/[^/:]+)$", self._get_job),
+            ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+)/customJobs$", self._list_jobs),
+            ("GET", r"^/v1/(projects/[^/]+/locations/global/services/[^/]+)/quotaInfos$",
+             self._quota_infos),
             ("POST", r"^/v1/(projects/[^/]+/locations/[^/]+/customJobs/[^/:]+):cancel$",
              self._cancel_job),
             ("POST", r"^/v1/(projects/[^/]+/locations/[^/]+)/hyperparameterTuningJobs$",
@@ -244,16 +254,86 @@ class FakeGoogleApis:
             problem = image and _reference_problem(image)
             if problem:
                 return 400, _error(400, problem)
+        region = parent.rsplit("/", 1)[-1]
+        over = self._over_quota(region, body.get("jobSpec", {}))
+        if over:  # Vertex AI refuses the request (GoogleCloudPlatform/stable-diffusion-on-gcp#12)
+            return 429, _error(429, "The following quota metrics exceed quota limits: "
+                                    + ", ".join(over))
         with self._lock:
             name = f"{parent}/customJobs/{len(self.jobs) + 1}"
-            resource = {**body, "name": name, "state": "JOB_STATE_PENDING"}
+            resource = {**body, "name": name, "state": "JOB_STATE_PENDING",
+                        "createTime": _now()}
             job = CustomJob(name, resource, [])
             self.jobs[name] = job
+        if self._stocked_out(region, body.get("jobSpec", {})):
+            # Created, then failed without ever running (openreview/openreview-expertise#401).
+            job.state, job.error_code = "JOB_STATE_FAILED", 8
+            job.error = (f"Resources are insufficient in region: {region}. Please try a "
+                         "different region. If you use K80, please consider using P100 or "
+                         "V100 instead.")
+            return 200, resource
         try:
             job.replicas = self._start_replicas(job)
+            job.resource["startTime"] = _now()
         except LookupError as missing:
             job.state, job.error = "JOB_STATE_FAILED", str(missing)
         return 200, {**resource, "state": job.state}
+
+    def _stocked_out(self, region: str, spec: dict[str, Any]) -> bool:
+        machines = {value for pool in spec.get("workerPoolSpecs", []) if pool
+                    for value in (pool.get("machineSpec", {}).get("machineType"),
+                                  pool.get("machineSpec", {}).get("acceleratorType"))}
+        return any((value, region) in self.stockouts for value in machines)
+
+    def _over_quota(self, region: str, spec: dict[str, Any]) -> list[str]:
+        """The quota metrics a new job in `region` would take above their limits, counting
+        what the region's active jobs hold."""
+        from components.capacity import quotas
+
+        def needs(job_spec: dict[str, Any]) -> dict[str, int]:
+            pools = [aiplatform_pool(p) for p in job_spec.get("workerPoolSpecs", [])]
+            strategy = job_spec.get("scheduling", {}).get("strategy", "STANDARD")
+            return {n.metric: n.amount for n in quotas.needs(pools, region, strategy)}
+
+        held: dict[str, int] = {}
+        for job in self.jobs.values():
+            if job.name.split("/customJobs/")[0].endswith(f"/{region}") and \
+                    job.state in quotas.ACTIVE_STATES:
+                for key, amount in needs(job.resource.get("jobSpec", {})).items():
+                    held[key] = held.get(key, 0) + amount
+        over = []
+        for key, amount in needs(spec).items():
+            limit = self.quotas.get(key.rsplit("/", 1)[-1], {}).get(region)
+            if limit is not None and held.get(key, 0) + amount > limit:
+                over.append(key)
+        return over
+
+    def _list_jobs(self, parent: str, body: Any) -> tuple[int, Any]:
+        """ListCustomJobs of a region; only the `state="..." OR ...` filter is read."""
+        wanted = re.findall(r'state="([A-Z_]+)"', self._request.query.get("filter", [""])[0])
+        found = []
+        for job in list(self.jobs.values()):
+            self._update(job)
+            if job.name.startswith(f"{parent}/") and (not wanted or job.state in wanted):
+                found.append({**job.resource, "state": job.state})
+        return 200, {"customJobs": found}
+
+    def _quota_infos(self, parent: str, body: Any) -> tuple[int, Any]:
+        """ListQuotaInfos: each quota of `quotas` with its value per region."""
+        service = parent.rsplit("/", 1)[-1]
+        infos = []
+        for short_name, limits in sorted(self.quotas.items()):
+            quota_id = "".join(part.title() for part in short_name.split("_")) + \
+                "PerProjectPerRegion"
+            infos.append({
+                "name": f"{parent}/quotaInfos/{quota_id}", "quotaId": quota_id,
+                "metric": f"{service}/{short_name}", "service": service,
+                "dimensions": ["region"], "containerType": "PROJECT",
+                "dimensionsInfos": [{"dimensions": {"region": region},
+                                     "details": {"value": str(value)},
+                                     "applicableLocations": [region]}
+                                    for region, value in sorted(limits.items())]})
+        return 200, {"quotaInfos": infos}
 
     def _get_job(self, name: str, body: Any) -> tuple[int, Any]:
         job = self.jobs.get(name)
@@ -262,7 +342,7 @@ class FakeGoogleApis:
         self._update(job)
         resource = {**job.resource, "state": job.state}
         if job.error:
-            resource["error"] = {"code": 13, "message": job.error}
+            resource["error"] = {"code": job.error_code, "message": job.error}
         return 200, resource
 
     def _cancel_job(self, name: str, body: Any) -> tuple[int, Any]:
@@ -694,8 +774,21 @@ def _suggest(parameters: list[dict[str, Any]], number: int) -> list[dict[str, An
 
 
 def _error(code: int, message: str) -> dict[str, Any]:
-    status = {404: "NOT_FOUND", 400: "INVALID_ARGUMENT"}.get(code, "UNKNOWN")
+    status = {404: "NOT_FOUND", 400: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED"}.get(
+        code, "UNKNOWN")
     return {"error": {"code": code, "message": message, "status": status}}
+
+
+def aiplatform_pool(pool: Any) -> dict[str, Any]:
+    """A REST (camelCase) worker pool as the project's snake_case pool dicts."""
+    if not pool:
+        return {}
+    machine = pool.get("machineSpec", {})
+    return {"replica_count": int(pool.get("replicaCount", 0)),
+            "machine_spec": {"machine_type": machine.get("machineType", ""),
+                             "accelerator_type": machine.get("acceleratorType", ""),
+                             "accelerator_count": int(machine.get("acceleratorCount", 0))},
+            "container_spec": {"image_uri": pool.get("containerSpec", {}).get("imageUri", "")}}
 
 
 def _reference_problem(image: str) -> str | None:

@@ -5,7 +5,8 @@ Google's own code runs unchanged; only what cannot exist here is redirected:
 - requests to `*.googleapis.com` go to the fake APIs on loopback (EMULATED_GOOGLE_APIS);
 - Google API clients use their REST transport (the fake speaks REST, not gRPC) and
   credentials that need no account;
-- the google-cloud-pipeline-components launchers poll every 0.2 s instead of 20 s;
+- the google-cloud-pipeline-components launchers and the project's training launcher
+  poll every 0.2 s instead of 20 s;
 - the dataset stage's Dataflow jobs go to the fake Dataflow API (EMULATED_DATAFLOW), whose
   state it follows every 0.2 s;
 - Vertex AI's Cloud Storage mount `/gcs/` is the stand-in directory EMULATED_GCS_MOUNT
@@ -63,6 +64,10 @@ def _fast_polling(module):
     module._POLLING_INTERVAL_IN_SECONDS = 0.2
 
 
+def _fast_launcher(module):
+    module.POLL_SECONDS = 0.2
+
+
 def _kfp_mount(module):
     module._GCS_LOCAL_MOUNT_PREFIX = MOUNT
 
@@ -107,6 +112,8 @@ PATCHES = {
     "google.cloud.devtools.cloudbuild_v1.services.cloud_build.client": _rest_transport("build"),
     "google.cloud.artifactregistry_v1.services.artifact_registry.client":
         _rest_transport("registry"),
+    "google.cloud.cloudquotas_v1.services.cloud_quotas.client": _rest_transport("quotas"),
+    "components.capacity.launcher": _fast_launcher,
     "google_cloud_pipeline_components.container.v1.gcp_launcher.job_remote_runner":
         _fast_polling,
     "google_cloud_pipeline_components.container.v1.gcp_launcher.lro_remote_runner":

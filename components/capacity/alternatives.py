@@ -1,0 +1,177 @@
+"""The configurations a run may train on: the primary one, then `vertex.fallbacks` in order.
+
+Each alternative is checked by stage 1's rules (`components.training.layout.check_pools`)
+and gets its own training plan. The dataset is prepared once for all of them: its shard
+count is a multiple of every alternative's input pipelines, so that whichever trains, each
+pipeline reads its own files. The global batch follows the replicas in sync of the
+alternative that trains (`training.batch_size` is per replica), and the learning rate
+follows it only with `training.scale_learning_rate`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from components.training.layout import check_pools, input_pipelines, layout_of
+from components.vertex_options import VertexOptions
+from trainer.errors import InputError
+from trainer.training_plan import TrainingPlan
+
+
+class AlternativesError(InputError):
+    """An alternative configuration breaks a rule."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Alternative:
+    """One configuration the training step may run: where, on what, scheduled how.
+
+    Attributes:
+        index: Its place in the order tried: 0 the primary, 1 `vertex.fallbacks[0]`, ...
+        region: Vertex AI region.
+        worker_pool_specs: Its worker pools (normalised once checked).
+        scheduling_strategy: STANDARD, SPOT or FLEX_START.
+        plan: Its training plan, once checked.
+    """
+
+    index: int
+    region: str
+    worker_pool_specs: list[Any]
+    scheduling_strategy: str
+    plan: TrainingPlan | None = None
+
+    @property
+    def label(self) -> str:
+        """How messages and records name it."""
+        return "primary" if self.index == 0 else f"fallbacks[{self.index - 1}]"
+
+    def describe(self) -> str:
+        """Its machines in a few words, e.g. `2 x n1-standard-8 + 1 x NVIDIA_TESLA_T4 in
+        us-central1, STANDARD`."""
+        pools = []
+        for pool in self.worker_pool_specs:
+            if pool:
+                spec = pool.get("machine_spec") or {}
+                gpu = (f" + {spec['accelerator_count']} x {spec['accelerator_type']}"
+                       if spec.get("accelerator_count") else "")
+                pools.append(f"{pool.get('replica_count', 1)} x {spec.get('machine_type')}{gpu}")
+        return f"{', '.join(pools)} in {self.region}, {self.scheduling_strategy}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """As stage 1 passes it on (the plan as its dict)."""
+        return {"index": self.index, "label": self.label, "region": self.region,
+                "worker_pool_specs": self.worker_pool_specs,
+                "scheduling_strategy": self.scheduling_strategy,
+                "training_plan": self.plan.to_dict() if self.plan else {}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Alternative:
+        plan = data.get("training_plan") or None
+        return cls(int(data["index"]), str(data["region"]), list(data["worker_pool_specs"]),
+                   str(data["scheduling_strategy"]),
+                   TrainingPlan.from_dict(plan) if plan else None)
+
+
+def alternatives_of(vertex: VertexOptions) -> list[Alternative]:
+    """The primary configuration, then each fallback with the primary's values where it
+    gives none, in the order the training step tries them (unchecked)."""
+    found = [Alternative(0, vertex.region, list(vertex.worker_pool_specs),
+                         vertex.scheduling_strategy)]
+    for number, fallback in enumerate(vertex.fallbacks, start=1):
+        found.append(Alternative(
+            number, fallback.region or vertex.region,
+            list(fallback.worker_pool_specs if fallback.worker_pool_specs is not None
+                 else vertex.worker_pool_specs),
+            fallback.scheduling_strategy or vertex.scheduling_strategy))
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class Checked:
+    """Every alternative checked: each with its GPU validation result (the primary's
+    messages as before, a fallback's prefixed with its label)."""
+
+    alternatives: list[Alternative]
+    results: list[Any]
+    errors: list[str]
+    warnings: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def raise_for_errors(self) -> Checked:
+        if self.errors:
+            raise AlternativesError("; ".join(self.errors))
+        return self
+
+    @property
+    def primary(self) -> Any:
+        """The primary configuration's validation result."""
+        return self.results[0]
+
+
+def check_alternatives(vertex: VertexOptions, training: Any = None) -> Checked:
+    """Checks every alternative by stage 1's rules (GPU, roles, plan, scheduling) and the
+    rules between them: no alternative repeats an earlier one."""
+    found, results, errors, warnings = [], [], [], []
+    seen: dict[str, str] = {}
+    for alternative in alternatives_of(vertex):
+        result = check_pools(alternative.worker_pool_specs, region=alternative.region,
+                             training=training, scheduling=alternative.scheduling_strategy,
+                             timeout=vertex.timeout)
+        prefix = "" if alternative.index == 0 else f"{alternative.label}: "
+        errors += [prefix + e for e in result.errors]
+        warnings += [prefix + w for w in result.warnings]
+        if result.ok:
+            alternative = dataclasses.replace(alternative, worker_pool_specs=result.specs,
+                                              plan=result.plan)
+            key = json.dumps([alternative.region, alternative.scheduling_strategy,
+                              result.specs], sort_keys=True)
+            if key in seen:
+                errors.append(f"{alternative.label} is the same configuration as "
+                              f"{seen[key]} (region, worker_pool_specs and "
+                              "scheduling_strategy); a fallback must differ in at least one")
+            seen.setdefault(key, alternative.label)
+        found.append(alternative)
+        results.append(result)
+    return Checked(found, results, errors, warnings)
+
+
+def replicas_in_sync(alternative: Alternative) -> int:
+    """The replicas whose batches make one step's global batch: every GPU of every
+    training machine under MultiWorkerMirroredStrategy, one worker's GPUs under
+    ParameterServerStrategy (its workers step on their own), a machine's GPUs alone."""
+    plan = alternative.plan
+    gpus = max(1, plan.gpus_per_machine if plan else 0)
+    if plan is not None and plan.strategy == "multi_worker_mirrored":
+        return layout_of(alternative.worker_pool_specs).training_machines * gpus
+    return gpus
+
+
+def shard_multiple(alternatives: Sequence[Alternative]) -> int:
+    """The dataset's shard multiple: the least common multiple of every alternative's
+    input pipelines, so that each of its readers gets its own files whichever trains."""
+    counts = [input_pipelines(layout_of(a.worker_pool_specs), a.plan.strategy)
+              for a in alternatives if a.plan is not None]
+    return math.lcm(*counts) if counts else 1
+
+
+def batch_lines(alternatives: Sequence[Alternative], training: Any) -> list[str]:
+    """How the global batch and the learning rate follow each alternative, one line each."""
+    lines = []
+    for alternative in alternatives:
+        if alternative.plan is None:
+            continue
+        replicas = replicas_in_sync(alternative)
+        rate = training.learning_rate * (replicas if training.scale_learning_rate else 1)
+        lines.append(
+            f"{alternative.label}: global batch {training.batch_size} x {replicas} "
+            f"replica(s) in sync = {training.batch_size * replicas}, learning rate {rate:g}"
+            + (" (scale_learning_rate: times the replicas)" if training.scale_learning_rate
+               and replicas > 1 else ""))
+    return lines

@@ -1,0 +1,105 @@
+"""Capacity known before the run: `submit` holds each configuration's needs against the
+project's Vertex AI quotas (`components.capacity.quotas`) before anything is built.
+
+The primary configuration's quota below its need is refused, with the numbers and where an
+increase is asked for; a fallback's is a warning (the launcher skips it while it lasts).
+What the region's active CustomJobs hold is a warning too: they may end before this run's
+training starts. A tuning job's parallel trials multiply the primary's need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from components.capacity import quotas
+from components.capacity.alternatives import Alternative, check_alternatives
+from pipelines.config import Config
+from pipelines.vertex.clients import Clients
+from trainer.remote import remote_call
+
+
+def planned_needs(config: Config) -> list[tuple[Alternative, list[quotas.Need]]]:
+    """Each alternative with the quota it needs (the primary's times the study's parallel
+    trials, which run on its pools)."""
+    checked = check_alternatives(config.vertex, config.training).raise_for_errors()
+    trials = config.tuning.parallel_trials if config.tuning.enabled else 1
+    return [(a, quotas.needs(a.worker_pool_specs, a.region, a.scheduling_strategy,
+                             trials if a.index == 0 else 1)) for a in checked.alternatives]
+
+
+def check_capacity(config: Config, clients: Clients, *, dry_run: bool,
+                   log: Callable[[str], None]) -> list[quotas.Quota]:
+    """Reads the quotas (or, with `dry_run`, prints the requests it would send) and holds
+    every alternative's needs against them; returns the primary's.
+
+    Raises:
+        QuotaError: The primary configuration needs more than a quota allows.
+    """
+    from google.cloud import aiplatform_v1, cloudquotas_v1
+
+    from pipelines.vertex.runs import to_json
+
+    project, planned = config.vertex.project, planned_needs(config)
+    if dry_run:
+        log("quota: submit would read the project's Vertex AI quotas with:")
+        print(to_json(cloudquotas_v1.ListQuotaInfosRequest(
+            parent=quotas.quota_parent(project))))
+        for region in sorted({a.region for a, _ in planned}):
+            print(to_json(aiplatform_v1.ListCustomJobsRequest(
+                parent=f"projects/{project}/locations/{region}",
+                filter=quotas.active_jobs_filter())))
+        for alternative, needed in planned:
+            for need in needed:
+                log(f"quota: {alternative.label} needs {need.amount} of {need.metric} in "
+                    f"{need.region} ({need.what})")
+        return []
+    with remote_call("reading the Vertex AI quotas"):
+        infos = quotas.read_quota_infos(clients.get_quotas(), project)
+    held: dict[str, dict[str, int]] = {}
+
+    def used(region: str) -> dict[str, int]:
+        if region not in held:
+            with remote_call(f"listing the active CustomJobs in {region}"):
+                held[region] = quotas.in_use(clients.get_jobs(region), project, region)
+        return held[region]
+
+    primary: list[quotas.Quota] = []
+    for alternative, needed in planned:
+        found = quotas.check(needed, infos, used)
+        if alternative.index == 0:
+            primary = found
+        for quota in found:
+            if quota.refused and alternative.index:
+                log(f"warning: quota: {alternative.label} cannot run while "
+                    f"{quota.describe(project)}; the training step skips it")
+            elif quota.busy:
+                log(f"warning: quota: {alternative.label}: {quota.describe(project)}, which "
+                    "leaves less than it needs until they end")
+            elif not quota.refused:
+                log(f"quota: {alternative.label}: {quota.describe(project)}")
+    refused = [q for q in primary if q.refused]
+    if refused:
+        raise quotas.QuotaError(
+            "the primary configuration needs more than the project's quota allows (nothing "
+            "was uploaded, built or submitted):\n"
+            + "\n".join(f"  - {q.describe(project)}" for q in refused)
+            + "\nor train elsewhere: vertex.region, vertex.worker_pool_specs or "
+              "vertex.scheduling_strategy (Spot and FLEX_START count against the "
+              "preemptible quotas)")
+    return primary
+
+
+def quotas_client() -> Any:
+    """A Cloud Quotas client with the default credentials."""
+    from google.cloud import cloudquotas_v1
+
+    return cloudquotas_v1.CloudQuotasClient()
+
+
+def jobs_client(region: str) -> Any:
+    """A Vertex AI JobServiceClient of a region's endpoint."""
+    from google.cloud import aiplatform_v1
+
+    return aiplatform_v1.JobServiceClient(
+        client_options={"api_endpoint": f"{region}-aiplatform.googleapis.com"})
