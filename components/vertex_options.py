@@ -130,6 +130,11 @@ class VertexOptions(pydantic.BaseModel):
         "Image serving the registered model, by digest; empty: the run's own CPU image (the "
         "TensorFlow it was trained with); to serve on GPUs, the run's GPU image."))
 
+    @pydantic.field_serializer("fallbacks")
+    def _fallbacks(self, fallbacks: list[Fallback]) -> list[dict[str, Any]]:
+        # What a fallback leaves out stays out: pipeline parameters hold no nulls.
+        return [f.model_dump(exclude_none=True) for f in fallbacks]
+
     def problems(self) -> list[str]:
         """Rules a single field's type cannot say (formats); the GPU rules are stage 1's."""
         found = validate_job_name(self.job_name, "job_name", reserve=JOB_NAME_SUFFIX)

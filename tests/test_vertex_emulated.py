@@ -27,7 +27,12 @@ from unittest import mock
 import pytest
 import requests
 from google.auth.credentials import AnonymousCredentials
-from google.cloud import aiplatform_v1, artifactregistry_v1, resourcemanager_v3
+from google.cloud import (
+    aiplatform_v1,
+    artifactregistry_v1,
+    cloudquotas_v1,
+    resourcemanager_v3,
+)
 from google.cloud.devtools import cloudbuild_v1
 from google.oauth2.credentials import Credentials
 
@@ -84,6 +89,10 @@ def emulated_vertex(work: Path):
         storage.create_bucket("pipelines")
         mount = StandInMount(work / "gcs", storage)
         apis = FakeGoogleApis(work, image_entrypoints(REPO, ROOT), checkout=ROOT)
+        # The project's custom-training quotas, as Cloud Quotas reports them.
+        apis.quotas = {"custom_model_training_nvidia_t4_gpus": {"us-central1": 8},
+                       "custom_model_training_nvidia_l4_gpus": {"us-central1": 4},
+                       "custom_model_training_cpus": {"us-central1": 64}}
         # `PipelineJob.submit` checks that the pipeline root's bucket belongs to the
         # project with its own Resource Manager client (gcs_utils._verify_bucket_ownership);
         # here it asks the fake instead of the unreachable API (39 s of retries).
@@ -137,7 +146,11 @@ def _clients(storage, url: str) -> Clients:
         pipeline_api=RecordingApi(),
         projects=resourcemanager_v3.ProjectsClient(
             transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
-        iam=requests.Session(), iam_endpoint=url)
+        iam=requests.Session(), iam_endpoint=url,
+        quotas=cloudquotas_v1.CloudQuotasClient(
+            transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
+        jobs=aiplatform_v1.JobServiceClient(
+            transport="rest", client_options=endpoint, credentials=AnonymousCredentials()))
 
 
 LABELS = {"team": "vision", "cost-center": "ml-42"}
@@ -157,7 +170,7 @@ def test_every_stage_ran_from_the_compiled_spec(emulated_run):
     tasks = emulated_run["tasks"]
     ran = {name for name, task in tasks.items() if task.state == "SUCCEEDED"}
     assert {"validate-gpu-config", "fingerprint-dataset-source", "prepare-dataset",
-            "build-images", "vertex-training-spec", "custom-training-job", "importer",
+            "build-images", "train-on-vertex-ai", "importer",
             "report-training", "export-model", "registration-plan", "importer-2",
             "model-upload", "exit-handler-1", "summarize-run"} <= ran
     # A new model (no parent_model): the new-version branch did not run.
@@ -503,11 +516,23 @@ STUDY = {"max_trials": 2, "parallel_trials": 1, "max_failed_trials": 1,
              {"name": "batch_size", "type": "DISCRETE", "values": [16, 32]}]}
 
 
+L4 = {"machine_type": "g2-standard-8", "accelerator_type": "NVIDIA_L4", "accelerator_count": 1}
+
+
 @pytest.fixture(scope="module")
 def tuned_run(emulated_run):
     """A second run, last in this module (it adds jobs to the shared emulation): a study
-    first, and the dataset prepared by the Beam engine as a Dataflow job."""
-    return emulated_run["run"]({}, {"epochs": 1}, STUDY, {"engine": "beam"})
+    first, and the dataset prepared by the Beam engine as a Dataflow job. By the time the
+    study ends, us-central1 has no n1-standard-8 machines left: the training step falls
+    back to L4 machines (`vertex.fallbacks`)."""
+    apis = emulated_run["apis"]
+    fallback = {"worker_pool_specs": [{"machine_spec": L4, "replica_count": 1}] * 2}
+    apis.stockouts = {("n1-standard-8", "us-central1")}
+    try:
+        return emulated_run["run"]({"fallbacks": [fallback]}, {"epochs": 1}, STUDY,
+                                   {"engine": "beam"})
+    finally:
+        apis.stockouts = set()
 
 
 def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run, tuned_run):
@@ -518,7 +543,7 @@ def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run
     tuned = tuned_run
     tasks = tuned["tasks"]
     assert {"vertex-tuning-spec", "hyperparameter-tuning-job", "best-vertex-trial",
-            "vertex-training-spec", "custom-training-job", "export-model"} <= {
+            "train-on-vertex-ai", "export-model"} <= {
         name for name, task in tasks.items() if task.state == "SUCCEEDED"}
 
     (sent,) = apis.recorded(r"/hyperparameterTuningJobs$")
@@ -572,6 +597,46 @@ def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run
     assert "tuned: best of 2 trials by val_accuracy" in export["description"]
 
 
+def test_a_stock_out_on_the_primary_trains_on_the_first_fallback_and_says_so(tuned_run):
+    """The primary configuration's CustomJob fails without ever running ("Resources are
+    insufficient in region"); the launcher creates the first fallback's, which trains with
+    its own plan, and the training step, the report, the lineage and the model's
+    description name the alternative that trained and why the primary did not."""
+    apis, tasks = tuned_run["apis"], tuned_run["tasks"]
+    primary, fallback = [aiplatform_v1.CustomJob.from_json(json.dumps(r.body))
+                         for r in apis.recorded(r"/customJobs$")[-2:]]
+    assert primary.job_spec.worker_pool_specs[0].machine_spec.machine_type == "n1-standard-8"
+    assert fallback.job_spec.worker_pool_specs[0].machine_spec.machine_type == "g2-standard-8"
+    assert primary.display_name == fallback.display_name  # one run's training
+    assert primary.job_spec.base_output_directory == fallback.job_spec.base_output_directory
+    failed, trained = list(apis.jobs.values())[-2:]
+    assert (failed.state, failed.error_code, failed.replicas) == ("JOB_STATE_FAILED", 8, [])
+    assert trained.state == "JOB_STATE_SUCCEEDED"
+    # The fallback's replicas applied its own plan: L4 machines, bfloat16.
+    assert {(r.training_plan["accelerator"], r.training_plan["mixed_precision"])
+            for r in trained.replicas} == {("NVIDIA_L4", "bfloat16")}
+    capacity = tasks["train-on-vertex-ai"].parameters["capacity"]
+    assert capacity["trained_on"] == "fallbacks[0]"
+    assert [(a["label"], a["outcome"]) for a in capacity["attempts"]] == \
+        [("primary", "stock-out"), ("fallbacks[0]", "trained")]
+    assert "Resources are insufficient in region: us-central1" in \
+        capacity["attempts"][0]["reason"]
+    log = tasks["train-on-vertex-ai"].log.read_text()
+    assert "capacity: primary in us-central1: stock-out" in log
+    assert "training: trained on fallbacks[0] (1 x g2-standard-8 + 1 x NVIDIA_L4" in log
+    # Stage 1 validated and planned the fallback; the export names what trained.
+    stage1 = tasks["validate-gpu-config"].parameters["alternatives"]
+    assert [a["label"] for a in stage1] == ["primary", "fallbacks[0]"]
+    export = tasks["export-model"]
+    assert export.executor_input["inputs"]["parameterValues"]["worker_pool_specs"][0][
+        "machine_spec"]["accelerator_type"] == "NVIDIA_L4"
+    assert "trained on fallbacks[0]" in export.parameters["description"]
+    assert "before it: primary in us-central1 stock-out" in export.parameters["description"]
+    assert export.parameters["labels"]["trained-on"] == "fallbacks-0"
+    # Submit held both configurations against the quotas Cloud Quotas reported.
+    assert apis.recorded(r"/quotaInfos$", method="GET")
+
+
 def test_the_beam_engine_prepares_the_dataset_as_a_dataflow_job(tuned_run):
     """`dataset.engine: beam`: the stage submits with Beam's own DataflowRunner (the fake
     Dataflow API runs the staged pipeline), for the run's project and region, on the CPU
@@ -623,4 +688,4 @@ def test_the_beam_engine_prepares_the_dataset_as_a_dataflow_job(tuned_run):
         for shard in entry["shards"]:
             data = storage.bucket(bucket).blob(f"{prefix}/{shard['file']}").download_as_bytes()
             assert hashlib.sha256(data).hexdigest() == shard["sha256"]
-    assert tasks["custom-training-job"].state == "SUCCEEDED"
+    assert tasks["train-on-vertex-ai"].state == "SUCCEEDED"

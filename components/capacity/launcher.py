@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,7 +27,7 @@ from typing import Any
 
 from components.capacity import quotas
 from components.capacity.alternatives import Alternative
-from trainer.errors import InputError
+from trainer.errors import StageError
 
 #: What Vertex AI's stock-outs and quota refusals say (lower case); nothing else retries.
 STOCK_OUT_MARKERS = ("resources are insufficient in region", "zone_resource_pool_exhausted",
@@ -38,11 +39,11 @@ FINAL_STATES = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED"
                 "JOB_STATE_EXPIRED")
 
 
-class TrainingJobError(RuntimeError):
+class TrainingJobError(StageError):
     """The training CustomJob failed for a reason no other configuration would avoid."""
 
 
-class NoCapacityError(InputError):
+class NoCapacityError(StageError):
     """Every configuration was out of capacity for every round."""
 
 
@@ -159,9 +160,12 @@ def _try(alternative: Alternative, how: Launch) -> tuple[Any, Attempt]:
     parent = f"projects/{how.project}/locations/{alternative.region}"
     try:
         job = client.create_custom_job(parent=parent, custom_job=how.make_job(alternative))
-    except exceptions.ResourceExhausted as exc:  # 429: above a quota
-        reason = capacity_reason(str(exc.message)) or "quota"
-        return None, Attempt(alternative.label, alternative.region, reason, str(exc.message))
+    # 429: above a quota; gRPC raises ResourceExhausted, REST its base TooManyRequests.
+    except exceptions.TooManyRequests as exc:
+        # REST clients prefix the API's message with the request ("POST https://...: ").
+        message = re.sub(r"^[A-Z]+ \S+: ", "", str(exc.message))
+        return None, Attempt(alternative.label, alternative.region,
+                             capacity_reason(message) or "quota", message)
     how.log(f"capacity: {alternative.label}: created {job.name} ({alternative.describe()})")
     with _cancelled_with_the_step(client, job.name):
         job = _follow(client, job.name, how)

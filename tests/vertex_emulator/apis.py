@@ -103,14 +103,15 @@ def image_entrypoints(repository: str, root: Path) -> dict[str, list[str]]:
 
 @dataclasses.dataclass
 class Recorded:
-    """One request: method, path, the host the client meant, the JSON body, and the
-    routing header (`x-goog-request-params`)."""
+    """One request: method, path, the host the client meant, the JSON body, the routing
+    header (`x-goog-request-params`) and the query's parameters."""
 
     method: str
     path: str
     host: str
     body: Any
     routing: str = ""
+    query: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -280,9 +281,8 @@ class FakeGoogleApis:
         return 200, {**resource, "state": job.state}
 
     def _stocked_out(self, region: str, spec: dict[str, Any]) -> bool:
-        machines = {value for pool in spec.get("workerPoolSpecs", []) if pool
-                    for value in (pool.get("machineSpec", {}).get("machineType"),
-                                  pool.get("machineSpec", {}).get("acceleratorType"))}
+        machines = {value for pool in map(aiplatform_pool, spec.get("workerPoolSpecs", []))
+                    if pool for value in pool["machine_spec"].values()}
         return any((value, region) in self.stockouts for value in machines)
 
     def _over_quota(self, region: str, spec: dict[str, Any]) -> list[str]:
@@ -292,7 +292,8 @@ class FakeGoogleApis:
 
         def needs(job_spec: dict[str, Any]) -> dict[str, int]:
             pools = [aiplatform_pool(p) for p in job_spec.get("workerPoolSpecs", [])]
-            strategy = job_spec.get("scheduling", {}).get("strategy", "STANDARD")
+            strategy = enum_name("strategy", job_spec.get("scheduling", {}).get("strategy")) \
+                or "STANDARD"
             return {n.metric: n.amount for n in quotas.needs(pools, region, strategy)}
 
         held: dict[str, int] = {}
@@ -629,6 +630,10 @@ class FakeGoogleApis:
             if not hosts:
                 continue
             container = definition["containerSpec"]
+            # The image is pulled before any command runs, the job's own command included.
+            problem = self.image_problem(container["imageUri"])
+            if problem:
+                raise LookupError(problem)
             command = list(container.get("command") or self._command(container["imageUri"]))
             args, expected_gpus = _without_gpu_expectation(container.get("args", []))
             args, plan = _on_cpus(args)
@@ -690,9 +695,10 @@ class FakeGoogleApis:
         def respond(request, method: str, body: Any) -> tuple[int, Any]:
             host = request.headers.get("X-Emulated-Host", "")
             routing = urllib.parse.unquote(request.headers.get("x-goog-request-params", ""))
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(request.path).query)
             self.requests.append(Recorded(method, request.path.split("?")[0], host, body,
-                                          routing))
-            self._request.query = urllib.parse.parse_qs(urllib.parse.urlsplit(request.path).query)
+                                          routing, query))
+            self._request.query = query
             self._request.routing = routing
             return self._route(method, request.path, body)
 
@@ -779,6 +785,16 @@ def _error(code: int, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "status": status}}
 
 
+def enum_name(kind: str, value: Any) -> str:
+    """An aiplatform_v1 enum field as its name: Google's REST clients send enums as
+    numbers (`use_integers_for_enums`), gcpc's launcher and users' JSON as names."""
+    from google.cloud import aiplatform_v1
+
+    enum = {"accelerator": aiplatform_v1.AcceleratorType,
+            "strategy": aiplatform_v1.Scheduling.Strategy}[kind]
+    return enum(value).name if isinstance(value, int) else str(value or "")
+
+
 def aiplatform_pool(pool: Any) -> dict[str, Any]:
     """A REST (camelCase) worker pool as the project's snake_case pool dicts."""
     if not pool:
@@ -786,7 +802,8 @@ def aiplatform_pool(pool: Any) -> dict[str, Any]:
     machine = pool.get("machineSpec", {})
     return {"replica_count": int(pool.get("replicaCount", 0)),
             "machine_spec": {"machine_type": machine.get("machineType", ""),
-                             "accelerator_type": machine.get("acceleratorType", ""),
+                             "accelerator_type": enum_name("accelerator",
+                                                           machine.get("acceleratorType")),
                              "accelerator_count": int(machine.get("acceleratorCount", 0))},
             "container_spec": {"image_uri": pool.get("containerSpec", {}).get("imageUri", "")}}
 
