@@ -339,3 +339,25 @@ def test_a_failure_after_the_job_ran_is_not_retried_elsewhere():
 ])
 def test_only_capacity_messages_are_capacity(message, reason):
     assert capacity_reason(message) == reason
+
+
+def test_a_cancelled_step_cancels_its_running_job():
+    """Vertex AI Pipelines stops a cancelled run's step with SIGTERM (as gcpc's launchers
+    expect, container/utils/execution_context.py): the job it follows is cancelled too."""
+    import os
+    import signal
+
+    from components.capacity.launcher import _cancelled_with_the_step
+
+    class Jobs:
+        cancelled: list[str] = []
+
+        def cancel_custom_job(self, name):
+            self.cancelled.append(name)
+
+    jobs, before = Jobs(), signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit, match="cancelled: the training CustomJob j/1 was cancelled"):
+        with _cancelled_with_the_step(jobs, "j/1"):
+            os.kill(os.getpid(), signal.SIGTERM)
+    assert jobs.cancelled == ["j/1"]
+    assert signal.getsignal(signal.SIGTERM) is before  # the step's own handler is back

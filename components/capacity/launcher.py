@@ -195,7 +195,8 @@ def _follow(client: Any, name: str, how: Launch) -> Any:
 @contextlib.contextmanager
 def _cancelled_with_the_step(client: Any, name: str) -> Iterator[None]:
     """While a job runs, a SIGTERM to this step (a cancelled pipeline run) cancels it, as
-    gcpc's launchers do; nothing is left running."""
+    gcpc's launchers do (google_cloud_pipeline_components/container/utils/
+    execution_context.py); nothing is left running."""
     def cancel(signum: int, frame: Any) -> None:
         client.cancel_custom_job(name=name)
         raise SystemExit(f"cancelled: the training CustomJob {name} was cancelled too")
