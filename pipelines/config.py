@@ -22,7 +22,7 @@ import pydantic
 from croniter import croniter
 from pydantic import AfterValidator, Field
 
-from components.capacity.alternatives import check_alternatives
+from components.capacity.alternatives import Alternative, check_alternatives
 from components.cloud_names import DisplayName, GcsUri, ProjectId
 from components.dataset.options import DatasetOptions
 from components.dataset.sources import DatasetError, kind_of
@@ -172,6 +172,11 @@ class Config(pydantic.BaseModel):
         """The training plan of the Vertex AI pools (made by stage 1's rules)."""
         result = check_pools(self.vertex.worker_pool_specs, training=self.training)
         return result.raise_for_errors().plan
+
+    def alternatives(self) -> list[Alternative]:
+        """The primary Vertex AI configuration and each fallback, checked by stage 1's
+        rules, each with its training plan (`components.capacity.alternatives`)."""
+        return check_alternatives(self.vertex, self.training).raise_for_errors().alternatives
 
     def local_plan(self) -> TrainingPlan:
         """The training plan of `run --local`'s CPU processes (`local_layout`).

@@ -1,4 +1,5 @@
-"""Shared fixtures: a small prepared dataset and a model trained by 2 real workers."""
+"""Shared fixtures: a small prepared dataset, the Cloud Storage emulator and the fake Google
+APIs on loopback."""
 
 from __future__ import annotations
 
@@ -21,6 +22,20 @@ def small_dataset(tmp_path_factory):
     prepare_source(BUILTIN_SHAPES, out, image_size=32, validation_fraction=0.25,
                     test_fraction=0.1, num_shards=4, builtin_images_per_class=80)
     return out
+
+
+@pytest.fixture
+def apis(tmp_path):
+    """The fake Google APIs on loopback (`tests.vertex_emulator.apis`), with the project's
+    two images in `us-central1-docker.pkg.dev/my-proj/ml-images` (their containers exit
+    at once: these tests start no training)."""
+    from components import images
+    from tests.vertex_emulator.apis import FakeGoogleApis
+
+    repository = "us-central1-docker.pkg.dev/my-proj/ml-images"
+    with FakeGoogleApis(tmp_path, {f"{repository}/{i.name}": ["true"]
+                                   for i in images.PROJECT_IMAGES}) as fake:
+        yield fake
 
 
 @pytest.fixture

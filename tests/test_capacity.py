@@ -38,7 +38,8 @@ from pipelines.cli import main
 from pipelines.config import ConfigError, load_config
 from pipelines.vertex import capacity as preflight
 from pipelines.vertex.clients import Clients
-from tests.vertex_emulator.apis import CustomJob, FakeGoogleApis
+from tests.test_vertex_gpu import _client, _iam_clients
+from tests.vertex_emulator.apis import CustomJob
 
 REPO = "us-central1-docker.pkg.dev/my-proj/ml-images"
 T4 = {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
@@ -147,18 +148,6 @@ def test_what_a_configuration_needs_of_each_quota():
                      "custom_model_training_cpus": 16, "custom_model_training_c2_cpus": 16}
 
 
-@pytest.fixture
-def apis(tmp_path):
-    with FakeGoogleApis(tmp_path, {f"{REPO}/{i.name}": ["true"]
-                                   for i in images.PROJECT_IMAGES}) as fake:
-        yield fake
-
-
-def _client(kind, apis):
-    return kind(transport="rest", client_options={"api_endpoint": apis.url},
-                credentials=AnonymousCredentials())
-
-
 def _clients(apis):
     return Clients(quotas=_client(cloudquotas_v1.CloudQuotasClient, apis),
                    jobs=_client(aiplatform_v1.JobServiceClient, apis))
@@ -166,7 +155,6 @@ def _clients(apis):
 
 def test_submit_refuses_a_quota_below_the_need_with_the_numbers(apis):
     from pipelines.vertex import runs
-    from tests.test_vertex_gpu import _iam_clients
 
     apis.quotas = {"custom_model_training_nvidia_t4_gpus": {"us-central1": 1,
                                                             "us-east4": 16}}

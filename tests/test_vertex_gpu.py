@@ -21,19 +21,11 @@ from pipelines.cli import main
 from pipelines.config import load_config
 from pipelines.vertex import iam, runs
 from pipelines.vertex.clients import Clients
-from tests.vertex_emulator.apis import FakeGoogleApis
 from tests.vertex_emulator.pipelines import EmulatedPipelines, RequestRefused
 
 REPO = "us-central1-docker.pkg.dev/my-proj/ml-images"
 DIGEST = "sha256:" + "ab" * 32
 ACCOUNT = "trainer@my-proj.iam.gserviceaccount.com"
-
-
-@pytest.fixture
-def apis(tmp_path):
-    with FakeGoogleApis(tmp_path, {f"{REPO}/{i.name}": ["true"]
-                                   for i in images.PROJECT_IMAGES}) as fake:
-        yield fake
 
 
 def _client(kind, apis):

@@ -27,6 +27,7 @@ from typing import Any
 
 from components.capacity import quotas
 from components.capacity.alternatives import Alternative
+from components.cloud_names import vertex_endpoint, vertex_resource_uri
 from trainer.errors import StageError
 
 #: What Vertex AI's stock-outs and quota refusals say (lower case); nothing else retries.
@@ -216,9 +217,16 @@ def gcp_resources(attempts: Sequence[Mapping[str, Any]]) -> str:
     """The jobs the attempts created, as gcpc's launchers write their `gcp_resources`
     output (Vertex AI Pipelines links each from the step)."""
     return json.dumps({"resources": [
-        {"resourceType": "CustomJob",
-         "resourceUri": f"https://{a['region']}-aiplatform.googleapis.com/v1/{a['job']}"}
+        {"resourceType": "CustomJob", "resourceUri": vertex_resource_uri(a["region"], a["job"])}
         for a in attempts if a["job"]]})
+
+
+def jobs_client(region: str) -> Any:
+    """A Vertex AI JobServiceClient of a region's endpoint, with the default credentials."""
+    from google.cloud import aiplatform_v1
+
+    return aiplatform_v1.JobServiceClient(
+        client_options={"api_endpoint": vertex_endpoint(region)})
 
 
 def quota_checker(client: Any, project: str, log: Callable[[str], None]
@@ -247,8 +255,6 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
     Raises:
         TrainingJobError, NoCapacityError: As `launch`.
     """
-    from google.cloud import aiplatform_v1, cloudquotas_v1
-
     from components.training.vertex_job import custom_job, custom_job_spec, plan_flags
     from components.vertex_options import VertexOptions
     from trainer.options import TrainingOptions
@@ -273,12 +279,11 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
 
     def jobs_for(region: str) -> Any:
         if region not in clients:
-            clients[region] = aiplatform_v1.JobServiceClient(
-                client_options={"api_endpoint": f"{region}-aiplatform.googleapis.com"})
+            clients[region] = jobs_client(region)
         return clients[region]
 
     how = Launch(project, make_job, jobs_for,
-                 quota_checker(cloudquotas_v1.CloudQuotasClient(), project, log), log,
+                 quota_checker(quotas.quotas_client(), project, log), log,
                  rounds=options.capacity_rounds,
                  backoff_seconds=float(options.capacity_backoff.rstrip("s")),
                  poll_seconds=POLL_SECONDS)

@@ -164,6 +164,13 @@ class Quota:
                 f"({self.need.what}), quota {allowed}{used}")
 
 
+def quotas_client() -> Any:
+    """A Cloud Quotas client with the default credentials."""
+    from google.cloud import cloudquotas_v1
+
+    return cloudquotas_v1.CloudQuotasClient()
+
+
 def quota_parent(project: str) -> str:
     """The Cloud Quotas parent of Vertex AI's quotas in a project."""
     return f"projects/{project}/locations/global/services/{SERVICE}"

@@ -15,6 +15,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from components.cloud_names import vertex_endpoint
 from components.training.vertex_job import custom_job_spec
 from components.tuning.local_study import Trial, typed
 from components.tuning.options import MEASUREMENT_SELECTION, TuningOptions
@@ -103,7 +104,7 @@ def read_tuning_job(name: str) -> Any:
     region = name.split("/locations/", 1)[1].split("/", 1)[0]
     with remote_call(f"reading the tuning job {name}"):
         client = aiplatform_v1.JobServiceClient(
-            client_options={"api_endpoint": f"{region}-aiplatform.googleapis.com"})
+            client_options={"api_endpoint": vertex_endpoint(region)})
         return client.get_hyperparameter_tuning_job(name=name)
 
 

@@ -10,10 +10,9 @@ training starts. A tuning job's parallel trials multiply the primary's need.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from components.capacity import quotas
-from components.capacity.alternatives import Alternative, check_alternatives
+from components.capacity.alternatives import Alternative
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients
 from trainer.remote import remote_call
@@ -22,10 +21,9 @@ from trainer.remote import remote_call
 def planned_needs(config: Config) -> list[tuple[Alternative, list[quotas.Need]]]:
     """Each alternative with the quota it needs (the primary's times the study's parallel
     trials, which run on its pools)."""
-    checked = check_alternatives(config.vertex, config.training).raise_for_errors()
     trials = config.tuning.parallel_trials if config.tuning.enabled else 1
     return [(a, quotas.needs(a.worker_pool_specs, a.region, a.scheduling_strategy,
-                             trials if a.index == 0 else 1)) for a in checked.alternatives]
+                             trials if a.index == 0 else 1)) for a in config.alternatives()]
 
 
 def check_capacity(config: Config, clients: Clients, *, dry_run: bool,
@@ -88,18 +86,3 @@ def check_capacity(config: Config, clients: Clients, *, dry_run: bool,
               "vertex.scheduling_strategy (Spot and FLEX_START count against the "
               "preemptible quotas)")
     return primary
-
-
-def quotas_client() -> Any:
-    """A Cloud Quotas client with the default credentials."""
-    from google.cloud import cloudquotas_v1
-
-    return cloudquotas_v1.CloudQuotasClient()
-
-
-def jobs_client(region: str) -> Any:
-    """A Vertex AI JobServiceClient of a region's endpoint."""
-    from google.cloud import aiplatform_v1
-
-    return aiplatform_v1.JobServiceClient(
-        client_options={"api_endpoint": f"{region}-aiplatform.googleapis.com"})

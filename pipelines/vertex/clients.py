@@ -58,7 +58,7 @@ class Clients:
     def get_quotas(self) -> Any:
         """The Cloud Quotas client (the default one unless given)."""
         if self.quotas is None:
-            from pipelines.vertex.capacity import quotas_client
+            from components.capacity.quotas import quotas_client
 
             with remote_call("connecting to Cloud Quotas"):
                 self.quotas = quotas_client()
@@ -69,7 +69,7 @@ class Clients:
         if self.jobs is not None:
             return self.jobs
         if region not in self._regional:
-            from pipelines.vertex.capacity import jobs_client
+            from components.capacity.launcher import jobs_client
 
             with remote_call(f"connecting to Vertex AI in {region}"):
                 self._regional[region] = jobs_client(region)

@@ -194,9 +194,9 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
 def capacity_summary(config: Config) -> list[str]:
     """The dry run's lines on the fallbacks: each with its plan, and how the global batch
     and learning rate follow whichever trains."""
-    from components.capacity.alternatives import batch_lines, check_alternatives
+    from components.capacity.alternatives import batch_lines
 
-    alternatives = check_alternatives(config.vertex, config.training).alternatives
+    alternatives = config.alternatives()
     if len(alternatives) < 2:
         return [f"capacity: no vertex.fallbacks; a stock-out or a quota refusal is tried "
                 f"again {config.vertex.capacity_rounds - 1} time(s), "
