@@ -5,9 +5,9 @@ stage at 224x224 twice, stored as JPEG (quality 95) and as PNG; then, with the c
 (photos do not fit in memory), in interleaved rounds, each pipeline runs in its own
 process pinned to 1 core and to all cores:
 
-  - ours, JPEG: `trainer.data.make_dataset` with augmentation (random crops decoded with
+  - ours, JPEG: `trainer.run.data.make_dataset` with augmentation (random crops decoded with
     `decode_and_crop_jpeg`, resized back to 224, random flips), batched as uint8 (the
-    model converts them to float on the accelerator: `trainer.model.PIXEL_MAX`);
+    model converts them to float on the accelerator: `trainer.models.factory.PIXEL_MAX`);
   - ours, PNG: the same over the PNG shards (decode whole, then crop);
   - the lab's per-element pipeline over TFRecords of the original JPEGs, as TFDS stores
     them: decode, per-element resize and float conversion, shuffle(1000), batch,
@@ -54,7 +54,7 @@ def _records(tf, files, threads):
 
 def lab_dataset(tf, files):
     """The lab's create_dataset() over TFRecords of the original encoded images."""
-    from trainer.contract import FEATURE_IMAGE, FEATURE_LABEL, feature_spec
+    from trainer.common.contract import FEATURE_IMAGE, FEATURE_LABEL, feature_spec
 
     def decode(record):  # what TFDS does for an image feature
         example = tf.io.parse_single_example(record, feature_spec(tf))
@@ -87,8 +87,8 @@ def floor_dataset(tf, files, threads):
 
 def stage_datasets(tf, files, image_format, threads):
     """Our pipeline built up stage by stage (each batched, so all iterate alike)."""
-    from trainer.contract import FEATURE_IMAGE, FEATURE_LABEL, feature_spec
-    from trainer.data import augment_decoded, augment_jpeg
+    from trainer.common.contract import FEATURE_IMAGE, FEATURE_LABEL, feature_spec
+    from trainer.run.data import augment_decoded, augment_jpeg
 
     decode = tf.io.decode_jpeg if image_format == "jpeg" else tf.io.decode_png
 
@@ -126,8 +126,8 @@ def child(case: str, cores: int, work: Path, batches: int) -> dict:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
-    from trainer.contract import load_manifest, shard_paths
-    from trainer.data import InputSpec, make_dataset
+    from trainer.common.contract import load_manifest, shard_paths
+    from trainer.run.data import InputSpec, make_dataset
 
     # Parallelism fixed to the cores (a local cluster's setting). On Vertex AI the trainer
     # autotunes instead, which on 2 cores gave ~8% less (2,028 vs 2,204 images/s in one
@@ -179,7 +179,7 @@ def prepare(work: Path, per_class: int) -> dict:
 
     from components.dataset.prepare import prepare_source
     from components.dataset.sources import list_image_folder
-    from trainer.contract import FEATURE_IMAGE, FEATURE_LABEL
+    from trainer.common.contract import FEATURE_IMAGE, FEATURE_LABEL
 
     source = common.photo_like_folder(work / "source", classes=3, per_class=per_class,
                                       width=500, height=375)

@@ -66,7 +66,7 @@ def task_seconds(log: str) -> dict[str, float]:
 def trainer_run(data: Path, work: Path, runs: list) -> float:
     """The 2-worker trainer alone on the prepared dataset, as the pipeline starts it."""
     from components.training.local_cluster import run_local_cluster
-    from trainer.cluster import Layout
+    from trainer.cluster.roles import Layout
 
     job = work / f"job-{len(runs)}"
     started = time.perf_counter()
@@ -82,7 +82,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
-    from components.dataset.options import DatasetOptions
+    from components.dataset.dataset_options import DatasetOptions
     from components.dataset.prepare import prepare_dataset
 
     info = common.machine()

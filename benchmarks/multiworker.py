@@ -46,7 +46,7 @@ def train(workers: int, data: Path, work: Path, epochs: int, batch: int, runs: l
     """One training run as `workers` processes of `batch` examples a step each (on
     `cores` only, when given); returns its figures."""
     from components.training.local_cluster import run_local_cluster
-    from trainer.cluster import Layout
+    from trainer.cluster.roles import Layout
 
     job = work / f"job-{len(runs)}"
     allowed = os.sched_getaffinity(0)

@@ -27,7 +27,7 @@ from pathlib import Path
 from components import project
 
 #: TensorFlow version of both images: the lock files and the pyproject bound agree with it
-#: (tests check). The registered model is served by the CPU image (trainer/serving.py),
+#: (tests check). The registered model is served by the CPU image (trainer/serving/app.py),
 #: so the server runs the TensorFlow the model was trained with; Vertex AI's prebuilt
 #: TensorFlow prediction containers stop at 2.15 (Vertex AI docs: "Prebuilt containers for
 #: prediction").

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 
 from components.project import LOG_PREFIX
-from trainer.errors import ProjectError
+from trainer.common.errors import ProjectError
 
 
 def say(message: str) -> None:

@@ -1,6 +1,6 @@
 """How a run uses Vertex AI: worker pools, the CustomJob's settings, model registration.
 
-Declared once (see `trainer.schema`); the config file's `vertex` section extends it with
+Declared once (see `trainer.common.schema`); the config file's `vertex` section extends it with
 what only the client needs (`pipelines.config.VertexConfig`), and the pipeline receives it
 as its `vertex` parameter, which the stages read back through this model.
 """
@@ -25,7 +25,7 @@ from components.cloud_names import (
     Tensorboard,
 )
 from components.training.job_names import JOB_NAME_SUFFIX, validate_job_name
-from trainer.schema import STRICT, short
+from trainer.common.schema import STRICT, short
 
 
 def _repository(value: str) -> str:

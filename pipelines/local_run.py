@@ -27,7 +27,7 @@ from components.project import LOG_PREFIX
 from components.training.local_cluster import TENSORFLOW_CHATTER
 from pipelines.config import Config
 from pipelines.process_tree import stop_descendants
-from trainer.errors import StageError, first_line
+from trainer.common.errors import StageError, first_line
 
 #: The local model registry's directory under the pipeline root.
 REGISTRY = "registry"
@@ -249,7 +249,8 @@ def run_local(config: Config, pipeline_root: str | os.PathLike, *, verbose: bool
     """
     from kfp import local
 
-    from pipelines.pipeline import local_arguments, local_pipeline_for
+    from pipelines.pipeline import local_pipeline_for
+    from pipelines.pipeline_arguments import local_arguments
 
     out = out or sys.stdout
     root = Path(pipeline_root).resolve()

@@ -5,7 +5,7 @@ prepared and the cluster started, and a typo in the function's arguments costs a
 stage and prints from inside the cluster. The check imports the function from
 `training.user_code`, calls it with the contract's arguments (the dataset's image size, and
 its class count where it is known before preparing it, else a stand-in) and checks what it
-returns, in a process of its own on the CPU (`python -m trainer.user_model`), so that this
+returns, in a process of its own on the CPU (`python -m trainer.models.user_model`), so that this
 command does not load TensorFlow.
 """
 
@@ -17,7 +17,7 @@ import sys
 
 from components.stage import say
 from pipelines.config import Config
-from trainer.user_model import UserModelError, is_reference
+from trainer.models.user_model import UserModelError, is_reference
 
 #: The class count a model is built with when the dataset's is known only once prepared.
 STAND_IN_CLASSES = 5
@@ -27,7 +27,7 @@ TIMEOUT_SECONDS = 600
 
 def known_classes(config: Config) -> int | None:
     """The dataset's class count where it is known before preparing it."""
-    from components.dataset.options import BUILTIN_SHAPES
+    from components.dataset.dataset_options import BUILTIN_SHAPES
     from components.dataset.shapes import SHAPE_CLASSES
 
     return len(SHAPE_CLASSES) if config.dataset.source == BUILTIN_SHAPES else None
@@ -44,7 +44,7 @@ def check_user_model(config: Config) -> None:
         return
     known = known_classes(config)
     classes = known or STAND_IN_CLASSES
-    command = [sys.executable, "-m", "trainer.user_model", training.model,
+    command = [sys.executable, "-m", "trainer.models.user_model", training.model,
                "--user-code", training.user_code, "--image-size",
                str(config.dataset.image_size), "--num-classes", str(classes),
                "--weights", training.weights]

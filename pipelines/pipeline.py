@@ -19,10 +19,11 @@ from typing import NamedTuple
 from kfp import dsl
 from kfp.dsl import Model
 
-from components import ops, project
-from components.training.layout import layout_dict
+from components import project
+from components.ops import export as export_ops
+from components.ops import setup as setup_ops
+from components.ops import training as training_ops
 from pipelines.config import Config
-from trainer.user_model import USER_CODE_IN_IMAGE
 
 PIPELINE_NAME = project.PIPELINE_NAME
 LOCAL_PIPELINE_NAME = f"{PIPELINE_NAME}-local"
@@ -34,27 +35,28 @@ _DEFAULTS = Config()
 
 def validate(vertex: dict, training: dict, local_cluster: dict):
     """Stage 1, run first: nothing is spent on a configuration Vertex AI would refuse."""
-    gpu = ops.validate_gpu_config(vertex=vertex, training=training, local_cluster=local_cluster)
+    gpu = setup_ops.validate_gpu_config(vertex=vertex, training=training,
+                                        local_cluster=local_cluster)
     gpu.set_display_name("1 validate GPU config").set_caching_options(False)
     return gpu
 
 
-def prepare(dataset: dict, training_workers, gpu, resources: "Resources | None" = None,
+def prepare(dataset: dict, input_pipelines, gpu, resources: "Resources | None" = None,
             dataflow=None):
     """Stage 2, after stage 1: the prepared dataset, reused from the cache while the source
     is unchanged.
 
-    Shards come in multiples of `training_workers`, so every worker reads its own files.
+    Shards come in multiples of `input_pipelines`, so that each reads its own files.
     With `dataflow` (the `dataflow_launch` task), the Beam engine runs as a Dataflow job.
     """
-    fingerprint = ops.fingerprint_dataset_source(options=dataset).after(gpu)
+    fingerprint = setup_ops.fingerprint_dataset_source(options=dataset).after(gpu)
     fingerprint.set_display_name("2 dataset source fingerprint")
     # Only the dataset is reused from the cache (keyed on the source's fingerprint): the
     # fingerprint must look at the source every time, and a retraining must retrain.
     fingerprint.set_caching_options(False)
-    data = ops.prepare_dataset(options=dataset, source_fingerprint=fingerprint.output,
-                               min_shards=training_workers,
-                               **({} if dataflow is None else {"dataflow": dataflow.output}))
+    data = setup_ops.prepare_dataset(options=dataset, source_fingerprint=fingerprint.output,
+                                     min_shards=input_pipelines,
+                                     **({} if dataflow is None else {"dataflow": dataflow.output}))
     data.set_display_name("2 prepare dataset").after(gpu)
     # Decoding uses every core it is given, unless Dataflow's workers decode.
     if resources is not None and dataflow is None:
@@ -65,8 +67,8 @@ def prepare(dataset: dict, training_workers, gpu, resources: "Resources | None" 
 def launch_dataflow(project_id, vertex: dict, image):
     """Stage 2 on Vertex AI with `dataset.engine: beam`, after stage 3: the run's settings
     of the Dataflow job (its workers run the CPU image just built, by digest)."""
-    launch = ops.dataflow_launch(project=project_id, vertex=vertex,
-                                 images=image.outputs["Output"])
+    launch = setup_ops.dataflow_launch(project=project_id, vertex=vertex,
+                                       images=image.outputs["Output"])
     launch.set_display_name("2 Dataflow launch settings").set_caching_options(False)
     return launch
 
@@ -74,8 +76,8 @@ def launch_dataflow(project_id, vertex: dict, image):
 def build(vertex: dict, training: dict, *, push: bool, trainer_source_uri):
     """Stage 3: the build context (with the user's model code, as `submit` packs it); on
     Vertex the GPU and CPU images, each built only when it is missing."""
-    images = ops.build_images(vertex=vertex, training=training, push=push,
-                              trainer_source_uri=trainer_source_uri)
+    images = setup_ops.build_images(vertex=vertex, training=training, push=push,
+                                    trainer_source_uri=trainer_source_uri)
     images.set_display_name("3 build images").set_caching_options(False)
     return images
 
@@ -88,7 +90,7 @@ def train_on_vertex(project_id, training: dict, vertex: dict, gpu, data, image):
         The training task (its outputs: the pools, strategy and plan that trained, the
         capacity record, the training job directory) and the trained model.
     """
-    job = ops.train_on_vertex_ai(
+    job = training_ops.train_on_vertex_ai(
         project=project_id, alternatives=gpu.outputs["alternatives"],
         images=image.outputs["Output"], dataset=data.outputs["dataset"], training=training,
         vertex=vertex)
@@ -102,9 +104,9 @@ def train_on_vertex(project_id, training: dict, vertex: dict, gpu, data, image):
 def train_locally(training: dict, local_cluster: dict, gpu, data, image):
     """Stage 4 locally: one process per replica on localhost; returns the task and the
     trained model."""
-    task = ops.train_on_local_workers(dataset=data.outputs["dataset"], training=training,
-                                      local_cluster=local_cluster,
-                                      training_plan=gpu.outputs["training_plan"])
+    task = training_ops.train_on_local_workers(dataset=data.outputs["dataset"], training=training,
+                                               local_cluster=local_cluster,
+                                               training_plan=gpu.outputs["training_plan"])
     task.set_display_name("4 train on local workers").after(image).set_caching_options(False)
     return task, task.outputs["model"]
 
@@ -112,9 +114,9 @@ def train_locally(training: dict, local_cluster: dict, gpu, data, image):
 def tune_locally(training: dict, tuning: dict, local_cluster: dict, gpu, data, image):
     """Stage 4 locally, first: the `tuning` study (trials as local clusters); its outputs
     are the training options to train with and the study."""
-    task = ops.tune_on_local_workers(dataset=data.outputs["dataset"], training=training,
-                                     tuning=tuning, local_cluster=local_cluster,
-                                     training_plan=gpu.outputs["training_plan"])
+    task = training_ops.tune_on_local_workers(dataset=data.outputs["dataset"], training=training,
+                                              tuning=tuning, local_cluster=local_cluster,
+                                              training_plan=gpu.outputs["training_plan"])
     task.set_display_name("4 tune hyperparameters").after(image).set_caching_options(False)
     return task
 
@@ -130,9 +132,9 @@ def report_and_export(data, trained_model, trained, cluster, *, training: dict, 
     AI the training task; locally stage 1); `capacity` which alternative trained and why
     not the others (Vertex AI).
     """
-    report = ops.report_training(training_job=trained.outputs["training_job"])
+    report = training_ops.report_training(training_job=trained.outputs["training_job"])
     report.set_display_name("4 training report").set_caching_options(False)
-    export = ops.export_model(
+    export = export_ops.export_model(
         dataset=data.outputs["dataset"], trained_model=trained_model, training=training,
         vertex=vertex, strategy=cluster.outputs["strategy"],
         worker_pool_specs=cluster.outputs["worker_pool_specs"],
@@ -148,15 +150,15 @@ def report_and_export(data, trained_model, trained, cluster, *, training: dict, 
 def register_if_better(project_id, vertex: dict, export, image):
     """Stage 5 on Vertex AI: register the model as the gate decided (a new default version,
     a non-default version, or not at all), with its lineage as labels and description,
-    served by the run's own CPU image (`trainer.serving`)."""
+    served by the run's own CPU image (`trainer.serving.app`)."""
     from google_cloud_pipeline_components.types import artifact_types
     from google_cloud_pipeline_components.v1.model import ModelUploadOp
 
-    from trainer.serving_container import container_spec
+    from trainer.serving.container import container_spec
 
-    plan = ops.registration_plan(vertex=vertex, register=export.outputs["register"],
-                                 default=export.outputs["default"],
-                                 images=image.outputs["Output"])
+    plan = export_ops.registration_plan(vertex=vertex, register=export.outputs["register"],
+                                        default=export.outputs["default"],
+                                        images=image.outputs["Output"])
     plan.set_display_name("5a registration plan").set_caching_options(False)
     decision = plan.outputs
     with dsl.If(decision["register"] == True, name="gate-registers"):  # noqa: E712 - KFP DSL
@@ -200,8 +202,8 @@ def notify(emails: tuple[str, ...], registry_root: str):
 
         task = VertexNotificationEmailOp(recipients=list(emails))
     else:
-        task = ops.summarize_run(registry_root=registry_root,
-                                 job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
+        task = export_ops.summarize_run(registry_root=registry_root,
+                                        job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
     task.set_display_name("notify").set_caching_options(False)
     return task
 
@@ -232,7 +234,7 @@ def tune_on_vertex(project_id, training: dict, tuning: dict, vertex: dict, gpu, 
         HyperparameterTuningJobRunOp,
     )
 
-    spec = ops.vertex_tuning_spec(
+    spec = training_ops.vertex_tuning_spec(
         worker_pool_specs=gpu.outputs["worker_pool_specs"], images=image.outputs["Output"],
         dataset=data.outputs["dataset"], training=training, tuning=tuning, vertex=vertex,
         training_plan=gpu.outputs["training_plan"])
@@ -253,8 +255,8 @@ def tune_on_vertex(project_id, training: dict, tuning: dict, vertex: dict, gpu, 
         study_spec_measurement_selection_type=settings["study_spec_measurement_selection_type"],
         service_account=settings["service_account"], network=settings["network"])
     job.set_display_name("4a tune on Vertex AI").set_caching_options(False)
-    best = ops.best_vertex_trial(gcp_resources=job.outputs["gcp_resources"],
-                                 training=training, tuning=tuning)
+    best = training_ops.best_vertex_trial(gcp_resources=job.outputs["gcp_resources"],
+                                          training=training, tuning=tuning)
     best.set_display_name("4a best trial").set_caching_options(False)
     return best
 
@@ -268,7 +270,7 @@ def _vertex_run(resources: Resources, project, dataset: dict, training: dict, ve
         # stage 1, unless Dataflow's workers run the image.
         image = build(vertex, training, push=True, trainer_source_uri=trainer_source_uri).after(gpu)
         launch = launch_dataflow(project, vertex, image) if resources.dataflow else None
-        data = prepare(dataset, gpu.outputs["training_workers"], gpu, resources, launch)
+        data = prepare(dataset, gpu.outputs["input_pipelines"], gpu, resources, launch)
         record = None
         if tuning is not None:
             best = tune_on_vertex(project, training, tuning, vertex, gpu, data, image)
@@ -332,7 +334,7 @@ def _local_run(dataset: dict, training: dict, vertex: dict, local_cluster: dict,
     """The local pipeline's tasks, with the study first when there is one."""
     with dsl.ExitHandler(notify((), registry_root), name="run"):
         gpu = validate(vertex, training, local_cluster)
-        data = prepare(dataset, gpu.outputs["training_workers"], gpu)
+        data = prepare(dataset, gpu.outputs["input_pipelines"], gpu)
         image = build(vertex, training, push=False, trainer_source_uri="").after(data)
         before, record = image, None
         if tuning is not None:
@@ -349,7 +351,7 @@ def local_pipeline(
     dataset: dict = _DEFAULTS.dataset.model_dump(),
     training: dict = _DEFAULTS.training_options().model_dump(),
     vertex: dict = _DEFAULTS.vertex_options().model_dump(),
-    local_cluster: dict = layout_dict(_DEFAULTS.local_layout()),
+    local_cluster: dict = _DEFAULTS.local_layout().to_dict(),
     registry_root: str = "",
 ):
     """The same pipeline with training as worker processes on localhost (kfp.local).
@@ -367,7 +369,7 @@ def tuned_local_pipeline(
     dataset: dict = _DEFAULTS.dataset.model_dump(),
     training: dict = _DEFAULTS.training_options().model_dump(),
     vertex: dict = _DEFAULTS.vertex_options().model_dump(),
-    local_cluster: dict = layout_dict(_DEFAULTS.local_layout()),
+    local_cluster: dict = _DEFAULTS.local_layout().to_dict(),
     registry_root: str = "",
     tuning: dict = _DEFAULTS.tuning.model_dump(exclude_none=True),
 ):
@@ -379,29 +381,3 @@ def tuned_local_pipeline(
 def local_pipeline_for(config: Config):
     """The local pipeline a configuration runs: with its study, if it has one."""
     return tuned_local_pipeline if config.tuning.enabled else local_pipeline
-
-
-def local_arguments(config: Config, registry_root: str = "") -> dict:
-    """Arguments of `local_pipeline` for a configuration (`registry_root`: the local model
-    registry, `<pipeline_root>/registry`)."""
-    return {"dataset": config.dataset.model_dump(),
-            "training": config.training_options().model_dump(),
-            "vertex": config.vertex_options().model_dump(),
-            "local_cluster": layout_dict(config.local_layout()),
-            "registry_root": registry_root,
-            **({"tuning": config.tuning.model_dump(exclude_none=True)}
-               if config.tuning.enabled else {})}
-
-
-def vertex_arguments(config: Config, trainer_source_uri: str = "") -> dict:
-    """Parameter values of `vertex_pipeline` for a configuration. A user's model code is
-    read where the image holds it (`submit` packs it into the build context)."""
-    training = config.training_options().model_dump()
-    if training["user_code"]:
-        training["user_code"] = USER_CODE_IN_IMAGE
-    tuning = {"tuning": config.tuning.model_dump(exclude_none=True)} \
-        if config.tuning.enabled else {}
-    return {"project": config.vertex.project, "dataset": config.dataset.model_dump(),
-            "training": training, **tuning,
-            "vertex": config.vertex_options().model_dump(),
-            "trainer_source_uri": trainer_source_uri}

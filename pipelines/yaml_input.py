@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from trainer.errors import InputError
-from trainer.schema import short
+from trainer.common.errors import InputError
+from trainer.common.schema import short
 
 MAX_BYTES = 1_000_000
 MAX_DEPTH = 32

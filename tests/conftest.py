@@ -26,11 +26,11 @@ def small_dataset(tmp_path_factory):
 
 @pytest.fixture
 def apis(tmp_path):
-    """The fake Google APIs on loopback (`tests.vertex_emulator.apis`), with the project's
+    """The fake Google APIs on loopback (`tests.support.vertex_emulator.apis`), with the project's
     two images in `us-central1-docker.pkg.dev/my-proj/ml-images` (their containers exit
     at once: these tests start no training)."""
     from components import images
-    from tests.vertex_emulator.apis import FakeGoogleApis
+    from tests.support.vertex_emulator.apis import FakeGoogleApis
 
     repository = "us-central1-docker.pkg.dev/my-proj/ml-images"
     with FakeGoogleApis(tmp_path, {f"{repository}/{i.name}": ["true"]
@@ -47,7 +47,7 @@ def storage_emulator(monkeypatch):
     """
     from gcp_storage_emulator.server import create_server
 
-    from trainer import gcs
+    from trainer.common import gcs
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainer import files
-from trainer.errors import first_line
+from trainer.common import files
+from trainer.common.errors import first_line
 
 
 def test_the_first_line_of_an_error_never_fails_on_an_empty_message():
@@ -18,11 +18,12 @@ def test_the_first_line_of_an_error_never_fails_on_an_empty_message():
 
 def test_an_unreadable_image_with_an_empty_error_is_skipped_with_a_reason(monkeypatch):
     from components.dataset import encode, sources
+    from components.dataset.sources import base
 
     def unreadable(ref):
         raise PermissionError()  # an error without a message
 
-    monkeypatch.setattr(sources, "read_bytes", unreadable)
+    monkeypatch.setattr(base, "read_bytes", unreadable)
     index, data, reason, _ = encode._encode((3, "/data/cat/1.jpg", 32, "png",
                                              sources.LocalFolder))
     assert (index, data, reason) == (3, None, "cannot read (PermissionError)")
@@ -44,9 +45,10 @@ def test_a_file_is_replaced_whole_or_left_as_it_was(tmp_path):
 
 
 def test_one_table_names_the_worker_pools_for_every_layer():
-    from components.gpu import ai_platform, validation
+    from components.gpu import ai_platform_pools as ai_platform
+    from components.gpu import validation
     from components.training import local_cluster
-    from trainer.cluster import POOLS, ROLES, Layout
+    from trainer.cluster.roles import POOLS, ROLES, Layout
 
     assert ROLES == ("chief", "worker", "ps", "evaluator")
     assert validation.POOL_ROLES == ("chief", "worker", "parameter server", "evaluator")
@@ -61,9 +63,10 @@ def test_one_table_names_the_worker_pools_for_every_layer():
 
 
 def test_the_config_the_stage_and_validate_gpu_run_the_same_pool_checks(capsys):
-    from components.training.layout import check_pools
+    from components.gpu.pools import check_pools
     from pipelines.cli import main
-    from pipelines.config import ConfigError, load_config
+    from pipelines.config import ConfigError
+    from pipelines.config_loading import load_config
 
     gpu = {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
            "accelerator_count": 1}

@@ -5,11 +5,11 @@ transport plugin, `google-reduction-server`, from Google's apt repository (Verte
 "Distributed training", Reduction Server). Google's instructions add the repository with
 `apt-key add` and install whatever version it holds; this module pins it instead:
 
-- `lock` (run by `make lock`, where the repository can be reached) downloads the
-  repository's key file, keeps the key whose fingerprint the project names, checks the
-  repository's `InRelease` signature with `gpgv` against that key alone, follows the
-  signed SHA-256 of its package index, and writes the newest version of each package with
-  the SHA-256 of its `.deb` (`requirements/gpu-apt.lock`);
+- `make lock` (`components.build.apt_repository.resolve`, where the repository can be
+  reached) downloads the repository's key file, keeps the key whose fingerprint the
+  project names, checks the repository's `InRelease` signature with `gpgv` against that
+  key alone, follows the signed SHA-256 of its package index, and writes the newest
+  version of each package with the SHA-256 of its `.deb` (`requirements/gpu-apt.lock`);
 - `install` (run by the GPU Dockerfile, with nothing but the base image's Python) trusts
   that key alone for that repository (a keyring holding just it, `signed-by`), installs
   exactly the locked versions and refuses a `.deb` whose SHA-256 differs from the lock.
@@ -19,8 +19,9 @@ nothing, says so, and the validator refuses a Reduction Server pool for it
 (`components.images.reduction_server_plugin`).
 
 This file runs on its own inside the image build (`python apt_lock.py install LOCK`): the
-standard library only, and no project imports but the error base (when there) and those
-of the `lock` command.
+standard library only, and no project import but the error base (when there). It holds
+the lock's format, its signing key and the install; reading the repository is
+`components.build.apt_repository`'s.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from __future__ import annotations
 import argparse
 import base64
 import dataclasses
-import gzip
 import hashlib
 import os
 import re
@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 try:
-    from trainer.errors import StageError as _Failure
+    from trainer.common.errors import StageError as _Failure
 except ImportError:  # run on its own by the image build, without the project
     _Failure = RuntimeError  # type: ignore[assignment,misc]
 
@@ -223,107 +223,8 @@ def pinned_key(data: bytes, allowed: Sequence[str], where: str) -> tuple[str, by
                        "changed, or this is not its key file")
 
 
-# --- Repository metadata -----------------------------------------------------------------------
-
-
-def compare_versions(a: str, b: str) -> int:
-    """Debian version order (deb-version(7)): negative, zero or positive as a <, =, > b."""
-    def split(version: str) -> tuple[int, str, str]:
-        epoch, _, rest = version.partition(":") if ":" in version else ("0", "", version)
-        upstream, _, revision = rest.rpartition("-") if "-" in rest else (rest, "", "0")
-        return int(epoch or 0), upstream, revision
-
-    def order(char: str) -> int:
-        if char == "~":
-            return -1
-        if char.isalpha():
-            return ord(char)
-        return ord(char) + 256 if char else 0
-
-    def part(x: str, y: str) -> int:
-        while x or y:
-            xs, ys = re.match(r"\D*", x).group(), re.match(r"\D*", y).group()
-            for i in range(max(len(xs), len(ys)) + 1):
-                cx, cy = order(xs[i:i + 1]), order(ys[i:i + 1])
-                if cx != cy:
-                    return cx - cy
-            x, y = x[len(xs):], y[len(ys):]
-            xd, yd = re.match(r"\d*", x).group(), re.match(r"\d*", y).group()
-            if int(xd or 0) != int(yd or 0):
-                return int(xd or 0) - int(yd or 0)
-            x, y = x[len(xd):], y[len(yd):]
-        return 0
-
-    (ea, ua, ra), (eb, ub, rb) = split(a), split(b)
-    return (ea - eb) or part(ua, ub) or part(ra, rb)
-
-
-def stanzas(text: str) -> list[dict[str, str]]:
-    """The paragraphs of a Debian control file (Release, Packages), continuation lines
-    joined with newlines."""
-    found = []
-    for block in re.split(r"\n\s*\n", text.strip()):
-        fields: dict[str, str] = {}
-        last = ""
-        for line in block.splitlines():
-            if line[:1] in (" ", "\t") and last:
-                fields[last] += "\n" + line.strip()
-            elif ":" in line:
-                last, _, value = line.partition(":")
-                fields[last] = value.strip()
-        if fields:
-            found.append(fields)
-    return found
-
-
-def signed_text(in_release: str) -> str:
-    """The text a clearsigned InRelease signs (RFC 4880 7: framing and dash-escapes off)."""
-    head, separator, rest = in_release.partition("-----BEGIN PGP SIGNED MESSAGE-----")
-    if not separator:
-        raise AptLockError("InRelease is not a clearsigned message")
-    body = rest.split("\n\n", 1)[1].split("\n-----BEGIN PGP SIGNATURE-----", 1)[0]
-    return "\n".join(line[2:] if line.startswith("- ") else line for line in body.split("\n"))
-
-
-def verify_signature(in_release: bytes, key: bytes, expected: str, gpgv: str = "gpgv") -> None:
-    """Checks InRelease's signature with `key` alone and that `expected` made it.
-
-    Raises:
-        AptLockError: gpgv is missing, or the signature is bad or by another key.
-    """
-    with tempfile.TemporaryDirectory() as work:
-        keyring, message = Path(work, "pinned.gpg"), Path(work, "InRelease")
-        keyring.write_bytes(key)
-        message.write_bytes(in_release)
-        try:
-            result = subprocess.run([gpgv, "--status-fd", "1", "--keyring", str(keyring),
-                                     str(message)], capture_output=True, text=True)
-        except FileNotFoundError:
-            raise AptLockError(f"{gpgv} is needed to check the repository's signature "
-                               "(Debian and Ubuntu: the gpgv package)") from None
-    valid = [line.split() for line in result.stdout.splitlines()
-             if line.startswith("[GNUPG:] VALIDSIG ")]
-    if result.returncode != 0 or not valid or valid[0][-1].upper() != expected:
-        raise AptLockError(f"InRelease is not signed by the pinned key {expected}: "
-                           f"{result.stderr.strip()[-500:] or result.stdout.strip()[-500:]}")
-
-
-def _index(release: dict[str, str], component: str) -> tuple[str, str, int]:
-    """(path, SHA-256, size) of the component's amd64 package index in a Release."""
-    listed = {}
-    for line in release.get("SHA256", "").splitlines():
-        parts = line.split()
-        if len(parts) == 3:
-            listed[parts[2]] = (parts[0], int(parts[1]))
-    for name in ("Packages.gz", "Packages"):
-        path = f"{component}/binary-{ARCHITECTURE}/{name}"
-        if path in listed:
-            return path, *listed[path]
-    raise AptLockError(f"the signed Release lists no {component}/binary-{ARCHITECTURE} "
-                       "package index")
-
-
-def _get(fetch: Fetch, url: str) -> bytes:
+def get(fetch: Fetch, url: str) -> bytes:
+    """`fetch(url)`, a failure as AptLockError naming the URL."""
     try:
         return fetch(url)
     except OSError as error:  # urllib's URLError and HTTPError are OSErrors
@@ -334,52 +235,6 @@ def urlopen_fetch(url: str) -> bytes:
     """Downloads `url` (honouring the environment's proxy variables)."""
     with urllib.request.urlopen(url, timeout=60) as response:
         return response.read()
-
-
-def resolve(template: AptLock, allowed: Sequence[str], packages: Sequence[str],
-            fetch: Fetch = urlopen_fetch, gpgv: str = "gpgv") -> AptLock:
-    """Pins the newest amd64 version of each of `packages` in `template`'s repository.
-
-    Args:
-        template: The repository and key file to read (its pins are ignored).
-        allowed: The signing key's accepted fingerprints, in order of preference.
-        packages: The package names to pin.
-        fetch: Downloads a URL.
-        gpgv: The gpgv program.
-
-    Returns:
-        The lock, with the signing key's fingerprint and the pins.
-
-    Raises:
-        AptLockError: The key, signature, index or a package does not check out.
-    """
-    chosen, key = pinned_key(_get(fetch, template.key_url), allowed, template.key_url)
-    base = f"{template.url.rstrip('/')}/dists/{template.suite}"
-    in_release = _get(fetch, f"{base}/InRelease")
-    verify_signature(in_release, key, chosen, gpgv)
-    release = stanzas(signed_text(in_release.decode()))[0]
-    path, digest, size = _index(release, template.component)
-    index = _get(fetch, f"{base}/{path}")
-    if hashlib.sha256(index).hexdigest() != digest or len(index) != size:
-        raise AptLockError(f"{base}/{path} does not match the SHA-256 the signed Release "
-                           "gives it")
-    entries = stanzas((gzip.decompress(index) if path.endswith(".gz") else index).decode())
-    pins = []
-    for name in packages:
-        found = [e for e in entries if e.get("Package") == name
-                 and e.get("Architecture") in (ARCHITECTURE, "all")]
-        if not found:
-            raise AptLockError(f"{template.url} {template.suite} has no {name} for "
-                               f"{ARCHITECTURE}")
-        newest = found[0]
-        for entry in found[1:]:
-            if compare_versions(entry["Version"], newest["Version"]) > 0:
-                newest = entry
-        pins.append(Pin(name, newest["Version"], newest["Filename"], newest["SHA256"]))
-    return dataclasses.replace(template, fingerprint=chosen, pins=tuple(pins), unresolved="")
-
-
-# --- In the image build ------------------------------------------------------------------------
 
 
 def install(lock: AptLock, *, root: str = "/", fetch: Fetch = urlopen_fetch,
@@ -399,7 +254,7 @@ def install(lock: AptLock, *, root: str = "/", fetch: Fetch = urlopen_fetch,
         log(f"apt lock: nothing pinned ({lock.unresolved or 'no packages'}); "
             "nothing installed")
         return []
-    _, key = pinned_key(_get(fetch, lock.key_url), [lock.fingerprint], lock.key_url)
+    _, key = pinned_key(get(fetch, lock.key_url), [lock.fingerprint], lock.key_url)
     keyring = Path(root, KEYRINGS, f"{lock.suite}.gpg")
     keyring.parent.mkdir(parents=True, exist_ok=True)
     keyring.write_bytes(key)
@@ -428,49 +283,18 @@ def install(lock: AptLock, *, root: str = "/", fetch: Fetch = urlopen_fetch,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`install LOCK` (the GPU Dockerfile) or `lock` (`make lock`)."""
+    """`install LOCK`: what the GPU Dockerfile runs (`make lock` writes the lock:
+    `components.build.locks`)."""
     parser = argparse.ArgumentParser(prog="apt_lock.py", description=main.__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("install").add_argument("lock")
-    commands.add_parser("lock")
     args = parser.parse_args(argv)
     try:
-        if args.command == "install":
-            install(parse(Path(args.lock).read_text()))
-        else:
-            write_lock()
+        install(parse(Path(args.lock).read_text()))
     except AptLockError as error:
         print(f"apt lock: {error}", file=sys.stderr)
         return 1
     return 0
-
-
-def write_lock(root: Path | None = None, fetch: Fetch = urlopen_fetch,
-               gpgv: str = "gpgv") -> AptLock:
-    """Resolves the GPU image's apt lock (`components.images`) and writes it.
-
-    A lock that already pins packages is kept when the repository cannot be reached (a
-    network failure never unpins); a first lock then records why nothing is pinned.
-    """
-    from components import images
-    from components.build.context import project_root
-
-    path = (root or project_root()) / images.GPU_APT_LOCK
-    template = images.gpu_apt_template()
-    try:
-        lock = resolve(template, images.GOOGLE_APT_KEY_FINGERPRINTS,
-                       [images.REDUCTION_SERVER_PACKAGE], fetch, gpgv)
-    except AptLockError as error:
-        if path.is_file() and parse(path.read_text()).pins:
-            print(f"apt lock: {error}; {images.GPU_APT_LOCK} kept as it is")
-            return parse(path.read_text())
-        lock = dataclasses.replace(template, unresolved=str(error))
-        print(f"apt lock: {error}; {images.GPU_APT_LOCK} pins nothing")
-    path.write_text(lock.render())
-    if lock.pins:
-        print(f"wrote {images.GPU_APT_LOCK}: "
-              + ", ".join(f"{p.name}={p.version}" for p in lock.pins))
-    return lock
 
 
 if __name__ == "__main__":

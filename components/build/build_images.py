@@ -7,19 +7,20 @@ uses the trainer installed in its own environment instead.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from components import images
 from components.build import cloud_build
 from components.build.context import content_tag, write_build_context
 from components.stage import say
-from trainer.gcs import split_gcs_uri, storage_client
-from trainer.remote import remote_call
+from trainer.common.gcs import split_gcs_uri, storage_client
+from trainer.common.remote import remote_call
 
 
 def run_build_stage(context_dir: str, context_uri: str, image_repository: str, *, push: bool,
                     trainer_source_uri: str = "", user_code: str = "",
-                    settings: cloud_build.BuildSettings = cloud_build.BuildSettings(),
+                    settings: cloud_build.BuildSettings | None = None,
                     clients: tuple[Any, Any, Any] | None = None,
                     log: Callable[[str], None] = say) -> tuple[dict[str, Any], dict[str, Any]]:
     """Stage 3: the build context, and on Vertex the images built from it.
@@ -35,7 +36,8 @@ def run_build_stage(context_dir: str, context_uri: str, image_repository: str, *
         user_code: A local run's `training.user_code`, packed as `submit` packs it, so that
             the digest shown is the one Vertex AI would build (on Vertex AI the image's
             own sources already hold it).
-        settings: Machine, timeout and service account of a Cloud Build.
+        settings: Machine, timeout and service account of a Cloud Build (its defaults when
+            None).
         clients: (storage, Cloud Build, Artifact Registry) clients; created when None.
         log: Where progress lines go.
 
@@ -71,7 +73,8 @@ def run_build_stage(context_dir: str, context_uri: str, image_repository: str, *
     with remote_call("building or finding the images"):
         found = cloud_build.ensure_images(image_repository, tag, source_uri,
                                           build_client=builder, registry_client=registry,
-                                          settings=settings, log=log)
+                                          settings=settings or cloud_build.BuildSettings(),
+                                          log=log)
     return found, {**metadata, "references": {k: v["reference"] for k, v in found.items()},
                    "pushed": True, "built": sorted(k for k, v in found.items() if v["built"]),
                    "source_uri": source_uri}

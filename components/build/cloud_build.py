@@ -14,12 +14,13 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from components import images, project
 from components.stage import say
-from trainer.errors import InputError, StageError
-from trainer.gcs import split_gcs_uri
+from trainer.common.errors import InputError, StageError
+from trainer.common.gcs import split_gcs_uri
 
 #: The builder image Cloud Build runs `docker build` with.
 DOCKER_BUILDER = "gcr.io/cloud-builders/docker"
@@ -53,7 +54,7 @@ class Repository:
     repository: str
 
     @classmethod
-    def parse(cls, uri: str) -> "Repository":
+    def parse(cls, uri: str) -> Repository:
         """Parses a repository URI.
 
         Raises:
@@ -162,7 +163,7 @@ def build_request(repository: Repository, tag: str, source_uri: str,
         args=["build", "--file", image.dockerfile,
               *(f for k, v in image.build_args for f in ("--build-arg", f"{k}={v}")),
               "--tag", uri, "."])
-        for image, uri in zip(wanted, pushed)]
+        for image, uri in zip(wanted, pushed, strict=True)]
     build = cloudbuild_v1.Build(
         source=cloudbuild_v1.Source(storage_source=cloudbuild_v1.StorageSource(
             bucket=bucket, object_=name)),

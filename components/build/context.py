@@ -19,8 +19,8 @@ from pathlib import Path
 
 from components import images
 from components.build.dockerignore import DockerIgnore
-from trainer.errors import StageError
-from trainer.user_model import USER_CODE_IN_IMAGE
+from trainer.common.errors import StageError
+from trainer.models.user_model import USER_CODE_IN_IMAGE
 
 
 class BuildContextError(StageError):

@@ -51,7 +51,7 @@ class DockerIgnore:
             self.rules.append((negated, pattern, _regex(pattern)))
 
     @classmethod
-    def of(cls, root: Path) -> "DockerIgnore":
+    def of(cls, root: Path) -> DockerIgnore:
         """The rules of `root/.dockerignore` (none when it is absent)."""
         path = root / ".dockerignore"
         return cls(path.read_text() if path.is_file() else "")

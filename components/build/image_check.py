@@ -7,7 +7,7 @@ the environment the Dockerfile builds, from the same lock file (`pip install
 sets (its site-packages mapped onto the virtualenv's):
 
 - GPU image: loads every CUDA library TensorFlow opens, by the soname TensorFlow asks for
-  (`trainer.gpu_check.CUDA_LIBRARIES`, and cuDNN's parts), and runs `ptxas`, which XLA
+  (`trainer.run.gpu_check.CUDA_LIBRARIES`, and cuDNN's parts), and runs `ptxas`, which XLA
   compiles with;
   checks that the lock provides the CUDA and cuDNN majors of TensorFlow's build
   (`tf.sysconfig.get_build_info()`), and that its cuBLAS and cuDNN meet the needs of every
@@ -164,8 +164,13 @@ def _loaded_path(soname: str) -> str:
 def _check_cuda(report: dict, failures: list[str]) -> None:
     """The GPU image's CUDA: every library TensorFlow opens and cuDNN's parts, loaded by the
     soname TensorFlow asks for through the image's library path (the trainer's own check,
-    `trainer.gpu_check`), and ptxas on PATH."""
-    from trainer.gpu_check import CUDA_LIBRARIES, CUDNN_PARTS, DRIVER_LIBRARY, unloadable_libraries
+    `trainer.run.gpu_check`), and ptxas on PATH."""
+    from trainer.run.gpu_check import (
+        CUDA_LIBRARIES,
+        CUDNN_PARTS,
+        DRIVER_LIBRARY,
+        unloadable_libraries,
+    )
 
     missing_dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":")
                     if "site-packages" in d and not os.path.isdir(d)]
@@ -242,9 +247,11 @@ def check_inside(key: str) -> dict:
         failures.append(f"python -m trainer.task --help exited {help_text.returncode}: "
                         f"{help_text.stderr[-1000:]}")
     report["trainer"] = f"python -m trainer.task --help: exit {help_text.returncode}"
-    import components.ops  # noqa: F401 - the pipeline's components, as KFP's executor loads
-    import trainer.serving  # noqa: F401 - the model server's predictor (aiplatform CPR)
-    report["imports"] = "trainer.serving, components.ops"
+    import components.ops.export
+    import components.ops.setup
+    import components.ops.training  # noqa: F401
+    import trainer.serving.app  # noqa: F401 - the model server's predictor (aiplatform CPR)
+    report["imports"] = "trainer.serving.app, components.ops"
     if key == images.CPU.key:
         _check_beam(report, failures)
     if failures:

@@ -16,18 +16,19 @@ toolkit TensorFlow was built for.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Mapping
 
 from components import images
-from components.build import apt_lock
+from components.build import apt_lock, apt_repository
 from components.build.context import project_root
-from trainer.gpu_check import CUDA_LIBRARIES
+from trainer.run.gpu_check import CUDA_LIBRARIES
 
 #: The generated constraints that hold the CUDA libraries at TensorFlow's own versions.
 GPU_CONSTRAINTS = "requirements/gpu-constraints.txt"
@@ -120,8 +121,8 @@ def architecture_problems(gpu_pins: Mapping[str, str]) -> tuple[list[str], list[
     needs more than the lock has.
     """
     from components.gpu import catalog as cat
-    from components.gpu.validation import image_cannot_serve, release
-    from trainer.accelerators import ACCELERATORS
+    from components.gpu.image_support import image_cannot_serve, release
+    from trainer.cluster.accelerators import ACCELERATORS
 
     locked = {"cublas": gpu_pins.get("nvidia-cublas-cu12", "0"),
               "cudnn": gpu_pins.get("nvidia-cudnn-cu12", "0")}
@@ -156,6 +157,31 @@ def write_locks(root: Path, uv: str) -> None:
         print(f"wrote {image.lock}: {len(pinned((root / image.lock).read_text()))} packages")
 
 
+def write_apt_lock(root: Path, fetch: apt_lock.Fetch = apt_lock.urlopen_fetch,
+                   gpgv: str = "gpgv") -> apt_lock.AptLock:
+    """Resolves the GPU image's apt lock (`components.images`) and writes it.
+
+    A lock that already pins packages is kept when the repository cannot be reached (a
+    network failure never unpins); a first lock then records why nothing is pinned.
+    """
+    path = root / images.GPU_APT_LOCK
+    template = images.gpu_apt_template()
+    try:
+        lock = apt_repository.resolve(template, images.GOOGLE_APT_KEY_FINGERPRINTS,
+                                      [images.REDUCTION_SERVER_PACKAGE], fetch, gpgv)
+    except apt_lock.AptLockError as error:
+        if path.is_file() and apt_lock.parse(path.read_text()).pins:
+            print(f"apt lock: {error}; {images.GPU_APT_LOCK} kept as it is")
+            return apt_lock.parse(path.read_text())
+        lock = dataclasses.replace(template, unresolved=str(error))
+        print(f"apt lock: {error}; {images.GPU_APT_LOCK} pins nothing")
+    path.write_text(lock.render())
+    if lock.pins:
+        print(f"wrote {images.GPU_APT_LOCK}: "
+              + ", ".join(f"{p.name}={p.version}" for p in lock.pins))
+    return lock
+
+
 def main(argv: list[str] | None = None) -> int:
     """`make lock`: regenerates the images' lock files with uv, and the GPU image's apt lock."""
     parser = argparse.ArgumentParser(prog="python -m components.build.locks",
@@ -164,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                    / "uv"))
     args = parser.parse_args(argv)
     write_locks(project_root(), args.uv)
-    apt_lock.write_lock(project_root())
+    write_apt_lock(project_root())
     return 0
 
 

@@ -1,6 +1,6 @@
 """The configurations a run may train on: the primary one, then `vertex.fallbacks` in order.
 
-Each alternative is checked by stage 1's rules (`components.training.layout.check_pools`)
+Each alternative is checked by stage 1's rules (`components.gpu.pools.check_pools`)
 and gets its own training plan. The dataset is prepared once for all of them: its shard
 count is a multiple of every alternative's input pipelines, so that whichever trains, each
 pipeline reads its own files. The global batch follows the replicas in sync of the
@@ -16,10 +16,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from components.training.layout import check_pools, input_pipelines, layout_of
+from components.gpu.pools import check_pools, layout_of
 from components.vertex_options import VertexOptions
-from trainer.errors import InputError
-from trainer.training_plan import TrainingPlan
+from trainer.cluster.training_plan import TrainingPlan
+from trainer.common.errors import InputError
 
 
 class AlternativesError(InputError):
@@ -156,7 +156,7 @@ def replicas_in_sync(alternative: Alternative) -> int:
 def shard_multiple(alternatives: Sequence[Alternative]) -> int:
     """The dataset's shard multiple: the least common multiple of every alternative's
     input pipelines, so that each of its readers gets its own files whichever trains."""
-    counts = [input_pipelines(layout_of(a.worker_pool_specs), a.plan.strategy)
+    counts = [layout_of(a.worker_pool_specs).input_pipelines(a.plan.strategy)
               for a in alternatives if a.plan is not None]
     return math.lcm(*counts) if counts else 1
 

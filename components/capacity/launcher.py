@@ -28,7 +28,7 @@ from typing import Any
 from components.capacity import quotas
 from components.capacity.alternatives import Alternative
 from components.cloud_names import vertex_endpoint, vertex_resource_uri
-from trainer.errors import StageError
+from trainer.common.errors import StageError
 
 #: What Vertex AI's stock-outs and quota refusals say (lower case); nothing else retries.
 STOCK_OUT_MARKERS = ("resources are insufficient in region", "zone_resource_pool_exhausted",
@@ -257,8 +257,8 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
     """
     from components.training.vertex_job import custom_job, custom_job_spec, plan_flags
     from components.vertex_options import VertexOptions
-    from trainer.options import TrainingOptions
-    from trainer.schema import to_flags, validate
+    from trainer.common.schema import to_flags, validate
+    from trainer.run.training_options import TrainingOptions
 
     options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
     flags = to_flags(validate(TrainingOptions, training, prefix="training", strict=False))

@@ -25,8 +25,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from components.training.layout import is_reduction_server, pool_accelerator
-from trainer.errors import InputError
+from components.gpu.pools import is_reduction_server, pool_accelerator
+from trainer.common.errors import InputError
 
 SERVICE = "aiplatform.googleapis.com"
 #: Each GPU type's part of its quotas' names (the pattern above; e.g. H100's

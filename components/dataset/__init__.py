@@ -2,10 +2,10 @@
 
 Modules, in the order the stage uses them:
 
-- `options`: the stage's declared options (source, image size, splits, shards).
-- `sources`: the kinds of source, one class each, registered once (folders, `gs://`
-  prefixes, CSV/JSONL manifests, TFDS, the builtin shapes): their checks, what a source
-  holds and its fingerprint, and how an image is read.
+- `dataset_options`: the stage's declared options (source, image size, splits, shards).
+- `sources`: the kinds of source, a package with one module per kind (local and `gs://`
+  folders, CSV/JSONL manifests, TFDS, the builtin shapes) beside `base`, what they share:
+  their checks, what a source holds and its fingerprint, and how an image is read.
 - `shapes`: the builtin dataset, drawn on the fly.
 - `shard_plan`: the plan both engines carry out: each example's split and shard, the
   number of shards per split.
@@ -17,5 +17,5 @@ Modules, in the order the stage uses them:
   the skipped-images rule, the report and the manifest last.
 - `dataset_report`: the Markdown report shown in the KFP and Vertex AI UIs.
 
-What the stage writes is the contract in `trainer.contract`.
+What the stage writes is the contract in `trainer.common.contract`.
 """

@@ -35,8 +35,8 @@ from components.dataset.encode import _encode
 from components.dataset.shard_plan import DatasetPlan, shard_names
 from components.dataset.sources import DatasetError, kind_named
 from components.dataset.written import Shard, Written
-from trainer import contract, tfrecord
-from trainer.gcs import mounted_gcs_uri
+from trainer.common import contract, tfrecord
+from trainer.common.gcs import mounted_gcs_uri
 
 #: Examples per plan file: the pipeline's reads split there at least.
 PLAN_LINES_PER_FILE = 50_000
@@ -58,7 +58,7 @@ def write_with_beam(plan: DatasetPlan, out: Path, processes: int,
         DataflowJobFailed: The Dataflow job failed or was cancelled.
     """
     kind = kind_named(plan.listing.kind)
-    if kind.bulk_results([], plan.image_size, plan.image_format) is not None:
+    if kind.one_stream:
         raise DatasetError(f"dataset.engine is 'beam', but a {kind.name} source is read in "
                            "one stream; expected engine 'local' for it")
     if dataflow is None:

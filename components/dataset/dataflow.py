@@ -33,7 +33,7 @@ from typing import Any
 
 from components import project
 from components.stage import say
-from trainer.errors import InputError, StageError, first_line
+from trainer.common.errors import InputError, StageError, first_line
 
 #: Seconds between two looks at the job's state.
 POLL_SECONDS = 10.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.contract import image_format
+from trainer.common.contract import image_format
 
 REPORT_NAME = "report.md"
 

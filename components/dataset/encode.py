@@ -14,8 +14,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from components.dataset.sources import TFDS_PREFIX, Example, SourceKind, SourceListing, kind_named
-from trainer.errors import StageError, first_line
+from components.dataset.sources.base import Example, SourceKind, SourceListing, kind_named
+from trainer.common.errors import StageError, first_line
 
 #: (index in the write order, encoded bytes or None, reason when None, label or None).
 Result = tuple[int, "bytes | None", "str | None", "int | None"]
@@ -25,7 +25,7 @@ Result = tuple[int, "bytes | None", "str | None", "int | None"]
 JPEG_QUALITY = 95
 
 
-def _to_bytes(img: Any, size: int, image_format: str) -> bytes:
+def to_bytes(img: Any, size: int, image_format: str) -> bytes:
     """The image as RGB, resized to size x size, encoded as `png` or `jpeg`."""
     from PIL import Image
 
@@ -57,34 +57,16 @@ def _encode(task: tuple[int, str, int, str, type[SourceKind]]) -> Result:
             return index, None, "missing file", None
         return index, None, f"cannot read ({first_line(exc, 120)})", None
     if isinstance(data, Image.Image):  # drawn, not read: encoded once
-        return index, _to_bytes(data, size, image_format), None, None
+        return index, to_bytes(data, size, image_format), None, None
     try:
         with Image.open(io.BytesIO(data)) as img:
             img.load()  # forces a full decode: truncated files fail here
-            return index, _to_bytes(img, size, image_format), None, None
+            return index, to_bytes(img, size, image_format), None, None
     except Image.UnidentifiedImageError:  # its message holds a memory address
         return index, None, "cannot decode (not an image format Pillow reads)", None
     except Exception as exc:  # noqa: BLE001 - any decoder failure means a bad image
         reason = first_line(exc, 120)
         return index, None, f"cannot decode ({reason})", None
-
-
-def tfds_results(order: Sequence[Example], size: int, image_format: str) -> Iterator[Result]:
-    """Encoded TFDS images, with the labels TFDS stores (read in TFDS order)."""
-    import tensorflow_datasets as tfds
-    from PIL import Image
-
-    source = order[0].ref.split("#", 1)[0]
-    name, _, split = source[len(TFDS_PREFIX):].partition("/")
-    wanted = {int(e.ref.rsplit("#", 1)[1]): i for i, e in enumerate(order)}
-    dataset = tfds.as_numpy(tfds.load(name, split=split or "train", download=False,
-                                      as_supervised=True, shuffle_files=False))
-    for position, (image, label) in enumerate(dataset):
-        if position in wanted:
-            if image.ndim == 3 and image.shape[-1] == 1:  # grayscale (MNIST): PIL wants HxW
-                image = image[..., 0]
-            yield (wanted[position], _to_bytes(Image.fromarray(image), size, image_format),
-                   None, int(label))
 
 
 class DecodingPoolError(StageError):

@@ -10,7 +10,7 @@ from components.dataset.encode import results
 from components.dataset.shard_plan import DatasetPlan, shard_names
 from components.dataset.written import Shard, Written
 from components.progress import Progress
-from trainer import contract, tfrecord
+from trainer.common import contract, tfrecord
 
 
 def write_locally(plan: DatasetPlan, out: Path, processes: int) -> Written:

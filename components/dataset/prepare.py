@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from components.dataset.dataflow import DataflowJob
+from components.dataset.dataset_options import DatasetOptions
 from components.dataset.dataset_report import REPORT_NAME, markdown_report
 from components.dataset.local_engine import write_locally
-from components.dataset.options import DatasetOptions
 from components.dataset.shard_plan import plan_dataset
 from components.dataset.sources import DatasetError
-from trainer import contract, files
-from trainer.schema import OptionsError, validate
+from trainer.common import contract, files
+from trainer.common.schema import OptionsError, validate
 
 #: `prepare_source`'s keyword values that are the run's, not dataset options.
 _RUN_VALUES = ("min_shards", "processes", "builtin_images_per_class", "report_path",

@@ -8,9 +8,9 @@ import hashlib
 import math
 from collections.abc import Iterator
 
-from components.dataset.options import DatasetOptions, stored_format
+from components.dataset.dataset_options import DatasetOptions, stored_format
 from components.dataset.sources import DatasetError, Example, SourceListing, list_source
-from trainer import contract
+from trainer.common import contract
 
 #: Aim per shard for large data (the TFRecord guide's 100-200 MB).
 TARGET_SHARD_BYTES = 150 * 2**20

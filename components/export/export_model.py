@@ -17,9 +17,9 @@ from components.export import local_registry as local
 from components.export.gate import Decision, decide
 from components.export.lineage import lineage
 from components.export.saved_models import model_metrics, publish_model, saved_model_dir
-from trainer.contract import load_manifest
-from trainer.gcs import to_mount_path
-from trainer.remote import remote_call
+from trainer.common.contract import load_manifest
+from trainer.common.gcs import to_mount_path
+from trainer.common.remote import remote_call
 
 
 def vertex_champion(parent_model: str, region: str) -> str:
@@ -144,9 +144,9 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
     from components.project import version
     from components.stage import say
     from components.vertex_options import VertexOptions
-    from trainer import files
-    from trainer.options import TrainingOptions
-    from trainer.schema import validate
+    from trainer.common import files
+    from trainer.common.schema import validate
+    from trainer.run.training_options import TrainingOptions
 
     options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
     settings = validate(TrainingOptions, training, prefix="training", strict=False)
@@ -190,7 +190,7 @@ def _record_run(registry_root: str, job_name: str, outcome: Mapping[str, Any],
     summary reads."""
     from components.export.local_registry import RUNS
     from components.tuning.trials import trials_table
-    from trainer import files
+    from trainer.common import files
 
     runs = Path(registry_root) / RUNS
     runs.mkdir(parents=True, exist_ok=True)

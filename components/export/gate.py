@@ -85,6 +85,9 @@ def decide(challenger: Mapping[str, Any], champion: Mapping[str, Any] | None, *,
     if promoted:
         return Decision(True, True, True, f"{why}: promoted to the default version", metric,
                         value, best)
+    if best is None:  # below the threshold, and nothing serves yet
+        return Decision(False, False, False, f"{why}: not registered; no model serves yet",
+                        metric, value, best)
     return Decision(passes, False, False, f"{why}: " + (
         "registered as a non-default version; the champion stays the default" if passes
         else "not registered; the champion stays the default"), metric, value, best)

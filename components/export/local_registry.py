@@ -4,7 +4,7 @@ It mirrors what Vertex AI's Model Registry keeps: numbered versions, one of them
 default (the champion), each with its metrics, its lineage and the gate's decision:
 
     registry.json                 {"default": "2", "versions": [{"version": "1", ...}, ...]}
-    versions/<n>/COMMITTED.json   each version's SavedModel, committed (`trainer.commit`)
+    versions/<n>/COMMITTED.json   each version's SavedModel, committed (`trainer.common.commit`)
     versions/<n>/v-.../
     .runs/<pipeline job>.json     each run's decision, read by the run's summary
 
@@ -20,9 +20,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from trainer import files
-from trainer.commit import commit_directory, committed
-from trainer.errors import InputError
+from trainer.common import files
+from trainer.common.commit import commit_directory, committed
+from trainer.common.errors import InputError
 
 INDEX = "registry.json"
 #: Each local run's decision, by pipeline job name, for the run's summary (exit handler).

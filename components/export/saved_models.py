@@ -1,10 +1,10 @@
 """Stage 5, export: the trained model's metrics, and its publication.
 
 The model's metrics are those its serving signature scores on the dataset's encoded
-images (`trainer.measure`): measured by the trainer before it committed the model, and
+images (`trainer.serving.measure`): measured by the trainer before it committed the model, and
 measured here (with TensorFlow) only for a model that was measured on other data, such
 as a champion from before the dataset changed. The model is then committed to the
-exported model location with its metrics (`trainer.commit`: a fresh directory and a
+exported model location with its metrics (`trainer.common.commit`: a fresh directory and a
 marker written last, as Cloud Storage FUSE cannot rename directories).
 """
 
@@ -16,10 +16,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from trainer import measure
-from trainer.commit import MARKER, commit_directory, committed
-from trainer.contract import load_manifest
-from trainer.errors import StageError
+from trainer.common.commit import MARKER, commit_directory, committed
+from trainer.common.contract import load_manifest
+from trainer.common.errors import StageError
+from trainer.serving import measure
 
 
 class ExportError(StageError):
@@ -35,7 +35,7 @@ def model_metrics(model_dir: str | os.PathLike,
         dataset_dir: Prepared dataset directory.
 
     Returns:
-        The metrics (`trainer.measure.evaluate`), and whether they were read from
+        The metrics (`trainer.serving.measure.evaluate`), and whether they were read from
         beside the model rather than measured here.
 
     Raises:
@@ -76,7 +76,7 @@ def publish_model(model_dir: str | os.PathLike, destination: str | os.PathLike,
 
     Args:
         model_dir: Trained SavedModel directory (or where the trainer committed it).
-        destination: Exported model location (`trainer.commit` layout).
+        destination: Exported model location (`trainer.common.commit` layout).
         metrics: The model's metrics (`model_metrics`).
         dataset_dir: The dataset they were measured on (named in `evaluation.json`).
         extra: More JSON files for the copy, by name (e.g. `lineage.json`).

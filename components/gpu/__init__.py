@@ -1,9 +1,14 @@
 """Stage 1, GPU-configuration validation (it runs first).
 
-- `catalog`: the GPU facts (valid counts per machine type, legacy types, regions, zones),
-  each with its source.
-- `validation`: Vertex AI worker pools checked against them.
-- `ai_platform`: AI Platform Training `config.yaml` converted to Vertex AI worker pools.
+- `pools`: the entry point, `check_pools`: every rule of Vertex AI worker pools (the GPU
+  rules, then the roles a strategy needs, the scheduling strategy's rules, the Reduction
+  Server's) and the training plan the pools run.
+- `validation`: the GPU rules (machine type x GPU type x count x region).
+- `image_support`: which GPU types the trainer image's CUDA libraries serve.
+- `catalog`: the GPU facts (valid counts per machine type, legacy types, regions, zones,
+  bandwidth), each with its source.
+- `ai_platform_pools`: AI Platform Training `config.yaml` converted to Vertex AI worker
+  pools.
 
 Pure Python: importing this package never imports TensorFlow.
 """

@@ -240,7 +240,7 @@ END_OF_SUPPORT = {K80: "reached end of support on 2024-05-01 "
 
 @dataclasses.dataclass(frozen=True)
 class ArchitectureNeeds:
-    """The CUDA libraries an NVIDIA architecture needs (`trainer.accelerators` says which
+    """The CUDA libraries an NVIDIA architecture needs (`trainer.cluster.accelerators` says which
     architecture each GPU type is).
 
     Attributes:

@@ -15,13 +15,12 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from components import images
 from components.gpu import catalog as cat
-from trainer.accelerators import ACCELERATORS
-from trainer.cluster import POOLS
-from trainer.errors import InputError
-from trainer.schema import short
-from trainer.training_plan import TrainingPlan
+from components.gpu.image_support import image_cannot_serve
+from trainer.cluster.roles import POOLS
+from trainer.cluster.training_plan import TrainingPlan
+from trainer.common.errors import InputError
+from trainer.common.schema import short
 
 ACCELERATOR_TYPES = cat.ACCELERATOR_TYPES
 GPU_REGIONS = cat.GPU_REGIONS
@@ -58,7 +57,7 @@ class ValidationResult:
         warnings: Advice that does not block the run.
         specs: The normalised worker pool specs (integers as integers, unused trailing
             pools dropped, an unused pool between used ones kept as `{}`).
-        plan: The training plan (`components.training.layout.with_role_checks` adds it
+        plan: The training plan (`components.gpu.pools.with_role_checks` adds it
             when the pools and options allow one; a result refused for what the image
             lacks still carries it, to show what the pools would run).
     """
@@ -70,7 +69,7 @@ class ValidationResult:
     plan: TrainingPlan | None = None
 
     @property
-    def training_workers(self) -> int:
+    def training_machines(self) -> int:
         """Machines that train: the chief and the worker pool's replicas (pools 0 and 1)."""
         return sum(p.get("replica_count", 1) for p in self.specs[:2] if p) or 1
 
@@ -218,43 +217,6 @@ def _check_machine(name: str, machine_type: Any, accelerator_type: str | None,
     if unserved:
         errors.append(f"{name}: machine_spec.accelerator_type {accelerator_type} cannot run the "
                       f"trainer image: {unserved}")
-
-
-def image_cannot_serve(accelerator_type: str) -> str:
-    """Why the trainer image's CUDA libraries cannot serve a GPU type, or "".
-
-    The GPU lock's cuBLAS and cuDNN (`components.images.GPU_CUDA_LIBRARIES`) are held
-    against the needs of the GPU's architecture (`catalog.ARCHITECTURE_NEEDS`), and its
-    CUDA major against the last one that supports the architecture.
-    """
-    gpu = ACCELERATORS.get(accelerator_type)
-    if gpu is None:
-        return ""
-    needs = cat.ARCHITECTURE_NEEDS[gpu.architecture]
-    what = f"{gpu.architecture}, compute capability {gpu.capability}"
-    if needs.last_cuda_major is not None and needs.last_cuda_major < images.GPU_CUDA_MAJOR:
-        ended = cat.END_OF_SUPPORT.get(accelerator_type, "")
-        return (f"its GPUs ({what}) are supported up to CUDA {needs.last_cuda_major}, and the "
-                f"image's TensorFlow is built with CUDA {images.GPU_CUDA_MAJOR} "
-                f"({needs.source})" + (f"; it also {ended}" if ended else "")
-                + "; choose NVIDIA_TESLA_T4 or newer")
-    have = images.GPU_CUDA_LIBRARIES
-    short = [f"{label} {have[key]} (needs {need}+)"
-             for key, label, need in (("cublas", "cuBLAS", needs.cublas),
-                                      ("cudnn", "cuDNN", needs.cudnn))
-             if release(have[key]) < release(need)]
-    if not short:
-        return ""
-    return (f"its GPUs ({what}) need newer CUDA libraries than the image's "
-            f"{' and '.join(short)} ({needs.source})"
-            + ("" if gpu.xla else ", and TensorFlow 2.21's XLA cannot target them "
-               "(tensorflow/tensorflow#111958)")
-            + "; choose NVIDIA_H200_141GB (a3-ultragpu-8g) or NVIDIA_H100_80GB (a3-highgpu-8g)")
-
-
-def release(version: str) -> tuple[int, ...]:
-    """`12.5.3.2` -> (12, 5): a library release as NVIDIA's needs name it."""
-    return tuple(int(part) for part in version.split(".")[:2])
 
 
 def _accelerator_type(name: str, machine_spec: Mapping[str, Any], errors: list[str],

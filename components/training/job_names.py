@@ -6,7 +6,7 @@ import datetime as _dt
 import re
 from typing import Any
 
-from trainer.schema import short
+from trainer.common.schema import short
 
 #: AI Platform Training's job name rules ("Training overview",
 #: https://cloud.google.com/ai-platform/training/docs/overview): unique in the project,

@@ -20,16 +20,11 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
-from trainer.cluster import (
-    LOCAL_CLUSTER_ENV,
-    LOCAL_CORES_ENV,
-    ROLES,
-    Layout,
-    choose_strategy,
-    vertex_tf_config,
-)
-from trainer.errors import StageError
-from trainer.training_plan import TrainingPlan
+from trainer.cluster.local import LOCAL_CLUSTER_ENV, LOCAL_CORES_ENV
+from trainer.cluster.roles import ROLES, Layout
+from trainer.cluster.tf_config import vertex_tf_config
+from trainer.cluster.training_plan import TrainingPlan, choose_strategy
+from trainer.common.errors import StageError
 
 #: Seconds the replicas that do not decide the outcome (parameter servers, PS workers,
 #: the evaluator) get to end by themselves once training is done.
@@ -171,7 +166,7 @@ def run_local_cluster(layout: Layout, trainer_args: Sequence[str], strategy: str
     Args:
         layout: Replicas of each role (the chief is always one).
         trainer_args: Arguments for trainer.task.
-        strategy: The `training.strategy` option (`trainer.cluster.choose_strategy`).
+        strategy: The `training.strategy` option (`trainer.cluster.training_plan.choose_strategy`).
         timeout_seconds: Stop everything after this long.
         out: Where the processes' output lines go (default: stdout).
         cores: The cores the cluster may use (default: all this process may); clusters

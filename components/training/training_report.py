@@ -11,8 +11,8 @@ import json
 import os
 from typing import Any
 
-from trainer.errors import StageError
-from trainer.report import (
+from trainer.common.errors import StageError
+from trainer.run.history import (
     CURVES_FILE,
     METRICS_FILE,
     REPORT_FILE,

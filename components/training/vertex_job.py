@@ -10,14 +10,14 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from components.gpu.pools import is_reduction_server, pool_accelerator
 from components.images import TRAINER_COMMAND
 from components.training.job_names import (
     JOB_NAME_SUFFIX,
     unique_job_name,
     validate_job_name,
 )
-from components.training.layout import is_reduction_server, pool_accelerator
-from trainer.errors import InputError
+from trainer.common.errors import InputError
 
 #: Vertex AI sets AIP_MODEL_DIR to `<base_output_directory>/model`.
 MODEL_SUBDIR = "model"
@@ -29,7 +29,7 @@ class TrainingSpecError(InputError):
 
 def plan_flags(training_plan: Mapping[str, Any]) -> list[str]:
     """The trainer's `--training-plan` flag for stage 1's plan (checked as it is read)."""
-    from trainer.training_plan import TrainingPlan
+    from trainer.cluster.training_plan import TrainingPlan
 
     return ["--training-plan", TrainingPlan.from_dict(training_plan).to_json()]
 
@@ -56,7 +56,7 @@ def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], images: Mapping
         dataset_path: Local (FUSE) path of the prepared dataset.
         output_uri: `gs://` URI for the job's outputs (base_output_directory).
         output_path: The same location as a local (FUSE) path.
-        trainer_args: Further trainer flags (`trainer.schema.to_flags` of the options).
+        trainer_args: Further trainer flags (`trainer.common.schema.to_flags` of the options).
         job_name: Base of the job's display name; a date/time suffix makes it unique.
 
     Returns:

@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from components.tuning.options import TuningOptions
-from trainer.errors import StageError, first_line
+from components.tuning.tuning_options import TuningOptions
+from trainer.common.errors import StageError, first_line
 
 #: cloudml-hypertune's variables: where a trial's metrics go, and its id.
 METRIC_FILE_ENV = "CLOUD_ML_HP_METRIC_FILE"
@@ -105,7 +105,7 @@ def problem_statement(tuning: TuningOptions) -> Any:
 def typed(tuning: TuningOptions, values: dict[str, Any]) -> dict[str, Any]:
     """A suggestion's values as the training options' types (Vizier hands integers and
     discrete values back as floats)."""
-    from trainer.options import TrainingOptions
+    from trainer.run.training_options import TrainingOptions
 
     out = {}
     for p in tuning.parameters:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from components.tuning.local_study import Trial, best_trial
-from components.tuning.options import TuningOptions
+from components.tuning.tuning_options import TuningOptions
 
 #: The study's record beside its trials.
 STUDY_FILE = "study.json"

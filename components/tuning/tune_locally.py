@@ -12,13 +12,13 @@ from typing import Any
 
 from components.training.local_cluster import run_local_cluster
 from components.tuning.local_study import Trial, run_study
-from components.tuning.options import TuningOptions
 from components.tuning.trials import STUDY_FILE, study_record, trials_table
-from trainer.cluster import Layout
-from trainer.files import write_json, write_text
-from trainer.options import TrainingOptions
-from trainer.schema import to_flags
-from trainer.training_plan import TrainingPlan
+from components.tuning.tuning_options import TuningOptions
+from trainer.cluster.roles import Layout
+from trainer.cluster.training_plan import TrainingPlan
+from trainer.common.files import write_json, write_text
+from trainer.common.schema import to_flags
+from trainer.run.training_options import TrainingOptions
 
 
 class _Prefixed:

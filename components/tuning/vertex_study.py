@@ -5,7 +5,7 @@ read back with the aiplatform client (gcpc's `GetBestTrialOp` went away with its
 
 Each trial is a CustomJob of the trial job spec with the trial's parameters appended as
 `--<parameter_id> <value>`; its base output directory is `<job's>/<trial id>/` (gcpc's
-`base_output_directory` docs), where the trainer keeps its reports (`trainer.task`). The
+`base_output_directory` docs), where the trainer keeps its reports (`trainer.run.history`). The
 trainer reports the study's metric with cloudml-hypertune from the chief.
 """
 
@@ -18,9 +18,9 @@ from typing import Any
 from components.cloud_names import vertex_endpoint
 from components.training.vertex_job import custom_job_spec
 from components.tuning.local_study import Trial, typed
-from components.tuning.options import MEASUREMENT_SELECTION, TuningOptions
-from trainer.errors import StageError
-from trainer.remote import remote_call
+from components.tuning.tuning_options import MEASUREMENT_SELECTION, TuningOptions
+from trainer.common.errors import StageError
+from trainer.common.remote import remote_call
 
 _SCALES = {"UNIT_LINEAR_SCALE": "linear", "UNIT_LOG_SCALE": "log",
            "UNIT_REVERSE_LOG_SCALE": "reverse_log"}

@@ -15,7 +15,7 @@ from components.capacity import quotas
 from components.capacity.alternatives import Alternative
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients
-from trainer.remote import remote_call
+from trainer.common.remote import remote_call
 
 
 def planned_needs(config: Config) -> list[tuple[Alternative, list[quotas.Need]]]:
@@ -36,7 +36,7 @@ def check_capacity(config: Config, clients: Clients, *, dry_run: bool,
     """
     from google.cloud import aiplatform_v1, cloudquotas_v1
 
-    from pipelines.vertex.runs import to_json
+    from pipelines.vertex.clients import to_json
 
     project, planned = config.vertex.project, planned_needs(config)
     if dry_run:

@@ -1,12 +1,16 @@
-"""The API clients the Vertex path uses; None ones are created when needed."""
+"""The API clients the Vertex path uses (None ones are created when needed), and the JSON
+body a request sends (what dry runs print)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from trainer.gcs import storage_client
-from trainer.remote import remote_call
+from trainer.common.gcs import storage_client
+from trainer.common.remote import remote_call
+
+#: The IAM API (testIamPermissions of service accounts).
+IAM_ENDPOINT = "https://iam.googleapis.com"
 
 
 @dataclasses.dataclass
@@ -49,8 +53,6 @@ class Clients:
     def get_projects(self) -> Any:
         """The Resource Manager ProjectsClient (the default one unless given)."""
         if self.projects is None:
-            from pipelines.vertex.iam import projects_client
-
             with remote_call("connecting to Resource Manager"):
                 self.projects = projects_client()
         return self.projects
@@ -77,9 +79,30 @@ class Clients:
 
     def get_iam(self) -> tuple[Any, str]:
         """(an HTTP session for the IAM API, its endpoint)."""
-        from pipelines.vertex.iam import IAM_ENDPOINT, iam_session
-
         if self.iam is None:
             with remote_call("connecting to IAM"):
                 self.iam = iam_session()
         return self.iam, self.iam_endpoint or IAM_ENDPOINT
+
+
+def iam_session() -> Any:
+    """An authorized HTTP session with the default credentials."""
+    import google.auth
+    from google.auth.transport.requests import AuthorizedSession
+
+    credentials, _ = google.auth.default(
+        scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    return AuthorizedSession(credentials)
+
+
+def projects_client() -> Any:
+    """A Resource Manager ProjectsClient with the default credentials."""
+    from google.cloud import resourcemanager_v3
+
+    return resourcemanager_v3.ProjectsClient()
+
+
+def to_json(message: Any) -> str:
+    """A proto-plus request as the JSON body the API receives."""
+    return type(message).to_json(message, indent=2, use_integers_for_enums=False,
+                                 always_print_fields_with_no_presence=False)

@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 from components.stage import say
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients
-from trainer.errors import InputError
-from trainer.remote import remote_call
+from trainer.common.errors import InputError
+from trainer.common.remote import remote_call
 
 #: The caller's permissions on Vertex AI's project: `submit` reads the Vertex AI quotas
 #: (Cloud Quotas' ListQuotaInfos) and the active CustomJobs, and creates the pipeline run.
@@ -47,7 +46,6 @@ BUCKET_PERMISSIONS = ("storage.buckets.get", "storage.objects.create", "storage.
 #: On the run-as service account.
 SERVICE_ACCOUNT_PERMISSIONS = ("iam.serviceAccounts.actAs",)
 #: The IAM API, which has no client library among the project's dependencies.
-IAM_ENDPOINT = "https://iam.googleapis.com"
 
 
 class PermissionsError(InputError):
@@ -69,7 +67,7 @@ class Check:
 def checks(config: Config) -> list[Check]:
     """The testIamPermissions requests `submit` makes for a configuration."""
     from components.build.cloud_build import Repository
-    from trainer.gcs import split_gcs_uri
+    from trainer.common.gcs import split_gcs_uri
 
     bucket, _ = split_gcs_uri(config.vertex.pipeline_root)
     repository = Repository.parse(config.vertex.image_repository)
@@ -91,7 +89,7 @@ def unchecked(config: Config) -> list[str]:
     """What the run needs of identities other than the caller, for which no
     testIamPermissions can answer (it answers for the caller only): one line each."""
     from components.build.cloud_build import Repository
-    from trainer.gcs import split_gcs_uri
+    from trainer.common.gcs import split_gcs_uri
 
     bucket, _ = split_gcs_uri(config.vertex.pipeline_root)
     repository = Repository.parse(config.vertex.image_repository)
@@ -188,20 +186,3 @@ ROLES = {
     "storage.objects.get": "roles/storage.objectUser",
     "iam.serviceAccounts.actAs": "roles/iam.serviceAccountUser on the service account",
 }
-
-
-def iam_session() -> Any:
-    """An authorized HTTP session with the default credentials."""
-    import google.auth
-    from google.auth.transport.requests import AuthorizedSession
-
-    credentials, _ = google.auth.default(
-        scopes=["https://www.googleapis.com/auth/cloud-platform"])
-    return AuthorizedSession(credentials)
-
-
-def projects_client() -> Any:
-    """A Resource Manager ProjectsClient with the default credentials."""
-    from google.cloud import resourcemanager_v3
-
-    return resourcemanager_v3.ProjectsClient()

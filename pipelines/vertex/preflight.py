@@ -6,12 +6,13 @@ from typing import Any
 
 from components import images
 from components.dataset.sources import kind_of
-from components.tuning.options import vertex_problems
-from pipelines.config import Config, is_local_file
-from trainer.errors import InputError
-from trainer.gcs import mounted_gcs_uri, split_gcs_uri
-from trainer.remote import remote_call
-from trainer.user_model import is_reference
+from components.tuning.tuning_options import vertex_problems
+from pipelines.config import Config
+from pipelines.config_loading import is_local_file
+from trainer.common.errors import InputError
+from trainer.common.gcs import mounted_gcs_uri, split_gcs_uri
+from trainer.common.remote import remote_call
+from trainer.models.user_model import is_reference
 
 
 class VertexSettingsError(InputError):

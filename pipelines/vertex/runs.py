@@ -14,15 +14,15 @@ from components import images, project
 from components.build import cloud_build
 from components.build.context import USER_CODE_DIR, user_code_files, write_build_context
 from components.stage import say
-from components.tuning.options import MEASUREMENT_SELECTION
+from components.tuning.tuning_options import MEASUREMENT_SELECTION
 from pipelines.config import Config
 from pipelines.vertex.capacity import check_capacity
-from pipelines.vertex.clients import Clients
+from pipelines.vertex.clients import Clients, to_json
 from pipelines.vertex.iam import check_permissions
 from pipelines.vertex.preflight import require_vertex_settings
 from pipelines.vertex.spec import compile_for_vertex
-from trainer.remote import remote_call
-from trainer.user_model import USER_CODE_IN_IMAGE
+from trainer.common.remote import remote_call
+from trainer.models.user_model import USER_CODE_IN_IMAGE
 
 
 def pipeline_job(config: Config, template_path: Path, trainer_source_uri: str = "",
@@ -30,7 +30,7 @@ def pipeline_job(config: Config, template_path: Path, trainer_source_uri: str = 
     """The `aiplatform.PipelineJob` of a run (built offline; nothing is sent)."""
     from google.cloud import aiplatform
 
-    from pipelines.pipeline import vertex_arguments
+    from pipelines.pipeline_arguments import vertex_arguments
 
     return aiplatform.PipelineJob(
         display_name=config.vertex.job_name,
@@ -140,7 +140,7 @@ def _dry_run_credentials(dry_run: bool) -> Any:
 
 def summary(prepared: Prepared, config: Config) -> list[str]:
     """What a reader checks in the requests below: caching, images, serving, build account."""
-    from trainer.serving_container import SERVER_MODULE
+    from trainer.serving.container import SERVER_MODULE
 
     spec = prepared.request.pipeline_job.pipeline_spec
     dags = [spec["root"]["dag"]] + [c["dag"] for c in spec["components"].values() if "dag" in c]
@@ -177,7 +177,7 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
         f"  GPU worker pools run {gpu['reference']}",
         f"  components and CPU-only pools run {cpu['reference']}",
         f"the registered model is served by {config.vertex.serving_image or cpu['reference']} "
-        f"(python -m {SERVER_MODULE}, predictor trainer.serving)",
+        f"(python -m {SERVER_MODULE}, predictor trainer.serving.app)",
         f"Cloud Build: {request_location(prepared.build_request)}, "
         f"{build.options.machine_type.name}, timeout {build.timeout.seconds} s, as "
         + (f"{build.service_account} (logs: Cloud Logging only)" if build.service_account
@@ -239,12 +239,6 @@ def dataflow_summary(job: Any) -> list[str]:
 def request_location(request: Any) -> str:
     """The location of a Cloud Build request (`projects/P/locations/L`)."""
     return request.parent.rsplit("/", 1)[-1]
-
-
-def to_json(message: Any) -> str:
-    """A proto-plus request as the JSON body the API receives."""
-    return type(message).to_json(message, indent=2, use_integers_for_enums=False,
-                                 always_print_fields_with_no_presence=False)
 
 
 def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,

@@ -9,11 +9,11 @@ from typing import Any
 from components.cloud_names import vertex_endpoint
 from components.stage import say
 from pipelines.config import Config
-from pipelines.vertex.clients import Clients
+from pipelines.vertex.clients import Clients, to_json
 from pipelines.vertex.preflight import VertexSettingsError
-from pipelines.vertex.runs import prepared_run, summary, to_json
-from trainer.remote import remote_call
-from trainer.schema import short
+from pipelines.vertex.runs import prepared_run, summary
+from trainer.common.remote import remote_call
+from trainer.common.schema import short
 
 
 def schedule_request(config: Config, create: Any) -> Any:

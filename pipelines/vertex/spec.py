@@ -7,9 +7,9 @@ from pathlib import Path
 import yaml
 
 from components import images
-from pipelines.compile import compile_config
+from pipelines.compiler import compile_config
 from pipelines.config import Config
-from trainer import files
+from trainer.common import files
 
 
 def compile_for_vertex(config: Config, output: Path, component_image: str,

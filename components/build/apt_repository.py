@@ -1,0 +1,170 @@
+"""Reading a signed apt repository for `make lock`: its `InRelease` checked with `gpgv`
+against the pinned key alone, the package index its signature covers, Debian's version
+order, and the newest version of each package pinned with its `.deb`'s SHA-256
+(`resolve`). The lock's format and the install in the image are `components.build.apt_lock`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import re
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from components.build.apt_lock import (
+    ARCHITECTURE,
+    AptLock,
+    AptLockError,
+    Fetch,
+    Pin,
+    get,
+    pinned_key,
+    urlopen_fetch,
+)
+
+
+def compare_versions(a: str, b: str) -> int:
+    """Debian version order (deb-version(7)): negative, zero or positive as a <, =, > b."""
+    def split(version: str) -> tuple[int, str, str]:
+        epoch, _, rest = version.partition(":") if ":" in version else ("0", "", version)
+        upstream, _, revision = rest.rpartition("-") if "-" in rest else (rest, "", "0")
+        return int(epoch or 0), upstream, revision
+
+    def order(char: str) -> int:
+        if char == "~":
+            return -1
+        if char.isalpha():
+            return ord(char)
+        return ord(char) + 256 if char else 0
+
+    def part(x: str, y: str) -> int:
+        while x or y:
+            xs, ys = re.match(r"\D*", x).group(), re.match(r"\D*", y).group()
+            for i in range(max(len(xs), len(ys)) + 1):
+                cx, cy = order(xs[i:i + 1]), order(ys[i:i + 1])
+                if cx != cy:
+                    return cx - cy
+            x, y = x[len(xs):], y[len(ys):]
+            xd, yd = re.match(r"\d*", x).group(), re.match(r"\d*", y).group()
+            if int(xd or 0) != int(yd or 0):
+                return int(xd or 0) - int(yd or 0)
+            x, y = x[len(xd):], y[len(yd):]
+        return 0
+
+    (ea, ua, ra), (eb, ub, rb) = split(a), split(b)
+    return (ea - eb) or part(ua, ub) or part(ra, rb)
+
+
+def stanzas(text: str) -> list[dict[str, str]]:
+    """The paragraphs of a Debian control file (Release, Packages), continuation lines
+    joined with newlines."""
+    found = []
+    for block in re.split(r"\n\s*\n", text.strip()):
+        fields: dict[str, str] = {}
+        last = ""
+        for line in block.splitlines():
+            if line[:1] in (" ", "\t") and last:
+                fields[last] += "\n" + line.strip()
+            elif ":" in line:
+                last, _, value = line.partition(":")
+                fields[last] = value.strip()
+        if fields:
+            found.append(fields)
+    return found
+
+
+def signed_text(in_release: str) -> str:
+    """The text a clearsigned InRelease signs (RFC 4880 7: framing and dash-escapes off)."""
+    head, separator, rest = in_release.partition("-----BEGIN PGP SIGNED MESSAGE-----")
+    if not separator:
+        raise AptLockError("InRelease is not a clearsigned message")
+    body = rest.split("\n\n", 1)[1].split("\n-----BEGIN PGP SIGNATURE-----", 1)[0]
+    return "\n".join(line[2:] if line.startswith("- ") else line for line in body.split("\n"))
+
+
+def verify_signature(in_release: bytes, key: bytes, expected: str, gpgv: str = "gpgv") -> None:
+    """Checks InRelease's signature with `key` alone and that `expected` made it.
+
+    Raises:
+        AptLockError: gpgv is missing, or the signature is bad or by another key.
+    """
+    with tempfile.TemporaryDirectory() as work:
+        keyring, message = Path(work, "pinned.gpg"), Path(work, "InRelease")
+        keyring.write_bytes(key)
+        message.write_bytes(in_release)
+        try:
+            result = subprocess.run([gpgv, "--status-fd", "1", "--keyring", str(keyring),
+                                     str(message)], capture_output=True, text=True)
+        except FileNotFoundError:
+            raise AptLockError(f"{gpgv} is needed to check the repository's signature "
+                               "(Debian and Ubuntu: the gpgv package)") from None
+    valid = [line.split() for line in result.stdout.splitlines()
+             if line.startswith("[GNUPG:] VALIDSIG ")]
+    if result.returncode != 0 or not valid or valid[0][-1].upper() != expected:
+        raise AptLockError(f"InRelease is not signed by the pinned key {expected}: "
+                           f"{result.stderr.strip()[-500:] or result.stdout.strip()[-500:]}")
+
+
+def _index(release: dict[str, str], component: str) -> tuple[str, str, int]:
+    """(path, SHA-256, size) of the component's amd64 package index in a Release."""
+    listed = {}
+    for line in release.get("SHA256", "").splitlines():
+        parts = line.split()
+        if len(parts) == 3:
+            listed[parts[2]] = (parts[0], int(parts[1]))
+    for name in ("Packages.gz", "Packages"):
+        path = f"{component}/binary-{ARCHITECTURE}/{name}"
+        if path in listed:
+            return path, *listed[path]
+    raise AptLockError(f"the signed Release lists no {component}/binary-{ARCHITECTURE} "
+                       "package index")
+
+
+def resolve(template: AptLock, allowed: Sequence[str], packages: Sequence[str],
+            fetch: Fetch = urlopen_fetch, gpgv: str = "gpgv") -> AptLock:
+    """Pins the newest amd64 version of each of `packages` in `template`'s repository.
+
+    Args:
+        template: The repository and key file to read (its pins are ignored).
+        allowed: The signing key's accepted fingerprints, in order of preference.
+        packages: The package names to pin.
+        fetch: Downloads a URL.
+        gpgv: The gpgv program.
+
+    Returns:
+        The lock, with the signing key's fingerprint and the pins.
+
+    Raises:
+        AptLockError: The key, signature, index or a package does not check out.
+    """
+    chosen, key = pinned_key(get(fetch, template.key_url), allowed, template.key_url)
+    base = f"{template.url.rstrip('/')}/dists/{template.suite}"
+    in_release = get(fetch, f"{base}/InRelease")
+    verify_signature(in_release, key, chosen, gpgv)
+    release = stanzas(signed_text(in_release.decode()))[0]
+    path, digest, size = _index(release, template.component)
+    index = get(fetch, f"{base}/{path}")
+    if hashlib.sha256(index).hexdigest() != digest or len(index) != size:
+        raise AptLockError(f"{base}/{path} does not match the SHA-256 the signed Release "
+                           "gives it")
+    entries = stanzas((gzip.decompress(index) if path.endswith(".gz") else index).decode())
+    pins = []
+    for name in packages:
+        found = [e for e in entries if e.get("Package") == name
+                 and e.get("Architecture") in (ARCHITECTURE, "all")]
+        if not found:
+            raise AptLockError(f"{template.url} {template.suite} has no {name} for "
+                               f"{ARCHITECTURE}")
+        newest = found[0]
+        for entry in found[1:]:
+            if compare_versions(entry["Version"], newest["Version"]) > 0:
+                newest = entry
+        pins.append(Pin(name, newest["Version"], newest["Filename"], newest["SHA256"]))
+    return dataclasses.replace(template, fingerprint=chosen, pins=tuple(pins), unresolved="")
+
+
+# --- In the image build ------------------------------------------------------------------------

@@ -1,0 +1,121 @@
+"""Stage 5 and the run's end as KFP components: the model exported behind the
+champion/challenger gate, how it is registered, and the run's summary."""
+
+# No `from __future__ import annotations`: KFP reads the real annotation objects.
+
+from typing import NamedTuple
+
+from kfp import dsl
+from kfp.dsl import Dataset, Input, Markdown, Metrics, Model, Output
+
+from components import images
+
+_IMAGE = images.pipeline_image()
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def export_model(dataset: Input[Dataset], trained_model: Input[Model], training: dict,
+                 vertex: dict, strategy: str, worker_pool_specs: list, training_plan: dict,
+                 images: dict,
+                 registry_root: str, job_name: str, tuning: dict, capacity: dict,
+                 exported_model: Output[Model],
+                 metrics: Output[Metrics], comparison: Output[Markdown]) -> NamedTuple(
+                     "ExportOutputs", [("accuracy", float), ("model_uri", str),
+                                       ("register", bool), ("default", bool),
+                                       ("decision", str), ("labels", dict),
+                                       ("description", str)]):
+    """Stage 5: the new model's and the champion's metrics on the same splits (the
+    trainer's own when measured on this dataset), the champion/challenger gate's decision,
+    and the new model exported with its lineage.
+
+    `registry_root` is the local registry (`run --local`: the model is registered there);
+    "" on Vertex AI, where the champion is `vertex.parent_model`'s default version and the
+    model upload that follows acts on the decision. `capacity` (Vertex AI) says which of
+    the alternatives trained and why not the ones before it.
+    """
+    from collections import namedtuple
+
+    from components.export.export_model import run_export_stage
+    from components.stage import stage_errors
+
+    with stage_errors("export"):
+        done = run_export_stage(
+            trained_model.path, dataset.path, exported_model.path, vertex=vertex,
+            training=training, images=images, registry_root=registry_root, job_name=job_name,
+            cluster={"strategy": strategy, "worker_pool_specs": worker_pool_specs,
+                     "training_plan": training_plan, "capacity": capacity},
+            exported_uri=exported_model.uri, comparison_path=comparison.path, tuning=tuning)
+    for name, value in done.metrics.items():
+        metrics.log_metric(name, value)
+    exported_model.metadata.update({**done.metadata, "trained_model": trained_model.uri,
+                                    "dataset": dataset.uri})
+    return namedtuple("ExportOutputs", list(done.outputs))(**done.outputs)
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def registration_plan(vertex: dict, register: bool, default: bool, images: dict) -> NamedTuple(
+        "RegistrationPlan", [("register", bool), ("region", str), ("display_name", str),
+                             ("parent_model", str), ("parent_model_uri", str),
+                             ("serving_image", str), ("version_aliases", list)]):
+    """Stage 5 (Vertex), part 2: how the gate's decision is registered.
+
+    The model is served by `vertex.serving_image`, by default the run's own CPU image (by
+    digest, from stage 3's `images`), which runs the TensorFlow it was trained with. A new
+    version becomes the default only with the `default` alias (Vertex AI docs: "How to use
+    model version aliases"); without it, the champion stays the default. The parent model
+    is imported as gcpc's `VertexModel` artifacts are: its URI is the resource's API URL.
+    """
+    from collections import namedtuple
+
+    from components.cloud_names import vertex_resource_uri
+    from components.stage import say, stage_errors
+    from components.vertex_options import VertexOptions
+    from trainer.common.schema import validate
+
+    with stage_errors("registration"):
+        options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
+    serving = options.serving_image or images["cpu"]["reference"]
+    aliases = ["default"] if default and options.parent_model else []
+    say(f"registration: {'registering' if register else 'not registered'}"
+        + (" as the default version" if register and default else
+           " as a non-default version" if register and options.parent_model else ""))
+    say(f"registration: served by {serving}")
+    parent_uri = vertex_resource_uri(options.region, options.parent_model) \
+        if options.parent_model else ""
+    fields = ["register", "region", "display_name", "parent_model", "parent_model_uri",
+              "serving_image", "version_aliases"]
+    return namedtuple("RegistrationPlan", fields)(
+        register, options.region, options.model_display_name, options.parent_model,
+        parent_uri, serving, aliases)
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def summarize_run(status: dsl.PipelineTaskFinalStatus, registry_root: str, job_name: str,
+                  summary: Output[Markdown]):
+    """The exit handler: runs whatever the outcome and says how the run ended, with the
+    champion/challenger decision when there was one."""
+    import json
+    from pathlib import Path
+
+    from components.export.local_registry import RUNS
+    from components.stage import say
+
+    facts = [("state", status.state)]
+    if status.error_message:
+        facts.append(("error", status.error_message))
+    decision = Path(registry_root) / RUNS / f"{job_name}.json" if registry_root else None
+    if decision is not None and decision.is_file():
+        made = json.loads(decision.read_text())
+        facts.append(("champion/challenger", made["reason"]))
+        if made.get("registered_version"):
+            facts.append(("local registry version", made["registered_version"]))
+    trials = made.get("trials", "") if decision is not None and decision.is_file() else ""
+    Path(summary.path).parent.mkdir(parents=True, exist_ok=True)
+    Path(summary.path).write_text("\n".join(
+        [f"# Run {status.pipeline_job_resource_name}", ""]
+        + [f"- {name}: {value}" for name, value in facts]) + "\n"
+        + (f"\n{trials}" if trials else ""))
+    for name, value in facts:
+        say(f"run {name}: {value}")
+    for line in trials.splitlines()[2:]:  # the table and the best parameters
+        say(line)

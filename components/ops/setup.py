@@ -1,0 +1,163 @@
+"""Stages 1 to 3 as KFP components: the GPU configuration validated, the dataset
+prepared (on this machine or as a Dataflow job), the images built."""
+
+# No `from __future__ import annotations`: KFP reads the real annotation objects.
+
+from typing import NamedTuple
+
+from kfp import dsl
+from kfp.dsl import Artifact, Dataset, Markdown, Output
+
+from components import images
+
+_IMAGE = images.pipeline_image()
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def validate_gpu_config(vertex: dict, training: dict, local_cluster: dict) -> NamedTuple(
+        "GpuConfig", [("worker_pool_specs", list), ("input_pipelines", int),
+                      ("strategy", str), ("training_plan", dict), ("alternatives", list)]):
+    """Stage 1: the Vertex worker pools checked against the GPU rules and the strategy's
+    roles, normalised, and the training plan every replica applies; the same for every
+    alternative of `vertex.fallbacks`.
+
+    Returns the primary configuration's normalised pools, strategy and training plan
+    (strategy, all-reduce, mixed precision, XLA, with reasons), the number of processes
+    that read the training data (the dataset's shard multiple: a multiple of every
+    alternative's), and every alternative with its own pools and plan, in the order the
+    training step tries them. `local_cluster` (workers, parameter servers, evaluators) is
+    the layout of a local run, whose CPU processes train with a plan of their own; empty
+    on Vertex AI.
+    """
+    from collections import namedtuple
+
+    from components.capacity.alternatives import batch_lines, check_alternatives, shard_multiple
+    from components.stage import say, stage_errors
+    from components.vertex_options import VertexOptions
+    from trainer.cluster.roles import Layout
+    from trainer.cluster.training_plan import plan_training, requested
+    from trainer.common.schema import validate
+    from trainer.run.training_options import TrainingOptions
+
+    with stage_errors("GPU config"):
+        options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
+        trainer = validate(TrainingOptions, training, prefix="training", strict=False)
+        checked = check_alternatives(options, trainer)
+        for warning in checked.warnings:
+            say(f"warning: {warning}")
+        checked.raise_for_errors()
+        result, plan = checked.primary, checked.primary.plan
+        readers = shard_multiple(checked.alternatives)
+        if local_cluster:
+            layout = Layout.from_dict(local_cluster)
+            plan = plan_training(layout, **requested(trainer))
+            readers = layout.input_pipelines(plan.strategy)
+    say(f"GPU configuration valid for {options.region}: {result.describe()}")
+    say(f"training plan on Vertex AI: {result.plan.summary()}")
+    for alternative in checked.alternatives[1:]:
+        say(f"{alternative.label}, tried after a stock-out or a quota refusal: "
+            f"{alternative.describe()}; training plan: {alternative.plan.summary()}")
+    if len(checked.alternatives) > 1:
+        for line in batch_lines(checked.alternatives, trainer):
+            say(line)
+    if local_cluster:
+        say(f"training plan of this local run: {plan.summary()}")
+    outputs = namedtuple("GpuConfig", ["worker_pool_specs", "input_pipelines", "strategy",
+                                       "training_plan", "alternatives"])
+    return outputs(result.specs, readers, plan.strategy, plan.to_dict(),
+                   [a.to_dict() for a in checked.alternatives])
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def fingerprint_dataset_source(options: dict) -> str:
+    """Stage 2, first part: a cheap key of the source's state (never cached itself)."""
+    from components.dataset.dataset_options import DatasetOptions
+    from components.dataset.sources import source_fingerprint
+    from components.stage import say, stage_errors
+    from trainer.common.schema import validate
+
+    with stage_errors("dataset"):
+        dataset = validate(DatasetOptions, options, prefix="dataset", strict=False)
+        fingerprint = source_fingerprint(dataset.source, dataset.image_size)
+    say(f"dataset source {dataset.source}: fingerprint {fingerprint}")
+    return fingerprint
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def dataflow_launch(project: str, vertex: dict, images: dict) -> dict:
+    """Stage 2 on Vertex AI with `dataset.engine: beam`, after stage 3: what the dataset
+    stage needs to start its Dataflow job (the run's project, region and service account,
+    and the CPU image by digest, which the Dataflow workers run)."""
+    from components.dataset.dataflow import launch_settings
+    from components.stage import say, stage_errors
+    from components.vertex_options import VertexOptions
+    from trainer.common.schema import validate
+
+    with stage_errors("dataset"):
+        options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
+        settings = launch_settings(project, options.region, options.service_account, images)
+    say(f"the dataset is prepared by a Dataflow job in {settings['region']} whose workers run "
+        f"{settings['sdk_image']}")
+    return settings
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def prepare_dataset(options: dict, source_fingerprint: str, min_shards: int,
+                    dataset: Output[Dataset], report: Output[Markdown], dataflow: dict = None):
+    """Stage 2: image sources -> sharded TFRecords per split, manifest and report.
+
+    `source_fingerprint` is not used here: it is an input so that KFP's cache key changes
+    exactly when the source does. `min_shards` is the number of training workers.
+    `dataflow` (`dataflow_launch`'s output), with `dataset.engine: beam`, runs the Beam
+    pipeline as a Dataflow job; empty, it runs here.
+    """
+    from components.dataset.dataflow import dataflow_job
+    from components.dataset.dataset_options import DatasetOptions
+    from components.dataset.prepare import prepare_dataset as prepare
+    from components.stage import say, stage_errors
+    from trainer.common.schema import validate
+
+    with stage_errors("dataset"):
+        settings = validate(DatasetOptions, options, prefix="dataset", strict=False)
+        job = dataflow_job(settings, output_uri=dataset.uri, **dataflow) \
+            if dataflow and settings.engine == "beam" else None
+        manifest = prepare(settings, dataset.path, min_shards=min_shards,
+                           report_path=report.path, dataflow=job)
+    dataset.metadata.update({
+        "classes": manifest["classes"],
+        "image_size": manifest["image_size"],
+        "source_fingerprint": manifest["source_fingerprint"],
+        "skipped": len(manifest["skipped"]),
+        **{f"{split}_examples": info["count"] for split, info in manifest["splits"].items()},
+    })
+    counts = ", ".join(f"{s} {i['count']} in {len(i['shards'])} shards"
+                       for s, i in manifest["splits"].items())
+    say(f"dataset: {len(manifest['classes'])} classes ({', '.join(manifest['classes'])}); "
+        f"{counts}; {len(manifest['skipped'])} skipped; prepared by the {settings.engine} "
+        + ("engine as a Dataflow job" if job else "engine"))
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def build_images(vertex: dict, training: dict, push: bool, trainer_source_uri: str,
+                 build_context: Output[Artifact]) -> dict:
+    """Stage 3: the images' build context and digest; on Vertex, the images built from it.
+
+    Returns, per image (`gpu`: the trainer on GPU machines, `cpu`: components, CPU-only
+    pools and serving), its `reference` by digest alone (`REPO/NAME@sha256:...`, the form
+    Vertex AI accepts), its content `tag` and whether it was `built` now (Cloud Build runs
+    only for missing tags); an empty dict locally, where training uses the trainer installed
+    in the environment.
+    """
+    from components.build.build_images import run_build_stage
+    from components.stage import stage_errors
+    from components.vertex_options import VertexOptions
+    from trainer.common.schema import validate
+
+    with stage_errors("build"):
+        options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
+        found, metadata = run_build_stage(
+            build_context.path, build_context.uri, options.image_repository, push=push,
+            trainer_source_uri=trainer_source_uri, user_code=training.get("user_code", ""),
+            settings=options.build_settings())
+    build_context.metadata.update(metadata)
+    return found

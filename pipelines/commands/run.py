@@ -1,0 +1,116 @@
+"""`gpu-pipeline run --local`: the whole pipeline on this machine (KFP's local runner,
+the trainer as processes on localhost)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from components.stage import say
+from pipelines.commands.common import (
+    DEFAULT_LOCAL_ROOT,
+    UsageError,
+    add_config_flags,
+    check_model,
+    is_path,
+    load,
+    make_directory,
+    positive_int,
+)
+
+
+def add_parser(commands: Any, parser_class: type) -> None:
+    """Declares the command and its flags."""
+    parser = commands.add_parser("run", help="Run the whole pipeline.")
+    parser.add_argument("--local", action="store_true",
+                        help="Run on this machine with KFP's local runner (required in this "
+                             "version).")
+    parser.add_argument("--pipeline-root", type=Path, default=DEFAULT_LOCAL_ROOT,
+                        help=f"Where run artifacts go (default: {DEFAULT_LOCAL_ROOT}/ in the "
+                             "current directory).")
+    parser.add_argument("--workers", type=positive_int,
+                        help="Training machines as processes: the chief and the workers "
+                             "(config local.training_machines; default: as the Vertex AI "
+                             "pools 0 and 1).")
+    parser.add_argument("--parameter-servers", type=int,
+                        help="Parameter-server processes: parameter-server training (config "
+                             "local.parameter_servers; default: as Vertex AI pool 2).")
+    parser.add_argument("--evaluator", action=argparse.BooleanOptionalAction, default=None,
+                        help="A sidecar evaluator process (config local.evaluator; default: "
+                             "as Vertex AI pool 3).")
+    parser.add_argument("--json", action="store_true",
+                        help="End with one JSON line: pipeline_root, model_uri, metrics, "
+                             "artifacts.")
+    parser.add_argument("--verbose", action="store_true", help="Show KFP's full executor output.")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="Prepare the dataset again even if the source is unchanged.")
+    add_config_flags(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs the pipeline on this machine; prints where everything went."""
+    if not args.local:
+        raise UsageError("only local runs are available: use `gpu-pipeline run --local`; "
+                         "`gpu-pipeline compile` writes the Vertex AI spec")
+    config = load(args)  # Pre-flight: every configuration error before any work.
+    check_model(config)
+    from trainer.common.gcs import mounted_gcs_uri
+
+    source, uri = config.dataset.source, mounted_gcs_uri(config.dataset.source)
+    if uri and not is_path(Path(source), Path.exists):
+        raise UsageError(f"dataset.source {source!r} is Vertex AI's Cloud Storage mount, which "
+                         f"this machine does not have; for a local run give {uri!r} or a "
+                         "local copy")
+    layout, plan = _local_layout(config)
+    make_directory(args.pipeline_root, "--pipeline-root")
+    from pipelines.local_run import run_local
+
+    pools = config.vertex.worker_pool_specs
+    say(f"local run: {layout.training_machines} training machine(s), "
+        f"{layout.parameter_servers} parameter server(s), {layout.evaluators} evaluator(s) "
+        f"as processes; model {config.training.model}, {config.training.total_epochs} "
+        f"epochs, dataset {config.dataset.source}; "
+        f"Vertex worker pools to validate: {len(pools)} in {config.vertex.region}")
+    say(f"training plan of this local run: {plan.summary()}")
+    say(f"training plan on Vertex AI: {config.vertex_plan().summary()}")
+    result = run_local(config, args.pipeline_root, verbose=args.verbose,
+                       cache=not args.no_cache)
+    if result.dataset_reused:
+        say("dataset: source unchanged, reused the dataset prepared earlier (--no-cache "
+            "prepares it again)")
+    print()
+    say(f"done in {result.seconds:.1f} s: validation accuracy "
+        f"{result.metrics.get('accuracy', float('nan')):.4f} from the exported SavedModel")
+    say(f"champion/challenger: {result.decision}" + (
+        f" (registry version {result.registered_version})" if result.registered_version
+        else ""))
+    print(f"  pipeline root: {result.pipeline_root}")
+    print(f"  run:           {result.run_dir}")
+    print(f"  model:         {result.model_uri}")
+    for name, path in result.artifacts.items():
+        print(f"  {name:<40} {path}")
+    if args.json:
+        print(result.to_json())
+    return 0
+
+
+def _local_layout(config):
+    """The local run's roles and training plan, checked before any work: what this machine
+    can start, and what its CPU processes can run."""
+    from trainer.cluster.training_plan import PlanError
+
+    layout = config.local_layout()
+    if layout.training_machines > 8 or layout.parameter_servers > 4:
+        raise UsageError(
+            f"a local run would start {layout.training_machines} training machine(s) and "
+            f"{layout.parameter_servers} parameter server(s) (as the Vertex AI pools); this "
+            "machine runs at most 8 and 4: give --workers and --parameter-servers")
+    try:
+        return layout, config.local_plan()
+    except PlanError as exc:
+        raise UsageError(
+            f"this local run ({layout.training_machines} training machine(s) and "
+            f"{layout.parameter_servers} parameter server(s) as CPU processes) cannot train "
+            f"with these options: {exc} (the Vertex AI pools' plan is made separately, from "
+            "their GPUs)") from None

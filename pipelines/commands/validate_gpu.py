@@ -1,0 +1,183 @@
+"""`gpu-pipeline validate-gpu`: any GPU configuration file or flags, checked against the rules.
+
+Reads an AI Platform Training `config.yaml`, a list of Vertex AI worker pool specs (YAML or
+JSON) or a gpu-pipeline configuration, and prints the problems or the normalised pools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from pipelines.commands.common import positive_int
+from trainer.common.errors import InputError
+from trainer.common.schema import short
+
+
+def add_parser(commands: Any, parser_class: type) -> None:
+    """Declares the command and its flags."""
+    parser = commands.add_parser("validate-gpu",
+                                 help="Check a GPU configuration against the rules.")
+    parser.add_argument("--config", type=Path, help="An AI Platform config.yaml (trainingInput), "
+                        "Vertex worker pool specs (YAML/JSON list) or a gpu-pipeline config.")
+    parser.add_argument("--machine-type", help="Compute Engine machine type, e.g. n1-standard-8.")
+    parser.add_argument("--accelerator-type", help="GPU type, e.g. NVIDIA_TESLA_T4.")
+    parser.add_argument("--accelerator-count", type=int, default=None, help="GPUs per machine.")
+    parser.add_argument("--replica-count", type=positive_int, default=1,
+                        help="Machines of this type (1 chief + the rest as workers).")
+    parser.add_argument("--region", help="Vertex AI region.")
+    parser.add_argument("--json", action="store_true", help="Print a machine-readable report.")
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _section(data: Any, key: str) -> dict:
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def validate_file(path: Path, region: str | None):
+    """Validates a file in any of the accepted formats; returns (result, region, format,
+    the training options: a gpu-pipeline config's own, else the defaults)."""
+    from components.gpu.ai_platform_pools import validate_ai_platform_config
+    from components.gpu.validation import validate_worker_pool_specs
+    from pipelines.config import SECTIONS, Config
+    from pipelines.config_loading import AI_PLATFORM_KEYS, without_deprecated_keys
+    from pipelines.yaml_input import read_yaml
+    from trainer.common.schema import validate
+    from trainer.run.training_options import TrainingOptions
+
+    data = read_yaml(path, "--config")
+    defaults = TrainingOptions()
+    if isinstance(data, list):
+        return (validate_worker_pool_specs(data, region), region, "vertex worker pool specs",
+                defaults)
+    if isinstance(data, dict) and AI_PLATFORM_KEYS & set(data):
+        region = region or _text(_section(data, "trainingInput").get("region"))
+        return (validate_ai_platform_config(data, region), region, "AI Platform config.yaml",
+                defaults)
+    if isinstance(data, dict) and "worker_pool_specs" in data:
+        region = region or _text(data.get("region"))
+        return (validate_worker_pool_specs(data["worker_pool_specs"], region), region,
+                "vertex worker pool specs", defaults)
+    if isinstance(data, dict) and set(data) <= set(SECTIONS):
+        if data.get("vertex") is not None and not isinstance(data["vertex"], dict):
+            raise InputError(f"--config {str(path)!r}: vertex is {short(data['vertex'])}; "
+                             "expected a mapping with region, worker_pool_specs, ...")
+        config, vertex = Config(), _section(data, "vertex")
+        region = region or _text(vertex.get("region")) or config.vertex.region
+        specs = vertex.get("worker_pool_specs", list(config.vertex.worker_pool_specs))
+        current = without_deprecated_keys(data, str(path), None)  # local-run keys: not here
+        training = validate(TrainingOptions, _section(current, "training"), prefix="training",
+                            strict=False)
+        if vertex.get("fallbacks"):  # every alternative, each with its own plan
+            return _alternatives(vertex, region, training), region, "gpu-pipeline config", \
+                training
+        return (validate_worker_pool_specs(specs, region), region, "gpu-pipeline config",
+                training)
+    raise InputError(f"--config {str(path)!r} is in no format validate-gpu reads: expected an AI "
+                     "Platform config.yaml (trainingInput: ...), Vertex worker pool specs (a "
+                     "list, or worker_pool_specs: [...]), or a gpu-pipeline config (vertex: ...)")
+
+
+def _alternatives(vertex: dict, region: str, training: Any) -> Any:
+    """A config's primary configuration and fallbacks checked (`Checked`)."""
+    from components.capacity.alternatives import check_alternatives
+    from components.vertex_options import VertexOptions
+    from trainer.common.schema import validate
+
+    keys = ("worker_pool_specs", "scheduling_strategy", "timeout", "fallbacks")
+    options = validate(VertexOptions, {"region": region, **{k: vertex[k] for k in keys
+                                                            if k in vertex}},
+                       prefix="vertex", strict=False)
+    return check_alternatives(options, training)
+
+
+def _report_alternatives(checked: Any, source: str, as_json: bool, training: Any) -> int:
+    """Prints every alternative, each with its index, pools and plan, or its problems."""
+    from components.capacity.alternatives import batch_lines, shard_multiple
+
+    if as_json:
+        print(json.dumps({
+            "ok": checked.ok, "errors": checked.errors, "warnings": checked.warnings,
+            "input": source, "shard_multiple": shard_multiple(checked.alternatives),
+            "alternatives": [{**a.to_dict(), "ok": r.ok, "errors": r.errors}
+                             for a, r in zip(checked.alternatives, checked.results,
+                                             strict=True)]}, indent=2))
+        return 0 if checked.ok else 1
+    for warning in checked.warnings:
+        print(f"warning: {warning}")
+    for alternative, result in zip(checked.alternatives, checked.results, strict=True):
+        print(f"alternative {alternative.index} ({alternative.label}): "
+              + ("valid, " + alternative.describe() if result.ok else "invalid"))
+        if alternative.plan is not None:
+            print(f"  training plan: {alternative.plan.summary()}")
+    if not checked.ok:
+        print(f"invalid GPU configuration ({source}):")
+        for error in checked.errors:
+            print(f"  - {error}")
+        return 1
+    print(f"valid ({source}): {len(checked.alternatives)} alternatives, tried in this order "
+          "when Vertex AI has no capacity; the dataset's shards come in multiples of "
+          f"{shard_multiple(checked.alternatives)}")
+    for line in batch_lines(checked.alternatives, training):
+        print(f"  {line}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """`gpu-pipeline validate-gpu`: exit code 0 when valid, 1 when not."""
+    from components.gpu.validation import validate_worker_pool_specs
+
+    if args.config is not None:
+        if args.machine_type:
+            raise InputError("give either --config FILE or --machine-type, not both")
+        result, region, source, training = validate_file(args.config, args.region)
+    elif args.machine_type:
+        machine_spec: dict[str, Any] = {"machine_type": args.machine_type}
+        if args.accelerator_type is not None:
+            machine_spec["accelerator_type"] = args.accelerator_type
+        if args.accelerator_count is not None:
+            machine_spec["accelerator_count"] = args.accelerator_count
+        specs = [{"machine_spec": machine_spec, "replica_count": 1}]
+        if args.replica_count > 1:
+            specs.append({"machine_spec": dict(machine_spec),
+                          "replica_count": args.replica_count - 1})
+        region, source, training = args.region, "command line", None
+        result = validate_worker_pool_specs(specs, region=region)
+    else:
+        raise InputError("give --machine-type (with --accelerator-type/--accelerator-count) "
+                         "or --config FILE")
+    from components.capacity.alternatives import Checked
+    from components.gpu.pools import with_role_checks
+
+    if isinstance(result, Checked):
+        return _report_alternatives(result, source, args.json, training)
+    result = with_role_checks(result, training)  # the roles and the training plan
+    plan = result.plan.to_dict() if result.plan is not None else None
+    if args.json:
+        print(json.dumps({"ok": result.ok, "errors": result.errors, "warnings": result.warnings,
+                          "worker_pool_specs": result.specs, "region": region,
+                          "input": source, "training_plan": plan}, indent=2))
+    else:
+        for warning in result.warnings:
+            print(f"warning: {warning}")
+        if result.ok:
+            used = [p for p in result.specs if p]
+            print(f"valid ({source}): {len(used)} worker pool(s)"
+                  + (f" in {region}" if region else ""))
+            print(json.dumps(result.specs, indent=2))
+            print(f"training plan: {result.plan.summary()}")
+            for line in result.plan.describe():
+                print(f"  {line}")
+        else:
+            print(f"invalid GPU configuration ({source}):")
+            for error in result.errors:
+                print(f"  - {error}")
+            if result.plan is not None:
+                print(f"training plan these pools would run: {result.plan.summary()}")
+    return 0 if result.ok else 1

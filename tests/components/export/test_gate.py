@@ -1,0 +1,213 @@
+"""The champion/challenger gate, lineage labels, the local registry and `models list`."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from google.cloud import aiplatform_v1
+
+from components.export import local_registry as local
+from components.export.gate import decide
+from components.export.lineage import description, labels, lineage
+from pipelines.cli import main
+from pipelines.config_loading import load_config
+from pipelines.vertex import model_registry as models
+from pipelines.vertex.clients import Clients
+from trainer.common.commit import committed
+
+BETTER = {"test_accuracy": 0.95, "accuracy": 0.9}
+CHAMPION = {"test_accuracy": 0.93, "accuracy": 0.92}
+SAME = {"test_accuracy": 0.935, "accuracy": 0.95}
+POOR = {"test_accuracy": 0.5, "accuracy": 0.5}
+
+
+@pytest.mark.parametrize("promotion, challenger, champion, register, default, promoted", [
+    # default: better by the margin -> the default; not better -> a version; poor -> nothing
+    ("default", BETTER, CHAMPION, True, True, True),
+    ("default", SAME, CHAMPION, True, False, False),
+    ("default", POOR, CHAMPION, False, False, False),
+    ("default", BETTER, None, True, True, True),  # no champion: the threshold alone
+    ("default", POOR, None, False, False, False),
+    ("version_only", BETTER, CHAMPION, True, False, True),
+    ("version_only", SAME, CHAMPION, True, False, False),
+    ("version_only", POOR, CHAMPION, False, False, False),
+    ("never", BETTER, CHAMPION, False, False, True),
+    ("never", BETTER, None, False, False, True),
+])
+def test_the_gate_decides_by_mode_margin_and_threshold(promotion, challenger, champion,
+                                                       register, default, promoted):
+    made = decide(challenger, champion, threshold=0.8, margin=0.01, promotion=promotion)
+    assert (made.register, made.default, made.promoted) == (register, default, promoted)
+    assert made.metric == "test_accuracy"  # the held-out test split, not validation
+    assert made.challenger == challenger["test_accuracy"]
+    assert made.champion == (champion["test_accuracy"] if champion else None)
+    assert made.reason  # every outcome says why
+
+
+def test_the_margin_is_inclusive_and_validation_accuracy_is_the_fallback():
+    exact = decide({"test_accuracy": 0.94}, {"test_accuracy": 0.93}, threshold=0.0,
+                   margin=0.01, promotion="default")
+    assert exact.default and "beats the champion's 0.9300 by +0.0100" in exact.reason
+    short = decide({"test_accuracy": 0.939}, {"test_accuracy": 0.93}, threshold=0.0,
+                   margin=0.01, promotion="default")
+    assert not short.default
+    assert short.reason == ("test_accuracy 0.9390 does not beat the champion's 0.9300 by the "
+                            "margin 0.0100 (+0.0090): registered as a non-default version; "
+                            "the champion stays the default")
+    no_test = decide({"accuracy": 0.95}, {"accuracy": 0.9}, threshold=0.5, margin=0.01,
+                     promotion="default")
+    assert no_test.metric == "accuracy" and no_test.default
+
+
+def test_a_first_model_below_the_threshold_names_no_champion():
+    first = decide(POOR, None, threshold=0.8, margin=0.01, promotion="default")
+    assert first.reason == ("test_accuracy 0.5000 is below the threshold 0.8000: not "
+                            "registered; no model serves yet")
+
+
+BUILT = {"gpu": {"reference": "us-docker.pkg.dev/p/r/gpu-pipeline-gpu@sha256:" + "ab" * 32,
+                 "tag": "src-0123456789abcdef", "built": True},
+         "cpu": {"reference": "us-docker.pkg.dev/p/r/gpu-pipeline-cpu@sha256:" + "cd" * 32,
+                 "tag": "src-0123456789abcdef", "built": False}}
+
+
+def _record(images=BUILT):
+    manifest = {"source": "gs://Data/Flowers", "source_fingerprint": "sha256:" + "c" * 64,
+                "examples": 1600, "splits": {"train": {"count": 1100},
+                                             "validation": {"count": 300},
+                                             "test": {"count": 200}}}
+    return lineage(manifest=manifest, training={"model": "ResNet50", "epochs": 20},
+                   cluster={"strategy": "multi_worker_mirrored",
+                            "worker_pool_specs": [{"replica_count": 1}]},
+                   images=images, version="0.4.0", metrics={"test_accuracy": 0.9312,
+                                                          "note": "text is dropped"})
+
+
+def test_lineage_labels_keep_to_the_label_rules():
+    record = _record()
+    assert record["dataset"]["counts"] == {"train": 1100, "validation": 300, "test": 200}
+    assert record["metrics"] == {"test_accuracy": 0.9312}
+    made = decide({"test_accuracy": 0.9312}, None, threshold=0.5, margin=0.01,
+                  promotion="default").to_dict()
+    found = labels(record, made)
+    assert found == {"gpu-pipeline-version": "0-4-0", "dataset-fingerprint": "c" * 16,
+                     "trainer-image": "ab" * 8, "image-tag": "src-0123456789abcdef",
+                     "model": "resnet50",
+                     "strategy": "multi_worker_mirrored", "compared-metric": "test_accuracy",
+                     "challenger-value": "0_9312", "promoted": "true"}
+    for key, value in found.items():  # Vertex AI's label rules
+        assert re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", key)
+        assert re.fullmatch(r"[a-z0-9_-]{0,63}", value)
+    local = labels(_record(images={}), made)
+    assert local["trainer-image"] == local["image-tag"] == "local"
+    # The lineage names what ran by digest, and keeps the content tag people search for.
+    assert record["trainer_image"] == BUILT["gpu"]["reference"]
+    assert record["image_tag"] == "src-0123456789abcdef" and record["images"] == BUILT
+
+
+def test_the_description_has_no_character_that_breaks_the_upload_json():
+    record = _record()
+    record["dataset"]["source"] = 'gs://b/"quoted"\\path\n'
+    text = description(record, {"reason": 'a "reason"'})
+    assert '"' not in text and "\\" not in text and "\n" not in text
+    assert text.startswith("a reason | gpu-pipeline 0.4.0 | dataset gs://b/quotedpath")
+    json.loads('{"description": "' + text + '"}')  # as the launcher concatenates it
+
+
+def _saved_model(directory: Path, tag: str) -> Path:
+    directory.mkdir(parents=True)
+    (directory / "saved_model.pb").write_text(tag)
+    return directory
+
+
+def test_the_local_registry_keeps_versions_and_the_default(tmp_path):
+    model_dir = tmp_path / "registry" / "m"
+    assert local.champion(model_dir) is None
+    made = {"metric": "test_accuracy", "challenger": 0.9, "reason": "first", "promoted": True}
+    one = local.register(model_dir, _saved_model(tmp_path / "a", "one"), {"test_accuracy": 0.9},
+                         _record(), made, default=False)  # a first version is the default
+    two = local.register(model_dir, _saved_model(tmp_path / "b", "two"), {"test_accuracy": 0.8},
+                         _record(), {**made, "reason": "worse", "promoted": False},
+                         default=False)
+    assert (one["version"], two["version"]) == ("1", "2")
+    entry, saved = local.champion(model_dir)
+    assert entry["version"] == "1" and Path(saved, "saved_model.pb").read_text() == "one"
+    three = local.register(model_dir, _saved_model(tmp_path / "c", "three"),
+                           {"test_accuracy": 0.95}, _record(), made, default=True)
+    entry, saved = local.champion(model_dir)
+    assert entry["version"] == three["version"] == "3"
+    assert Path(saved, "saved_model.pb").read_text() == "three"
+    assert json.loads(Path(saved, "lineage.json").read_text())["project_version"] == "0.4.0"
+    assert all(committed(model_dir / "versions" / n) for n in ("1", "2", "3"))
+    assert not list(model_dir.glob(".*partial"))  # the index was replaced in one step
+    lines = local.describe("m", local.load(model_dir))
+    assert lines[0] == "m: 3 version(s), default 3"
+    assert lines[3].startswith(" * version 3") and lines[1].startswith("   version 1")
+
+
+def test_a_damaged_registry_is_a_clear_error(tmp_path, capsys):
+    model_dir = tmp_path / "local_runs" / "registry" / "m"
+    model_dir.mkdir(parents=True)
+    (model_dir / local.INDEX).write_text("{not json")
+    with pytest.raises(local.RegistryError, match="is not a readable model registry"):
+        local.load(model_dir)
+    assert main(["models", "list", "--pipeline-root", str(tmp_path / "local_runs")]) == 2
+    err = capsys.readouterr().err
+    assert "registry.json' is not a readable model registry" in err and "Traceback" not in err
+
+
+def test_models_list_without_a_registry(tmp_path, capsys):
+    assert main(["models", "list", "--pipeline-root", str(tmp_path)]) == 0
+    assert "no model registered under" in capsys.readouterr().out
+
+
+class _ModelService:
+    """Stands in for ModelServiceClient: records the request, answers two versions."""
+
+    def __init__(self):
+        self.calls = []
+
+    def list_model_versions(self, request):
+        self.calls.append(request)
+        return [aiplatform_v1.Model(name=request.name, version_id=v, version_aliases=a,
+                                    labels={"compared-metric": "test_accuracy",
+                                            "challenger-value": value, "promoted": p})
+                for v, a, value, p in (("2", ["default"], "0_9512", "true"),
+                                       ("1", [], "0_9312", "false"))]
+
+    def list_models(self, request):
+        self.calls.append(request)
+        return []
+
+
+def test_models_list_reads_the_vertex_model_registry(capsys):
+    parent = "projects/my-proj/locations/europe-west4/models/123"
+    config = load_config(overrides={"vertex": {"project": "my-proj", "region": "europe-west4",
+                                               "parent_model": parent}})
+    service = _ModelService()
+    found = models.list_models(config, Clients(model_api=service))
+    (request,) = service.calls
+    assert request == aiplatform_v1.ListModelVersionsRequest(name=parent,
+                                                             order_by="create_time desc")
+    lines = [models.describe(m) for m in found]
+    assert lines[0].startswith(f"{parent}@2  aliases default")
+    assert "test_accuracy 0.9512  promoted true" in lines[0]
+    assert "aliases -" in lines[1]
+    by_name = models.list_request(load_config(overrides={"vertex": {
+        "project": "my-proj", "model_display_name": "flowers"}}))
+    assert by_name == aiplatform_v1.ListModelsRequest(
+        parent="projects/my-proj/locations/us-central1", filter='display_name="flowers"',
+        order_by="create_time desc")
+
+
+def test_models_list_dry_run_prints_the_request(capsys):
+    assert main(["models", "list", "--project", "my-proj", "--region", "europe-west4",
+                 "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    body = json.loads(out[out.index("{"):])
+    assert body == {"parent": "projects/my-proj/locations/europe-west4",
+                    "filter": 'display_name="gpu-pipeline-model"',
+                    "orderBy": "create_time desc"}

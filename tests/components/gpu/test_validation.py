@@ -1,0 +1,380 @@
+"""GPU rules: every cell of the table, legacy types, config.yaml, regions, zones, job names."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from components.gpu import ai_platform_pools as ai
+from components.gpu import catalog as cat
+from components.gpu import validation as gv
+from components.training import job_names as jn
+from tests.support.seed_configs import SEED_CONFIG_COMPUTE_ENGINE, SEED_CONFIG_LEGACY
+
+SEED_GPUS = cat.SEED_ACCELERATORS
+
+IMAGE = "cannot run the trainer image"
+
+
+def rule_errors(result):
+    """The errors of the GPU guide's rules, without the trainer image's refusal of K80s
+    (CUDA 12 has no Kepler), which the guide's tables predate."""
+    return [e for e in result.errors if IMAGE not in e]
+
+
+def pools(*specs, replicas=None):
+    out = []
+    for i, spec in enumerate(specs):
+        keys = ("machine_type", "accelerator_type", "accelerator_count")
+        machine_spec = dict(zip(keys, spec, strict=False))
+        out.append({"machine_spec": machine_spec,
+                    "replica_count": (replicas or [1] * len(specs))[i]})
+    return out
+
+
+# --- The table ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("machine", sorted(cat.SEED_TABLE))
+def test_every_cell_of_the_table(machine):
+    """Every GPU type x every count from 1 to 16 on every machine type of the table."""
+    row = cat.SEED_TABLE[machine]
+    for gpu in SEED_GPUS:
+        for count in range(1, 17):
+            result = gv.validate_worker_pool_specs(pools((machine, gpu, count)))
+            expected = count in row.get(gpu, ())
+            assert (not rule_errors(result)) is expected, (machine, gpu, count, result.errors)
+            assert result.ok is (expected and gpu != cat.K80)
+            assert len(result.errors) == (not expected) + (gpu == cat.K80)
+            assert all(e.startswith("worker_pool_specs[0] (chief): ") for e in result.errors)
+
+
+@pytest.mark.parametrize("machine", sorted(cat.SEED_TABLE))
+def test_table_rows_follow_from_the_documents_rules(machine):
+    # The printed table lost its empty cells; every row must follow from the rules.
+    assert gv.derive_valid_counts(machine) == cat.SEED_TABLE[machine]
+
+
+def test_rows_as_printed_in_the_documents():
+    # The text of the table, cells in column order with the empty ones dropped.
+    printed = {
+        "n1-standard-4": "1,2,4,8 1,2,4 1,2,4 1,2,4 1,2,4,8",
+        "n1-standard-16": "2,4,8 1,2,4 1,2,4 1,2,4 2,4,8",
+        "n1-standard-32": "4,8 2,4 2,4 2,4 4,8", "n1-standard-64": "4 4 8",
+        "n1-highmem-96": "4 4 8",
+        "n1-highcpu-64": "8 4 4 4 8", "a2-megagpu-16g": "16",
+    }
+    columns = (cat.A100, cat.K80, cat.P4, cat.P100, cat.T4, cat.V100)
+    for machine, text in printed.items():
+        row = cat.SEED_TABLE[machine]
+        cells = [",".join(map(str, row[gpu])) for gpu in columns if gpu in row]
+        assert " ".join(cells) == text, machine
+
+
+def test_documents_example_v100_on_n1_standard_32():
+    # "each V100 backs up to 12 vCPUs ... an n1-standard-32 worker needs at least 4"
+    two = gv.validate_worker_pool_specs(pools(("n1-standard-32", cat.V100, 2)))
+    assert "2 x NVIDIA_TESLA_V100 back at most 24 vCPUs and 156 GB; n1-standard-32 has 32 " \
+           "vCPUs and 120 GB" in two.errors[0]
+    assert "n1-standard-32 takes 4, 8 x NVIDIA_TESLA_V100" in two.errors[0]
+    three = gv.validate_worker_pool_specs(pools(("n1-standard-32", cat.V100, 3)))
+    assert "attaches in counts of 1, 2, 4, 8 only" in three.errors[0]
+    assert "machine types taking 3: none" in three.errors[0]
+    assert gv.validate_worker_pool_specs(pools(("n1-standard-32", cat.V100, 4))).ok
+
+
+def test_documents_caps_k80_and_p100():
+    k80 = gv.validate_worker_pool_specs(pools(("n1-standard-64", cat.K80, 8))).errors[0]
+    assert "cannot be attached to n1-standard-64 (8 x NVIDIA_TESLA_K80 back at most 64 vCPUs " \
+           "and 208 GB; n1-standard-64 has 64 vCPUs and 240 GB)" in k80
+    p100 = gv.validate_worker_pool_specs(pools(("n1-standard-96", cat.P100, 4))).errors[0]
+    assert "(4 x NVIDIA_TESLA_P100 back at most 64 vCPUs and 208 GB; n1-standard-96 has 96" in p100
+    assert not rule_errors(gv.validate_worker_pool_specs(pools(("n1-highcpu-64", cat.K80, 8))))
+    assert gv.validate_worker_pool_specs(pools(("n1-highcpu-64", cat.P100, 4))).ok
+
+
+def test_invalid_messages_say_what_is_valid():
+    t4 = gv.validate_worker_pool_specs(pools(("n1-standard-4", cat.T4, 8))).errors[0]
+    assert t4.startswith("worker_pool_specs[0] (chief): machine_spec.accelerator_count is 8; "
+                         "n1-standard-4 takes 1, 2, 4 x NVIDIA_TESLA_T4")
+    a100 = gv.validate_worker_pool_specs(pools(("n1-standard-8", cat.A100, 1))).errors[0]
+    assert "A100 GPUs come only with A2 machine types" in a100
+    none = gv.validate_worker_pool_specs(pools(("n1-standard-2", cat.T4, 1))).errors[0]
+    assert "'n1-standard-2', which takes no GPUs; machine types taking 1 x NVIDIA_TESLA_T4: " \
+           "n1-standard-4" in none
+    a2 = gv.validate_worker_pool_specs(pools(("a2-highgpu-2g",))).errors[0]
+    assert "comes with 2 x NVIDIA_TESLA_A100; set accelerator_type" in a2
+
+
+def test_gcloud_spelling_of_gpu_types_is_read_with_a_warning():
+    """The documents' gcloud flags write `type=nvidia-tesla-t4`; the API takes NVIDIA_TESLA_T4."""
+    result = gv.validate_worker_pool_specs(pools(("n1-highcpu-16", "nvidia-tesla-t4", 4)))
+    assert result.ok and result.specs[0]["machine_spec"]["accelerator_type"] == cat.T4
+    assert "'nvidia-tesla-t4' read as NVIDIA_TESLA_T4" in result.warnings[0]
+    typo = gv.validate_worker_pool_specs(pools(("n1-highcpu-16", "nvidia-tesla-t5", 4)))
+    assert "accelerator_type is 'nvidia-tesla-t5'; valid types are NVIDIA_TESLA_A100" \
+        in typo.errors[0]
+
+
+# --- Beyond the GPU guide ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("machine,gpu,count", [
+    ("a2-ultragpu-1g", cat.A100_80GB, 1), ("a2-ultragpu-8g", cat.A100_80GB, 8),
+    ("a3-highgpu-8g", cat.H100_80GB, 8), ("g2-standard-4", cat.L4, 1),
+    ("g2-standard-24", cat.L4, 2), ("g2-standard-96", cat.L4, 8),
+])
+def test_fixed_gpu_families(machine, gpu, count):
+    assert gv.validate_worker_pool_specs(pools((machine, gpu, count))).ok
+    wrong = gv.validate_worker_pool_specs(pools((machine, gpu, count * 2)))
+    assert f"{machine} takes {count} x {gpu}" in wrong.errors[0]
+    assert cat.MODERN_MACHINES[machine].beyond_guide
+
+
+def test_k80_is_refused_as_no_cuda_12_build_runs_on_kepler():
+    result = gv.validate_worker_pool_specs(pools(("n1-standard-8", cat.K80, 1)))
+    assert not result.ok and result.errors == [
+        "worker_pool_specs[0] (chief): machine_spec.accelerator_type NVIDIA_TESLA_K80 cannot "
+        "run the trainer image: its GPUs (Kepler, compute capability 3.7) are supported up to "
+        "CUDA 11, and the image's TensorFlow is built with CUDA 12 (CUDA 12.0 release notes: "
+        "Kepler (compute capability 3.x) is no longer supported; cuDNN 9 likewise); it also "
+        "reached end of support on 2024-05-01 (https://cloud.google.com/compute/docs/eol/"
+        "k80-eol); choose NVIDIA_TESLA_T4 or newer"]
+
+
+# --- Legacy machine types and config.yaml -----------------------------------------------
+
+
+@pytest.mark.parametrize("legacy", sorted(cat.LEGACY_MACHINES))
+def test_every_legacy_machine_type(legacy):
+    info = cat.LEGACY_MACHINES[legacy]
+    specs = ai.from_ai_platform_config({"scaleTier": "CUSTOM", "masterType": legacy})
+    spec = specs[0]["machine_spec"]
+    assert spec["machine_type"] == info.equivalent
+    assert (spec.get("accelerator_type"), spec.get("accelerator_count")) == \
+        (info.gpu if info.gpu else (None, None))
+    result = gv.validate_worker_pool_specs(specs, region="us-central1")
+    assert not rule_errors(result), result.errors  # every equivalent is a valid table cell
+    assert result.ok is (not info.gpu or info.gpu[0] != cat.K80)
+    # Vertex AI itself does not take legacy names.
+    direct = gv.validate_worker_pool_specs([{"machine_spec": {"machine_type": legacy}}])
+    assert f"legacy AI Platform type, which Vertex AI does not accept; use its Compute Engine " \
+           f"equivalent {info.equivalent}" in direct.errors[0]
+
+
+def test_documents_legacy_gpu_contents():
+    # What the documents say each legacy GPU type carries.
+    carried = {"standard_gpu": (cat.K80, 1), "complex_model_m_gpu": (cat.K80, 4),
+               "complex_model_l_gpu": (cat.K80, 8), "standard_p100": (cat.P100, 1),
+               "complex_model_m_p100": (cat.P100, 4), "standard_v100": (cat.V100, 1),
+               "large_model_v100": (cat.V100, 1), "complex_model_m_v100": (cat.V100, 4),
+               "complex_model_l_v100": (cat.V100, 8)}
+    assert {k: v.gpu for k, v in cat.LEGACY_MACHINES.items() if v.gpu} == carried
+
+
+def test_documents_config_example_with_compute_engine_machines():
+    config = yaml.safe_load(SEED_CONFIG_COMPUTE_ENGINE)
+    specs = ai.from_ai_platform_config(config)
+    assert specs == [
+        {"machine_spec": {"machine_type": "n1-highcpu-16", "accelerator_type": cat.T4,
+                          "accelerator_count": 4}, "replica_count": 1},
+        {"machine_spec": {"machine_type": "n1-highcpu-16", "accelerator_type": cat.T4,
+                          "accelerator_count": 4}, "replica_count": 9},
+        {"machine_spec": {"machine_type": "n1-highmem-8"}, "replica_count": 3},
+    ]
+    result = ai.validate_ai_platform_config(config, region="us-central1")
+    assert result.ok and not result.warnings, result
+
+
+def test_documents_config_example_with_legacy_machines():
+    result = ai.validate_ai_platform_config(yaml.safe_load(SEED_CONFIG_LEGACY), "us-central1")
+    # Converted and valid by the guide's rules; refused only for its K80s (no CUDA 12).
+    assert not rule_errors(result) and len(result.errors) == 2, result.errors
+    assert [p["machine_spec"] for p in result.specs] == [
+        {"machine_type": "n1-standard-16", "accelerator_type": cat.K80, "accelerator_count": 4},
+        {"machine_type": "n1-standard-16", "accelerator_type": cat.K80, "accelerator_count": 4},
+        {"machine_type": "n1-highmem-8"}]
+    assert [p["replica_count"] for p in result.specs] == [1, 9, 3]
+
+
+def test_older_document_variant_with_k80_accelerators():
+    # Document 001 (older) has the first example with 4 x K80 on n1-highcpu-16.
+    config = yaml.safe_load(SEED_CONFIG_COMPUTE_ENGINE.replace("NVIDIA_TESLA_T4", cat.K80))
+    result = ai.validate_ai_platform_config(config, "us-central1")
+    assert not rule_errors(result) and len(result.errors) == 2
+
+
+def test_scale_tiers():
+    basic_gpu = ai.from_ai_platform_config({"scaleTier": "BASIC_GPU"})
+    assert basic_gpu == [{"machine_spec": {"machine_type": "n1-standard-8",
+                                           "accelerator_type": cat.K80, "accelerator_count": 1},
+                          "replica_count": 1}]
+    assert ai.from_ai_platform_config({"trainingInput": {}})[0]["machine_spec"] == \
+        {"machine_type": "n1-standard-4"}  # BASIC is the default tier
+    with pytest.raises(gv.GpuConfigError, match="STANDARD_1, which has no fixed machine types"):
+        ai.from_ai_platform_config({"scaleTier": "STANDARD_1"})
+    with pytest.raises(gv.GpuConfigError, match="scaleTier is 'HUGE'; valid tiers are BASIC"):
+        ai.from_ai_platform_config({"scaleTier": "HUGE"})
+    with pytest.raises(gv.GpuConfigError, match="BASIC_GPU, which fixes the cluster, but "
+                                                "masterType is set; those need scaleTier CUSTOM"):
+        ai.from_ai_platform_config({"scaleTier": "BASIC_GPU", "masterType": "n1-standard-8"})
+
+
+def test_custom_tier_requirements_all_reported():
+    config = {"scaleTier": "custom", "workerCount": 2,
+              "parameterServerCount": "x",
+              "evaluatorCount": 1, "evaluatorType": "complex_model_m_gpu",
+              "evaluatorConfig": {"acceleratorConfig": {"count": 1, "type": "NVIDIA_TESLA_T4"}}}
+    with pytest.raises(gv.GpuConfigError) as info:
+        ai.from_ai_platform_config(config)
+    errors = info.value.errors
+    assert len(errors) == 4, errors
+    assert "trainingInput.masterType is not set" in errors[0]
+    assert "trainingInput.workerType is not set; workerCount is 2" in errors[1]
+    assert "trainingInput.parameterServerCount is 'x'" in errors[2]
+    assert "evaluatorConfig.acceleratorConfig is set, but evaluatorType complex_model_m_gpu " \
+           "is a legacy type that carries its own GPUs (4 x NVIDIA_TESLA_K80)" in errors[3]
+
+
+def test_converted_pools_keep_an_unused_pool_and_name_the_config_fields():
+    config = {"scaleTier": "CUSTOM", "masterType": "n1-standard-8",
+              "evaluatorCount": 1, "evaluatorType": "n1-standard-4",
+              "evaluatorConfig": {"acceleratorConfig": {"count": 3, "type": "nvidia-tesla-t4"}}}
+    result = ai.validate_ai_platform_config(config)
+    assert [bool(p) for p in result.specs] == [True, False, False, True]
+    assert result.errors == [
+        "trainingInput.evaluator (worker_pool_specs[3], evaluator): machine_spec.accelerator_count "
+        "is 3; n1-standard-4 takes 1, 2, 4 x NVIDIA_TESLA_T4 (NVIDIA_TESLA_T4 attaches in counts "
+        "of 1, 2, 4 only); machine types taking 3: none"]
+    with pytest.raises(gv.GpuConfigError, match="needs both count and type"):
+        ai.from_ai_platform_config({"scaleTier": "CUSTOM", "masterType": "n1-standard-8",
+                                    "masterConfig": {"acceleratorConfig": {"count": 2}}})
+
+
+# --- Vertex worker pool rules ------------------------------------------------------------
+
+
+def test_pool_rules_report_every_problem_at_once():
+    specs = [
+        {"machine_spec": {"machine_type": "n1-standard-8"}, "replica_count": 2},
+        {},
+        {"machine_spec": {"machine_type": "n1-standard-8", "accelerator_count": 2}},
+        {"machine_spec": {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_H200",
+                          "accelerator_count": 1}},
+    ]
+    result = gv.validate_worker_pool_specs(specs)
+    joined = "\n".join(result.errors)
+    assert not result.ok and len(result.errors) == 3, joined
+    assert "chief pool must have exactly 1 replica" in joined
+    assert "worker_pool_specs[2] (parameter server): machine_spec.accelerator_count is 2 but " \
+           "accelerator_type is not set" in joined
+    assert "'NVIDIA_H200'; valid types are NVIDIA_TESLA_A100" in joined
+    assert result.specs[1] == {}  # An unused pool between used ones stays an empty entry.
+
+
+def test_missing_chief_too_many_pools_and_bad_machine_names():
+    assert "chief pool is required" in gv.validate_worker_pool_specs([{}]).errors[0]
+    five = pools(*[("n1-standard-8",)] * 5)
+    assert "takes 1 to 4" in gv.validate_worker_pool_specs(five).errors[0]
+    assert "expected a Compute Engine machine type" in \
+        gv.validate_worker_pool_specs(pools(("N1 Standard",))).errors[0]
+    assert gv.validate_worker_pool_specs(pools(("e2-standard-8",))).ok  # CPU-only: any type
+
+
+def test_numbers_from_protobuf_struct_are_normalised():
+    # KFP hands list parameters over as protobuf Struct, where every number is a double.
+    result = gv.validate_worker_pool_specs([{"machine_spec": {
+        "machine_type": "n1-standard-8", "accelerator_type": cat.T4,
+        "accelerator_count": 1.0}, "replica_count": 1.0}])
+    assert result.ok, result.errors
+    assert result.specs[0]["replica_count"] == 1
+    assert isinstance(result.specs[0]["machine_spec"]["accelerator_count"], int)
+    bad = gv.validate_worker_pool_specs(pools(("n1-standard-8", cat.T4, 1.5)))
+    assert bad.errors == ["worker_pool_specs[0] (chief): machine_spec.accelerator_count is 1.5; "
+                          "expected a whole number of GPUs"]
+
+
+def test_raise_for_errors():
+    with pytest.raises(gv.GpuConfigError, match="takes 1, 2, 4"):
+        gv.validate_worker_pool_specs(pools(("n1-standard-4", cat.T4, 3))).raise_for_errors()
+
+
+# --- Regions and zones --------------------------------------------------------------------
+
+
+def test_region_without_gpus():
+    result = gv.validate_worker_pool_specs(pools(("n1-standard-8", cat.T4, 1)),
+                                           region="europe-north1")
+    assert not result.ok and "offers no GPUs" in result.errors[0]
+    assert "us-central1" in result.errors[0]
+    # A CPU-only job needs no GPU region.
+    assert gv.validate_worker_pool_specs(pools(("n1-standard-8",)), region="europe-north1").ok
+
+
+def test_documents_zone_example_t4_k80_p100_in_us_central1():
+    specs = pools(("n1-standard-8", cat.T4, 1), ("n1-standard-8", cat.P100, 1),
+                  ("n1-standard-8", cat.K80, 1))
+    result = gv.validate_worker_pool_specs(specs, region="us-central1")
+    assert not result.ok
+    assert any("which no single zone of us-central1 offers together" in e for e in result.errors)
+    # Each pair that shares a zone is fine.
+    pair = gv.validate_worker_pool_specs(specs[:1] + specs[2:], "us-central1")  # T4+K80 in -a
+    assert not rule_errors(pair)
+    assert not rule_errors(gv.validate_worker_pool_specs(specs[1:], "us-central1"))  # in -c
+
+
+def test_gpu_not_offered_in_region():
+    result = gv.validate_worker_pool_specs(pools(("n1-standard-8", cat.P100, 1)), "us-east4")
+    assert "NVIDIA_TESLA_P100 is not offered in region us-east4; regions offering it: " \
+           "us-central1, us-east1, us-west1" in result.errors[0]
+
+
+def test_zone_data_is_sourced_and_consistent():
+    assert "2026-11-21" in cat.ZONES_SOURCE and "skypilot-catalog" in cat.ZONES_SOURCE
+    for region, zones in cat.ZONES.items():
+        assert region in cat.GPU_REGIONS
+        for zone, gpus in zones.items():
+            assert zone.startswith(region + "-") and gpus <= set(cat.ACCELERATOR_TYPES)
+
+
+def test_unknown_zones_warn_when_mixing_types():
+    specs = pools(("n1-standard-8", cat.T4, 1), ("n1-standard-8", cat.V100, 1))
+    result = gv.validate_worker_pool_specs(specs, region="europe-west4")
+    assert result.ok and "zone data for this region is not recorded" in result.warnings[0]
+
+
+# --- Job names ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,problem", [
+    ("train_2024_v1", None), ("T", None), ("a" * 128, None),
+    ("1st_job", "does not start with a letter"), ("my-job", "contains '-'"),
+    ("job name", "contains ' '"), ("a" * 129, "129 characters long; at most 128"),
+    ("", "expected letters"), (None, "expected letters"),
+])
+def test_job_names(name, problem):
+    problems = jn.validate_job_name(name)
+    if problem is None:
+        assert problems == []
+    else:
+        assert problem in " ".join(problems)
+
+
+def test_unique_job_names_sort_by_time():
+    first = jn.unique_job_name("cassava", dt.datetime(2026, 1, 2, 3, 4, 5))
+    second = jn.unique_job_name("cassava", dt.datetime(2026, 1, 2, 3, 4, 6))
+    assert first == "cassava_20260102_030405" and first < second
+    assert jn.validate_job_name(first) == []
+    assert len(first) - len("cassava") == jn.JOB_NAME_SUFFIX
+    assert "at most 112 fit" in jn.validate_job_name("a" * 113, reserve=jn.JOB_NAME_SUFFIX)[0]
+
+
+def test_module_does_not_import_tensorflow():
+    code = ("import sys, components.gpu.validation, components.gpu.ai_platform_pools; "
+            "print('tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,130 @@
+"""Every worker-pool layout of AI Platform Training's documents trains, for real, on localhost:
+parameter servers (ParameterServerStrategy), a sidecar evaluator, and the documents' own
+config.yaml scaled down to this machine."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from components.training.local_cluster import cluster_environments, run_local_cluster
+from components.training.training_report import publish_training_report
+from tests.support.paths import ROOT
+from trainer.cluster.roles import Layout
+from trainer.common.commit import MARKER, require_committed
+
+# Exercised here without an import, in the trainer's processes: `trainer.run.ps_server`
+# (parameter servers and workers of ParameterServerStrategy), `trainer.run.sidecar` (the
+# sidecar evaluator).
+
+pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent / "gpu-pipeline"
+
+
+def _history(job: Path) -> list[dict]:
+    try:
+        return json.loads((job / "history.json").read_text())
+    except (OSError, ValueError):
+        return []
+
+
+def test_parameter_server_training_survives_a_killed_worker_and_exports_once(
+        small_dataset, tmp_path):
+    job = tmp_path / "job"
+    args = ["--job-dir", str(job), "--data-dir", str(small_dataset), "--epochs", "4",
+            "--batch-size", "16"]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+    replicas = cluster_environments(Layout(workers=2, parameter_servers=1), env)
+    logs = {name: open(tmp_path / f"{name}.log", "w") for name, _ in replicas}
+
+    def start(name, replica_env):
+        return subprocess.Popen([sys.executable, "-m", "trainer.task", *args], env=replica_env,
+                                stdout=logs[name], stderr=subprocess.STDOUT)
+
+    procs = {name: start(name, e) for name, e in replicas}
+    try:
+        deadline = time.monotonic() + 300
+        while not _history(job):  # the first epoch is done
+            assert procs["chief"].poll() is None, (tmp_path / "chief.log").read_text()[-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        procs["worker-1"].send_signal(signal.SIGKILL)  # a preempted worker
+        procs["worker-1"].wait()
+        time.sleep(2)
+        procs["worker-1"] = start("worker-1", dict(replicas)["worker-1"])  # and it comes back
+        assert procs["chief"].wait(timeout=600) == 0, \
+            (tmp_path / "chief.log").read_text()[-3000:]
+        # The other replicas stop by themselves once the chief's report exists.
+        for name in ("worker-0", "worker-1", "ps-0"):
+            assert procs[name].wait(timeout=60) == 0, (tmp_path / f"{name}.log").read_text()
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+    report = json.loads((job / "training_report.json").read_text())
+    assert report["strategy"] == "parameter_server" and report["parameter_servers"] == 1
+    assert [h["epoch"] for h in report["history"]] == [0, 1, 2, 3]
+    assert report["history"][-1]["loss"] < report["history"][0]["loss"]
+    model = Path(require_committed(job / "model"))
+    assert (model / "saved_model.pb").is_file()
+    assert sorted(os.listdir(job / "model")) == sorted([MARKER, model.name])  # exported once
+    chief_log = (tmp_path / "chief.log").read_text()
+    assert chief_log.count("model written to") == 1
+    for name in ("worker-0", "ps-0"):
+        assert "model written to" not in (tmp_path / f"{name}.log").read_text()
+        assert "serving at" in (tmp_path / f"{name}.log").read_text()
+
+
+def test_a_sidecar_evaluator_beside_multi_worker_training_reports_its_curve(
+        small_dataset, tmp_path):
+    job = tmp_path / "job"
+    out = io.StringIO()
+    chosen = run_local_cluster(Layout(workers=1, evaluators=1), [
+        "--job-dir", str(job), "--data-dir", str(small_dataset), "--epochs", "3",
+        "--batch-size", "16"], timeout_seconds=600, out=out)
+    assert chosen == "multi_worker_mirrored"
+    log = out.getvalue()
+    evaluations = json.loads((job / "evaluations.json").read_text())
+    assert evaluations and evaluations[-1]["epoch"] == 2  # the last epoch's checkpoint
+    assert "[trainer evaluator:0] sidecar evaluator done" in log
+    assert (job / "tensorboard" / "sidecar_evaluator").is_dir()
+    summary = publish_training_report(str(job), str(tmp_path / "curves.html"))
+    assert summary["evaluations"] == len(evaluations)
+    assert summary["metrics"]["evaluator_accuracy"] == evaluations[-1]["accuracy"]
+    page = (tmp_path / "curves.html").read_text()
+    assert "evaluator accuracy" in page and "evaluator loss" in page
+
+
+#: The GPU guide's first config.yaml example, scaled down to this machine (the README's
+#: `validate-gpu` and `run --local` examples use this file).
+SCALED_SEED_CONFIG = (ROOT / "examples" / "ai_platform" / "config.yaml").read_text()
+
+
+def test_the_documents_config_yaml_converts_and_trains_through_run_local(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(SCALED_SEED_CONFIG)
+    result = subprocess.run([str(BIN), "run", "--local", "--config", str(config), "--epochs",
+                             "3", "--json"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "local run: 3 training machine(s), 1 parameter server(s), 0 evaluator(s)" in \
+        result.stdout
+    assert "parameter_server on 3 training machine(s) and 1 parameter server(s)" in \
+        result.stdout
+    report = json.loads(Path(summary["artifacts"]["train-on-local-workers/training_job"],
+                             "training_report.json").read_text())
+    assert report["strategy"] == "parameter_server"
+    assert summary["metrics"]["accuracy"] > 0.3  # well above chance (0.25) after 3 epochs
+    manifest = json.loads(Path(summary["artifacts"]["prepare-dataset/dataset"],
+                               "manifest.json").read_text())
+    # Sharded for the two workers that read data (the chief only coordinates).
+    assert all(len(split["shards"]) % 2 == 0 for split in manifest["splits"].values())

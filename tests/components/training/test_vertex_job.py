@@ -1,0 +1,119 @@
+"""Vertex training stage: the CustomJob worker pools, as the client library's own types."""
+
+from __future__ import annotations
+
+import pytest
+from google.cloud import aiplatform_v1
+
+from components import images as project_images
+from components.gpu.validation import validate_worker_pool_specs
+from components.training.vertex_job import TrainingSpecError, custom_job_spec
+from pipelines.config import Config
+from trainer.common.schema import to_flags
+from trainer.run.training_options import TrainingOptions
+
+REPO = "us-docker.pkg.dev/p/r"
+GPU = project_images.reference(REPO, project_images.GPU, "sha256:" + "1" * 64)
+CPU = project_images.reference(REPO, project_images.CPU, "sha256:" + "2" * 64)
+#: The build stage's output.
+IMAGES = {"gpu": {"reference": GPU, "tag": "src-0123456789abcdef", "built": True},
+          "cpu": {"reference": CPU, "tag": "src-0123456789abcdef", "built": False}}
+
+
+def _spec():
+    pools = validate_worker_pool_specs(list(Config().vertex.worker_pool_specs)).specs
+    return custom_job_spec(pools, IMAGES,
+                           dataset_path="/gcs/b/root/run/prepare-dataset/dataset",
+                           output_uri="gs://b/root/run/vertex-training-spec/training_job",
+                           output_path="/gcs/b/root/run/vertex-training-spec/training_job",
+                           trainer_args=to_flags(TrainingOptions(
+                               epochs=3, batch_size=64, learning_rate=0.01, model="cnn")))
+
+
+def test_pools_parse_as_aiplatform_types():
+    spec = _spec()
+    parsed = [aiplatform_v1.WorkerPoolSpec(pool) for pool in spec["worker_pool_specs"]]
+    chief, worker = parsed
+    assert chief.replica_count == 1
+    assert chief.machine_spec.machine_type == "n1-standard-8"
+    assert chief.machine_spec.accelerator_type == aiplatform_v1.AcceleratorType.NVIDIA_TESLA_T4
+    assert chief.machine_spec.accelerator_count == 1
+    # GPU pools run the GPU image, by digest alone, and are told their GPUs per machine.
+    assert chief.container_spec.image_uri == worker.container_spec.image_uri == GPU
+    args = list(chief.container_spec.args)
+    assert args[args.index("--expected-gpus") + 1] == "1"
+    assert args[:4] == ["--job-dir", "/gcs/b/root/run/vertex-training-spec/training_job",
+                        "--data-dir", "/gcs/b/root/run/prepare-dataset/dataset"]
+    assert args[args.index("--batch-size") + 1] == "64"
+    assert args[args.index("--model") + 1] == "cnn"
+    job = aiplatform_v1.CustomJobSpec(
+        worker_pool_specs=spec["worker_pool_specs"],
+        base_output_directory=aiplatform_v1.GcsDestination(
+            output_uri_prefix=spec["base_output_directory"]))
+    assert len(job.worker_pool_specs) == 2
+    assert spec["model_uri"] == spec["base_output_directory"] + "/model"
+
+
+def test_unused_pool_stays_empty():
+    pools = [{"machine_spec": {"machine_type": "n1-standard-8"}, "replica_count": 1}, {},
+             {"machine_spec": {"machine_type": "n1-highmem-8"}, "replica_count": 2}]
+    spec = custom_job_spec(pools, IMAGES, dataset_path="/d", output_uri="gs://b/o",
+                           output_path="/gcs/b/o")
+    assert spec["worker_pool_specs"][1] == {}
+    assert aiplatform_v1.WorkerPoolSpec(spec["worker_pool_specs"][2]).replica_count == 2
+
+
+def test_refuses_without_images_or_chief():
+    with pytest.raises(TrainingSpecError, match="images has no reference for gpu, cpu"):
+        custom_job_spec([{"replica_count": 1}], {}, dataset_path="/d", output_uri="gs://b",
+                        output_path="/gcs/b")
+    with pytest.raises(TrainingSpecError, match="no chief pool"):
+        custom_job_spec([{}], IMAGES, dataset_path="/d", output_uri="gs://b",
+                        output_path="/gcs/b")
+
+
+def test_display_name_is_the_job_name_made_unique():
+    import re
+
+    spec = custom_job_spec([{"machine_spec": {"machine_type": "n1-standard-8"}}], IMAGES,
+                           dataset_path="/d", output_uri="gs://b/o", output_path="/gcs/b/o",
+                           job_name="nightly")
+    assert re.fullmatch(r"nightly_\d{8}_\d{6}", spec["display_name"])
+    job = aiplatform_v1.CustomJob(display_name=spec["display_name"], job_spec=aiplatform_v1.
+                                  CustomJobSpec(worker_pool_specs=spec["worker_pool_specs"]))
+    assert job.display_name == spec["display_name"]
+    with pytest.raises(TrainingSpecError, match="contains '-'"):
+        custom_job_spec([{"machine_spec": {"machine_type": "n1-standard-8"}}], IMAGES,
+                        dataset_path="/d", output_uri="gs://b/o", output_path="/gcs/b/o",
+                        job_name="night-ly")
+
+
+def test_every_role_runs_the_trainer_gpu_pools_in_the_gpu_image_and_a_reduction_server_its_own():
+    cpu = {"machine_spec": {"machine_type": "n1-highmem-8"}}
+    gpu = {"machine_spec": {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
+                            "accelerator_count": 1}}
+    pools = [{**gpu, "replica_count": 1}, {**gpu, "replica_count": 2},
+             {**cpu, "replica_count": 1}, {**cpu, "replica_count": 1}]
+    args = to_flags(TrainingOptions(epochs=2))
+    spec = custom_job_spec(pools, IMAGES, dataset_path="/d", output_uri="gs://b/o",
+                           output_path="/gcs/b/o", trainer_args=args)
+    parsed = [aiplatform_v1.WorkerPoolSpec(p) for p in spec["worker_pool_specs"]]
+    assert [p.container_spec.image_uri for p in parsed] == [GPU, GPU, CPU, CPU]
+    gpu_args = list(parsed[0].container_spec.args)
+    assert gpu_args[-2:] == ["--expected-gpus", "1"]
+    assert all(list(p.container_spec.args) == gpu_args for p in parsed[:2])
+    assert all(list(p.container_spec.args) == gpu_args[:-2] for p in parsed[2:])
+    assert parsed[0].container_spec.args[parsed[0].container_spec.args.index("--strategy") + 1] \
+        == "auto"
+
+    from components.gpu.pools import REDUCTION_SERVER
+
+    reduction = {"machine_spec": {"machine_type": "n1-highcpu-16"}, "replica_count": 2,
+                 "container_spec": {"image_uri": f"{REDUCTION_SERVER}:latest"}}
+    spec = custom_job_spec(pools[:2] + [reduction], IMAGES, dataset_path="/d",
+                           output_uri="gs://b/o", output_path="/gcs/b/o", trainer_args=args)
+    chief, _, server = (aiplatform_v1.WorkerPoolSpec(p) for p in spec["worker_pool_specs"])
+    assert server.container_spec.image_uri == f"{REDUCTION_SERVER}:latest"
+    assert not server.container_spec.args
+    trainer_args = list(chief.container_spec.args)
+    assert trainer_args[trainer_args.index("--strategy") + 1] == "multi_worker_mirrored"

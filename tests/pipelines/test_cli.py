@@ -1,0 +1,198 @@
+"""The `gpu-pipeline` command: clear messages and exit codes, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines.cli import main
+
+# Exercised here without an import, through `cli.COMMANDS` and `main`: the command modules
+# `pipelines.commands.run`, `pipelines.commands.compile`, `pipelines.commands.submit`,
+# `pipelines.commands.schedule`, `pipelines.commands.models`, `pipelines.commands.publish`.
+
+BIN = Path(sys.executable).parent / "gpu-pipeline"
+
+
+def test_every_command_is_a_module_the_cli_assembles():
+    """One module per command, each with its flags (`add_parser`) and its work (`run`);
+    the parser is built from them alone, every time the same."""
+    import pkgutil
+
+    from pipelines import cli, commands
+
+    modules = {info.name for info in pkgutil.iter_modules(commands.__path__)} - {"common"}
+    assert {m.__name__.rsplit(".", 1)[1] for m in cli.COMMANDS.values()} == modules
+    for name, module in cli.COMMANDS.items():
+        assert callable(module.add_parser) and callable(module.run), name
+    first, second = cli.build_parser(), cli.build_parser()
+    assert first.format_help() == second.format_help()
+    from pipelines.commands.common import overrides
+
+    given = overrides(first.parse_args(["run", "--local", "--epochs", "3", "--workers", "3"]))
+    assert given["training"] == {"epochs": 3} and given["local"]["training_machines"] == 3
+
+
+def run(*args, cwd=None):
+    return subprocess.run([str(BIN), *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", "--local", "--epochs", "0"], "training.epochs is 0; expected an integer from 1 "
+                                          "to 10000"),
+    (["run", "--local", "--colour", "red"], "unrecognized arguments: --colour red"),
+    (["run"], "use `gpu-pipeline run --local`"),
+    (["run", "--local", "--config", "/no/such.yaml"], "--config '/no/such.yaml' is not a "
+                                                      "readable file"),
+    (["run", "--local", "--dataset-source", "/no/such/dir"], "dataset.source is '/no/such/dir'"),
+    (["run", "--local", "--workers", "9"], "local.training_machines is 9; expected an "
+                                           "integer from 1 to 8"),
+    (["compile", "--region", "mars-1"], "region is 'mars-1', which offers no GPUs"),
+    (["run", "--local", "--pipeline-root", "/dev/null/runs"],
+     "--pipeline-root '/dev/null/runs' cannot be created (Not a directory)"),
+    (["compile", "--output", "/dev/null/specs/spec.yaml"],
+     "--output's directory '/dev/null/specs' cannot be created (Not a directory)"),
+    (["compile", "--output", "spec.txt"], "--output 'spec.txt' must end in .yaml, .yml or .json"),
+    (["run", "--local", "--dataset-source", "/gcs/images/flowers"],
+     "for a local run give 'gs://images/flowers'"),
+])
+def test_user_mistakes(args, message, tmp_path):
+    result = run(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert list(tmp_path.iterdir()) == []  # nothing was started or written
+
+
+def test_invalid_config_refused_before_compiling(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("vertex:\n  worker_pool_specs:\n    - machine_spec: {machine_type: "
+                      "n1-standard-32, accelerator_type: NVIDIA_TESLA_V100, "
+                      "accelerator_count: 2}\n")
+    out = tmp_path / "spec.yaml"
+    result = run("compile", "--config", str(config), "--output", str(out))
+    assert result.returncode == 2
+    assert "n1-standard-32 takes 4, 8 x NVIDIA_TESLA_V100" in result.stderr
+    assert not out.exists()
+
+
+def test_compile_writes_the_spec(tmp_path):
+    out = tmp_path / "nested" / "spec.yaml"
+    assert main(["compile", "--output", str(out)]) == 0
+    assert "gpu-training-pipeline" in out.read_text()
+
+
+def test_validate_gpu(capsys):
+    ok = ["validate-gpu", "--machine-type", "n1-standard-8", "--accelerator-type",
+          "NVIDIA_TESLA_T4", "--accelerator-count", "1", "--replica-count", "3",
+          "--region", "us-central1", "--json"]
+    assert main(ok) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and [p["replica_count"] for p in report["worker_pool_specs"]] == [1, 2]
+    bad = ["validate-gpu", "--machine-type", "n1-standard-4", "--accelerator-type",
+           "NVIDIA_TESLA_T4", "--accelerator-count", "3"]
+    assert main(bad) == 1
+    assert "n1-standard-4 takes 1, 2, 4 x NVIDIA_TESLA_T4" in capsys.readouterr().out
+    assert main(["validate-gpu"]) == 2
+    assert "give --machine-type" in capsys.readouterr().err
+
+
+def test_validate_gpu_reads_the_documents_config_yaml(tmp_path, capsys):
+    from tests.support.seed_configs import (
+        SEED_CONFIG_COMPUTE_ENGINE,
+        SEED_CONFIG_LEGACY,
+    )
+
+    for text, gpu, valid in ((SEED_CONFIG_COMPUTE_ENGINE, "NVIDIA_TESLA_T4", True),
+                             (SEED_CONFIG_LEGACY, "NVIDIA_TESLA_K80", False)):
+        path = tmp_path / "config.yaml"
+        path.write_text(text)
+        assert main(["validate-gpu", "--config", str(path), "--region", "us-central1",
+                     "--json"]) == (0 if valid else 1)
+        report = json.loads(capsys.readouterr().out)
+        assert report["ok"] is valid and report["input"] == "AI Platform config.yaml"
+        assert [p["replica_count"] for p in report["worker_pool_specs"]] == [1, 9, 3]
+        assert report["worker_pool_specs"][1]["machine_spec"]["accelerator_type"] == gpu
+        if valid:  # the documents' headline layout: parameter servers, 4 x T4 per machine
+            assert report["training_plan"] == {
+                "strategy": "parameter_server", "all_reduce": "none", "mixed_precision": "off",
+                "xla": False, "accelerator": "NVIDIA_TESLA_T4", "gpus_per_machine": 4,
+                "reduction_server": False, "reasons": report["training_plan"]["reasons"]}
+        else:  # the legacy machine types carry K80s, which no CUDA 12 image runs
+            assert report["training_plan"] is None
+            assert all("NVIDIA_TESLA_K80 cannot run the trainer image" in e
+                       for e in report["errors"])
+
+
+def test_validate_gpu_shows_a_reduction_server_plan_and_what_the_image_lacks(tmp_path, capsys,
+                                                                            monkeypatch):
+    from components import images
+
+    v100 = {"machine_spec": {"machine_type": "n1-highmem-96",
+                             "accelerator_type": "NVIDIA_TESLA_V100", "accelerator_count": 8},
+            "replica_count": 1}
+    path = tmp_path / "pools.json"
+    path.write_text(json.dumps([v100, {**v100, "replica_count": 4}, {
+        "machine_spec": {"machine_type": "n1-highcpu-16"}, "replica_count": 16,
+        "container_spec": {"image_uri": "us-docker.pkg.dev/vertex-ai-restricted/training/"
+                                        "reductionserver:latest"}}]))
+    command = ["validate-gpu", "--config", str(path), "--region", "us-central1", "--json"]
+    for pinned in (None, "1.2.3"):
+        monkeypatch.setattr(images, "reduction_server_plugin", lambda pinned=pinned: pinned)
+        assert main(command) == (0 if pinned else 1)
+        report = json.loads(capsys.readouterr().out)
+        plan = report["training_plan"]
+        assert (plan["strategy"], plan["all_reduce"], plan["reduction_server"], plan["xla"],
+                plan["mixed_precision"]) == ("multi_worker_mirrored", "nccl", True, True,
+                                             "float16")
+        assert report["ok"] is bool(pinned)
+        assert [e for e in report["errors"] if "NCCL plugin" in e] == \
+            ([] if pinned else [report["errors"][0]])
+
+
+def test_validate_gpu_reports_every_problem_of_a_pools_file(tmp_path):
+    path = tmp_path / "pools.json"
+    path.write_text(json.dumps([
+        {"machine_spec": {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
+                          "accelerator_count": 1}, "replica_count": 2},
+        {"machine_spec": {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_P100",
+                          "accelerator_count": 1}, "replica_count": 2},
+        {"machine_spec": {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_K80",
+                          "accelerator_count": 1}, "replica_count": 1}]))
+    result = run("validate-gpu", "--config", str(path), "--region", "us-central1")
+    assert result.returncode == 1
+    assert "worker_pool_specs[0] (chief): replica_count is 2; the chief pool must have exactly " \
+           "1 replica" in result.stdout
+    assert "no single zone of us-central1 offers together" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_validate_gpu_refuses_unknown_files(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("colour: red\n")
+    result = run("validate-gpu", "--config", str(path))
+    assert result.returncode == 2 and "in no format validate-gpu reads" in result.stderr
+
+
+def test_run_refuses_zone_and_job_name_problems_before_any_work(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "vertex:\n  job_name: nightly-train\n  worker_pool_specs:\n"
+        "    - {machine_spec: {machine_type: n1-standard-8, accelerator_type: NVIDIA_TESLA_T4,"
+        " accelerator_count: 1}, replica_count: 1}\n"
+        "    - {machine_spec: {machine_type: n1-standard-8, accelerator_type: NVIDIA_TESLA_P100,"
+        " accelerator_count: 1}, replica_count: 1}\n"
+        "    - {machine_spec: {machine_type: n1-standard-8, accelerator_type: NVIDIA_TESLA_K80,"
+        " accelerator_count: 1}, replica_count: 1}\n")
+    result = run("run", "--local", "--config", str(config), cwd=tmp_path)
+    assert result.returncode == 2
+    assert "vertex.region us-central1: the job uses" in result.stderr
+    assert "vertex.job_name is 'nightly-train', which contains '-'" in result.stderr
+    assert "vertex.worker_pool_specs[2] (parameter server): machine_spec.accelerator_type " \
+        "NVIDIA_TESLA_K80 cannot run the trainer image" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]

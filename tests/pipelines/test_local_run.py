@@ -1,0 +1,276 @@
+"""The whole pipeline with KFP's local runner, as `make demo` runs it."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from components import images
+from components.build.context import write_build_context
+from pipelines.config import Config
+from pipelines.local_run import LocalRunError, run_local
+from trainer.common.commit import committed
+
+pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent / "gpu-pipeline"
+
+
+def dead_proxy() -> str:
+    """A proxy URL on a loopback port where nothing answers."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """`gpu-pipeline run --local --json` on the embedded default, in an empty directory, on
+    a machine whose environment names a proxy that does not answer (most company laptops
+    set these): the cluster's own gRPC must go around it, or it never forms."""
+    cwd = tmp_path_factory.mktemp("demo")
+    temp = tmp_path_factory.mktemp("tmp")
+    proxy = dead_proxy()
+    proxies = {name: proxy for name in ("http_proxy", "https_proxy", "grpc_proxy",
+                                        "HTTP_PROXY", "HTTPS_PROXY")}
+    result = subprocess.run([str(BIN), "run", "--local", "--json"], cwd=cwd,
+                            capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "TMPDIR": str(temp), **proxies})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # KFP's runner writes every component's source to a temporary directory: removed.
+    assert os.listdir(temp) == []
+    return cwd, result.stdout
+
+
+def test_demo_reaches_target_accuracy_from_the_exported_model(demo):
+    cwd, stdout = demo
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["pipeline_root"] == str(cwd / "local_runs")
+    assert summary["metrics"]["accuracy"] >= 0.90
+    assert summary["metrics"]["test_accuracy"] >= 0.90
+    manifest = json.loads((Path(summary["artifacts"]["prepare-dataset/dataset"]) /
+                           "manifest.json").read_text())
+    assert summary["metrics"]["examples"] == manifest["splits"]["validation"]["count"]
+    assert summary["metrics"]["test_examples"] == manifest["splits"]["test"]["count"]
+    assert manifest["examples"] == 1600 and not summary["dataset_reused"]
+    model = Path(summary["model_uri"])
+    assert (model / "saved_model.pb").is_file()
+    evaluation = json.loads((model / "evaluation.json").read_text())
+    assert evaluation["metrics"]["accuracy"] == summary["metrics"]["accuracy"]
+
+
+def test_demo_runs_every_stage_and_says_what_it_did(demo):
+    cwd, stdout = demo
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    artifacts = {name: Path(path) for name, path in summary["artifacts"].items()}
+    assert (artifacts["prepare-dataset/dataset"] / "manifest.json").is_file()
+    assert (artifacts["build-images/build_context"] / "context" / images.GPU.dockerfile).is_file()
+    assert (artifacts["build-images/build_context"] / "context.tar.gz").is_file()
+    report = json.loads((artifacts["train-on-local-workers/training_job"] /
+                         "training_report.json").read_text())
+    assert report["num_workers"] == 2 and report["replicas_in_sync"] == 2
+    curves = artifacts["report-training/curves"].read_text()
+    assert curves.startswith("<!doctype html>") and curves.count("<svg") == 2
+    assert "[gpu-pipeline] training: 10 epochs, multi_worker_mirrored on 2 training machine(s)" \
+        in stdout
+    # One line per epoch: the chief's (the worker's say the same; shown with --verbose).
+    assert "[trainer chief:0] epoch 1/10" in stdout and "[trainer worker:0] epoch" not in stdout
+    for line in ("GPU configuration valid for us-central1",
+                 "were not built or pushed (no Docker engine is used); training uses the "
+                 "trainer installed in this environment",
+                 "[trainer chief:0] model written to",
+                 # Behind the proxy of the environment, the cluster's gRPC went direct.
+                 "[trainer chief:0] proxy variables set: the cluster's gRPC goes direct "
+                 "(no_grpc_proxy=localhost,127.0.0.1)",
+                 # The trainer measured the model it committed; export did not do it again.
+                 "[trainer chief:0] exported model through its serving signature",
+                 "[gpu-pipeline] exported model, as the trainer measured it, on",
+                 "Pipeline 'gpu-training-pipeline-local' finished with status SUCCESS"):
+        assert line in stdout
+    if len(os.sched_getaffinity(0)) >= 2:  # each training process on its own core(s)
+        for task in ("chief:0", "worker:0"):
+            assert re.search(rf"\[trainer {task}\] data: .*; \d+ core\(s\) of a local cluster",
+                             stdout), stdout[-3000:]
+    # Progress stays readable: KFP's executor input dumps are not shown.
+    assert '"executorInput"' not in stdout and "inputDefinitions" not in stdout
+
+
+def _run(cwd: Path, *flags: str) -> tuple[dict, str]:
+    result = subprocess.run([str(BIN), "run", "--local", "--json", *flags], cwd=cwd,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1]), result.stdout
+
+
+def _registry(cwd: Path) -> dict:
+    return json.loads((cwd / "local_runs" / "registry" / "gpu-pipeline-model" /
+                       "registry.json").read_text())
+
+
+TINY_MODEL = """
+import tf_keras as keras
+
+# Exercised here without an import, by KFP's local runner in subprocesses: the
+# components (`components.ops.setup`, `components.ops.training`, `components.ops.export`)
+# and what they call (`components.export.export_model`, `components.stage`,
+# `components.project`).
+
+
+def build(image_size, num_classes):
+    inputs = keras.Input((image_size, image_size, 3))
+    x = keras.layers.Rescaling(1 / 255)(inputs)
+    x = keras.layers.Conv2D(8, 3, strides=2, activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))
+"""
+
+
+def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
+    """Three runs in a row, as a schedule makes them: the first promotes, an identical
+    second does not beat it by the margin, a shorter third loses to it; the champion stays."""
+    cwd, stdout = demo
+    first = json.loads(stdout.strip().splitlines()[-1])
+    assert first["registered_version"] == "1"
+    assert first["decision"].startswith("no champion yet; test_accuracy")
+    assert first["decision"].endswith("promoted to the default version")
+    assert "run state: SUCCEEDED" in stdout and "run champion/challenger: no champion" in stdout
+    assert _registry(cwd)["default"] == "1"
+    champion = first["metrics"]["test_accuracy"]
+
+    # The same data and options again. Multi-worker training is not bit-reproducible (the
+    # order of floating-point reductions varies), so the test accuracies of two identical
+    # runs differ by an example or two of the 182: a margin of 0.05 is what they must beat.
+    margin = cwd / "margin.yaml"
+    margin.write_text("vertex:\n  promotion_margin: 0.05\n")
+    second, out = _run(cwd, "--config", str(margin))
+    assert second["dataset_reused"] and second["run_dir"] != first["run_dir"]
+    assert second["artifacts"]["prepare-dataset/dataset"] == \
+        first["artifacts"]["prepare-dataset/dataset"]
+    assert "reused the dataset prepared earlier" in out
+    assert "[gpu-pipeline] dataset: 4 classes" in stdout and \
+        "skipped; prepared by the local engine\n" in stdout
+    assert "[gpu-pipeline] dataset: 4 classes" not in out  # not prepared again
+    assert second["metrics"]["champion_test_accuracy"] == champion
+    # Both models' figures on this (reused) dataset were committed beside them: no stage
+    # evaluated either again.
+    assert "as the trainer measured it" in out and "champion evaluated here" not in out
+    assert abs(second["metrics"]["test_accuracy"] - champion) < 0.05
+    assert f"does not beat the champion's {champion:.4f} by the margin 0.0500" in \
+        second["decision"]
+    assert second["decision"].endswith("registered as a non-default version; the champion "
+                                       "stays the default")
+    assert second["registered_version"] == "2"
+    registry = _registry(cwd)
+    assert registry["default"] == "1" and [v["version"] for v in registry["versions"]] == \
+        ["1", "2"]
+
+    # A deliberately shorter training of another team's own model, from a package outside
+    # the project, with a threshold it passes: the champion refuses it.
+    package = cwd / "their_code" / "their_models"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "tiny.py").write_text(TINY_MODEL)
+    # A git checkout: its .git/ (remote URLs can carry tokens) never enters the context.
+    (cwd / "their_code" / ".git").mkdir()
+    (cwd / "their_code" / ".git" / "config").write_text(
+        '[remote "origin"]\n\turl = https://user:token@git.example/their_code\n')
+    config = cwd / "their-model.yaml"
+    config.write_text("training:\n  model: their_models.tiny:build\n  user_code: their_code\n"
+                      "vertex:\n  accuracy_threshold: 0.0\n  promotion: default\n")
+    third, out = _run(cwd, "--epochs", "2", "--config", str(config))
+    assert "model their_models.tiny:build, 2 epochs" in out
+    # The local build stage packed the context `submit` would: the same digest.
+    context = Path(third["artifacts"]["build-images/build_context"]) / "context"
+    assert (context / "user_code" / "their_models" / "tiny.py").is_file()
+    assert not (context / "user_code" / ".git").exists()
+    submitted = write_build_context(cwd / "as-submit", user_code=cwd / "their_code")
+    assert f"build context: {len(submitted.files)} files, {submitted.digest}" in out
+    trained = json.loads((Path(third["artifacts"]["train-on-local-workers/training_job"])
+                          / "training_report.json").read_text())
+    assert trained["model"] == "their_models.tiny:build" and trained["epochs"] == 2
+    assert third["metrics"]["test_accuracy"] < champion
+    assert third["metrics"]["champion_test_accuracy"] == champion
+    assert "does not beat the champion's" in third["decision"]
+    assert third["registered_version"] == "3"
+    registry = _registry(cwd)
+    assert registry["default"] == "1"
+    assert [v["decision"]["promoted"] for v in registry["versions"]] == [True, False, False]
+    _check_versions(cwd, third, champion)
+
+
+def _check_versions(cwd: Path, last: dict, champion: float) -> None:
+    """Every version is a committed copy with its lineage, the last run's report has the
+    table, and `models list` shows the versions with the default."""
+    registry = _registry(cwd)
+    for entry in registry["versions"]:
+        version = cwd / "local_runs" / "registry" / "gpu-pipeline-model" / "versions" / \
+            entry["version"]
+        saved = Path(committed(version))
+        assert (saved / "saved_model.pb").is_file()
+        lineage = json.loads((saved / "lineage.json").read_text())
+        assert lineage["dataset"]["source_fingerprint"].startswith("builtin://shapes")
+        assert lineage["dataset"]["counts"]["test"] == last["metrics"]["test_examples"]
+        assert lineage["cluster"]["strategy"] == "multi_worker_mirrored"
+    comparison = Path(last["artifacts"]["export-model/comparison"]).read_text()
+    assert "| test_accuracy |" in comparison and f"{champion:.4f}" in comparison
+    assert "**Decision**: test_accuracy" in comparison
+    summary = (Path(last["run_dir"]) / "summarize-run" / "summary").read_text()
+    assert "- state: SUCCEEDED" in summary and "does not beat the champion's" in summary
+    listing = subprocess.run([str(BIN), "models", "list"], cwd=cwd, capture_output=True,
+                             text=True, timeout=120)
+    assert listing.returncode == 0, listing.stderr
+    lines = listing.stdout.splitlines()
+    assert lines[0] == "gpu-pipeline-model: 3 version(s), default 1"
+    assert lines[1].startswith(" * version 1") and lines[2].startswith("   version 2")
+
+
+def test_the_validation_stage_fails_the_run(tmp_path):
+    # A configuration that skipped the CLI's pre-flight check: stage 1 must stop the run.
+    config = Config()
+    bad_pools = ({"machine_spec": {"machine_type": "n1-standard-4",
+                                   "accelerator_type": "NVIDIA_TESLA_T4",
+                                   "accelerator_count": 3}, "replica_count": 1},)
+    config = config.model_copy(update={"vertex": config.vertex.model_copy(
+        update={"worker_pool_specs": list(bad_pools)})})
+    out = io.StringIO()
+    with pytest.raises(LocalRunError, match="validate-gpu-config"):
+        run_local(config, tmp_path, out=out)
+    log = out.getvalue()
+    assert "n1-standard-4 takes 1, 2, 4 x NVIDIA_TESLA_T4" in log
+    # The exit handler ran all the same, and said how the run ended.
+    assert "[gpu-pipeline] run state: FAILED" in log
+    summary, = tmp_path.glob("*/summarize-run/summary")
+    assert "- state: FAILED" in summary.read_text()
+    # Validation runs first: nothing was prepared, built or trained.
+    for stage in ("prepare-dataset", "build-images", "train-on-local-workers"):
+        assert not list(tmp_path.rglob(stage)), stage
+
+
+def test_a_dataset_the_stage_cannot_use_fails_the_run_with_its_message(tmp_path):
+    # One class folder passes the config check (it is a directory) but not stage 2.
+    from components.dataset.shapes import generate_shapes
+
+    source = generate_shapes(tmp_path / "images", images_per_class=3, image_size=16, seed=1)
+    for extra in ("cross", "square", "triangle"):
+        for image in (source / extra).iterdir():
+            image.unlink()
+        (source / extra).rmdir()
+    config = Config()
+    config = config.model_copy(update={"dataset": config.dataset.model_copy(
+        update={"source": str(source)})})
+    out = io.StringIO()
+    with pytest.raises(LocalRunError, match="fingerprint-dataset-source") as raised:
+        run_local(config, tmp_path / "runs", out=out)
+    log = out.getvalue()
+    assert "[gpu-pipeline] dataset failed: dataset source" in log and \
+        "has 1 class(es) (circle)" in log
+    # The reason comes first in the error, before KFP's own words.
+    assert str(raised.value).startswith("dataset failed: dataset source")
+    assert "Traceback" not in log and "executor_input" not in log

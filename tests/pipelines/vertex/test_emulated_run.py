@@ -1,0 +1,691 @@
+"""The compiled Vertex AI spec, run end to end against an emulated Vertex AI on loopback.
+
+`gpu-pipeline submit`'s own code uploads the sources (Cloud Storage emulator), builds the
+image (Cloud Build and Artifact Registry clients against the fake APIs) and sends the
+CreatePipelineJobRequest; the emulation then runs that request's spec task by task, with
+Google's own launchers for the CustomJob and the model upload. Every request is checked
+as the aiplatform_v1 type it is, and the registered model is served by the real serving
+container.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import requests
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import (
+    aiplatform_v1,
+    artifactregistry_v1,
+    cloudquotas_v1,
+    resourcemanager_v3,
+)
+from google.cloud.devtools import cloudbuild_v1
+from google.oauth2.credentials import Credentials
+
+from components import images
+from pipelines.config_loading import load_config
+from pipelines.vertex import runs
+from pipelines.vertex.clients import Clients
+from tests.support.dataflow_fake import FakeDataflow
+from tests.support.google_fakes import RecordingApi
+from tests.support.paths import ROOT
+from tests.support.vertex_emulator.apis import FakeGoogleApis, image_entrypoints
+from tests.support.vertex_emulator.mount import StandInMount
+from tests.support.vertex_emulator.pipelines import EmulatedPipelines, environment
+
+pytestmark = pytest.mark.slow
+REPO = "us-central1-docker.pkg.dev/my-proj/ml-images"
+ACCOUNT = "trainer@my-proj.iam.gserviceaccount.com"
+
+
+@contextlib.contextmanager
+def _storage_emulator():
+    """The Cloud Storage emulator on loopback, owned by the emulated project, with this
+    process's client pointed at it; yields (its URL, the client)."""
+    from gcp_storage_emulator.server import create_server
+
+    from tests.support.vertex_emulator.apis import PROJECT_NUMBER, _free_ports
+    from trainer.common import gcs
+
+    (port,) = _free_ports(1)
+    server = create_server("127.0.0.1", port, in_memory=True, default_bucket=None,
+                           project_number=PROJECT_NUMBER)
+    server.start()
+    storage_host = f"http://127.0.0.1:{port}"
+    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT")}
+    os.environ.update(STORAGE_EMULATOR_HOST=storage_host, GOOGLE_CLOUD_PROJECT="my-proj")
+    gcs.reset_client()
+    try:
+        yield storage_host, gcs.storage_client()
+    finally:
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        gcs.reset_client()
+
+
+@contextlib.contextmanager
+def emulated_vertex(work: Path):
+    """An emulated Vertex AI on loopback; yields `run(vertex, training)`, which submits a
+    small run with the real Vertex path and runs it there (one Model Registry throughout)."""
+    with _storage_emulator() as (storage_host, storage):
+        storage.create_bucket("pipelines")
+        mount = StandInMount(work / "gcs", storage)
+        apis = FakeGoogleApis(work, image_entrypoints(REPO, ROOT), checkout=ROOT)
+        # The project's custom-training quotas, as Cloud Quotas reports them.
+        apis.quotas = {"custom_model_training_nvidia_t4_gpus": {"us-central1": 8},
+                       "custom_model_training_nvidia_l4_gpus": {"us-central1": 4},
+                       "custom_model_training_cpus": {"us-central1": 64}}
+        # `PipelineJob.submit` checks that the pipeline root's bucket belongs to the
+        # project with its own Resource Manager client (gcs_utils._verify_bucket_ownership);
+        # here it asks the fake instead of the unreachable API (39 s of retries).
+        projects = functools.partial(resourcemanager_v3.ProjectsClient, transport="rest",
+                                     client_options={"api_endpoint": apis.url})
+        # The fake Dataflow runs a job's pipeline in this process, whose Cloud Storage
+        # client then needs credentials that need no account.
+        with apis, FakeDataflow("run") as dataflow, mock.patch(
+                "google.auth.default", lambda *a, **k: (Credentials(token="t"), "my-proj")), \
+                mock.patch("google.cloud.aiplatform.utils.resource_manager_utils."
+                           "resourcemanager.ProjectsClient", projects):
+            env = environment(apis.url, mount, storage_host, "my-proj")
+            env["EMULATED_DATAFLOW"] = dataflow.endpoint
+            (work / "tmp").mkdir()
+            env["TMPDIR"] = str(work / "tmp")
+            apis.environment = env
+            clients = _clients(storage, apis.url)
+
+            def run(vertex: dict, training: dict, tuning: dict | None = None,
+                    dataset: dict | None = None) -> dict:
+                config = load_config(overrides={
+                    "vertex": {"project": "my-proj", "region": "us-central1",
+                               "pipeline_root": "gs://pipelines/root",
+                               "image_repository": REPO, "service_account": ACCOUNT,
+                               "accuracy_threshold": 0.3, "job_name": "emulated", **vertex},
+                    "training": training, "tuning": tuning or {}, "dataset": dataset or {}})
+                runs.submit(config, dry_run=False, clients=clients,
+                            credentials=AnonymousCredentials(), log=lambda line: None)
+                request = clients.pipeline_api.calls[-1]
+                started = time.monotonic()
+                emulated = EmulatedPipelines(work / f"run{len(clients.pipeline_api.calls)}",
+                                             mount, env, image_problem=apis.image_problem)
+                tasks = emulated.run(request)
+                return {"tasks": tasks, "apis": apis, "request": request, "mount": mount,
+                        "storage": storage, "env": env, "work": work, "clients": clients,
+                        "dataflow": dataflow, "seconds": time.monotonic() - started}
+
+            yield run
+
+
+def _clients(storage, url: str) -> Clients:
+    """`submit`'s clients, every Google API but Vertex AI's pointed at the fakes at `url`
+    (the pipeline request is recorded)."""
+    endpoint = {"api_endpoint": url}
+    return Clients(
+        storage=storage,
+        build=cloudbuild_v1.CloudBuildClient(transport="rest", client_options=endpoint,
+                                             credentials=AnonymousCredentials()),
+        registry=artifactregistry_v1.ArtifactRegistryClient(
+            transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
+        pipeline_api=RecordingApi(),
+        projects=resourcemanager_v3.ProjectsClient(
+            transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
+        iam=requests.Session(), iam_endpoint=url,
+        quotas=cloudquotas_v1.CloudQuotasClient(
+            transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
+        jobs=aiplatform_v1.JobServiceClient(
+            transport="rest", client_options=endpoint, credentials=AnonymousCredentials()))
+
+
+LABELS = {"team": "vision", "cost-center": "ml-42"}
+
+
+@pytest.fixture(scope="module")
+def emulated_run(tmp_path_factory):
+    """The default layout (a chief and a worker, MultiWorkerMirroredStrategy), a new model;
+    `run` submits more runs to the same emulated Vertex AI."""
+    with emulated_vertex(tmp_path_factory.mktemp("vertex")) as run:
+        first = run({"labels": LABELS, "persistent_resource_id": "fast-pool"},
+                    {"epochs": 3, "batch_size": 32})
+        yield {**first, "run": run}
+
+
+def test_every_stage_ran_from_the_compiled_spec(emulated_run):
+    tasks = emulated_run["tasks"]
+    ran = {name for name, task in tasks.items() if task.state == "SUCCEEDED"}
+    assert {"validate-gpu-config", "fingerprint-dataset-source", "prepare-dataset",
+            "build-images", "train-on-vertex-ai", "importer",
+            "report-training", "export-model", "registration-plan", "importer-2",
+            "model-upload", "exit-handler-1", "summarize-run"} <= ran
+    # A new model (no parent_model): the new-version branch did not run.
+    branches = {t.display_name: t.state for t in tasks.values() if t.name.startswith("condition")}
+    assert branches == {"gate-registers": "SUCCEEDED", "condition-branches-3": "SUCCEEDED",
+                        "new-model": "SUCCEEDED", "new-version": "SKIPPED"}
+    # The exit handler's task got the run's final status as Vertex AI passes it.
+    status = tasks["summarize-run"].executor_input["inputs"]["parameterValues"]["status"]
+    assert status["state"] == "SUCCEEDED" and status["pipelineJobResourceName"] == \
+        emulated_run["request"].parent + "/pipelineJobs/" + emulated_run["request"].pipeline_job_id
+    summary = tasks["summarize-run"].log.read_text()
+    assert "[gpu-pipeline] run state: SUCCEEDED" in summary
+    # aiplatform's submit asked Resource Manager who owns the pipeline root's bucket.
+    assert emulated_run["apis"].recorded(r"^/v3/projects/my-proj$", method="GET")
+    assert "model-upload-2" not in tasks
+    # Parameters reached the stages through protobuf Struct: numbers are doubles.
+    executor_input = tasks["validate-gpu-config"].executor_input
+    assert executor_input["inputs"]["parameterValues"]["vertex"]["worker_pool_specs"][0][
+        "replica_count"] == 1
+    prepared = tasks["prepare-dataset"].artifacts["dataset"]
+    assert prepared["uri"].startswith("gs://pipelines/root/") and \
+        prepared["uri"].endswith("/prepare-dataset/dataset")
+    assert tasks["prepare-dataset"].executor_input["inputs"]["parameterValues"][
+        "min_shards"] == 2  # from the validation stage's output, at run time
+
+
+def test_the_custom_job_request_and_the_environment_of_its_replicas(emulated_run):
+    apis = emulated_run["apis"]
+    (sent,) = apis.recorded(r"/customJobs$")
+    assert sent.host == "us-central1-aiplatform.googleapis.com"
+    assert sent.path == "/v1/projects/my-proj/locations/us-central1/customJobs"
+    job = aiplatform_v1.CustomJob.from_json(json.dumps(sent.body))
+    assert re.fullmatch(r"emulated_\d{8}_\d{6}", job.display_name)
+    spec = job.job_spec
+    assert spec.service_account == ACCOUNT
+    assert spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.STANDARD
+    assert spec.scheduling.restart_job_on_worker_restart
+    # Cost tracking and fast starts: the job carries the labels, on the persistent resource.
+    assert dict(job.labels) == LABELS
+    assert spec.persistent_resource_id == "fast-pool"
+    assert dict(emulated_run["request"].pipeline_job.labels) == {"app": "gpu-pipeline",
+                                                                 **LABELS}
+    gpu_image = _built(apis, images.GPU)
+    assert [p.replica_count for p in spec.worker_pool_specs] == [1, 1]
+    for pool in spec.worker_pool_specs:
+        assert pool.machine_spec.machine_type == "n1-standard-8"
+        assert pool.machine_spec.accelerator_type == \
+            aiplatform_v1.AcceleratorType.NVIDIA_TESLA_T4
+        # The built GPU image, by its digest alone (Vertex AI refuses tag and digest).
+        assert pool.container_spec.image_uri == gpu_image
+        assert list(pool.container_spec.command) == list(images.TRAINER_COMMAND)
+        args = list(pool.container_spec.args)
+        assert args[args.index("--epochs") + 1] == "3"
+        assert args[args.index("--job-dir") + 1].startswith(emulated_run["mount"].prefix)
+        assert args[args.index("--expected-gpus") + 1] == "1"
+    base = spec.base_output_directory.output_uri_prefix
+    assert base.startswith("gs://pipelines/root/")
+    job_record = next(iter(apis.jobs.values()))
+    assert job_record.state == "JOB_STATE_SUCCEEDED"
+    chief, worker = job_record.replicas
+    assert chief.expected_gpus == worker.expected_gpus == 1
+    # Stage 1's training plan reached every replica of the pools: two T4 machines.
+    for replica in (chief, worker):
+        plan = replica.training_plan
+        assert (plan["strategy"], plan["all_reduce"], plan["mixed_precision"], plan["xla"],
+                plan["accelerator"], plan["gpus_per_machine"]) == (
+            "multi_worker_mirrored", "nccl", "float16", True, "NVIDIA_TESLA_T4", 1)
+    config = json.loads(chief.env["TF_CONFIG"])
+    assert config["task"] == {"type": "chief", "index": 0, "trial": ""}
+    assert set(config["cluster"]) == {"chief", "worker"} and config["environment"] == "cloud"
+    assert json.loads(worker.env["TF_CONFIG"])["task"]["type"] == "worker"
+    assert json.loads(chief.env["CLUSTER_SPEC"])["task"] == {"type": "workerpool0", "index": 0}
+    assert chief.env["AIP_MODEL_DIR"] == f"{base}/model/"
+    assert chief.env["AIP_CHECKPOINT_DIR"] == f"{base}/checkpoints/"
+    assert chief.env["AIP_TENSORBOARD_LOG_DIR"] == f"{base}/logs/"
+    log = chief.log.read_text()
+    assert "model written to" in log and "cluster: task chief:0" in log
+
+
+def test_a_replica_that_sees_fewer_gpus_than_its_pool_has_stops_before_training(emulated_run):
+    """The CustomJob request's own command and arguments, on a machine whose GPUs TensorFlow
+    cannot see (hidden here; on Vertex AI, an image whose CUDA libraries do not load): the
+    replica exits with an error within seconds instead of training on the CPUs."""
+    apis = emulated_run["apis"]
+    (sent,) = apis.recorded(r"/customJobs$")
+    pool = sent.body["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]
+    command = apis._command(pool["imageUri"]) + pool["args"]
+    assert command[command.index("--expected-gpus") + 1] == "1"
+    env = {**emulated_run["env"], "CUDA_VISIBLE_DEVICES": "",
+           "TF_CONFIG": json.dumps({"cluster": {"chief": ["localhost:1"]},
+                                    "task": {"type": "chief", "index": 0}})}
+    started = time.monotonic()
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120,
+                            cwd=emulated_run["work"])
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    assert time.monotonic() - started < 120
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("trainer: this machine should have 1 GPU(s) (--expected-gpus 1) "
+                              "but TensorFlow sees 0: training would run on its CPUs.")
+    assert "built for CUDA 12.5.1 and cuDNN 9" in message and "libcuda.so.1" in message
+    assert "epoch" not in result.stdout.lower()
+
+
+def test_the_build_stage_found_the_images_submit_built(emulated_run):
+    apis = emulated_run["apis"]
+    (build,) = apis.recorded(r"/builds$")  # once, by submit; the stage did not rebuild
+    # In the job's region: Google's client names it in the routing header.
+    assert build.path == "/v1/projects/my-proj/builds" and build.routing == \
+        "location=us-central1"
+    request = cloudbuild_v1.Build.from_json(json.dumps(build.body))
+    assert request.service_account == f"projects/my-proj/serviceAccounts/{ACCOUNT}"
+    assert request.options.logging == cloudbuild_v1.BuildOptions.LoggingMode.CLOUD_LOGGING_ONLY
+    assert request.options.machine_type == cloudbuild_v1.BuildOptions.MachineType.E2_HIGHCPU_8
+    assert [s.args[1:3] for s in request.steps] == [
+        ["--file", "docker/gpu.Dockerfile"], ["--file", "docker/cpu.Dockerfile"]]
+    # Whichever builder the step's image runs, each image's build runs only its own
+    # installs: the legacy builder builds every stage of the file it is given.
+    gpu, cpu = apis.built["build-gpu"], apis.built["build-cpu"]
+    assert any("requirements/gpu.lock" in run for run in gpu) and \
+        not any("cpu.lock" in run for run in gpu)
+    assert any("requirements/cpu.lock" in run for run in cpu) and \
+        not any("gpu.lock" in run or "apt_lock" in run for run in cpu)
+    # The build stayed "not done" for a while: the client polled its operation until done.
+    polls = apis.recorded(r"/operations/build-1$", method="GET")
+    assert len(polls) >= 2
+    lookups = apis.recorded(r"/tags/", method="GET")
+    assert len(lookups) == 4  # submit's (both missing), then the stage's (both found)
+    log = emulated_run["tasks"]["build-images"].log.read_text()
+    assert log.count("not rebuilt") == 2
+    # Every request the run sent named the project's images by digest alone.
+    for image in images.PROJECT_IMAGES:
+        assert apis.image_problem(_built(apis, image)) is None
+
+
+def test_the_model_upload_registers_a_complete_saved_model_with_the_project_image(emulated_run):
+    apis = emulated_run["apis"]
+    (upload,) = apis.recorded(r"/models:upload$")
+    assert upload.host == "us-central1-aiplatform.googleapis.com"
+    request = aiplatform_v1.UploadModelRequest.from_json(json.dumps(upload.body),
+                                                         ignore_unknown_fields=True)
+    model = request.model
+    # Served by the CPU image, by digest alone.
+    assert model.container_spec.image_uri == _built(apis, images.CPU)
+    assert list(model.container_spec.command) == [
+        "python", "-m", "google.cloud.aiplatform.prediction.model_server"]
+    env = {e.name: e.value for e in model.container_spec.env}
+    assert env["PREDICTOR_MODULE"] == "trainer.serving.app"
+    # The artifact URI is a committed, complete SavedModel, visible through gs://.
+    storage = emulated_run["storage"]
+    bucket, _, prefix = model.artifact_uri[len("gs://"):].partition("/")
+    names = {b.name[len(prefix) + 1:] for b in storage.list_blobs(bucket, prefix=prefix + "/")}
+    assert {"saved_model.pb", "variables/variables.index", "evaluation.json"} <= names
+    marker = storage.bucket(bucket).blob(prefix.rsplit("/", 1)[0] + "/COMMITTED.json")
+    assert json.loads(marker.download_as_bytes())["directory"] == prefix.rsplit("/", 1)[1]
+    registered = emulated_run["tasks"]["model-upload"].artifacts["model"]
+    assert registered["metadata"]["resourceName"].startswith(
+        "projects/my-proj/locations/us-central1/models/")
+    # Lineage as Model Registry labels (within the label rules) and in the description.
+    labels = dict(model.labels)
+    trainer_image = _built(apis, images.GPU)
+    assert labels["trainer-image"] == trainer_image.rsplit("@sha256:", 1)[1][:16]
+    assert re.fullmatch(r"src-[0-9a-f]{16}", labels["image-tag"])
+    assert labels["strategy"] == "multi_worker_mirrored" and labels["promoted"] == "true"
+    assert labels["compared-metric"] == "test_accuracy" and labels["model"] == "cnn"
+    assert re.fullmatch(r"[0-9a-z_-]{1,63}", labels["dataset-fingerprint"])
+    assert all(re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", k) and re.fullmatch(r"[a-z0-9_-]{0,63}", v)
+               for k, v in labels.items())
+    assert model.description.startswith("no champion yet; test_accuracy")
+    assert "multi_worker_mirrored" in model.description
+    lineage = json.loads(storage.bucket(bucket).blob(prefix + "/lineage.json")
+                         .download_as_bytes())
+    assert lineage["trainer_image"] == trainer_image
+    assert lineage["images"]["cpu"]["reference"] == model.container_spec.image_uri
+    assert lineage["image_tag"] == labels["image-tag"]
+    assert lineage["cluster"]["strategy"] == "multi_worker_mirrored"
+
+
+def test_directory_renames_fail_on_the_stand_in_mount(emulated_run):
+    mount = emulated_run["mount"]
+    (mount.root / "pipelines" / "probe").mkdir(parents=True, exist_ok=True)
+    probe = ("import os; os.rename(os.environ['EMULATED_GCS_MOUNT'] + 'pipelines/probe', "
+             "os.environ['EMULATED_GCS_MOUNT'] + 'pipelines/moved')")
+    result = subprocess.run([sys.executable, "-c", probe], env=emulated_run["env"],
+                            capture_output=True, text=True)
+    assert result.returncode != 0 and "does not rename directories" in result.stderr
+    # ...and the whole run, which writes every output there, succeeded all the same.
+    assert emulated_run["tasks"]["export-model"].state == "SUCCEEDED"
+
+
+def test_the_serving_container_answers_from_the_registered_model(emulated_run):
+    from tests.support.serving import free_port, held_out_images
+
+    apis = emulated_run["apis"]
+    upload = apis.recorded(r"/models:upload$")[0]  # the first run's
+    model = upload.body["model"]
+    spec = model["container_spec"]
+    port = free_port()
+    env = {**emulated_run["env"], **{e["name"]: e["value"] for e in spec["env"]},
+           "AIP_HTTP_PORT": str(port), "AIP_PREDICT_ROUTE": spec["predict_route"],
+           "AIP_HEALTH_ROUTE": spec["health_route"], "AIP_STORAGE_URI": model["artifact_uri"]}
+    server = subprocess.Popen([sys.executable, *spec["command"][1:]], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(base + spec["health_route"], timeout=2)
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, \
+                    server.stdout.read()[-3000:]
+                time.sleep(0.5)
+        dataset = emulated_run["mount"].path(
+            emulated_run["tasks"]["prepare-dataset"].artifacts["dataset"]["uri"])
+        images_ = held_out_images(dataset, count=16)
+        body = json.dumps({"instances": [{"b64": base64.b64encode(png).decode()}
+                                         for png, _ in images_]}).encode()
+        answer = urllib.request.urlopen(urllib.request.Request(
+            base + spec["predict_route"], data=body,
+            headers={"Content-Type": "application/json"}), timeout=60)
+        predictions = json.loads(answer.read())["predictions"]
+        correct = sum(p["class_index"] == label
+                      for p, (_, label) in zip(predictions, images_, strict=True))
+        assert len(predictions) == 16 and correct >= 8  # 3 epochs: far above chance (4)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_a_parameter_server_layout_trains_with_tf_config_as_vertex_sets_it(tmp_path):
+    gpu = {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
+           "accelerator_count": 1}
+    layout = [{"machine_spec": gpu, "replica_count": 1},
+              {"machine_spec": gpu, "replica_count": 2},
+              {"machine_spec": {"machine_type": "n1-highmem-8"}, "replica_count": 1}]
+    with emulated_vertex(tmp_path) as submit:
+        # vertex.promotion never: decided and reported, nothing registered.
+        # Transfer learning's two phases under ParameterServerStrategy (a backbone frozen
+        # for phase 1, its top unfrozen and re-compiled for phase 2, on the coordinator).
+        run = submit({"worker_pool_specs": layout, "promotion": "never"},
+                     {"model": "mobilenet_v3_small", "epochs": 1, "fine_tune_epochs": 1,
+                      "batch_size": 32})
+        tasks, apis = run["tasks"], run["apis"]
+        assert tasks["validate-gpu-config"].parameters["strategy"] == "parameter_server"
+        assert tasks["validate-gpu-config"].parameters["input_pipelines"] == 2
+        (sent,) = apis.recorded(r"/customJobs$")
+        job = aiplatform_v1.CustomJob.from_json(json.dumps(sent.body))
+        assert [p.replica_count for p in job.job_spec.worker_pool_specs] == [1, 2, 1]
+        ps_pool = job.job_spec.worker_pool_specs[2]
+        assert not ps_pool.machine_spec.accelerator_count
+        # The CPU image, whose entry point is Beam's boot program: the pool names the
+        # trainer (without it the replica exits as the boot program does, failing the job).
+        assert ps_pool.container_spec.image_uri == _built(apis, images.CPU)
+        assert list(ps_pool.container_spec.command) == list(images.TRAINER_COMMAND)
+        record = next(iter(apis.jobs.values()))
+        assert record.state == "JOB_STATE_SUCCEEDED"
+        configs = [json.loads(r.env["TF_CONFIG"]) for r in record.replicas]
+        assert [(c["task"]["type"], c["task"]["index"]) for c in configs] == \
+            [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)]
+        assert {k: len(v) for k, v in configs[0]["cluster"].items()} == \
+            {"chief": 1, "worker": 2, "ps": 1}
+        chief_log = record.replicas[0].log.read_text()
+        assert "parameter_server with 3 training machine(s), 1 parameter server(s)" in chief_log
+        # The seeds' layout's plan, on every replica: no all-reduce, no float16, no XLA.
+        assert {(r.training_plan["strategy"], r.training_plan["all_reduce"],
+                 r.training_plan["mixed_precision"], r.training_plan["xla"])
+                for r in record.replicas} == {("parameter_server", "none", "off", False)}
+        assert "training plan: xla: off (under ParameterServerStrategy" in chief_log
+        assert "epoch 1/2:" in chief_log and "fine-tuning: " in chief_log
+        assert "epoch 2/2:" in chief_log
+        assert "serving at" in record.replicas[3].log.read_text()
+        assert tasks["registration-plan"].parameters["register"] is False
+        assert "vertex.promotion is never" in tasks["export-model"].parameters["decision"]
+        assert tasks["condition-2"].state == "SKIPPED" and "model-upload" not in tasks
+        assert apis.recorded(r"/models:upload$") == []
+        assert tasks["summarize-run"].state == "SUCCEEDED"
+
+
+def _built(apis, image) -> str:
+    """The reference of a project image the fake Cloud Build pushed: by digest alone."""
+    (tag_name,) = [t for t in apis.tags if f"/packages/{image.name}/tags/" in t]
+    return images.reference(REPO, image, apis.tags[tag_name].rsplit("/", 1)[1])
+
+
+def _uploads(apis) -> list:
+    return [aiplatform_v1.UploadModelRequest.from_json(json.dumps(r.body),
+                                                       ignore_unknown_fields=True)
+            for r in apis.recorded(r"/models:upload$")]
+
+
+def test_each_promotion_mode_registers_as_the_gate_decided(emulated_run):
+    """Retraining against the first run's model, the champion: the upload request (or
+    its absence) for each `vertex.promotion`, as Google's launcher sends it. After the
+    tests that read the first run's records: it adds runs to the module's emulated
+    Vertex AI."""
+    run, apis = emulated_run["run"], emulated_run["apis"]
+    champion = _uploads(apis)[0]
+    parent = "projects/my-proj/locations/us-central1/models/1"
+    retrain = {"parent_model": parent, "accuracy_threshold": 0.0}
+    shorter = {"epochs": 1, "batch_size": 32}
+
+    # default: a shorter training loses to the champion; a version that does not serve.
+    lost = run({**retrain, "promotion": "default"}, shorter)
+    export = lost["tasks"]["export-model"].parameters
+    assert not export["default"] and export["register"]
+    assert "does not beat the champion's" in export["decision"]
+    upload = _uploads(apis)[-1]
+    assert upload.parent_model == parent and list(upload.model.version_aliases) == []
+    assert upload.model.labels["promoted"] == "false"
+    # The champion is imported as gcpc's VertexModel artifacts are: its API URL as the URI,
+    # its resource name in the metadata.
+    (imported,) = [t for t in lost["tasks"].values() if t.display_name == "5c parent model"]
+    artifact = imported.artifacts["artifact"]
+    assert artifact["uri"] == f"https://us-central1-aiplatform.googleapis.com/v1/{parent}"
+    assert artifact["metadata"] == {"resourceName": parent}
+    assert artifact["type"]["schemaTitle"] == "google.VertexModel"
+    assert apis.defaults[parent] == "1"
+    metrics = lost["tasks"]["export-model"].artifacts["metrics"]["metadata"]
+    assert metrics["champion_test_accuracy"] > metrics["test_accuracy"]
+    assert upload.model.artifact_uri != champion.model.artifact_uri
+
+    # Against a weaker champion (version 2, made the default as a user would roll back),
+    # the new model wins and becomes the default version. (`version_only` registers as
+    # the losing run above does, a version without the alias: its decision is checked in
+    # tests/components/export/test_gate.py.)
+    apis.set_default(parent, "2")
+    won = run({**retrain, "promotion": "default"}, {"epochs": 2, "batch_size": 32})
+    export = won["tasks"]["export-model"].parameters
+    assert export["register"] and export["default"]
+    assert "beats the champion's" in export["decision"]
+    upload = _uploads(apis)[-1]
+    assert upload.parent_model == parent and list(upload.model.version_aliases) == ["default"]
+    assert upload.model.labels["promoted"] == "true"
+    assert apis.defaults[parent] == "3"
+    # never: the parameter-server run below.
+
+
+STUDY = {"max_trials": 2, "parallel_trials": 1, "max_failed_trials": 1,
+         "algorithm": "RANDOM_SEARCH", "parameters": [
+             {"name": "learning_rate", "type": "DOUBLE", "min_value": 0.0005,
+              "max_value": 0.01, "scale": "UNIT_LOG_SCALE"},
+             {"name": "batch_size", "type": "DISCRETE", "values": [16, 32]}]}
+
+
+L4 = {"machine_type": "g2-standard-8", "accelerator_type": "NVIDIA_L4", "accelerator_count": 1}
+
+
+@pytest.fixture(scope="module")
+def tuned_run(emulated_run):
+    """A second run, last in this module (it adds jobs to the shared emulation): a study
+    first, and the dataset prepared by the Beam engine as a Dataflow job. By the time the
+    study ends, us-central1 has no n1-standard-8 machines left: the training step falls
+    back to L4 machines (`vertex.fallbacks`)."""
+    apis = emulated_run["apis"]
+    fallback = {"worker_pool_specs": [{"machine_spec": L4, "replica_count": 1}] * 2}
+    apis.stockouts = {("n1-standard-8", "us-central1")}
+    try:
+        return emulated_run["run"]({"fallbacks": [fallback]}, {"epochs": 1}, STUDY,
+                                   {"engine": "beam"})
+    finally:
+        apis.stockouts = set()
+
+
+def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run, tuned_run):
+    """The compiled spec with a study runs gcpc's HyperparameterTuningJobRunOp, whose
+    trials run the real trainer and report with cloudml-hypertune; our component reads the
+    job back and the final CustomJob trains with the best trial's parameters."""
+    apis = emulated_run["apis"]
+    tuned = tuned_run
+    tasks = tuned["tasks"]
+    assert {"vertex-tuning-spec", "hyperparameter-tuning-job", "best-vertex-trial",
+            "train-on-vertex-ai", "export-model"} <= {
+        name for name, task in tasks.items() if task.state == "SUCCEEDED"}
+
+    (sent,) = apis.recorded(r"/hyperparameterTuningJobs$")
+    job = aiplatform_v1.HyperparameterTuningJob.from_json(json.dumps(sent.body))
+    (metric,) = job.study_spec.metrics
+    assert (metric.metric_id, metric.goal.name) == ("val_accuracy", "MAXIMIZE")
+    rate, batch = job.study_spec.parameters
+    assert (rate.parameter_id, rate.double_value_spec.min_value,
+            rate.double_value_spec.max_value, rate.scale_type.name) == (
+        "learning_rate", 0.0005, 0.01, "UNIT_LOG_SCALE")
+    assert (batch.parameter_id, list(batch.discrete_value_spec.values)) == (
+        "batch_size", [16.0, 32.0])
+    assert job.study_spec.algorithm.name == "RANDOM_SEARCH"
+    assert (job.max_trial_count, job.parallel_trial_count, job.max_failed_trial_count) == \
+        (2, 1, 1)
+    assert job.trial_job_spec.service_account == ACCOUNT
+    pools = job.trial_job_spec.worker_pool_specs
+    args = list(pools[0].container_spec.args)
+    assert args[args.index("--hypertune-metric") + 1] == "val_accuracy"
+    assert "@sha256:" in pools[0].container_spec.image_uri and \
+        ":src-" not in pools[0].container_spec.image_uri
+    assert job.trial_job_spec.base_output_directory.output_uri_prefix.startswith(
+        "gs://pipelines/root/")
+
+    # Every trial trained and reported; the best-trial component chose the best.
+    resource = apis.tuning_jobs[next(iter(apis.tuning_jobs))]
+    assert resource["state"] == "JOB_STATE_SUCCEEDED" and len(resource["trials"]) == 2
+    measured = {t["id"]: t["finalMeasurement"]["metrics"][0]["value"]
+                for t in resource["trials"] if t["state"] == "SUCCEEDED"}
+    assert len(measured) == 2
+    best_id = max(measured, key=measured.get)
+    chosen = tasks["best-vertex-trial"].parameters
+    assert chosen["record"]["best_trial"] == best_id
+    best = {p["parameterId"]: p["value"] for p in next(
+        t for t in resource["trials"] if t["id"] == best_id)["parameters"]}
+    assert chosen["training"]["learning_rate"] == pytest.approx(best["learning_rate"])
+    assert chosen["training"]["batch_size"] == int(best["batch_size"])
+
+    # The final CustomJob trained with them, and the model's lineage says so.
+    final = apis.recorded(r"/customJobs$")[-1]
+    train_args = final.body["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"]
+    assert float(train_args[train_args.index("--learning-rate") + 1]) == pytest.approx(
+        best["learning_rate"])
+    assert train_args[train_args.index("--batch-size") + 1] == str(int(best["batch_size"]))
+    assert "--hypertune-metric" not in train_args
+    trials_md = tasks["best-vertex-trial"].artifacts["trials"]
+    storage = tuned["storage"]
+    bucket, _, name = trials_md["uri"][len("gs://"):].partition("/")
+    assert f"| {best_id} **best** |" in storage.bucket(bucket).blob(name).download_as_text()
+    export = tasks["export-model"].parameters
+    assert "tuned: best of 2 trials by val_accuracy" in export["description"]
+
+
+def test_a_stock_out_on_the_primary_trains_on_the_first_fallback_and_says_so(tuned_run):
+    """The primary configuration's CustomJob fails without ever running ("Resources are
+    insufficient in region"); the launcher creates the first fallback's, which trains with
+    its own plan, and the training step, the report, the lineage and the model's
+    description name the alternative that trained and why the primary did not."""
+    apis, tasks = tuned_run["apis"], tuned_run["tasks"]
+    primary, fallback = [aiplatform_v1.CustomJob.from_json(json.dumps(r.body))
+                         for r in apis.recorded(r"/customJobs$")[-2:]]
+    assert primary.job_spec.worker_pool_specs[0].machine_spec.machine_type == "n1-standard-8"
+    assert fallback.job_spec.worker_pool_specs[0].machine_spec.machine_type == "g2-standard-8"
+    assert primary.display_name == fallback.display_name  # one run's training
+    assert primary.job_spec.base_output_directory == fallback.job_spec.base_output_directory
+    failed, trained = list(apis.jobs.values())[-2:]
+    assert (failed.state, failed.error_code, failed.replicas) == ("JOB_STATE_FAILED", 8, [])
+    assert trained.state == "JOB_STATE_SUCCEEDED"
+    # The fallback's replicas applied its own plan: L4 machines, bfloat16.
+    assert {(r.training_plan["accelerator"], r.training_plan["mixed_precision"])
+            for r in trained.replicas} == {("NVIDIA_L4", "bfloat16")}
+    capacity = tasks["train-on-vertex-ai"].parameters["capacity"]
+    assert capacity["trained_on"] == "fallbacks[0]"
+    assert [(a["label"], a["outcome"]) for a in capacity["attempts"]] == \
+        [("primary", "stock-out"), ("fallbacks[0]", "trained")]
+    assert "Resources are insufficient in region: us-central1" in \
+        capacity["attempts"][0]["reason"]
+    log = tasks["train-on-vertex-ai"].log.read_text()
+    assert "capacity: primary in us-central1: stock-out" in log
+    assert "training: trained on fallbacks[0] (1 x g2-standard-8 + 1 x NVIDIA_L4" in log
+    # Stage 1 validated and planned the fallback; the export names what trained.
+    stage1 = tasks["validate-gpu-config"].parameters["alternatives"]
+    assert [a["label"] for a in stage1] == ["primary", "fallbacks[0]"]
+    export = tasks["export-model"]
+    assert export.executor_input["inputs"]["parameterValues"]["worker_pool_specs"][0][
+        "machine_spec"]["accelerator_type"] == "NVIDIA_L4"
+    assert "trained on fallbacks[0]" in export.parameters["description"]
+    assert "before it: primary in us-central1 stock-out" in export.parameters["description"]
+    assert export.parameters["labels"]["trained-on"] == "fallbacks-0"
+    # Submit held both configurations against the quotas Cloud Quotas reported.
+    assert apis.recorded(r"/quotaInfos$", method="GET")
+
+
+def test_the_beam_engine_prepares_the_dataset_as_a_dataflow_job(tuned_run):
+    """`dataset.engine: beam`: the stage submits with Beam's own DataflowRunner (the fake
+    Dataflow API runs the staged pipeline), for the run's project and region, on the CPU
+    image the build stage made, as the run's service account, with temp and staging
+    under the pipeline root; the workers write the shards to Cloud Storage, and the
+    training that follows reads them."""
+    from google.cloud import dataflow_v1beta3
+
+    from components.dataset.dataflow import job_name_for
+
+    tasks, fake = tuned_run["tasks"], tuned_run["dataflow"]
+    cpu = tasks["build-images"].parameters["Output"][images.CPU.key]["reference"]
+    assert cpu.startswith(f"{REPO}/{images.CPU.name}@sha256:")
+    assert tasks["dataflow-launch"].parameters["Output"] == {
+        "project_id": "my-proj", "region": "us-central1", "service_account": ACCOUNT,
+        "sdk_image": cpu}
+    assert fake.run_error is None
+    (body,) = fake.created()
+    (path,) = [p for method, p, _ in fake.requests if method == "POST"]
+    assert path.split("?")[0] == "/v1b3/projects/my-proj/locations/us-central1/jobs"
+    job = dataflow_v1beta3.Job.from_json(json.dumps(body), ignore_unknown_fields=True)
+    dataset_uri = tasks["prepare-dataset"].artifacts["dataset"]["uri"]
+    base = dataset_uri.rsplit("/", 1)[0]
+    assert job.name == job_name_for(dataset_uri)
+    environment = job.environment
+    assert environment.service_account_email == ACCOUNT
+    assert environment.temp_storage_prefix.startswith(
+        f"storage.googleapis.com/{base[len('gs://'):]}/dataflow/temp")
+    (pool,) = environment.worker_pools
+    assert pool.worker_harness_container_image == cpu
+    assert (pool.machine_type, pool.autoscaling_settings.max_num_workers) == \
+        ("n2-standard-4", 10)
+    assert body["environment"]["sdkPipelineOptions"]["options"]["staging_location"] \
+        .startswith(f"{base}/dataflow/staging/{job.name}.")
+    assert [j.state for j in fake.jobs.values()] == ["JOB_STATE_DONE"]
+    log = tasks["prepare-dataset"].log.read_text()
+    assert f"Dataflow job {job.name} (2026-job-1) in us-central1" in log
+    assert "Dataflow job 2026-job-1: JOB_STATE_DONE" in log
+    assert "prepared by the beam engine as a Dataflow job" in log
+    # The shards are the workers' objects (the stage wrote only the report and the
+    # manifest, through the mount), and training read them.
+    storage = tuned_run["storage"]
+    bucket, _, prefix = dataset_uri[len("gs://"):].partition("/")
+    manifest = json.loads(storage.bucket(bucket).blob(f"{prefix}/manifest.json")
+                          .download_as_bytes())
+    assert manifest["examples"] > 0 and set(manifest["splits"]) == {"train", "validation",
+                                                                    "test"}
+    for entry in manifest["splits"].values():
+        for shard in entry["shards"]:
+            data = storage.bucket(bucket).blob(f"{prefix}/{shard['file']}").download_as_bytes()
+            assert hashlib.sha256(data).hexdigest() == shard["sha256"]
+    assert tasks["train-on-vertex-ai"].state == "SUCCEEDED"

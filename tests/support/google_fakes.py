@@ -1,0 +1,59 @@
+"""Google API clients for the tests: real client libraries pointed at the fake APIs on
+loopback (`tests.support.vertex_emulator.apis`), and a recording stand-in for the Vertex AI
+clients of `submit` and `schedule`."""
+
+from __future__ import annotations
+
+import requests
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import aiplatform_v1, artifactregistry_v1, resourcemanager_v3, storage
+from google.cloud.devtools import cloudbuild_v1
+
+from pipelines.vertex.clients import Clients
+
+
+def rest_client(kind, apis):
+    """A Google client library's REST client of `kind`, pointed at the fake APIs."""
+    return kind(transport="rest", client_options={"api_endpoint": apis.url},
+                credentials=AnonymousCredentials())
+
+
+def iam_clients(apis):
+    """The clients the IAM pre-flight asks, pointed at the fake APIs."""
+    bucket_iam = storage.Client(project="my-proj", credentials=AnonymousCredentials(),
+                                client_options={"api_endpoint": apis.url})
+    return Clients(storage=bucket_iam,
+                   projects=rest_client(resourcemanager_v3.ProjectsClient, apis),
+                   build=rest_client(cloudbuild_v1.CloudBuildClient, apis),
+                   registry=rest_client(artifactregistry_v1.ArtifactRegistryClient, apis),
+                   iam=requests.Session(), iam_endpoint=apis.url)
+
+
+class RecordingApi:
+    """Stands in for the Vertex AI API clients: records each request, echoes the resource."""
+
+    def __init__(self):
+        self.calls = []
+
+    def create_pipeline_job(self, parent, pipeline_job, pipeline_job_id=None, timeout=None):
+        self.calls.append(aiplatform_v1.CreatePipelineJobRequest(
+            parent=parent, pipeline_job=pipeline_job, pipeline_job_id=pipeline_job_id))
+        created = aiplatform_v1.PipelineJob(pipeline_job)
+        created.name = f"{parent}/pipelineJobs/{pipeline_job_id}"
+        return created
+
+    def create_schedule(self, parent, schedule, timeout=None):
+        self.calls.append(aiplatform_v1.CreateScheduleRequest(parent=parent, schedule=schedule))
+        created = aiplatform_v1.Schedule(schedule)
+        created.name = f"{parent}/schedules/42"
+        return created
+
+    def list_schedules(self, request):
+        self.calls.append(request)
+        return [aiplatform_v1.Schedule(name=f"{request.parent}/schedules/42",
+                                       display_name="gpu-pipeline-weekly", cron="0 3 * * 1")]
+
+    def pause_schedule(self, request):
+        self.calls.append(request)
+
+    resume_schedule = delete_schedule = pause_schedule

@@ -1,0 +1,339 @@
+"""Runs a CreatePipelineJobRequest the way Vertex AI Pipelines would, on this machine.
+
+Every task comes from the request's compiled spec, never from Python function references:
+
+- parameters are the request's `runtime_config.parameter_values` (protobuf Values: every
+  number a double), task outputs and constants, passed to each task in an executor input
+  built as the `ExecutorInput` proto and rendered the way Vertex AI's Go backend renders
+  protobuf JSON (integral numbers without a fraction);
+- artifacts get `gs://` URIs under the job's directory of the pipeline root; the task's
+  processes see them at `/gcs/...` (the stand-in mount);
+- containers run their command and arguments from the spec, placeholders resolved with
+  KFP's own resolver: KFP's executor for the lightweight components, Google's own
+  launchers for the CustomJob and the model upload (against the fake APIs);
+- importers and conditions (`triggerPolicy`) as the spec says; a failed task fails its
+  DAG and the run, after the exit handler's task (`ALL_UPSTREAM_TASKS_COMPLETED`, with a
+  `PipelineTaskFinalStatus` input) has run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+from kfp.local import placeholder_utils
+from kfp.pipeline_spec import pipeline_spec_pb2
+
+from tests.support.vertex_emulator.mount import StandInMount
+
+
+class TaskFailed(RuntimeError):
+    """A task of the emulated run exited with an error."""
+
+
+class RequestRefused(RuntimeError):
+    """The CreatePipelineJobRequest is one Vertex AI would refuse (400 INVALID_ARGUMENT)."""
+
+
+@dataclasses.dataclass
+class Task:
+    """What a task of the run did."""
+
+    name: str
+    display_name: str
+    state: str  # SUCCEEDED, FAILED or SKIPPED
+    error: str = ""
+    parameters: dict[str, Any] = dataclasses.field(default_factory=dict)
+    artifacts: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    executor_input: dict[str, Any] | None = None
+    log: Path | None = None
+
+
+def protojson(value: Any) -> Any:
+    """`value` as Vertex AI's backend prints protobuf Values: Go's protojson writes an
+    integral double (a Struct's 1.0) as `1`, where Python's json would write `1.0`."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: protojson(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [protojson(v) for v in value]
+    return value
+
+
+def _typed(value: str, kind: str) -> Any:
+    if kind == "STRING":
+        return value
+    parsed = json.loads(value)
+    return {"NUMBER_INTEGER": int, "NUMBER_DOUBLE": float}.get(kind, lambda v: v)(parsed)
+
+
+def evaluate_condition(condition: str, parameters: dict[str, Any]) -> bool:
+    """A trigger policy's CEL condition over the task's input parameters."""
+    def literal(match: re.Match) -> str:
+        return json.dumps(parameters[match.group(1)])
+
+    expression = re.sub(r"inputs\.parameter_values\['([^']+)'\]", literal, condition)
+    expression = expression.replace("&&", " and ").replace("||", " or ")
+    expression = re.sub(r"!\s*\(", " not (", expression)
+    return bool(eval(expression, {"__builtins__": {}},  # noqa: S307 - a spec we compiled
+                     {"true": True, "false": False, "null": None}))
+
+
+class EmulatedPipelines:
+    """The emulated Vertex AI Pipelines service.
+
+    Args:
+        work_dir: Where task logs, executor inputs and outputs go.
+        mount: The stand-in `/gcs/` mount.
+        environment: Environment of every task process (the fake APIs, the emulator).
+        timeout: Longest a task may take, in seconds.
+        image_problem: Why an executor's image would be refused or not pulled, or None
+            (`FakeGoogleApis.image_problem`); images are not checked without it.
+    """
+
+    def __init__(self, work_dir: Path, mount: StandInMount, environment: dict[str, str],
+                 timeout: float = 900,
+                 image_problem: Callable[[str], str | None] | None = None):
+        self.work_dir = work_dir
+        self.mount = mount
+        self.environment = environment
+        self.timeout = timeout
+        self.image_problem = image_problem
+        self.tasks: dict[str, Task] = {}
+
+    def run(self, request: Any) -> dict[str, Task]:
+        """Runs the request's pipeline job; returns its tasks (raises TaskFailed)."""
+        from google.cloud import aiplatform_v1
+
+        job = aiplatform_v1.PipelineJob.to_dict(request.pipeline_job)
+        self.spec = job["pipeline_spec"]
+        for label, executor in self.spec["deploymentSpec"]["executors"].items():
+            image = executor.get("container", {}).get("image", "")
+            problem = image and self.image_problem and self.image_problem(image)
+            if problem:  # Vertex AI refuses the request before any task runs
+                raise RequestRefused(f"400 INVALID_ARGUMENT: {problem} ({label})")
+        runtime = job["runtime_config"]
+        self.job_id = request.pipeline_job_id
+        self.resource_name = f"{request.parent}/pipelineJobs/{self.job_id}"
+        # Values Vertex AI substitutes for its runtime placeholders in parameter defaults.
+        self.runtime_values = {
+            "{{$.pipeline_google_cloud_project_id}}": request.parent.split("/")[1],
+            "{{$.pipeline_persistent_resource_id}}": "",  # the run uses none
+        }
+        self.job_root = f"{runtime['gcs_output_directory'].rstrip('/')}/{self.job_id}"
+        given = runtime.get("parameter_values", {})
+        root = self.spec["root"]
+        parameters = {name: given.get(name, definition.get("defaultValue"))
+                      for name, definition in root["inputDefinitions"]["parameters"].items()}
+        failed = self._dag(root, parameters, {})
+        if failed:
+            raise TaskFailed(failed)
+        return self.tasks
+
+    # --- DAGs ----------------------------------------------------------------------------
+
+    def _dag(self, component: dict[str, Any], parameters: dict[str, Any],
+             artifacts: dict[str, Any]) -> str:
+        """Runs a DAG's tasks in order; returns the first failure's message ("" if none)."""
+        tasks = component["dag"]["tasks"]
+        outputs: dict[str, Task] = {}
+        failure = ""
+        for name in _in_order(tasks):
+            task = tasks[name]
+            # An exit handler's task runs once its upstream tasks are done, whatever their
+            # outcome; every other task only after they succeeded.
+            whatever = task.get("triggerPolicy", {}).get("strategy") == \
+                "ALL_UPSTREAM_TASKS_COMPLETED"
+            if not whatever and any(outputs[d].state != "SUCCEEDED"
+                                    for d in task.get("dependentTasks", [])):
+                outputs[name] = self._record(name, task, "SKIPPED")
+                continue
+            params, arts = self._inputs(task, parameters, artifacts, outputs)
+            condition = task.get("triggerPolicy", {}).get("condition")
+            if condition and not evaluate_condition(condition, params):
+                outputs[name] = self._record(name, task, "SKIPPED")
+                continue
+            definition = self.spec["components"][task["componentRef"]["name"]]
+            try:
+                if "dag" in definition:
+                    inner = self._dag(definition, params, arts)
+                    if inner:
+                        raise TaskFailed(inner)
+                    outputs[name] = self._record(name, task, "SUCCEEDED")
+                    continue
+                executor = self.spec["deploymentSpec"]["executors"][definition["executorLabel"]]
+                if "importer" in executor:
+                    outputs[name] = self._importer(name, task, executor["importer"], params)
+                else:
+                    outputs[name] = self._container(name, task, definition,
+                                                    executor["container"], params, arts)
+            except TaskFailed as exc:
+                outputs[name] = self._record(name, task, "FAILED", error=str(exc))
+                failure = failure or str(exc)
+        return failure
+
+    def _record(self, name: str, task: dict[str, Any], state: str, **fields: Any) -> Task:
+        record = Task(name, task["taskInfo"]["name"], state, **fields)
+        self.tasks[name] = record
+        return record
+
+    def _inputs(self, task: dict[str, Any], parameters: dict[str, Any],
+                artifacts: dict[str, Any], outputs: dict[str, Task]):
+        params = {}
+        for name, source in task.get("inputs", {}).get("parameters", {}).items():
+            if "componentInputParameter" in source:
+                params[name] = parameters[source["componentInputParameter"]]
+            elif "taskFinalStatus" in source:  # as Vertex AI passes PipelineTaskFinalStatus
+                producer = outputs[source["taskFinalStatus"]["producerTask"]]
+                status = {"state": producer.state,
+                          "pipelineJobResourceName": self.resource_name,
+                          "pipelineTaskName": producer.name}
+                if producer.error:
+                    status["error"] = {"code": 2, "message": producer.error[:500]}
+                params[name] = status
+            elif "taskOutputParameter" in source:
+                producer = source["taskOutputParameter"]
+                params[name] = outputs[producer["producerTask"]].parameters[
+                    producer["outputParameterKey"]]
+            else:
+                params[name] = source["runtimeValue"]["constant"]
+        arts = {}
+        for name, source in task.get("inputs", {}).get("artifacts", {}).items():
+            if "componentInputArtifact" in source:
+                arts[name] = artifacts[source["componentInputArtifact"]]
+            else:
+                producer = source["taskOutputArtifact"]
+                arts[name] = outputs[producer["producerTask"]].artifacts[
+                    producer["outputArtifactKey"]]
+        return params, arts
+
+    # --- Executors -------------------------------------------------------------------------
+
+    def _importer(self, name: str, task: dict[str, Any], importer: dict[str, Any],
+                  params: dict[str, Any]) -> Task:
+        source = importer["artifactUri"]
+        uri = params[source["runtimeParameter"]] if "runtimeParameter" in source \
+            else source["constant"]
+
+        def resolve(value: Any) -> Any:
+            if isinstance(value, str):
+                return re.sub(r"\{\{\$\.inputs\.parameters\['([^']+)'\]\}\}",
+                              lambda m: str(params[m.group(1)]), value)
+            if isinstance(value, dict):
+                return {k: resolve(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [resolve(v) for v in value]
+            return value
+
+        artifact = {"name": name, "uri": uri, "type": importer["typeSchema"],
+                    "metadata": resolve(importer.get("metadata", {}))}
+        return self._record(name, task, "SUCCEEDED", artifacts={"artifact": artifact})
+
+    def _container(self, name: str, task: dict[str, Any], definition: dict[str, Any],
+                   container: dict[str, Any], params: dict[str, Any],
+                   arts: dict[str, Any]) -> Task:
+        local = self.work_dir / "tasks" / name
+        local.mkdir(parents=True, exist_ok=True)
+        task_root = f"{self.job_root}/{name}"
+        inputs = definition.get("inputDefinitions", {})
+        values = {}
+        for key, spec in inputs.get("parameters", {}).items():
+            if key in params:
+                values[key] = params[key]
+            elif "defaultValue" in spec:
+                values[key] = self.runtime_values.get(spec["defaultValue"], spec["defaultValue"]) \
+                    if isinstance(spec["defaultValue"], str) else spec["defaultValue"]
+        outputs = definition.get("outputDefinitions", {})
+        executor_input = {
+            "inputs": {"parameterValues": values,
+                       "artifacts": {k: {"artifacts": [v]} for k, v in arts.items()}},
+            "outputs": {
+                "parameters": {k: {"outputFile": str(local / "outputs" / k)}
+                               for k in outputs.get("parameters", {})},
+                "artifacts": {k: {"artifacts": [{
+                    "name": k, "type": v["artifactType"], "uri": f"{task_root}/{k}",
+                    "metadata": {}}]} for k, v in outputs.get("artifacts", {}).items()},
+                "outputFile": str(local / "executor_output.json")}}
+        # The executor input is an ExecutorInput proto: parameters become protobuf Values.
+        proto = json_format.ParseDict(executor_input, pipeline_spec_pb2.ExecutorInput())
+        executor_input = protojson(json_format.MessageToDict(proto))
+        (local / "executor_input.json").write_text(json.dumps(executor_input, indent=1))
+        command = placeholder_utils.replace_placeholders(
+            full_command=[*container.get("command", []), *container.get("args", [])],
+            executor_input_dict=executor_input, pipeline_resource_name=self.job_id,
+            task_resource_name=name, pipeline_root=self.job_root,
+            unique_pipeline_id=self.job_id)
+        env = {**self.environment, **{e["name"]: e["value"] for e in container.get("env", [])}}
+        log = local / "log.txt"
+        self.mount.pull()
+        with open(log, "w") as out:
+            try:
+                code = subprocess.run(command, env=env, cwd=local, stdout=out,
+                                      stderr=subprocess.STDOUT, timeout=self.timeout).returncode
+            except subprocess.TimeoutExpired:
+                code = "timeout"
+        self.mount.push()
+        if code != 0:
+            raise TaskFailed(f"task {name} ({task['taskInfo']['name']}) exited with {code}:\n"
+                             + log.read_text()[-4000:])
+        return self._record(name, task, "SUCCEEDED", executor_input=executor_input, log=log,
+                            **self._outputs(definition, executor_input, local))
+
+    @staticmethod
+    def _outputs(definition: dict[str, Any], executor_input: dict[str, Any],
+                 local: Path) -> dict[str, Any]:
+        declared = definition.get("outputDefinitions", {})
+        written: dict[str, Any] = {}
+        path = local / "executor_output.json"
+        if path.is_file():
+            proto = json_format.Parse(path.read_text(), pipeline_spec_pb2.ExecutorOutput())
+            written = json_format.MessageToDict(proto)
+        parameters = dict(written.get("parameterValues", {}))
+        for key, spec in declared.get("parameters", {}).items():
+            file = local / "outputs" / key
+            if key not in parameters and file.is_file():
+                parameters[key] = _typed(file.read_text(), spec["parameterType"])
+        artifacts = {}
+        for key, value in executor_input["outputs"].get("artifacts", {}).items():
+            artifact = dict(value["artifacts"][0])
+            update = written.get("artifacts", {}).get(key, {}).get("artifacts", [{}])[0]
+            artifact["uri"] = update.get("uri", artifact["uri"])
+            artifact["metadata"] = {**artifact.get("metadata", {}), **update.get("metadata", {})}
+            artifacts[key] = artifact
+        return {"parameters": parameters, "artifacts": artifacts}
+
+
+def _in_order(tasks: dict[str, Any]) -> list[str]:
+    """Task names with every task after the tasks it depends on (name order otherwise)."""
+    done: list[str] = []
+    pending = sorted(tasks)
+    while pending:
+        ready = [n for n in pending if set(tasks[n].get("dependentTasks", [])) <= set(done)]
+        if not ready:
+            raise TaskFailed(f"the DAG has a cycle among {pending}")
+        done.append(ready[0])
+        pending.remove(ready[0])
+    return done
+
+
+def environment(apis_url: str, mount: StandInMount, storage_host: str,
+                project: str) -> dict[str, str]:
+    """The environment of the emulated run's processes (see `site/sitecustomize.py`)."""
+    import sys
+
+    site = str(Path(__file__).resolve().parent / "site")
+    return {**os.environ,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONPATH": os.pathsep.join([site, os.environ.get("PYTHONPATH", "")]).rstrip(
+                os.pathsep),
+            "EMULATED_GOOGLE_APIS": apis_url, "EMULATED_GCS_MOUNT": mount.prefix,
+            "STORAGE_EMULATOR_HOST": storage_host, "GOOGLE_CLOUD_PROJECT": project,
+            "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}

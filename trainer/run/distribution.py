@@ -1,0 +1,40 @@
+"""The training plan applied to TensorFlow: the distribution strategy with its all-reduce,
+and Keras's mixed-precision policy (XLA is the model's `jit_compile`, `trainer.models`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.cluster.training_plan import TrainingPlan
+
+
+def communication_options(tf: Any, plan: TrainingPlan) -> Any:
+    """MultiWorkerMirroredStrategy's all-reduce as the plan says: NCCL on GPUs (with the
+    default AUTO, TensorFlow all-reduces GPU tensors through host memory over gRPC:
+    `trainer.cluster.training_plan`), TensorFlow's ring on CPUs. NCCL runs with its own defaults
+    (its network plugin, when the image has Vertex AI's Reduction Server one, is found on
+    the library path); set NCCL_* variables in the pool's environment to change them."""
+    implementation = tf.distribute.experimental.CommunicationImplementation
+    return tf.distribute.experimental.CommunicationOptions(
+        implementation=implementation.NCCL if plan.all_reduce == "nccl"
+        else implementation.RING)
+
+
+def create_strategy(tf: Any, plan: TrainingPlan) -> Any:
+    """The plan's strategy; must run before any other TF op."""
+    if plan.strategy == "parameter_server":
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        return tf.distribute.ParameterServerStrategy(resolver)
+    if plan.strategy == "multi_worker_mirrored":
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=communication_options(tf, plan))
+    if len(tf.config.list_physical_devices("GPU")) > 1:
+        # Its default all-reduce between one machine's GPUs is NCCL (NcclAllReduce).
+        return tf.distribute.MirroredStrategy()
+    return tf.distribute.get_strategy()
+
+
+def apply_precision(keras: Any, plan: TrainingPlan) -> None:
+    """Keras's global mixed-precision policy, as the plan says (before the model is built)."""
+    if plan.mixed_precision != "off":
+        keras.mixed_precision.set_global_policy(plan.policy)

@@ -1,0 +1,374 @@
+"""Training application: `python -m trainer.task`, the entry point of the trainer image.
+
+Runs the same way on one machine, on several local processes and on a Vertex AI cluster:
+the cluster comes from TF_CONFIG, outputs go under `--job-dir` (or Vertex's AIP_* dirs).
+A job restarted after a maintenance event or a lost worker resumes from its last
+completed epoch (BackupAndRestore under the checkpoint dir).
+
+Keras 3 (TensorFlow >= 2.16) cannot run `model.fit` under MultiWorkerMirroredStrategy
+(keras-team/keras#20585), so the trainer uses tf-keras; TF_USE_LEGACY_KERAS is set before
+TensorFlow is imported so that anything reaching `tf.keras` gets the same implementation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import logging
+import os
+import posixpath
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from trainer.cluster.local import cluster_wait_seconds, local_cores, pin_local_cores
+from trainer.cluster.network import keep_cluster_off_proxies
+from trainer.cluster.roles import ClusterConfigError
+from trainer.cluster.tf_config import ClusterInfo, cluster_from_env
+from trainer.cluster.training_plan import (
+    TrainingPlan,
+    choose_strategy,
+    plan_training,
+    requested,
+)
+from trainer.common import schema
+from trainer.common.errors import ProjectError
+from trainer.run.distribution import apply_precision, create_strategy
+from trainer.run.run_plan import SPLITS, Locations, RunPlan, locations, make_plan, training_report
+from trainer.run.training_options import REPORTED_METRICS, TrainingOptions
+
+log = logging.getLogger("trainer")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parses the trainer's flags: the job's locations, then every training option.
+
+    Returns:
+        The namespace; `options` holds the validated `TrainingOptions`.
+    """
+    parser = argparse.ArgumentParser(prog="python -m trainer.task",
+                                     description=__doc__.split("\n")[0])
+    where = parser.add_argument_group("locations")
+    where.add_argument("--job-dir", required=True,
+                       help="Output directory of the job (reports; default checkpoint, "
+                            "TensorBoard and model locations); gs:// paths are read through "
+                            "the /gcs/ mount.")
+    where.add_argument("--data-dir", required=True,
+                       help="Prepared dataset directory (manifest.json and TFRecord shards).")
+    where.add_argument("--model-dir", help="Final SavedModel directory (default: "
+                       "$AIP_MODEL_DIR, else <job-dir>/model).")
+    where.add_argument("--checkpoint-dir", help="Checkpoints and restart backup (default: "
+                       "$AIP_CHECKPOINT_DIR, else <job-dir>/checkpoints).")
+    where.add_argument("--tensorboard-dir", help="TensorBoard logs (default: "
+                       "$AIP_TENSORBOARD_LOG_DIR, else <job-dir>/tensorboard).")
+    machine = parser.add_argument_group("machine")
+    machine.add_argument("--expected-gpus", type=_count, default=0, metavar="N",
+                         help="GPUs this machine has (the CustomJob passes its pool's count): "
+                              "stop before training when TensorFlow sees fewer; 0 (default) "
+                              "expects none, as on local runs.")
+    machine.add_argument("--training-plan", metavar="JSON", default="",
+                         help="The cluster's training plan (strategy, all-reduce, mixed "
+                              "precision, XLA) as the pipeline's validation stage made it for "
+                              "every replica; without it, the trainer makes one from TF_CONFIG "
+                              "and the GPUs it sees.")
+    tuning = parser.add_argument_group("hyperparameter tuning")
+    tuning.add_argument("--hypertune-metric", choices=REPORTED_METRICS, default="",
+                        help="Report this metric after every epoch (the chief, with "
+                             "cloudml-hypertune) for Vertex AI Vizier or a local study; "
+                             "a trial's options follow as --<option> <value>.")
+    names = schema.add_arguments(parser.add_argument_group("training options"),
+                                 TrainingOptions, with_defaults=True, underscore_aliases=True)
+    args = parser.parse_args(argv)
+    try:
+        args.options = schema.validate(TrainingOptions, schema.given(args, names))
+    except schema.OptionsError as exc:
+        parser.error(str(exc))
+    return args
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (expected 0 or more)")
+    return value
+
+
+def weights_digest(model: Any) -> str:
+    """SHA-256 of the model's weights; equal on every worker when gradients are in sync."""
+    h = hashlib.sha256()
+    for w in model.get_weights():
+        h.update(w.tobytes())
+    return h.hexdigest()
+
+
+def _locations(args: argparse.Namespace, environ: dict[str, str]) -> Locations:
+    job_dir = args.job_dir
+    if args.hypertune_metric and environ.get("AIP_MODEL_DIR"):
+        # A trial of a Vertex AI tuning job: trials share the job's arguments, but each has
+        # its own base output directory, `<job's>/<trial id>/`, whose `model/` is
+        # AIP_MODEL_DIR (gcpc HyperparameterTuningJobRunOp, base_output_directory); its
+        # reports go there, beside its model, not over another trial's.
+        job_dir = posixpath.dirname(environ["AIP_MODEL_DIR"].rstrip("/"))
+    return locations(job_dir, args.data_dir, environ, model_dir=args.model_dir,
+                     checkpoint_dir=args.checkpoint_dir, tensorboard_dir=args.tensorboard_dir)
+
+
+def _start_tensorflow(environ: dict[str, str]) -> Any:
+    """Imports TensorFlow with tf-keras, and sizes its thread pools to the cores a local
+    cluster gave this process (before the first op, which creates them)."""
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tensorflow as tf
+
+    threads = len(local_cores(environ))
+    if threads:
+        from trainer.run.data import untuned_device_datasets
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+        untuned_device_datasets(tf)
+    return tf
+
+
+def _log_plan(tf: Any, plan: RunPlan) -> None:
+    info = plan.info
+    log.info("cluster: task %s of %s, %s with %d training machine(s), %d parameter "
+             "server(s); %d replica(s) in sync, chief=%s", info.name,
+             dict(info.cluster) or "single machine", plan.strategy, info.training_machines,
+             info.layout.parameter_servers, plan.replicas, info.is_chief)
+    log.info("devices: %s; GPUs: %s", ", ".join(d.name for d in tf.config.list_logical_devices()),
+             ", ".join(f"/gpu:{i}" for i in range(plan.gpus)) or "none")
+    log.info("data: %s", plan.describe())
+
+
+def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
+          environ: dict[str, str]) -> dict[str, Any]:
+    """Trains and exports the model; returns the training report (chief and MWMS workers).
+
+    Under ParameterServerStrategy only the chief runs this (it coordinates the workers).
+    """
+    tf = _start_tensorflow(environ)
+    from trainer.cluster.watch import formation_watch
+
+    wait = cluster_wait_seconds(args.options.cluster_wait, environ)
+    with formation_watch(info, wait, environ):
+        strategy = create_strategy(tf, training)  # First TensorFlow op, as collectives need.
+    import tf_keras as keras
+
+    from trainer.models.factory import model_for
+    from trainer.run import callbacks
+    from trainer.run.data import build_inputs
+
+    plan = make_plan(args.options, info, training, _locations(args, environ), environ,
+                     gpus=len(tf.config.list_physical_devices("GPU")),
+                     replicas=strategy.num_replicas_in_sync)
+    _log_plan(tf, plan)
+    apply_precision(keras, training)
+    keras.utils.set_random_seed(plan.options.seed)
+    train_input, validation_input = (build_inputs(tf, keras, plan, s) for s in SPLITS)
+    with strategy.scope():
+        model = model_for(keras, plan)
+    reporting = [callbacks.ReportMetric(args.hypertune_metric)] \
+        if args.hypertune_metric and info.is_chief else []
+    started = time.monotonic()
+    progress = _fit_phases(tf, keras, strategy, model, plan, (train_input, validation_input),
+                           reporting)
+    report = training_report(plan, resumed_from_epoch=progress.resumed_from(),
+                             epochs_run=progress.epochs_run, seconds=time.monotonic() - started,
+                             weights_sha256=weights_digest(model))
+    log.info("trained %d epoch(s) in %.1f s; weights digest %s",
+             report["epochs_run"], report["train_seconds"],
+             report["weights_sha256"])
+    _export(tf, model, plan, report)
+    return report
+
+
+def _fit_phases(tf: Any, keras: Any, strategy: Any, model: Any, plan: RunPlan,
+                inputs: tuple[Any, Any], reporting: list[Any]) -> Any:
+    """Runs `fit` for each phase of the plan (phase 2 unfreezes the backbone's top and
+    re-compiles first); returns the progress log that followed them."""
+    from trainer.models.factory import unfreeze_for_fine_tuning
+    from trainer.models.learning_rate import learning_rate
+    from trainer.run import callbacks
+
+    progress = callbacks.EpochLog(plan)
+    for phase in plan.phases:
+        if phase.name == "fine_tune":
+            with strategy.scope():
+                unfrozen = unfreeze_for_fine_tuning(
+                    keras, model, plan.options.fine_tune_fraction, learning_rate(phase),
+                    jit_compile=plan.xla)
+            log.info("fine-tuning: %d layer(s) of the backbone unfrozen, learning rate %g",
+                     unfrozen, phase.learning_rate)
+        if plan.strategy == "multi_worker_mirrored":
+            from trainer.run.step_logs import keep_step_logs_local
+
+            keep_step_logs_local(tf, model)  # the epoch logs stay the cluster's
+        model.fit(inputs[0], initial_epoch=phase.first_epoch, epochs=phase.end_epoch,
+                  steps_per_epoch=plan.steps_per_epoch, validation_data=inputs[1],
+                  validation_steps=plan.validation_steps,
+                  callbacks=callbacks.for_phase(plan, phase, progress) + reporting,
+                  verbose=0)
+    callbacks.drop_kept_backups(plan)
+    return progress
+
+
+def _export(tf: Any, model: Any, plan: RunPlan, report: dict[str, Any]) -> None:
+    """Saves the model (every worker; only the chief's copy is committed), measured through
+    its serving signature before it is committed, and the chief's reports."""
+    from trainer.run import history
+    from trainer.serving import measure
+    from trainer.serving.savedmodel import save_model
+
+    def evaluate_staged(staged: str) -> dict[str, Any]:
+        # The model as a prediction client sees it (the export stage then reuses these
+        # figures instead of loading TensorFlow again).
+        measured = measure.evaluate(tf, staged, plan.where.data_dir, plan.manifest)
+        metrics = measured["metrics"]
+        log.info("exported model through its serving signature: validation accuracy %.4f "
+                 "on %d examples%s", metrics["accuracy"], metrics["examples"],
+                 f", test accuracy {metrics['test_accuracy']:.4f} on "
+                 f"{metrics['test_examples']}" if "test_accuracy" in metrics else "")
+        return measured
+
+    training = {k: report[k] for k in ("model", "strategy", "num_workers", "parameter_servers",
+                                       "replicas_in_sync", "global_batch_size", "epochs",
+                                       "phases")}
+    saved = save_model(tf, model, plan.where.model_dir, is_chief=plan.info.is_chief,
+                       image_size=plan.image_size, class_names=plan.classes,
+                       evaluate=evaluate_staged, extra_metadata={"training": training})
+    if saved:
+        history.write_reports(plan.where.job_dir, report)
+        log.info("model written to %s", saved)
+
+
+def evaluate_beside(args: argparse.Namespace, info: ClusterInfo,
+                    training: TrainingPlan, environ: dict[str, str]) -> int:
+    """The evaluator's role: the sidecar evaluator over the chief's checkpoints."""
+    tf = _start_tensorflow(environ)
+    import tf_keras as keras
+
+    from trainer.models.factory import model_for
+    from trainer.run.data import make_dataset
+    from trainer.run.sidecar import run_sidecar
+
+    # The chief's model, layer for layer (the policy decides the layers' compute types).
+    plan = make_plan(args.options, info, training, _locations(args, environ), environ,
+                     gpus=len(tf.config.list_physical_devices("GPU")), replicas=1)
+    apply_precision(keras, training)
+    model = model_for(keras, plan, pretrained=False)  # each checkpoint replaces the weights
+    spec = dataclasses.replace(plan.input_spec("validation"), training=False, cache=False,
+                               training_machines=1)
+    where = plan.where
+    evaluations = run_sidecar(keras, model, make_dataset(tf, spec), where.checkpoint_dir,
+                              where.job_dir, where.tensorboard_dir, info)
+    log.info("sidecar evaluator done after %d evaluation(s)", evaluations)
+    return evaluations
+
+
+def training_plan(args: argparse.Namespace, info: ClusterInfo,
+                  gpus: int, capability: tuple[int, int] | None) -> TrainingPlan:
+    """The plan this replica applies: the one it was given, checked against TF_CONFIG's
+    cluster; else one made here from TF_CONFIG and this machine's GPUs (`gpus`, and the
+    compute capability of the first) by the same rules.
+
+    Raises:
+        PlanError: The options cannot work on this cluster, or the plan given is invalid.
+        ClusterConfigError: The plan given is for another cluster.
+    """
+    from trainer.cluster.accelerators import seen
+
+    options = args.options
+    if not args.training_plan:
+        return plan_training(info.layout, **requested(options),
+                             gpu=seen(capability) if gpus and capability else None, gpus=gpus)
+    plan = TrainingPlan.from_json(args.training_plan)
+    asked = "auto" if plan.strategy == "single" else plan.strategy
+    try:
+        runs = choose_strategy(info.layout, asked)
+    except ClusterConfigError as exc:
+        runs = f"no {plan.strategy} ({exc})"
+    if runs != plan.strategy:
+        raise ClusterConfigError(
+            f"--training-plan is for {plan.strategy}, but TF_CONFIG's cluster "
+            f"({dict(info.cluster) or 'one machine'}) runs {runs}: the plan was made for "
+            "other worker pools")
+    return plan
+
+
+def _visible_gpus(args: argparse.Namespace, environ: dict[str, str]
+                  ) -> tuple[int, tuple[int, int] | None]:
+    """GPUs TensorFlow sees here and the first one's compute capability, checked against
+    `--expected-gpus`; TensorFlow is imported only when either needs it."""
+    if not args.expected_gpus and args.training_plan:
+        return 0, None
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tensorflow as tf
+
+    from trainer.run.gpu_check import require_gpus
+
+    found = require_gpus(tf, args.expected_gpus, environ)
+    if args.expected_gpus:
+        log.info("GPUs: %d visible, %d expected", found, args.expected_gpus)
+    gpus = tf.config.list_physical_devices("GPU")
+    details = tf.config.experimental.get_device_details(gpus[0]) if gpus else {}
+    return found, details.get("compute_capability")
+
+
+def run(args: argparse.Namespace, info: ClusterInfo,
+        environ: dict[str, str]) -> None:
+    """This replica's role in the training plan's strategy."""
+    from trainer.run.history import REPORT_FILE
+    from trainer.run.ps_server import serve_until_done
+
+    # Before any role starts work, and before the strategy exists.
+    plan = training_plan(args, info, *_visible_gpus(args, environ))
+    if plan.reduction_server and plan.all_reduce == "nccl" and \
+            info.task_type in ("chief", "worker"):
+        from trainer.run.gpu_check import require_reduction_server_plugin
+
+        log.info("NCCL network plugin: %s", require_reduction_server_plugin(environ))
+    if info.is_chief:
+        for line in plan.describe():
+            log.info("training plan: %s", line)
+    if info.task_type == "evaluator":
+        evaluate_beside(args, info, plan, environ)
+    elif plan.strategy == "parameter_server" and info.task_type in ("worker", "ps"):
+        serve_until_done(info, os.path.join(_locations(args, environ).job_dir, REPORT_FILE))
+    else:
+        train(args, info, plan, environ)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the trainer; returns the process exit code."""
+    args = parse_args(argv)
+    try:
+        info = cluster_from_env(os.environ)
+    except ProjectError as exc:
+        print(f"trainer: {exc}", file=sys.stderr)
+        return exc.exit_code
+    # Only the trainer's own logger prints INFO; TensorFlow's chatter stays at WARNING.
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter(f"[trainer {info.name}] %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    try:
+        pin_local_cores(os.environ)  # before TensorFlow starts
+        exempt = keep_cluster_off_proxies(info, os.environ)
+        if exempt is not None and info.is_chief:
+            log.info("proxy variables set: the cluster's gRPC goes direct (no_grpc_proxy=%s)",
+                     exempt)
+        run(args, info, dict(os.environ))
+    except ProjectError as exc:
+        print(f"trainer: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

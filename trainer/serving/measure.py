@@ -1,0 +1,117 @@
+"""A SavedModel's metrics, measured through its serving signature on a prepared dataset.
+
+The model is fed the splits' encoded images, exactly as a prediction client sends them.
+The trainer's chief measures the model it has just saved, before committing it, and
+commits the figures beside it (`EVALUATION_FILE`): TensorFlow is loaded there already,
+and on Vertex AI it runs on the training machines' accelerators. The export stage reads
+them back and evaluates again only a model measured on other data (a champion trained
+before the dataset changed). Not to be confused with `trainer.run.sidecar`, the sidecar
+evaluator of checkpoints during training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from trainer.common.contract import FEATURE_IMAGE, FEATURE_LABEL, feature_spec, shard_paths
+from trainer.common.errors import StageError
+from trainer.serving.container import SIGNATURE_BYTES
+
+#: Beside a SavedModel: {"dataset": digest of the splits measured, "metrics": {...}}.
+EVALUATION_FILE = "evaluation.json"
+#: The splits a model is measured on; metrics of the test split are prefixed `test_`.
+SPLITS = ("validation", "test")
+
+
+class EvaluationError(StageError):
+    """The model cannot be evaluated (no serving signature, an empty split)."""
+
+
+def dataset_digest(manifest: dict[str, Any]) -> str:
+    """What the metrics were measured on: the checksums of the evaluated splits' shards."""
+    h = hashlib.sha256()
+    for split in SPLITS:
+        for shard in manifest["splits"].get(split, {}).get("shards", []):
+            h.update(f"{split}\0{shard['file']}\0{shard['sha256']}\n".encode())
+    return "sha256:" + h.hexdigest()
+
+
+def _split_metrics(tf: Any, serve: Any, files: list[str], classes: list[str],
+                   batch_size: int) -> dict[str, Any]:
+    features = feature_spec(tf)
+    ds = (tf.data.TFRecordDataset(files)
+          .batch(batch_size)
+          .map(lambda r: tf.io.parse_example(r, features)))
+    correct = [0] * len(classes)
+    total = [0] * len(classes)
+    for batch in ds:
+        predicted = serve(image_bytes=batch[FEATURE_IMAGE])["class_index"].numpy()
+        for label, guess in zip(batch[FEATURE_LABEL].numpy(), predicted, strict=True):
+            total[label] += 1
+            correct[label] += int(label == guess)
+    examples = sum(total)
+    metrics: dict[str, Any] = {"accuracy": sum(correct) / examples if examples else 0.0,
+                               "examples": examples}
+    for name, c, t in zip(classes, correct, total, strict=True):
+        metrics[f"accuracy_{name}"] = c / t if t else 0.0
+    return metrics
+
+
+def evaluate(tf: Any, model_dir: str | os.PathLike, dataset_dir: str | os.PathLike,
+             manifest: dict[str, Any], batch_size: int = 256) -> dict[str, Any]:
+    """Measures the SavedModel in `model_dir` through its `serving_default` signature.
+
+    Args:
+        tf: The tensorflow module.
+        model_dir: A SavedModel directory.
+        dataset_dir: The prepared dataset.
+        manifest: Its manifest.
+        batch_size: Examples per signature call.
+
+    Returns:
+        `{"dataset": dataset_digest(manifest), "metrics": {...}}`, the metrics being the
+        validation split's `accuracy`, `examples` and per-class `accuracy_<class>`, and,
+        when the dataset has a test split, `test_accuracy` and `test_examples`.
+
+    Raises:
+        EvaluationError: The model lacks the signature, or the validation split is empty.
+    """
+
+    loaded = tf.saved_model.load(str(model_dir))
+    if SIGNATURE_BYTES not in loaded.signatures:
+        raise EvaluationError(f"SavedModel {str(model_dir)!r} has no {SIGNATURE_BYTES!r} "
+                              f"signature (has: {', '.join(loaded.signatures) or 'none'})")
+    serve = loaded.signatures[SIGNATURE_BYTES]
+    classes = manifest["classes"]
+    metrics = _split_metrics(tf, serve, shard_paths(dataset_dir, manifest, "validation"),
+                             classes, batch_size)
+    if not metrics["examples"]:
+        raise EvaluationError(f"the validation split of {str(dataset_dir)!r} is empty")
+    if "test" in manifest["splits"]:
+        test = _split_metrics(tf, serve, shard_paths(dataset_dir, manifest, "test"), classes,
+                              batch_size)
+        metrics.update(test_accuracy=test["accuracy"], test_examples=test["examples"])
+    return {"dataset": dataset_digest(manifest), "metrics": metrics}
+
+
+def write(model_dir: str | os.PathLike, evaluation: dict[str, Any]) -> None:
+    """Writes an evaluation beside its SavedModel."""
+    (Path(model_dir) / EVALUATION_FILE).write_text(json.dumps(evaluation, indent=2) + "\n")
+
+
+def read(model_dir: str | os.PathLike, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The metrics committed beside a SavedModel, if they were measured on this dataset's
+    splits; None otherwise (none written, other data, or an older layout)."""
+    path = Path(model_dir) / EVALUATION_FILE
+    try:
+        evaluation = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(evaluation, dict) or evaluation.get("dataset") != dataset_digest(manifest):
+        return None
+    metrics = evaluation.get("metrics")
+    return metrics if isinstance(metrics, dict) and "accuracy" in metrics else None
