@@ -1,0 +1,81 @@
+"""The README and docs/ pages, as a newcomer reads them: every `gpu-pipeline` command they
+show still parses, every link between them leads to a page, and every file they name
+exists."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+
+from pipelines.cli import build_parser
+from tests.support.paths import ROOT
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _code_blocks(text: str) -> list[str]:
+    return re.findall(r"^```[a-z]*\n(.*?)^```", text, flags=re.M | re.S)
+
+
+def _commands(text: str) -> list[str]:
+    """The `gpu-pipeline ...` command lines of a page's code blocks (continuations joined,
+    comments and a prompt's `$ ` dropped)."""
+    found = []
+    for block in _code_blocks(text):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.strip().removeprefix("$ ")
+            words = line.split()
+            if words and words[0].endswith("gpu-pipeline") and words[0] != "[gpu-pipeline]":
+                found.append(line.split(" #")[0].strip())
+    return found
+
+
+COMMANDS = [(page.name, command) for page in PAGES for command in _commands(page.read_text())]
+
+
+def test_the_pages_show_commands():
+    assert len(COMMANDS) >= 15, COMMANDS  # the extraction did find them
+
+
+@pytest.mark.parametrize("page,command", COMMANDS, ids=[f"{p}: {c[:60]}" for p, c in COMMANDS])
+def test_every_command_shown_parses(page, command):
+    # `[--dry-run]` in a page means "optionally": both forms must parse.
+    for form in {command.replace("[", "").replace("]", ""),
+                 re.sub(r"\s*\[[^\]]*\]", "", command)}:
+        args = shlex.split(form)[1:]
+        try:
+            build_parser().parse_args(args)
+        except SystemExit as exc:
+            pytest.fail(f"{page}: `{form}` does not parse (exit {exc.code})")
+
+
+def _links(page):
+    return [(page, target) for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)",
+                                                      page.read_text())
+            if "://" not in target]
+
+
+LINKS = [link for page in PAGES for link in _links(page)]
+
+
+@pytest.mark.parametrize("page,target", LINKS, ids=[f"{p.name} -> {t}" for p, t in LINKS])
+def test_every_link_between_pages_leads_somewhere(page, target):
+    assert (page.parent / target).exists(), f"{page.name} links to {target}, which is missing"
+
+
+#: Paths the pages name that a command writes (not in a fresh clone).
+WRITTEN = ("benchmarks/results/",)
+
+
+def test_every_file_a_page_names_exists():
+    """Backquoted paths of the project's files (`components/gpu/pools.py`, `examples/...`)."""
+    missing = []
+    for page in PAGES:
+        for path in re.findall(r"`((?:trainer|components|pipelines|tests|examples|benchmarks|"
+                               r"docker|requirements|docs)/[\w./-]*)`", page.read_text()):
+            if "*" not in path and "<" not in path and path not in WRITTEN \
+                    and not (ROOT / path).exists():
+                missing.append(f"{page.name}: {path}")
+    assert not missing, missing
