@@ -79,3 +79,17 @@ def test_every_file_a_page_names_exists():
                     and not (ROOT / path).exists():
                 missing.append(f"{page.name}: {path}")
     assert not missing, missing
+
+
+def test_every_module_a_page_names_exists():
+    """Backquoted dotted names of the project (`trainer.cluster.training_plan`,
+    `components.gpu.pools.check_pools`): a module, or a name in one."""
+    missing = []
+    for page in PAGES:
+        for name in re.findall(r"`((?:trainer|components|pipelines)(?:\.\w+)+)", page.read_text()):
+            path = ROOT.joinpath(*name.split("."))
+            module = path.parent.with_suffix(".py")
+            if not (path.with_suffix(".py").exists() or path.is_dir()
+                    or (module.exists() and path.name in module.read_text())):
+                missing.append(f"{page.name}: {name}")
+    assert not missing, missing
