@@ -105,9 +105,10 @@ class DatasetOptions(pydantic.BaseModel):
             problems.append(f"test_fraction is {self.test_fraction}; expected "
                             "validation_fraction + test_fraction < 1 (validation_fraction "
                             f"is {self.validation_fraction})")
-        if self.engine == "beam" and kind_of(self.source).one_stream:
+        kind = kind_of(self.source)
+        if self.engine == "beam" and kind.one_stream:
             problems.append(f"engine is 'beam', but the source {self.source} is a "
-                            f"{kind_of(self.source).name} source, which is read in one stream; "
+                            f"{kind.name} source, which is read in one stream; "
                             "expected engine 'local' for it (TFDS builds large datasets with "
                             "Beam itself)")
         return problems

@@ -18,10 +18,10 @@ in a decoding process (`load`). The kinds here (`dataset.source`):
 
 Adding a kind is one module with one class, registered here in the order kinds are tried
 (the first whose `matches` takes a source reads it); messages list the accepted forms from
-the registry. `base` holds what the kinds share; each kind's
-module its class beside its reading: `builtin`, `tfds`, `manifest`, `gcs_folder`,
-`local_folder` (the fallback, registered last). Code inside this package imports from
-`base` and the kinds' modules; the rest of the project imports from the package.
+the registry. `base` holds what the kinds share; each kind's module holds its class beside
+its reading: `builtin`, `tfds`, `manifest`, `gcs_folder`, `local_folder` (the fallback,
+registered last). Code inside this package imports from `base` and the kinds' modules; the
+rest of the project imports from the package.
 """
 
 from components.dataset.sources.base import (
