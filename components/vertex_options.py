@@ -106,6 +106,12 @@ class VertexOptions(pydantic.BaseModel):
         "then each fallback) while every one is out of capacity."))
     capacity_backoff: str = Field("600s", description=(
         "Wait before the next round, doubled each round, e.g. 600s."))
+    queue_limit: str = Field("3600s", pattern=r"^\d+s$", description=(
+        "A STANDARD or SPOT job still waiting for its machines (QUEUED or PENDING) this "
+        "long after it was created is cancelled and the next configuration tried; the last "
+        "one tried waits, and FLEX_START waits up to max_wait_duration. 0s: no limit."),
+        json_schema_extra={"valid": "whole seconds with an s, e.g. 3600s, or 0s for no "
+                                    "limit"})
     tensorboard: Tensorboard = Field("", description=(
         "projects/.../locations/.../tensorboards/ID; empty for none."))
     accuracy_threshold: float = Field(0.9, ge=0, le=1, description=(

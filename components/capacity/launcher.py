@@ -9,35 +9,48 @@ GoogleCloudPlatform/vertex-ai-samples#700) fails the run. This launcher, on the 
 `aiplatform_v1` client and request types, tries the alternatives in order (the primary,
 then `vertex.fallbacks`), skipping one whose quota is below its need, for at most
 `vertex.capacity_rounds` rounds with `vertex.capacity_backoff` (doubled each round) between
-them. Only a capacity failure of a job that never ran (no `start_time`: Vertex AI never
-got its machines) moves on; any other failure, and any failure after the job ran (a Spot
-preemption, which Vertex AI restarts itself, included), fails the step as it is.
+them. A job that never got its machines moves on: one that failed for capacity, one still
+QUEUED or PENDING after `vertex.queue_limit` (cancelled first; never the last one tried,
+which may as well wait, and never a FLEX_START job, which waits by design up to its own
+`max_wait_duration`), and a FLEX_START job whose wait expired. Any other failure, and any
+failure after the job ran (a Spot preemption, which Vertex AI restarts itself, included),
+fails the step as it is.
+
+As gcpc's launchers do for long jobs, it follows a job through the control plane's
+passing errors (`components.capacity.following`), names every job in `gcp_resources` as
+soon as it exists, labels it with the run's and the step's labels, and, when the step
+runs again, follows the job an earlier run of it left instead of creating another
+(`components.capacity.job_records`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 import re
-import signal
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from components.capacity import quotas
 from components.capacity.alternatives import Alternative
-from components.cloud_names import vertex_endpoint, vertex_resource_uri
+from components.capacity.following import (
+    FINAL_STATES,
+    POLL_SECONDS,
+    REQUEST_TIMEOUT,
+    RETRY_FIRST_DELAY,
+    Watch,
+    cancelled_with_the_step,
+    follow,
+)
+from components.capacity.job_records import alternative_of, write_gcp_resources
+from components.cloud_names import vertex_endpoint
 from trainer.common.errors import StageError
 
 #: What Vertex AI's stock-outs and quota refusals say (lower case); nothing else retries.
 STOCK_OUT_MARKERS = ("resources are insufficient in region", "zone_resource_pool_exhausted",
                      "stockout")
 QUOTA_MARKERS = ("exceed quota limits",)
-#: How often a running job is looked at (gcpc's launchers poll every 20 s).
-POLL_SECONDS = 20.0
-FINAL_STATES = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED",
-                "JOB_STATE_EXPIRED")
+#: Outcomes of an attempt that found no capacity (the next alternative is tried).
+NO_CAPACITY = ("stock-out", "quota", "queued", "expired", "skipped")
 
 
 class TrainingJobError(StageError):
@@ -61,24 +74,42 @@ def capacity_reason(message: str) -> str:
 
 @dataclasses.dataclass
 class Attempt:
-    """One try of one alternative: what happened and why."""
+    """One try of one alternative: what happened and why.
+
+    Attributes:
+        outcome: trained, stock-out, quota, queued (cancelled after the queue limit),
+            expired (FLEX_START's wait ran out), skipped (quota below the need), or
+            failed (an earlier run's job that ended otherwise).
+        resumed: The job was created by an earlier run of the step.
+    """
 
     label: str
     region: str
-    outcome: str  # trained, stock-out, quota, skipped (quota below the need)
+    outcome: str
     reason: str = ""
     job: str = ""
+    resumed: bool = False
 
     def describe(self) -> str:
-        job = f" ({self.job})" if self.job else ""
+        job = f" ({self.job}{', an earlier run of this step' if self.resumed else ''})" \
+            if self.job else ""
         return f"{self.label} in {self.region}: {self.outcome}{job}" + \
             (f": {self.reason}" if self.reason else "")
 
 
 @dataclasses.dataclass
 class Launch:
-    """What the launcher needs from the pipeline: the clients and how to make each
-    alternative's CustomJob."""
+    """What the launcher needs from the pipeline: the clients, how to make each
+    alternative's CustomJob, and where it says what it created.
+
+    Attributes:
+        queue_limit_seconds: A STANDARD or SPOT job still QUEUED or PENDING this long after
+            its creation is cancelled and the next alternative tried (0: no limit).
+        find_earlier: The jobs an earlier run of this step created
+            (`job_records.find_earlier`).
+        gcp_resources_path: Where every created job is named as soon as it exists.
+        watch: How jobs are followed (made from `log` when not given).
+    """
 
     project: str
     make_job: Callable[[Alternative], Any]  # -> aiplatform_v1.CustomJob
@@ -87,8 +118,14 @@ class Launch:
     log: Callable[[str], None]
     rounds: int = 1
     backoff_seconds: float = 600.0
-    poll_seconds: float = POLL_SECONDS
-    sleep: Callable[[float], None] = time.sleep
+    queue_limit_seconds: float = 0.0
+    find_earlier: Callable[[], list[Any]] = list
+    gcp_resources_path: str = ""
+    watch: Watch | None = None
+
+    def __post_init__(self) -> None:
+        if self.watch is None:
+            self.watch = Watch(self.log)
 
 
 @dataclasses.dataclass
@@ -111,36 +148,61 @@ def summary(record: Mapping[str, Any]) -> str:
     if not record:
         return ""
     others = [a for a in record.get("attempts", []) if a["outcome"] != "trained"]
-    text = f"trained on {record['trained_on']} ({record['configuration']})"
+    resumed = any(a.get("resumed") and a["outcome"] == "trained"
+                  for a in record.get("attempts", []))
+    text = f"trained on {record['trained_on']} ({record['configuration']})" + \
+        (", the job an earlier run of this step created" if resumed else "")
     if others:
         text += "; before it: " + "; ".join(
             f"{a['label']} in {a['region']} {a['outcome']}" for a in others)
     return text
 
 
+class _Jobs:
+    """The jobs this step created (or found), named in `gcp_resources` as they come."""
+
+    def __init__(self, how: Launch):
+        self.how = how
+        self.named: list[tuple[str, str]] = []
+
+    def add(self, region: str, name: str) -> None:
+        if (region, name) not in self.named:
+            self.named.append((region, name))
+            write_gcp_resources(self.how.gcp_resources_path, self.named)
+
+
 def launch(alternatives: Sequence[Alternative], how: Launch) -> Result:
-    """Runs the training CustomJob on the first alternative with capacity.
+    """Runs the training CustomJob on the first alternative with capacity, following
+    instead the job an earlier run of the step left.
 
     Raises:
         TrainingJobError: A job failed (or was cancelled) for another reason than capacity,
             or after it ran.
+        LostJobError: A job could not be looked at for too long (it was cancelled).
         NoCapacityError: Every alternative was out of capacity in every round.
     """
     attempts: list[Attempt] = []
+    jobs = _Jobs(how)
+    found = _resume(alternatives, how, attempts, jobs)
+    if isinstance(found, Result):
+        return found
     for number in range(how.rounds):
         if number:
             wait = how.backoff_seconds * 2 ** (number - 1)
             how.log(f"capacity: every configuration was out of capacity; round {number + 1} "
                     f"of {how.rounds} in {wait:.0f} s")
-            how.sleep(wait)
-        for alternative in alternatives:
+            how.watch.sleep(wait)
+        for position, alternative in enumerate(alternatives):
+            if number == 0 and position < found:
+                continue  # an earlier run of the step tried it already
             short = how.quota_check(alternative)
             if short:
                 attempts.append(Attempt(alternative.label, alternative.region, "skipped",
                                         short))
                 how.log(f"capacity: {attempts[-1].describe()}")
                 continue
-            job, attempt = _try(alternative, how)
+            last = number == how.rounds - 1 and position == len(alternatives) - 1
+            job, attempt = _try(alternative, how, jobs, last)
             attempts.append(attempt)
             how.log(f"capacity: {attempt.describe()}")
             if attempt.outcome == "trained":
@@ -153,7 +215,50 @@ def launch(alternatives: Sequence[Alternative], how: Launch) -> Result:
           "vertex.capacity_rounds")
 
 
-def _try(alternative: Alternative, how: Launch) -> tuple[Any, Attempt]:
+def _resume(alternatives: Sequence[Alternative], how: Launch, attempts: list[Attempt],
+            jobs: _Jobs) -> Result | int:
+    """The jobs an earlier run of this step created: a finished one that trained is the
+    result; a live one is followed to its end; others are recorded. Returns the result,
+    or the position of the first alternative the first round still has to try."""
+    by_index = {a.index: a for a in alternatives}
+    position = 0
+    for job in how.find_earlier():
+        index = alternative_of(job)
+        region = job.name.split("/")[3]
+        alternative = by_index.get(index) if index is not None else next(
+            (a for a in alternatives if a.region == region), None)
+        if alternative is None:
+            how.log(f"capacity: {job.name} is not one of this run's configurations; left "
+                    "alone")
+            continue
+        jobs.add(alternative.region, job.name)
+        state = job.state.name
+        try:
+            if state in FINAL_STATES:
+                job, attempt = _outcome(alternative, job, False, how, resumed=True)
+            else:
+                how.log(f"capacity: {job.name} ({alternative.label}), created by an earlier "
+                        f"run of this step, is {state}: following it instead of creating "
+                        "another")
+                last = alternative.index == alternatives[-1].index
+                job, attempt = _conclude(alternative, how.jobs_for(alternative.region),
+                                         job.name, how, last, resumed=True)
+        except TrainingJobError as exc:
+            if state not in FINAL_STATES:
+                raise
+            attempt = Attempt(alternative.label, alternative.region, "failed", str(exc),
+                              job.name, resumed=True)
+        attempts.append(attempt)
+        how.log(f"capacity: {attempt.describe()}")
+        if attempt.outcome == "trained":
+            return Result(alternative, job, attempts)
+        if attempt.outcome in NO_CAPACITY:
+            position = max(position, list(alternatives).index(alternative) + 1)
+    return position
+
+
+def _try(alternative: Alternative, how: Launch, jobs: _Jobs, last: bool
+         ) -> tuple[Any, Attempt]:
     """One alternative's CustomJob, created and followed to its end."""
     from google.api_core import exceptions
 
@@ -167,58 +272,80 @@ def _try(alternative: Alternative, how: Launch) -> tuple[Any, Attempt]:
         message = re.sub(r"^[A-Z]+ \S+: ", "", str(exc.message))
         return None, Attempt(alternative.label, alternative.region,
                              capacity_reason(message) or "quota", message)
+    jobs.add(alternative.region, job.name)
     how.log(f"capacity: {alternative.label}: created {job.name} ({alternative.describe()})")
-    with _cancelled_with_the_step(client, job.name):
-        job = _follow(client, job.name, how)
+    return _conclude(alternative, client, job.name, how, last)
+
+
+def _conclude(alternative: Alternative, client: Any, name: str, how: Launch, last: bool,
+              resumed: bool = False) -> tuple[Any, Attempt]:
+    """Follows a job to its end (cancelled with the step) and says what it came to."""
+    # The last alternative of the last round waits: a queued job costs nothing and there
+    # is nothing else to try. FLEX_START waits by design, up to its max_wait_duration.
+    limit = 0.0 if last or alternative.scheduling_strategy == "FLEX_START" \
+        else how.queue_limit_seconds
+    with cancelled_with_the_step(client, name):
+        job, queued_out = follow(client, name, how.watch, limit)
+    return _outcome(alternative, job, queued_out, how, resumed)
+
+
+def _started(job: Any) -> bool:
+    return job.start_time is not None and job.start_time.timestamp() > 0
+
+
+def _outcome(alternative: Alternative, job: Any, queued_out: bool, how: Launch,
+             resumed: bool = False) -> tuple[Any, Attempt]:
+    """What a finished job came to: trained, or no capacity (the next alternative is
+    tried).
+
+    Raises:
+        TrainingJobError: It failed otherwise, or after it ran.
+    """
     state = job.state.name
+
+    def attempt(outcome: str, reason: str = "") -> Attempt:
+        return Attempt(alternative.label, alternative.region, outcome, reason, job.name,
+                       resumed)
+
     if state == "JOB_STATE_SUCCEEDED":
-        return job, Attempt(alternative.label, alternative.region, "trained", job=job.name)
+        return job, attempt("trained")
+    ran = _started(job)
+    if queued_out and state == "JOB_STATE_CANCELLED" and not ran:
+        return job, attempt("queued", f"no machines {how.queue_limit_seconds:.0f} s after "
+                                      "it was created (vertex.queue_limit); cancelled")
     message = job.error.message or state
+    if _expired(alternative, job, message, how.watch):
+        return job, attempt("expired", message)
     reason = capacity_reason(message)
-    ran = job.start_time is not None and job.start_time.timestamp() > 0
     if state == "JOB_STATE_FAILED" and reason and not ran:
-        return job, Attempt(alternative.label, alternative.region, reason, message, job.name)
+        return job, attempt(reason, message)
     why = " after it ran (Vertex AI's own restarts apply; not retried elsewhere)" \
         if reason and ran else ""
     raise TrainingJobError(f"the training CustomJob {job.name} ({alternative.label}) ended "
                            f"{state}{why}: {message}")
 
 
-def _follow(client: Any, name: str, how: Launch) -> Any:
-    """The job once it is in a final state."""
-    while True:
-        job = client.get_custom_job(name=name)
-        if job.state.name in FINAL_STATES:
-            return job
-        how.sleep(how.poll_seconds)
+def _expired(alternative: Alternative, job: Any, message: str, watch: Watch) -> bool:
+    """Whether a job ended because its wait for machines ran out.
 
-
-@contextlib.contextmanager
-def _cancelled_with_the_step(client: Any, name: str) -> Iterator[None]:
-    """While a job runs, a SIGTERM to this step (a cancelled pipeline run) cancels it, as
-    gcpc's launchers do (google_cloud_pipeline_components/container/utils/
-    execution_context.py); nothing is left running."""
-    def cancel(signum: int, frame: Any) -> None:
-        client.cancel_custom_job(name=name)
-        raise SystemExit(f"cancelled: the training CustomJob {name} was cancelled too")
-
-    try:
-        previous = signal.signal(signal.SIGTERM, cancel)
-    except ValueError:  # not the main thread: nothing to install
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def gcp_resources(attempts: Sequence[Mapping[str, Any]]) -> str:
-    """The jobs the attempts created, as gcpc's launchers write their `gcp_resources`
-    output (Vertex AI Pipelines links each from the step)."""
-    return json.dumps({"resources": [
-        {"resourceType": "CustomJob", "resourceUri": vertex_resource_uri(a["region"], a["job"])}
-        for a in attempts if a["job"]]})
+    Vertex AI documents JOB_STATE_EXPIRED ("the job's deadline passed") but not the state
+    a FLEX_START job ends in when its `max_wait_duration` passes before it gets its
+    machines ("Schedule training jobs based on resource availability" says only that the
+    job then stops waiting); both EXPIRED and FAILED-before-it-started are taken as
+    expiry, the latter when it failed for capacity or once its wait was spent.
+    """
+    state = job.state.name
+    if state == "JOB_STATE_EXPIRED":
+        return True
+    if alternative.scheduling_strategy != "FLEX_START" or state != "JOB_STATE_FAILED" or \
+            _started(job):
+        return False
+    limit = job.job_spec.scheduling.max_wait_duration
+    seconds = limit.total_seconds() if limit else 0.0
+    ended = job.end_time.timestamp() if job.end_time and job.end_time.timestamp() > 0 \
+        else watch.clock()
+    created = job.create_time.timestamp() if job.create_time else ended
+    return bool(capacity_reason(message)) or (seconds > 0 and ended - created >= seconds)
 
 
 def jobs_client(region: str) -> Any:
@@ -248,13 +375,15 @@ def quota_checker(client: Any, project: str, log: Callable[[str], None]
 def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
                      images: Mapping[str, Any], *, dataset_path: str, output_uri: str,
                      output_path: str, training: Mapping[str, Any], vertex: Mapping[str, Any],
-                     log: Callable[[str], None]) -> Result:
+                     gcp_resources_path: str, log: Callable[[str], None]) -> Result:
     """Stage 4 on Vertex AI: stage 1's alternatives, each as a CustomJob of the trainer
-    with its own training plan, tried in order until one trains (`launch`).
+    with its own training plan, tried in order until one trains (`launch`); the jobs an
+    earlier run of the step created are followed first.
 
     Raises:
-        TrainingJobError, NoCapacityError: As `launch`.
+        TrainingJobError, LostJobError, NoCapacityError: As `launch`.
     """
+    from components.capacity.job_records import find_earlier, job_labels
     from components.training.vertex_job import custom_job, custom_job_spec, plan_flags
     from components.vertex_options import VertexOptions
     from trainer.common.schema import to_flags, validate
@@ -273,7 +402,8 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
                                output_path=output_path, job_name=options.job_name,
                                trainer_args=[*flags, *plan_flags(alternative.plan.to_dict())])
         return custom_job({**spec, "display_name": name}, options,
-                          alternative.scheduling_strategy)
+                          alternative.scheduling_strategy,
+                          labels=job_labels(options.labels, alternative.index))
 
     clients: dict[str, Any] = {}
 
@@ -282,9 +412,16 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
             clients[region] = jobs_client(region)
         return clients[region]
 
+    checked = [Alternative.from_dict(a) for a in alternatives]
     how = Launch(project, make_job, jobs_for,
                  quota_checker(quotas.quotas_client(), project, log), log,
                  rounds=options.capacity_rounds,
                  backoff_seconds=float(options.capacity_backoff.rstrip("s")),
-                 poll_seconds=POLL_SECONDS)
-    return launch([Alternative.from_dict(a) for a in alternatives], how)
+                 queue_limit_seconds=float(options.queue_limit.rstrip("s")),
+                 find_earlier=lambda: find_earlier(project, [a.region for a in checked],
+                                                   jobs_for, gcp_resources_path, log),
+                 gcp_resources_path=gcp_resources_path,
+                 watch=Watch(log, poll_seconds=POLL_SECONDS,
+                             retry_first_delay=RETRY_FIRST_DELAY,
+                             request_timeout=REQUEST_TIMEOUT))
+    return launch(checked, how)

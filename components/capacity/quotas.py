@@ -5,8 +5,14 @@ Vertex AI counts custom-training GPUs per region and GPU type, in quotas named
 Workload Scheduler (FLEX_START) count against the preemptible ones,
 `custom_model_training_preemptible_<gpu>_gpus` (Vertex AI docs: "Schedule training jobs
 based on resource availability", Quota: DWS uses preemptible quota and is billed at
-on-demand prices). CPU machines count against `custom_model_training_cpus` (N1 and E2) or
-their family's `custom_model_training_<family>_cpus` (e.g. c2); a job above a quota is
+on-demand prices). Every machine's vCPUs count against a CPU quota as well, GPU machines'
+included: `custom_model_training_cpus` for N1 and E2 (users' 429s for n1-standard-4 with a
+T4 name it beside `custom_model_training_nvidia_t4_gpus`: GoogleCloudPlatform/training-
+data-analyst#2457 and others), their family's `custom_model_training_<family>_cpus` for
+the others (c2 and n2 are listed so by Cloud Quotas). For the GPU families (a2, a3, a4,
+g2) that name follows the pattern but no source we could read confirms it: it is checked
+where the project's quotas list it, and otherwise reported as not known, never refused
+(`Quota.limit` None). A job above a quota is
 refused with 429 RESOURCE_EXHAUSTED, "The following quota metrics exceed quota limits:
 aiplatform.googleapis.com/custom_model_training_nvidia_l4_gpus"
 (GoogleCloudPlatform/stable-diffusion-on-gcp#12, GoogleCloudPlatform/vertex-ai-samples#700,
@@ -77,10 +83,11 @@ def metric(kind: str, scheduling: str) -> str:
 
 
 def machine_vcpus(machine_type: str) -> int:
-    """A machine type's vCPUs (its name's last number; E2's shared-core types have 2)."""
+    """A machine type's vCPUs (the catalog's, else its name's last number; E2's
+    shared-core types have 2)."""
     from components.gpu import catalog as cat
 
-    known = cat.N1_MACHINES.get(machine_type)
+    known = {**cat.N1_MACHINES, **cat.A2_MACHINES, **cat.MODERN_MACHINES}.get(machine_type)
     if known is not None:
         return known.vcpus
     last = machine_type.rsplit("-", 1)[-1]
@@ -94,8 +101,8 @@ def cpu_quota_name(machine_type: str) -> str:
 
 
 def needs(pools: Sequence[Any], region: str, scheduling: str, copies: int = 1) -> list[Need]:
-    """The quota a job of `pools` holds: the GPUs of pools with GPUs, the vCPUs of
-    CPU-only pools (a Reduction Server's included), times `copies` (parallel trials)."""
+    """The quota a job of `pools` holds: the GPUs of pools with GPUs, and every pool's
+    vCPUs (a Reduction Server's included), times `copies` (parallel trials)."""
     amounts: dict[str, int] = defaultdict(int)
     parts: dict[str, list[str]] = defaultdict(list)
     for pool in pools:
@@ -104,16 +111,16 @@ def needs(pools: Sequence[Any], region: str, scheduling: str, copies: int = 1) -
         replicas = int(pool.get("replica_count", 1) or 0)
         gpu, count = pool_accelerator(pool)
         machine = str((pool.get("machine_spec") or {}).get("machine_type", ""))
+        held = []
         if count and gpu in GPU_QUOTA_NAMES:
-            key, amount, unit = metric(GPU_QUOTA_NAMES[gpu], scheduling), count, gpu
-        elif not count and machine:
-            key, amount = metric(cpu_quota_name(machine), scheduling), machine_vcpus(machine)
-            unit = f"vCPUs of {machine}" + (" (Reduction Server)"
-                                            if is_reduction_server(pool) else "")
-        else:
-            continue
-        amounts[key] += replicas * amount * copies
-        parts[key].append(f"{replicas} x {amount} {unit}")
+            held.append((metric(GPU_QUOTA_NAMES[gpu], scheduling), count, gpu))
+        if machine:
+            held.append((metric(cpu_quota_name(machine), scheduling), machine_vcpus(machine),
+                         f"vCPUs of {machine}" + (" (Reduction Server)"
+                                                  if is_reduction_server(pool) else "")))
+        for key, amount, unit in held:
+            amounts[key] += replicas * amount * copies
+            parts[key].append(f"{replicas} x {amount} {unit}")
     suffix = f", x {copies} parallel trials" if copies > 1 else ""
     return [Need(key, region, amounts[key], " + ".join(parts[key]) + suffix)
             for key in amounts]

@@ -230,6 +230,13 @@ ZONES: dict[str, dict[str, frozenset[str]]] = {
     },
 }
 
+#: The GPU types the zone snapshot records: a job using one in a region it covers must
+#: find the type in one of the region's zones. Where Vertex AI offers the others (A100 80GB,
+#: L4, H100, H200, B200, GB200) is not recorded here: Vertex AI's locations page lists it per
+#: region, but its table could not be read when this was written (2026-11-26).
+ZONED_ACCELERATORS = frozenset(g for zones in ZONES.values() for offered in zones.values()
+                               for g in offered)
+
 #: BEYOND THE GPU GUIDE: K80 reached end of support on Compute Engine on 2024-05-01
 #: (https://cloud.google.com/compute/docs/eol/k80-eol); Vertex AI marks it deprecated.
 END_OF_SUPPORT = {K80: "reached end of support on 2024-05-01 "

@@ -12,12 +12,13 @@ run, and make the training plan the pools run.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from components import images
 from components.gpu.validation import validate_worker_pool_specs
-from trainer.cluster.accelerators import ACCELERATORS
+from trainer.cluster.accelerators import ACCELERATORS, weakest
 from trainer.cluster.roles import ClusterConfigError, Layout
 from trainer.cluster.training_plan import (
     PlanError,
@@ -30,8 +31,13 @@ from trainer.cluster.training_plan import (
 POOL_NAMES = ("worker_pool_specs[0] (chief)", "worker_pool_specs[1] (workers)",
               "worker_pool_specs[2] (parameter servers)", "worker_pool_specs[3] (evaluator)")
 #: Vertex AI's Reduction Server image (docs: "Reduction Server"): a pool 2 running it
-#: speeds up MultiWorkerMirroredStrategy's all-reduce instead of holding parameters.
+#: speeds up MultiWorkerMirroredStrategy's all-reduce instead of holding parameters. The
+#: docs name it under `us-docker.pkg.dev`; Artifact Registry serves the same path under
+#: each of its multi-regions (`us`, `europe`, `asia`), and a job pulls fastest from the
+#: one nearest its region, so the image is recognised under any `*-docker.pkg.dev` host.
 REDUCTION_SERVER = "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver"
+_REDUCTION_SERVER_PATH = re.compile(
+    r"[a-z0-9-]+-docker\.pkg\.dev/vertex-ai-restricted/training/reductionserver([:@].*)?")
 #: Pool 2 when it runs the Reduction Server, as messages name it.
 REDUCERS = "worker_pool_specs[2] (Reduction Server)"
 
@@ -44,10 +50,11 @@ def _replicas(pool: Any) -> int:
 
 
 def is_reduction_server(pool: Any) -> bool:
-    """Whether a pool runs Vertex AI's Reduction Server image."""
+    """Whether a pool runs Vertex AI's Reduction Server image (under any Artifact
+    Registry host)."""
     image = (pool.get("container_spec") or {}).get("image_uri", "") \
         if isinstance(pool, Mapping) else ""
-    return isinstance(image, str) and image.startswith(REDUCTION_SERVER)
+    return isinstance(image, str) and bool(_REDUCTION_SERVER_PATH.fullmatch(image))
 
 
 def layout_of(pools: Sequence[Any]) -> Layout:
@@ -95,7 +102,8 @@ def check_layout(pools: Sequence[Any], strategy: str = "auto") -> tuple[list[str
             f"training.strategy {strategy} trains with MultiWorkerMirroredStrategy, which has "
             "no use for parameter servers; use training.strategy parameter_server or auto, or "
             f"run Vertex AI's Reduction Server there (container_spec.image_uri "
-            f"{REDUCTION_SERVER}:latest)")
+            f"{REDUCTION_SERVER}:latest, or the same path under europe-docker.pkg.dev or "
+            "asia-docker.pkg.dev nearer the job)")
     if chosen == "parameter_server":
         for pool in pools[2:3]:
             spec = pool.get("machine_spec") or {} if isinstance(pool, Mapping) else {}
@@ -147,45 +155,76 @@ def pool_accelerator(pool: Any) -> tuple[str, int]:
     return str(spec["accelerator_type"]), int(spec["accelerator_count"])
 
 
-def training_gpus(pools: Sequence[Any], strategy: str) -> tuple[str, int]:
-    """The GPU type and count of the machines that run training steps: the workers (pool
-    1) under ParameterServerStrategy, where the chief only coordinates; the chief and the
-    workers (pools 0 and 1) otherwise.
+def training_gpus(pools: Sequence[Any], strategy: str) -> tuple[list[str], int]:
+    """The GPU types (slowest first) and count of the machines that run training steps:
+    the workers (pool 1) under ParameterServerStrategy, where the chief only coordinates;
+    the chief and the workers (pools 0 and 1) otherwise.
 
     Raises:
-        PlanError: Under MultiWorkerMirroredStrategy, pools 0 and 1 differ in their GPUs.
+        PlanError: Under MultiWorkerMirroredStrategy, pools 0 and 1 differ in how many GPUs
+            a machine has (a different type with the same count is allowed:
+            `check_gpu_types` warns).
     """
     indices = (1,) if strategy == "parameter_server" else (0, 1)
     found = {i: pool_accelerator(pools[i]) for i in indices
              if i < len(pools) and _replicas(pools[i])}
-    kinds = set(found.values())
-    if len(kinds) > 1:
+    counts = {n for _, n in found.values()}
+    if len(counts) > 1:
         described = "; ".join(f"{POOL_NAMES[i]} has " + (f"{n} x {g}" if n else "no GPU")
                               for i, (g, n) in found.items())
         raise PlanError(
             f"{described}: MultiWorkerMirroredStrategy runs one replica per GPU on every "
             "training machine and all-reduces across all of them, so every training machine "
-            "needs the same GPUs (TensorFlow sizes the all-reduce group from each machine's "
-            "own devices); give pools 0 and 1 the same machine_spec")
-    return kinds.pop() if kinds else ("", 0)
+            "needs the same number of GPUs (TensorFlow sizes the all-reduce group from each "
+            "machine's own devices); give pools 0 and 1 the same accelerator_count")
+    kinds = sorted({g for g, _ in found.values() if g},
+                   key=lambda g: (ACCELERATORS[g].peak_tflops, g) if g in ACCELERATORS
+                   else (0.0, g))
+    return kinds, counts.pop() if counts else 0
+
+
+def check_gpu_types(pools: Sequence[Any], strategy: str) -> list[str]:
+    """Advice when the training machines' GPUs differ only in type: a synchronous step
+    waits for the slowest card, and the plan follows what every card can do."""
+    try:
+        kinds, _ = training_gpus(pools, strategy)
+    except PlanError:
+        return []
+    if len(kinds) < 2:
+        return []
+    slow, fast = ACCELERATORS[kinds[0]], ACCELERATORS[kinds[-1]]
+    return [f"worker_pool_specs[0] (chief) and [1] (workers) have different GPU types "
+            f"({', '.join(kinds)}): MultiWorkerMirroredStrategy steps in lockstep, so every "
+            f"step waits for the slower {slow.name} ({slow.peak_tflops:g} against "
+            f"{fast.peak_tflops:g} peak TFLOPS on NVIDIA's datasheets), and the training plan "
+            "follows what every card can do; the same machine_spec in both pools pays "
+            "only for the speed it gets"]
 
 
 def plan_for_pools(pools: Sequence[Any], *, strategy: str = "auto",
                    mixed_precision: str = "auto", xla: str = "auto") -> TrainingPlan:
-    """The training plan of validated Vertex AI worker pools (`trainer.cluster.training_plan`).
+    """The training plan of validated Vertex AI worker pools (`trainer.cluster.training_plan`);
+    with several GPU types on the training machines, the plan of what every one can do.
 
     Raises:
         PlanError: The options cannot work on these pools.
     """
+    import dataclasses
+
     layout = layout_of(pools)
     reduction = len(pools) > 2 and is_reduction_server(pools[2])
     try:
         chosen = choose_strategy(layout, strategy)
     except ClusterConfigError as exc:
         raise PlanError(str(exc)) from None
-    gpu, count = training_gpus(pools, chosen)
-    return plan_training(layout, strategy=strategy, mixed_precision=mixed_precision, xla=xla,
-                         gpu=ACCELERATORS.get(gpu), gpus=count, reduction_server=reduction)
+    kinds, count = training_gpus(pools, chosen)
+    known = [ACCELERATORS[k] for k in kinds if k in ACCELERATORS]
+    gpu = (weakest(known) if len(known) > 1 else known[0]) if known else None
+    plan = plan_training(layout, strategy=strategy, mixed_precision=mixed_precision, xla=xla,
+                         gpu=gpu, gpus=count, reduction_server=reduction)
+    if len(known) > 1:  # the plan names every type it serves
+        plan = dataclasses.replace(plan, accelerator="+".join(kinds))
+    return plan
 
 
 def egress_gbps(pool: Any) -> float | None:
@@ -292,6 +331,7 @@ def with_role_checks(result: Any, training: Any = None, scheduling: str | None =
         except PlanError as exc:
             errors += exc.problems
         advice += check_reduction_server(result.specs)
+        advice += check_gpu_types(result.specs, plan.strategy) if plan else []
         errors += check_reduction_server_plugin(result.specs)
     return dataclasses.replace(result, ok=not errors, errors=result.errors + errors,
                                warnings=result.warnings + advice, plan=plan)

@@ -305,7 +305,14 @@ def _check_region(region: str, pools: Sequence[tuple[str, Mapping[str, Any]]],
                       f"{listed(GPU_REGIONS)}")
         return
     zones = cat.ZONES.get(region)
-    seed_types = [g for g in used if g in cat.GPU_COUNTS]
+    # Every type the zone snapshot records (A100 included), not only the GPU guide's.
+    seed_types = [g for g in used if g in cat.ZONED_ACCELERATORS]
+    unknown = [g for g in used if g not in cat.ZONED_ACCELERATORS]
+    if unknown:
+        warnings.append(f"region {region}: where Vertex AI offers {listed(unknown)} is not "
+                        "recorded here; check the accelerators of the region on Vertex AI's "
+                        "locations page (https://cloud.google.com/vertex-ai/docs/general/"
+                        "locations) before the images are built")
     if zones is None:
         if len(used) > 1:
             warnings.append(f"region {region}: the GPU types {listed(used)} must all be offered in "

@@ -148,36 +148,36 @@ def best_vertex_trial(gcp_resources: str, training: dict, tuning: dict,
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def train_on_vertex_ai(project: str, alternatives: list, images: dict, dataset: Input[Dataset],
-                       training: dict, vertex: dict, training_job: Output[Artifact]
-                       ) -> NamedTuple("VertexTraining", [
+                       training: dict, vertex: dict, training_job: Output[Artifact],
+                       gcp_resources: dsl.OutputPath(str)) -> NamedTuple("VertexTraining", [
                            ("model_uri", str), ("worker_pool_specs", list), ("strategy", str),
-                           ("training_plan", dict), ("capacity", dict),
-                           ("gcp_resources", str)]):
+                           ("training_plan", dict), ("capacity", dict)]):
     """Stage 4 (Vertex): the trainer as a Vertex AI CustomJob on the first of stage 1's
-    `alternatives` with capacity (the primary, then `vertex.fallbacks`; a stock-out or a
-    quota refusal moves on, any other failure fails the step); every replica applies its
-    alternative's training plan. Returns the model's URI, the pools, strategy and plan
-    that trained, the capacity record (which alternative trained and why not the others)
-    and the jobs it created."""
+    `alternatives` with capacity (the primary, then `vertex.fallbacks`; a stock-out, a
+    quota refusal or a queue past `vertex.queue_limit` moves on, any other failure fails
+    the step); every replica applies its alternative's training plan. Every job is named
+    in `gcp_resources` as soon as it exists, and a step that runs again follows the job an
+    earlier run of it left. Returns the model's URI, the pools, strategy and plan that
+    trained, and the capacity record (which alternative trained and why not the others)."""
     from collections import namedtuple
 
-    from components.capacity.launcher import gcp_resources, run_training_job, summary
+    from components.capacity.launcher import run_training_job, summary
     from components.stage import say, stage_errors
     from components.training.vertex_job import MODEL_SUBDIR
 
     with stage_errors("training"):
         done = run_training_job(project, alternatives, images, dataset_path=dataset.path,
                                 output_uri=training_job.uri, output_path=training_job.path,
-                                training=training, vertex=vertex, log=say)
+                                training=training, vertex=vertex,
+                                gcp_resources_path=gcp_resources, log=say)
     record = done.record()
     say(f"training: {summary(record)}")
     training_job.metadata.update({"capacity": summary(record), "custom_job": done.job.name})
     outputs = namedtuple("VertexTraining", ["model_uri", "worker_pool_specs", "strategy",
-                                            "training_plan", "capacity", "gcp_resources"])
+                                            "training_plan", "capacity"])
     plan = done.alternative.plan
     return outputs(f"{training_job.uri.rstrip('/')}/{MODEL_SUBDIR}",
-                   done.alternative.worker_pool_specs, plan.strategy, plan.to_dict(), record,
-                   gcp_resources(record["attempts"]))
+                   done.alternative.worker_pool_specs, plan.strategy, plan.to_dict(), record)
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)

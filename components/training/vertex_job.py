@@ -100,10 +100,12 @@ def _seconds(value: str) -> Any:
     return duration_pb2.Duration(seconds=int(float(value.rstrip("s"))))
 
 
-def custom_job(spec: Mapping[str, Any], options: Any, scheduling: str) -> Any:
+def custom_job(spec: Mapping[str, Any], options: Any, scheduling: str,
+               labels: Mapping[str, str] | None = None) -> Any:
     """The `aiplatform_v1.CustomJob` of `custom_job_spec`'s output, with the run's
     settings (`VertexOptions`) and a scheduling strategy; the fields gcpc's
-    CustomTrainingJobOp would fill from the same values."""
+    CustomTrainingJobOp would fill from the same values. `labels` replace
+    `options.labels` (the launcher's add the run's and the step's)."""
     from google.cloud import aiplatform_v1
 
     pools = [dict(p) for p in spec["worker_pool_specs"]]
@@ -120,4 +122,4 @@ def custom_job(spec: Mapping[str, Any], options: Any, scheduling: str) -> Any:
                 "tensorboard": options.tensorboard,
                 "persistent_resource_id": options.persistent_resource_id}
     return aiplatform_v1.CustomJob(display_name=spec["display_name"], job_spec=job_spec,
-                                   labels=dict(options.labels))
+                                   labels=dict(options.labels if labels is None else labels))

@@ -11,6 +11,11 @@ from typing import Any
 Respond = Callable[[http.server.BaseHTTPRequestHandler, str, Any], tuple[int, Any]]
 
 
+class DropConnection(Exception):
+    """Raised by `respond`: the connection is closed without an answer, as a reset or a
+    load balancer dropping it would leave the client."""
+
+
 def json_handler(respond: Respond) -> type[http.server.BaseHTTPRequestHandler]:
     """A request handler class that answers GET, POST and PUT with `respond`'s JSON."""
 
@@ -18,7 +23,12 @@ def json_handler(respond: Respond) -> type[http.server.BaseHTTPRequestHandler]:
         def _serve(self, method: str) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
-            status, answer = respond(self, method, json.loads(raw) if raw.strip() else None)
+            try:
+                status, answer = respond(self, method,
+                                         json.loads(raw) if raw.strip() else None)
+            except DropConnection:
+                self.close_connection = True
+                return
             data = json.dumps(answer).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")

@@ -13,7 +13,11 @@ types the trainer image cannot serve. Sources:
   precision ("bfloat16 ... on GPUs with compute capability 8.0 or higher");
 - XLA: TensorFlow 2.21's XLA emits PTX for the CUDA it was built with (12.5, PTX ISA 8.5),
   which has no target above sm_90: "LLVM ERROR: PTX version 8.5 does not support target
-  'sm_100'" (tensorflow/tensorflow#111958), whatever CUDA is installed.
+  'sm_100'" (tensorflow/tensorflow#111958), whatever CUDA is installed;
+- peak TFLOPS, only to say which of two cards is slower: NVIDIA's datasheets, dense
+  (without sparsity) FP16 on the tensor cores, FP32 where there are none (K80 for both
+  of its GPUs, P4, P100 PCIe); V100 SXM2, A100 and H100/H200 SXM; an order, not a
+  prediction of training speed.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ class Accelerator:
     name: str
     architecture: str
     compute_capability: tuple[int, int]
+    peak_tflops: float = 0.0
+    no_xla: bool = False  # set when standing in for several GPUs, one without XLA
 
     @property
     def capability(self) -> str:
@@ -53,7 +59,7 @@ class Accelerator:
     @property
     def xla(self) -> bool:
         """Whether TensorFlow 2.21's XLA can compile for it (up to sm_90, Hopper)."""
-        return self.compute_capability <= XLA_MAX_CAPABILITY
+        return not self.no_xla and self.compute_capability <= XLA_MAX_CAPABILITY
 
 
 #: The newest compute capability TensorFlow 2.21's XLA can target (module docstring).
@@ -64,27 +70,37 @@ _ARCHITECTURES = {(3, 7): "Kepler", (6, 0): "Pascal", (6, 1): "Pascal", (7, 0): 
                   (10, 0): "Blackwell"}
 
 
-def _accelerator(name: str, major: int, minor: int) -> tuple[str, Accelerator]:
-    return name, Accelerator(name, _ARCHITECTURES[(major, minor)], (major, minor))
+def _accelerator(name: str, major: int, minor: int, tflops: float) -> tuple[str, Accelerator]:
+    return name, Accelerator(name, _ARCHITECTURES[(major, minor)], (major, minor), tflops)
 
 
 #: Every accelerator type of `components.gpu.catalog`, by its Vertex AI name (a test checks
 #: that the two lists agree).
 ACCELERATORS = dict([
-    _accelerator("NVIDIA_TESLA_K80", 3, 7),
-    _accelerator("NVIDIA_TESLA_P4", 6, 1),
-    _accelerator("NVIDIA_TESLA_P100", 6, 0),
-    _accelerator("NVIDIA_TESLA_V100", 7, 0),
-    _accelerator("NVIDIA_TESLA_T4", 7, 5),
-    _accelerator("NVIDIA_TESLA_A100", 8, 0),
-    _accelerator("NVIDIA_A100_80GB", 8, 0),
-    _accelerator("NVIDIA_L4", 8, 9),
-    _accelerator("NVIDIA_H100_80GB", 9, 0),
-    _accelerator("NVIDIA_H100_MEGA_80GB", 9, 0),
-    _accelerator("NVIDIA_H200_141GB", 9, 0),
-    _accelerator("NVIDIA_B200", 10, 0),
-    _accelerator("NVIDIA_GB200", 10, 0),
+    _accelerator("NVIDIA_TESLA_K80", 3, 7, 8.7),
+    _accelerator("NVIDIA_TESLA_P4", 6, 1, 5.5),
+    _accelerator("NVIDIA_TESLA_P100", 6, 0, 9.3),
+    _accelerator("NVIDIA_TESLA_V100", 7, 0, 125),
+    _accelerator("NVIDIA_TESLA_T4", 7, 5, 65),
+    _accelerator("NVIDIA_TESLA_A100", 8, 0, 312),
+    _accelerator("NVIDIA_A100_80GB", 8, 0, 312),
+    _accelerator("NVIDIA_L4", 8, 9, 121),
+    _accelerator("NVIDIA_H100_80GB", 9, 0, 989),
+    _accelerator("NVIDIA_H100_MEGA_80GB", 9, 0, 989),
+    _accelerator("NVIDIA_H200_141GB", 9, 0, 989),
+    _accelerator("NVIDIA_B200", 10, 0, 2250),
+    _accelerator("NVIDIA_GB200", 10, 0, 2500),
 ])
+
+
+def weakest(gpus: list[Accelerator]) -> Accelerator:
+    """What several GPU types can all do, as one accelerator: the slowest card's name and
+    figures, the lowest compute capability (tensor cores, bfloat16), and XLA only if every
+    one has it. MultiWorkerMirroredStrategy's replicas all apply one plan."""
+    slowest = min(gpus, key=lambda g: (g.peak_tflops, g.compute_capability))
+    return dataclasses.replace(
+        slowest, compute_capability=min(g.compute_capability for g in gpus),
+        no_xla=not all(g.xla for g in gpus))
 
 
 def seen(compute_capability: tuple[int, int]) -> Accelerator:

@@ -17,7 +17,6 @@ import yaml
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import aiplatform_v1, cloudquotas_v1
 
-from components import images
 from components.capacity import quotas
 from components.capacity.alternatives import (
     batch_lines,
@@ -31,15 +30,14 @@ from components.capacity.launcher import (
     TrainingJobError,
     capacity_reason,
     launch,
-    quota_checker,
 )
-from components.training.vertex_job import custom_job, custom_job_spec, plan_flags
 from pipelines.cli import main
 from pipelines.config import ConfigError
 from pipelines.config_loading import load_config
 from pipelines.vertex import capacity as preflight
 from pipelines.vertex.clients import Clients
 from tests.support.google_fakes import iam_clients, rest_client
+from tests.support.launches import launch_settings
 from tests.support.vertex_emulator.apis import CustomJob
 
 REPO = "us-central1-docker.pkg.dev/my-proj/ml-images"
@@ -131,14 +129,20 @@ def test_a_repeated_configuration_and_a_persistent_resource_are_refused():
 
 
 def test_what_a_configuration_needs_of_each_quota():
-    [gpus] = quotas.needs(pools(T4, 3), "us-central1", "STANDARD")
+    gpus, cpus = quotas.needs(pools(T4, 3), "us-central1", "STANDARD")
     assert (gpus.metric, gpus.amount) == (
         "aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus", 4)
+    # A GPU machine's vCPUs count too (users' 429s name both quotas for n1 + T4).
+    assert (cpus.metric, cpus.amount, cpus.what) == (
+        "aiplatform.googleapis.com/custom_model_training_cpus", 32,
+        "1 x 8 vCPUs of n1-standard-8 + 3 x 8 vCPUs of n1-standard-8")
     # Spot and DWS count against the preemptible quotas; parallel trials multiply.
     for strategy in ("SPOT", "FLEX_START"):
-        [gpus] = quotas.needs(pools(A100), "us-central1", strategy, copies=3)
+        gpus, cpus = quotas.needs(pools(A100), "us-central1", strategy, copies=3)
         assert (gpus.metric, gpus.amount) == ("aiplatform.googleapis.com/custom_model_"
                                               "training_preemptible_nvidia_a100_gpus", 6)
+        assert (cpus.metric, cpus.amount) == ("aiplatform.googleapis.com/custom_model_"
+                                              "training_preemptible_a2_cpus", 72)
         assert gpus.what.endswith("x 3 parallel trials")
     # CPU-only pools: their vCPUs, by machine family.
     layout = [*pools(T4), {"machine_spec": {"machine_type": "n1-highmem-8"}, "replica_count": 2},
@@ -146,7 +150,20 @@ def test_what_a_configuration_needs_of_each_quota():
     found = {n.metric.rsplit("/", 1)[1]: n.amount
              for n in quotas.needs(layout, "us-central1", "STANDARD")}
     assert found == {"custom_model_training_nvidia_t4_gpus": 2,
-                     "custom_model_training_cpus": 16, "custom_model_training_c2_cpus": 16}
+                     "custom_model_training_cpus": 32, "custom_model_training_c2_cpus": 16}
+    # 8 x a2-highgpu-8g: 64 A100s and 768 vCPUs (the catalog's 96 each, not the name's 8).
+    eight = [{"machine_spec": {"machine_type": "a2-highgpu-8g", "accelerator_type":
+                               "NVIDIA_TESLA_A100", "accelerator_count": 8}, "replica_count": 1},
+             {"machine_spec": {"machine_type": "a2-highgpu-8g", "accelerator_type":
+                               "NVIDIA_TESLA_A100", "accelerator_count": 8}, "replica_count": 7}]
+    assert {n.metric.rsplit("_", 2)[-2]: n.amount
+            for n in quotas.needs(eight, "us-central1", "STANDARD")} == {"a100": 64, "a2": 768}
+
+
+def test_a_cpu_quota_the_project_does_not_list_is_not_known_never_refused():
+    [_, cpus] = quotas.check(quotas.needs(pools(A100), "us-central1", "STANDARD"), {})
+    assert cpus.limit is None and not cpus.refused
+    assert cpus.describe("my-proj").endswith("the project has no such quota, not checked")
 
 
 def _clients(apis):
@@ -192,7 +209,8 @@ def test_a_fallback_without_quota_and_jobs_in_the_way_are_warnings(apis):
     lines: list[str] = []
     found = preflight.check_capacity(config(fallbacks=[{"worker_pool_specs": pools(L4)}]),
                                      _clients(apis), dry_run=False, log=lines.append)
-    assert [(q.limit, q.in_use, q.busy) for q in found] == [(3, 2, True)]
+    # The CPU quota is not among the project's: not known, not refused.
+    assert [(q.limit, q.in_use, q.busy) for q in found] == [(3, 2, True), (None, 16, False)]
     assert any(line.startswith("warning: quota: primary: ") and "2 in use by active "
                "CustomJobs" in line for line in lines)
     assert any(line.startswith("warning: quota: fallbacks[0] cannot run while ")
@@ -216,36 +234,11 @@ def test_the_dry_run_prints_the_quota_requests_and_sends_none(capsys):
 # --- The launcher --------------------------------------------------------------------------
 
 
-def _launch(apis, cfg, **how):
-    """A launch of `cfg`'s alternatives against the fake, with images the fake cannot
-    pull (a job that gets machines fails at once, as a job whose image is missing does)."""
-    checked = check_alternatives(cfg.vertex, cfg.training).raise_for_errors()
-    missing = {i.key: {"reference": f"{REPO}/{i.name}@sha256:{'0' * 64}"}
-               for i in images.PROJECT_IMAGES}
-
-    def make_job(alternative):
-        spec = custom_job_spec(alternative.worker_pool_specs, missing, dataset_path="/gcs/d",
-                               output_uri="gs://b/job", output_path="/gcs/b/job",
-                               trainer_args=plan_flags(alternative.plan.to_dict()))
-        return custom_job(spec, cfg.vertex, alternative.scheduling_strategy)
-
-    lines, sleeps = [], []
-    client = rest_client(aiplatform_v1.JobServiceClient, apis)
-    defaults = {"quota_check": quota_checker(rest_client(cloudquotas_v1.CloudQuotasClient, apis),
-                                             "my-proj", lines.append),
-                "poll_seconds": 0.01, "sleep": lambda s: sleeps.append(s) if s > 0.5 else None,
-                "rounds": cfg.vertex.capacity_rounds,
-                "backoff_seconds": float(cfg.vertex.capacity_backoff[:-1])}
-    settings = Launch("my-proj", make_job, lambda region: client, log=lines.append,
-                      **{**defaults, **how})
-    return checked.alternatives, settings, lines, sleeps
-
-
 def test_a_stock_out_moves_on_a_short_quota_is_skipped_and_another_failure_stops(apis):
     apis.stockouts = {("n1-standard-8", "us-central1")}
     apis.quotas = {"custom_model_training_nvidia_l4_gpus": {"us-central1": 1}}
     cfg = config(fallbacks=[{"worker_pool_specs": pools(L4)}, {"region": "us-west1"}])
-    alternatives, how, lines, sleeps = _launch(apis, cfg, rounds=3)
+    alternatives, how, lines, fake_time = launch_settings(apis, cfg, rounds=3)
     with pytest.raises(TrainingJobError) as raised:
         launch(alternatives, how)
     # Not a capacity failure: the same image would fail anywhere, so nothing more is tried.
@@ -255,7 +248,7 @@ def test_a_stock_out_moves_on_a_short_quota_is_skipped_and_another_failure_stops
                for r in apis.recorded(r"/customJobs$")]
     assert created == ["projects/my-proj/locations/us-central1",
                        "projects/my-proj/locations/us-west1"]
-    assert sleeps == []
+    assert fake_time.sleeps == []
     assert any("primary in us-central1: stock-out" in line and "Resources are insufficient "
                "in region: us-central1" in line for line in lines)
     assert any("fallbacks[0] in us-central1: skipped: aiplatform.googleapis.com/custom_model"
@@ -272,8 +265,8 @@ def test_vertex_ai_refusing_for_quota_moves_on_and_rounds_back_off(apis):
     apis.quotas = {"custom_model_training_nvidia_t4_gpus": {"us-central1": 1}}
     apis.stockouts = {("NVIDIA_L4", "us-central1")}
     cfg = config(fallbacks=[{"worker_pool_specs": pools(L4)}], capacity_backoff="300s")
-    alternatives, how, lines, sleeps = _launch(apis, cfg, rounds=2,
-                                               quota_check=lambda alternative: "")
+    alternatives, how, lines, fake_time = launch_settings(apis, cfg, rounds=2,
+                                                          quota_check=lambda alternative: "")
     with pytest.raises(NoCapacityError) as raised:
         launch(alternatives, how)
     attempts = str(raised.value).splitlines()[1:5]
@@ -285,7 +278,7 @@ def test_vertex_ai_refusing_for_quota_moves_on_and_rounds_back_off(apis):
     outcomes = [line.split(": ")[1].split(" (")[0] for line in lines
                 if line.startswith("capacity: ") and " in us-central1: " in line]
     assert outcomes == ["primary in us-central1", "fallbacks[0] in us-central1"] * 2
-    assert sleeps == [300.0]
+    assert fake_time.sleeps == [300.0]
     assert len(apis.recorded(r"/customJobs$")) == 4  # two refused, two created and failed
 
 
@@ -300,7 +293,7 @@ class _RanThenStockedOut:
         self.created += 1
         return aiplatform_v1.CustomJob(name=f"{parent}/customJobs/1")
 
-    def get_custom_job(self, name):
+    def get_custom_job(self, name, timeout=None):
         job = aiplatform_v1.CustomJob(name=name, state="JOB_STATE_FAILED")
         job.start_time = "2026-11-25T03:00:00Z"
         job.error.code, job.error.message = 8, "Resources are insufficient in region: x"
@@ -312,7 +305,8 @@ def test_a_failure_after_the_job_ran_is_not_retried_elsewhere():
     client = _RanThenStockedOut()
     alternatives = check_alternatives(cfg.vertex, cfg.training).alternatives
     how = Launch("my-proj", lambda a: aiplatform_v1.CustomJob(), lambda r: client,
-                 lambda a: "", print, rounds=2, sleep=lambda s: None)
+                 lambda a: "", print, rounds=2)
+    how.watch.sleep = lambda s: None
     with pytest.raises(TrainingJobError, match="after it ran"):
         launch(alternatives, how)
     assert client.created == 1
@@ -336,7 +330,7 @@ def test_a_cancelled_step_cancels_its_running_job():
     import os
     import signal
 
-    from components.capacity.launcher import _cancelled_with_the_step
+    from components.capacity.following import cancelled_with_the_step
 
     class Jobs:
         cancelled: list[str] = []
@@ -346,7 +340,7 @@ def test_a_cancelled_step_cancels_its_running_job():
 
     jobs, before = Jobs(), signal.getsignal(signal.SIGTERM)
     with pytest.raises(SystemExit, match="cancelled: the training CustomJob j/1 was cancelled"):
-        with _cancelled_with_the_step(jobs, "j/1"):
+        with cancelled_with_the_step(jobs, "j/1"):
             os.kill(os.getpid(), signal.SIGTERM)
     assert jobs.cancelled == ["j/1"]
     assert signal.getsignal(signal.SIGTERM) is before  # the step's own handler is back

@@ -378,3 +378,24 @@ def test_module_does_not_import_tensorflow():
             "print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("region", ["us-west2", "us-east4"])
+def test_an_a100_pool_is_refused_where_the_region_has_no_a100s(region):
+    """Tried as a new user would: an A100 pool in us-west2 or us-east4 was accepted; the
+    zone snapshot records A100 zones as it does the GPU guide's types."""
+    a100 = pools(("a2-highgpu-1g", cat.A100, 1), ("a2-highgpu-1g", cat.A100, 1))
+    result = gv.validate_worker_pool_specs(a100, region=region)
+    assert not result.ok
+    assert (f"worker_pool_specs[0] (chief), worker_pool_specs[1] (worker): NVIDIA_TESLA_A100 "
+            f"is not offered in region {region}; regions offering it: us-central1, us-east1, "
+            "us-west1") in result.errors
+    assert gv.validate_worker_pool_specs(a100, region="us-central1").ok
+
+
+def test_a_gpu_type_the_zone_data_does_not_cover_is_a_warning_not_a_refusal():
+    l4 = pools(("g2-standard-8", cat.L4, 1))
+    result = gv.validate_worker_pool_specs(l4, region="us-west2")
+    assert result.ok
+    assert any(w.startswith("region us-west2: where Vertex AI offers NVIDIA_L4 is not recorded "
+                            "here") for w in result.warnings)

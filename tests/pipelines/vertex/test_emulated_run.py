@@ -112,7 +112,7 @@ def emulated_vertex(work: Path):
             clients = _clients(storage, apis.url)
 
             def run(vertex: dict, training: dict, tuning: dict | None = None,
-                    dataset: dict | None = None) -> dict:
+                    dataset: dict | None = None, faults: tuple[str, ...] = ()) -> dict:
                 config = load_config(overrides={
                     "vertex": {"project": "my-proj", "region": "us-central1",
                                "pipeline_root": "gs://pipelines/root",
@@ -122,11 +122,13 @@ def emulated_vertex(work: Path):
                 runs.submit(config, dry_run=False, clients=clients,
                             credentials=AnonymousCredentials(), log=lambda line: None)
                 request = clients.pipeline_api.calls[-1]
+                apis.get_faults = list(faults)  # what the training step's looks meet
                 started = time.monotonic()
                 emulated = EmulatedPipelines(work / f"run{len(clients.pipeline_api.calls)}",
                                              mount, env, image_problem=apis.image_problem)
                 tasks = emulated.run(request)
-                return {"tasks": tasks, "apis": apis, "request": request, "mount": mount,
+                return {"tasks": tasks, "pipelines": emulated, "apis": apis,
+                        "request": request, "mount": mount,
                         "storage": storage, "env": env, "work": work, "clients": clients,
                         "dataflow": dataflow, "seconds": time.monotonic() - started}
 
@@ -159,10 +161,11 @@ LABELS = {"team": "vision", "cost-center": "ml-42"}
 @pytest.fixture(scope="module")
 def emulated_run(tmp_path_factory):
     """The default layout (a chief and a worker, MultiWorkerMirroredStrategy), a new model;
+    while it trains, three looks at its CustomJob meet 503s and one a dropped connection.
     `run` submits more runs to the same emulated Vertex AI."""
     with emulated_vertex(tmp_path_factory.mktemp("vertex")) as run:
         first = run({"labels": LABELS, "persistent_resource_id": "fast-pool"},
-                    {"epochs": 3, "batch_size": 32})
+                    {"epochs": 3, "batch_size": 32}, faults=("503", "503", "503", "drop"))
         yield {**first, "run": run}
 
 
@@ -208,8 +211,11 @@ def test_the_custom_job_request_and_the_environment_of_its_replicas(emulated_run
     assert spec.service_account == ACCOUNT
     assert spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.STANDARD
     assert spec.scheduling.restart_job_on_worker_restart
-    # Cost tracking and fast starts: the job carries the labels, on the persistent resource.
-    assert dict(job.labels) == LABELS
+    # Cost tracking and fast starts: the job carries the labels, on the persistent resource;
+    # the run's (as Vertex AI Pipelines passes them) and the step's besides the user's.
+    assert dict(job.labels) == {**LABELS, **emulated_run["pipelines"].run_labels,
+                                "gpu-pipeline-step": "training",
+                                "gpu-pipeline-alternative": "0"}
     assert spec.persistent_resource_id == "fast-pool"
     assert dict(emulated_run["request"].pipeline_job.labels) == {"app": "gpu-pipeline",
                                                                  **LABELS}
@@ -272,6 +278,38 @@ def test_a_replica_that_sees_fewer_gpus_than_its_pool_has_stops_before_training(
                               "but TensorFlow sees 0: training would run on its CPUs.")
     assert "built for CUDA 12.5.1 and cuDNN 9" in message and "libcuda.so.1" in message
     assert "epoch" not in result.stdout.lower()
+
+
+def test_the_training_step_follows_its_job_through_passing_errors(emulated_run):
+    """Three 503s and a dropped connection while the job trained: the step looked again
+    (with back-off) and the job ended SUCCEEDED, created once."""
+    apis, task = emulated_run["apis"], emulated_run["tasks"]["train-on-vertex-ai"]
+    assert len(apis.recorded(r"/customJobs$")) == 1 and apis.get_faults == []
+    log = task.log.read_text()
+    failures = re.findall(r"training: looking at \S+ failed \((\w+):", log)
+    assert failures == ["ServiceUnavailable"] * 3 + ["ConnectionError"]
+    assert next(iter(apis.jobs.values())).state == "JOB_STATE_SUCCEEDED"
+    # gcp_resources names the job (gcpc's form), written as soon as it existed.
+    (job,) = json.loads(task.parameters["gcp_resources"])["resources"]
+    assert job == {"resourceType": "CustomJob", "resourceUri": "https://us-central1-aiplatform"
+                   ".googleapis.com/v1/projects/my-proj/locations/us-central1/customJobs/1"}
+
+
+def test_the_training_step_run_again_trains_nothing_twice(emulated_run):
+    """The step runs again in a new pod (a retry, a resumed run): it finds the run's job by
+    Vertex AI Pipelines' run labels, sees it trained, and returns its outputs."""
+    apis = emulated_run["apis"]
+    before = len(apis.recorded(r"/customJobs$"))
+    again = emulated_run["pipelines"].rerun("train-on-vertex-ai")
+    assert len(apis.recorded(r"/customJobs$")) == before  # no second job
+    first = emulated_run["tasks"]["train-on-vertex-ai"].parameters
+    assert again.parameters["model_uri"] == first["model_uri"]
+    assert again.parameters["gcp_resources"] == first["gcp_resources"]
+    listed = apis.recorded(r"/customJobs$", method="GET")[-1]
+    billing = emulated_run["pipelines"].run_labels["vertex-ai-pipelines-run-billing-id"]
+    assert listed.query["filter"] == [f'labels.vertex-ai-pipelines-run-billing-id="{billing}" '
+                                      'AND labels.gpu-pipeline-step="training"']
+    assert "the job an earlier run of this step created" in again.log.read_text()
 
 
 def test_the_build_stage_found_the_images_submit_built(emulated_run):
@@ -523,16 +561,20 @@ L4 = {"machine_type": "g2-standard-8", "accelerator_type": "NVIDIA_L4", "acceler
 def tuned_run(emulated_run):
     """A second run, last in this module (it adds jobs to the shared emulation): a study
     first, and the dataset prepared by the Beam engine as a Dataflow job. By the time the
-    study ends, us-central1 has no n1-standard-8 machines left: the training step falls
-    back to L4 machines (`vertex.fallbacks`)."""
+    study ends, us-central1 has no n1-standard-8 machines left, and the first fallback's L4
+    machines in us-west1 stay QUEUED past `vertex.queue_limit`: the training step trains on
+    the second fallback (`vertex.fallbacks`)."""
     apis = emulated_run["apis"]
-    fallback = {"worker_pool_specs": [{"machine_spec": L4, "replica_count": 1}] * 2}
+    pools = [{"machine_spec": L4, "replica_count": 1}] * 2
+    fallbacks = [{"region": "us-west1", "worker_pool_specs": pools},
+                 {"worker_pool_specs": pools}]
     apis.stockouts = {("n1-standard-8", "us-central1")}
+    apis.queued = {("NVIDIA_L4", "us-west1")}
     try:
-        return emulated_run["run"]({"fallbacks": [fallback]}, {"epochs": 1}, STUDY,
-                                   {"engine": "beam"})
+        return emulated_run["run"]({"fallbacks": fallbacks, "queue_limit": "3s"},
+                                   {"epochs": 1}, STUDY, {"engine": "beam"})
     finally:
-        apis.stockouts = set()
+        apis.stockouts, apis.queued = set(), set()
 
 
 def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run, tuned_run):
@@ -597,43 +639,54 @@ def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run
     assert "tuned: best of 2 trials by val_accuracy" in export["description"]
 
 
-def test_a_stock_out_on_the_primary_trains_on_the_first_fallback_and_says_so(tuned_run):
+def test_a_stock_out_and_a_queue_move_on_to_the_next_fallback_and_say_so(tuned_run):
     """The primary configuration's CustomJob fails without ever running ("Resources are
-    insufficient in region"); the launcher creates the first fallback's, which trains with
-    its own plan, and the training step, the report, the lineage and the model's
-    description name the alternative that trained and why the primary did not."""
+    insufficient in region"); the first fallback's stays QUEUED past the queue limit and is
+    cancelled; the launcher creates the second fallback's, which trains with its own plan,
+    and the training step, the report, the lineage and the model's description name the
+    alternative that trained and why the others did not."""
     apis, tasks = tuned_run["apis"], tuned_run["tasks"]
-    primary, fallback = [aiplatform_v1.CustomJob.from_json(json.dumps(r.body))
-                         for r in apis.recorded(r"/customJobs$")[-2:]]
+    primary, queued, fallback = [aiplatform_v1.CustomJob.from_json(json.dumps(r.body))
+                                 for r in apis.recorded(r"/customJobs$")[-3:]]
     assert primary.job_spec.worker_pool_specs[0].machine_spec.machine_type == "n1-standard-8"
     assert fallback.job_spec.worker_pool_specs[0].machine_spec.machine_type == "g2-standard-8"
-    assert primary.display_name == fallback.display_name  # one run's training
+    assert primary.display_name == queued.display_name == fallback.display_name  # one run's
     assert primary.job_spec.base_output_directory == fallback.job_spec.base_output_directory
-    failed, trained = list(apis.jobs.values())[-2:]
+    assert [dict(j.labels)["gpu-pipeline-alternative"] for j in (primary, queued, fallback)] \
+        == ["0", "1", "2"]
+    failed, cancelled, trained = list(apis.jobs.values())[-3:]
     assert (failed.state, failed.error_code, failed.replicas) == ("JOB_STATE_FAILED", 8, [])
+    assert (cancelled.name.split("/")[3], cancelled.state, cancelled.replicas) == (
+        "us-west1", "JOB_STATE_CANCELLED", [])
     assert trained.state == "JOB_STATE_SUCCEEDED"
     # The fallback's replicas applied its own plan: L4 machines, bfloat16.
     assert {(r.training_plan["accelerator"], r.training_plan["mixed_precision"])
             for r in trained.replicas} == {("NVIDIA_L4", "bfloat16")}
     capacity = tasks["train-on-vertex-ai"].parameters["capacity"]
-    assert capacity["trained_on"] == "fallbacks[0]"
+    assert capacity["trained_on"] == "fallbacks[1]"
     assert [(a["label"], a["outcome"]) for a in capacity["attempts"]] == \
-        [("primary", "stock-out"), ("fallbacks[0]", "trained")]
+        [("primary", "stock-out"), ("fallbacks[0]", "queued"), ("fallbacks[1]", "trained")]
     assert "Resources are insufficient in region: us-central1" in \
         capacity["attempts"][0]["reason"]
+    # Every job the step created is named in gcp_resources, in the order created.
+    named = json.loads(tasks["train-on-vertex-ai"].parameters["gcp_resources"])["resources"]
+    assert [r["resourceUri"].split("/v1/")[1] for r in named] == [
+        failed.name, cancelled.name, trained.name]
     log = tasks["train-on-vertex-ai"].log.read_text()
     assert "capacity: primary in us-central1: stock-out" in log
-    assert "training: trained on fallbacks[0] (1 x g2-standard-8 + 1 x NVIDIA_L4" in log
-    # Stage 1 validated and planned the fallback; the export names what trained.
+    assert "capacity: fallbacks[0] in us-west1: queued" in log
+    assert "training: trained on fallbacks[1] (1 x g2-standard-8 + 1 x NVIDIA_L4" in log
+    # Stage 1 validated and planned the fallbacks; the export names what trained.
     stage1 = tasks["validate-gpu-config"].parameters["alternatives"]
-    assert [a["label"] for a in stage1] == ["primary", "fallbacks[0]"]
+    assert [a["label"] for a in stage1] == ["primary", "fallbacks[0]", "fallbacks[1]"]
     export = tasks["export-model"]
     assert export.executor_input["inputs"]["parameterValues"]["worker_pool_specs"][0][
         "machine_spec"]["accelerator_type"] == "NVIDIA_L4"
-    assert "trained on fallbacks[0]" in export.parameters["description"]
-    assert "before it: primary in us-central1 stock-out" in export.parameters["description"]
-    assert export.parameters["labels"]["trained-on"] == "fallbacks-0"
-    # Submit held both configurations against the quotas Cloud Quotas reported.
+    assert "trained on fallbacks[1]" in export.parameters["description"]
+    assert "before it: primary in us-central1 stock-out; fallbacks[0] in us-west1 queued" \
+        in export.parameters["description"]
+    assert export.parameters["labels"]["trained-on"] == "fallbacks-1"
+    # Submit held the configurations against the quotas Cloud Quotas reported.
     assert apis.recorded(r"/quotaInfos$", method="GET")
 
 

@@ -42,6 +42,17 @@ refuse or crawl through it.
 The job succeeds when every replica of pools 0 and 1 has exited with 0 (parameter
 servers and evaluators are then stopped) and fails when any replica fails.
 
+What long jobs meet on Vertex AI, on request: `get_faults` makes the next GETs of a
+CustomJob fail as the control plane's passing errors do (`"503"`, `"500"`, `"504"`: the
+status; `"timeout"`: the answer comes after `fault_delay` s; `"drop"`: the connection is
+closed without an answer); `queued` holds a job whose machine or GPU type is listed for
+its region in JOB_STATE_QUEUED, its replicas not started (until the entry is removed,
+when it starts), until it is cancelled or, for
+a FLEX_START job, its `maxWaitDuration` passes: it then ends as `flex_expiry` says
+(`"EXPIRED"`, or `"FAILED"` before it started; which of the two Vertex AI uses is not
+documented). ListCustomJobs reads `labels.KEY="VALUE"` terms of its filter besides
+`state="..."` ones.
+
 A HyperparameterTuningJob (`hyperparameterTuningJobs` create/get/cancel) runs its trials,
 `parallelTrialCount` at a time, each as a CustomJob of its `trialJobSpec` with the trial's
 parameters appended as `--<parameterId> <value>` (Vertex AI docs: "Create a
@@ -71,7 +82,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from tests.support.json_http import json_handler
+from tests.support.json_http import DropConnection, json_handler
 
 ROLES = ("chief", "worker", "ps", "evaluator")
 
@@ -133,6 +144,7 @@ class CustomJob:
     state: str = "JOB_STATE_RUNNING"
     error: str = ""
     error_code: int = 13
+    created: float = dataclasses.field(default_factory=time.time)
 
 
 #: The emulated project's number (Resource Manager's answer, the buckets' owner).
@@ -185,6 +197,11 @@ class FakeGoogleApis:
         # (machine type or GPU type, region) with no machines right now: a job using one
         # fails without starting, as Vertex AI's stock-outs do.
         self.stockouts: set[tuple[str, str]] = set()
+        # (machine type or GPU type, region) whose jobs wait in QUEUED (see the docstring).
+        self.queued: set[tuple[str, str]] = set()
+        self.flex_expiry = "EXPIRED"
+        self.get_faults: list[str] = []  # the next CustomJob GETs' faults, in order
+        self.fault_delay = 3.0
         self._lock = threading.Lock()
         self._request = threading.local()  # the query string of the request being served
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -273,6 +290,9 @@ class FakeGoogleApis:
                          "different region. If you use K80, please consider using P100 or "
                          "V100 instead.")
             return 200, resource
+        if self._stocked_out(region, body.get("jobSpec", {}), self.queued):
+            job.state = "JOB_STATE_QUEUED"
+            return 200, {**resource, "state": job.state}
         try:
             job.replicas = self._start_replicas(job)
             job.resource["startTime"] = _now()
@@ -280,10 +300,12 @@ class FakeGoogleApis:
             job.state, job.error = "JOB_STATE_FAILED", str(missing)
         return 200, {**resource, "state": job.state}
 
-    def _stocked_out(self, region: str, spec: dict[str, Any]) -> bool:
+    def _stocked_out(self, region: str, spec: dict[str, Any],
+                     wanting: set[tuple[str, str]] | None = None) -> bool:
         machines = {value for pool in map(aiplatform_pool, spec.get("workerPoolSpecs", []))
                     if pool for value in pool["machine_spec"].values()}
-        return any((value, region) in self.stockouts for value in machines)
+        wanting = self.stockouts if wanting is None else wanting
+        return any((value, region) in wanting for value in machines)
 
     def _over_quota(self, region: str, spec: dict[str, Any]) -> list[str]:
         """The quota metrics a new job in `region` would take above their limits, counting
@@ -311,12 +333,16 @@ class FakeGoogleApis:
 
     def _list_jobs(self, parent: str, body: Any) -> tuple[int, Any]:
         """ListCustomJobs of a region; only the `state="..." OR ...` filter is read."""
-        wanted = re.findall(r'state="([A-Z_]+)"', self._request.query.get("filter", [""])[0])
+        text = self._request.query.get("filter", [""])[0]
+        wanted = re.findall(r'state="([A-Z_]+)"', text)
+        labels = dict(re.findall(r'labels\.([a-z0-9_-]+)="([^"]*)"', text))
         found = []
         for job in list(self.jobs.values()):
             self._update(job)
-            if job.name.startswith(f"{parent}/") and (not wanted or job.state in wanted):
-                found.append({**job.resource, "state": job.state})
+            held = job.resource.get("labels") or {}
+            if job.name.startswith(f"{parent}/") and (not wanted or job.state in wanted) \
+                    and all(held.get(k) == v for k, v in labels.items()):
+                found.append(self._resource(job))
         return 200, {"customJobs": found}
 
     def _quota_infos(self, parent: str, body: Any) -> tuple[int, Any]:
@@ -340,16 +366,30 @@ class FakeGoogleApis:
         job = self.jobs.get(name)
         if job is None:
             return 404, _error(404, f"{name} not found")
+        with self._lock:
+            fault = self.get_faults.pop(0) if self.get_faults else ""
+        if fault == "drop":
+            raise DropConnection
+        if fault == "timeout":
+            time.sleep(self.fault_delay)
+        elif fault:
+            return int(fault), _error(int(fault), f"emulated {fault}")
         self._update(job)
+        return 200, self._resource(job)
+
+    @staticmethod
+    def _resource(job: CustomJob) -> dict[str, Any]:
         resource = {**job.resource, "state": job.state}
         if job.error:
             resource["error"] = {"code": job.error_code, "message": job.error}
-        return 200, resource
+        return resource
 
     def _cancel_job(self, name: str, body: Any) -> tuple[int, Any]:
         job = self.jobs[name]
         self._stop(job.replicas)
-        job.state = "JOB_STATE_CANCELLED"
+        if job.state not in ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_EXPIRED"):
+            job.state = "JOB_STATE_CANCELLED"
+            job.resource["endTime"] = _now()
         return 200, {}
 
     # --- Hyperparameter tuning ------------------------------------------------------------
@@ -662,6 +702,17 @@ class FakeGoogleApis:
         return replicas
 
     def _update(self, job: CustomJob) -> None:
+        if job.state == "JOB_STATE_QUEUED":
+            self._expire(job)
+        region = job.name.split("/")[3]
+        if job.state == "JOB_STATE_QUEUED" and \
+                not self._stocked_out(region, job.resource.get("jobSpec", {}), self.queued):
+            job.state = "JOB_STATE_RUNNING"  # its machines came
+            try:
+                job.replicas = self._start_replicas(job)
+                job.resource["startTime"] = _now()
+            except LookupError as missing:
+                job.state, job.error = "JOB_STATE_FAILED", str(missing)
         if job.state != "JOB_STATE_RUNNING":
             return
         training = [r for r in job.replicas if r.pool < 2]
@@ -676,6 +727,21 @@ class FakeGoogleApis:
         elif all(r.process.poll() == 0 for r in training):
             self._stop(job.replicas)
             job.state = "JOB_STATE_SUCCEEDED"
+
+    def _expire(self, job: CustomJob) -> None:
+        """A queued FLEX_START job whose maxWaitDuration has passed ends without starting,
+        in the form `flex_expiry` names."""
+        scheduling = job.resource.get("jobSpec", {}).get("scheduling", {})
+        wait = str(scheduling.get("maxWaitDuration") or "").rstrip("s")
+        if enum_name("strategy", scheduling.get("strategy")) != "FLEX_START" or not wait:
+            return
+        if time.time() - job.created < float(wait):
+            return
+        job.state = f"JOB_STATE_{self.flex_expiry}"
+        job.resource["endTime"] = _now()
+        if self.flex_expiry == "FAILED":
+            job.error_code = 4
+            job.error = "the job did not start within its maxWaitDuration (emulated wording)"
 
     @staticmethod
     def _stop(replicas: list[Replica]) -> None:

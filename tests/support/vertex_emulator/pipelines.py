@@ -13,7 +13,11 @@ Every task comes from the request's compiled spec, never from Python function re
   launchers for the CustomJob and the model upload (against the fake APIs);
 - importers and conditions (`triggerPolicy`) as the spec says; a failed task fails its
   DAG and the run, after the exit handler's task (`ALL_UPSTREAM_TASKS_COMPLETED`, with a
-  `PipelineTaskFinalStatus` input) has run.
+  `PipelineTaskFinalStatus` input) has run;
+- every task's container gets the run's labels in `VERTEX_AI_PIPELINES_RUN_LABELS`, as
+  Vertex AI Pipelines sets them (the run's billing ID among them; gcpc's
+  `gcp_labels_util` reads them), and `rerun` starts a task's container again as a retry
+  in a new pod would: the same executor input, none of the earlier pod's local files.
 """
 
 from __future__ import annotations
@@ -54,6 +58,9 @@ class Task:
     artifacts: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     executor_input: dict[str, Any] | None = None
     log: Path | None = None
+    command: list[str] | None = None
+    env: dict[str, str] | None = None
+    definition: dict[str, Any] | None = None
 
 
 def protojson(value: Any) -> Any:
@@ -129,6 +136,9 @@ class EmulatedPipelines:
             "{{$.pipeline_persistent_resource_id}}": "",  # the run uses none
         }
         self.job_root = f"{runtime['gcs_output_directory'].rstrip('/')}/{self.job_id}"
+        # Vertex AI Pipelines' labels of the run (the billing ID is a number of its own).
+        self.run_labels = {"vertex-ai-pipelines-run-billing-id": str(
+            int.from_bytes(self.job_id.encode()[-6:], "big") % 10**12)}
         given = runtime.get("parameter_values", {})
         root = self.spec["root"]
         parameters = {name: given.get(name, definition.get("defaultValue"))
@@ -271,7 +281,8 @@ class EmulatedPipelines:
             executor_input_dict=executor_input, pipeline_resource_name=self.job_id,
             task_resource_name=name, pipeline_root=self.job_root,
             unique_pipeline_id=self.job_id)
-        env = {**self.environment, **{e["name"]: e["value"] for e in container.get("env", [])}}
+        env = {**self.environment, **{e["name"]: e["value"] for e in container.get("env", [])},
+               "VERTEX_AI_PIPELINES_RUN_LABELS": json.dumps(self.run_labels)}
         log = local / "log.txt"
         self.mount.pull()
         with open(log, "w") as out:
@@ -285,7 +296,29 @@ class EmulatedPipelines:
             raise TaskFailed(f"task {name} ({task['taskInfo']['name']}) exited with {code}:\n"
                              + log.read_text()[-4000:])
         return self._record(name, task, "SUCCEEDED", executor_input=executor_input, log=log,
+                            command=command, env=env, definition=definition,
                             **self._outputs(definition, executor_input, local))
+
+    def rerun(self, name: str) -> Task:
+        """Starts a finished task's container again in a new pod (its local output files
+        gone), as a retry or a resumed run would; returns what it did this time."""
+        import shutil
+
+        task = self.tasks[name]
+        local = task.log.parent
+        shutil.rmtree(local / "outputs", ignore_errors=True)
+        (local / "executor_output.json").unlink(missing_ok=True)
+        log = local / "rerun-log.txt"
+        self.mount.pull()
+        with open(log, "w") as out:
+            code = subprocess.run(task.command, env=task.env, cwd=local, stdout=out,
+                                  stderr=subprocess.STDOUT, timeout=self.timeout).returncode
+        self.mount.push()
+        if code != 0:
+            raise TaskFailed(f"task {name} run again exited with {code}:\n"
+                             + log.read_text()[-4000:])
+        return dataclasses.replace(task, log=log, **self._outputs(
+            task.definition, task.executor_input, local))
 
     @staticmethod
     def _outputs(definition: dict[str, Any], executor_input: dict[str, Any],

@@ -325,3 +325,51 @@ def test_a_trainer_started_by_hand_refuses_xla_under_parameter_servers(tmp_path)
     assert result.returncode == 2
     assert "trainer: training.xla is on, but under ParameterServerStrategy" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_training_machines_that_differ_only_in_gpu_type_train_as_the_weakest_card():
+    """MultiWorkerMirroredStrategy needs the same number of devices on every worker, not
+    the same type (collective_all_reduce_strategy.py): a T4 chief beside V100 workers is
+    accepted with a warning naming the slower card, and the plan is what both can do."""
+    pools = [pool("n1-standard-8", cat.T4, 1), pool("n1-standard-8", cat.V100, 1)]
+    result = check_pools(pools, region="us-central1")
+    assert result.ok, result.errors
+    (warning,) = [w for w in result.warnings if "different GPU types" in w]
+    assert "every step waits for the slower NVIDIA_TESLA_T4 (65 against 125 peak TFLOPS" \
+        in warning
+    plan = result.plan
+    assert (plan.accelerator, plan.mixed_precision, plan.xla) == (
+        "NVIDIA_TESLA_T4+NVIDIA_TESLA_V100", "float16", True)
+    # With an A100 beside the T4 the plan follows the T4: no bfloat16.
+    mixed = [pool("a2-highgpu-1g", cat.A100, 1), pool("n1-standard-8", cat.T4, 1, replicas=2)]
+    plan = plan_for_pools(mixed)
+    assert (plan.accelerator, plan.mixed_precision) == ("NVIDIA_TESLA_T4+NVIDIA_TESLA_A100",
+                                                        "float16")
+    assert plan.reasons["mixed_precision"].startswith("NVIDIA_TESLA_T4 (compute capability 7.5)")
+    with pytest.raises(PlanError, match=r"bfloat16, but NVIDIA_TESLA_T4 \(compute capability "
+                                        r"7\.5\) has no bfloat16"):
+        plan_for_pools(mixed, mixed_precision="bfloat16")
+    # A different number of GPUs per training machine stays refused.
+    with pytest.raises(PlanError, match="needs the same number of GPUs"):
+        plan_for_pools([pool("n1-standard-8", cat.T4, 1), pool("n1-standard-16", cat.T4, 2)])
+    # Under parameter servers only the workers train: the chief's GPU does not count.
+    ps = [pool("n1-standard-8", cat.T4, 1), pool("n1-standard-8", cat.V100, 1),
+          pool("n1-highmem-8")]
+    assert plan_for_pools(ps).accelerator == cat.V100
+
+
+@pytest.mark.parametrize("host", ["us-docker.pkg.dev", "europe-docker.pkg.dev",
+                                  "asia-docker.pkg.dev"])
+def test_the_reduction_server_is_recognised_under_any_artifact_registry_host(host):
+    pools = [pool("a2-highgpu-8g", cat.A100, 8), pool("a2-highgpu-8g", cat.A100, 8, 3),
+             pool("n1-highcpu-16", replicas=8, image=f"{host}/vertex-ai-restricted/training/"
+                                                      "reductionserver:latest")]
+    plan = plan_for_pools(pools)
+    # NCCL through the reducers, not parameter servers (which would turn off mixed
+    # precision and XLA and replace the reducer image by the trainer).
+    assert (plan.strategy, plan.all_reduce, plan.reduction_server, plan.mixed_precision,
+            plan.xla) == ("multi_worker_mirrored", "nccl", True, "bfloat16", True)
+    # A look-alike elsewhere is not Vertex AI's image.
+    pools[2]["container_spec"]["image_uri"] = \
+        "europe-docker.pkg.dev/my-proj/training/reductionserver:latest"
+    assert plan_for_pools(pools).strategy == "parameter_server"

@@ -6,7 +6,8 @@ Google's own code runs unchanged; only what cannot exist here is redirected:
 - Google API clients use their REST transport (the fake speaks REST, not gRPC) and
   credentials that need no account;
 - the google-cloud-pipeline-components launchers and the project's training launcher
-  poll every 0.2 s instead of 20 s;
+  poll every 0.2 s instead of 20 s (the latter retries a failed look after 0.2 s, and
+  takes a look that lasts 2 s as timed out);
 - the dataset stage's Dataflow jobs go to the fake Dataflow API (EMULATED_DATAFLOW), whose
   state it follows every 0.2 s;
 - Vertex AI's Cloud Storage mount `/gcs/` is the stand-in directory EMULATED_GCS_MOUNT
@@ -65,7 +66,11 @@ def _fast_polling(module):
 
 
 def _fast_launcher(module):
+    # Looks every 0.2 s; after a failed look, again in 0.2 s (doubled); a look that takes
+    # 2 s has timed out (the fake's "timeout" fault answers after longer).
     module.POLL_SECONDS = 0.2
+    module.RETRY_FIRST_DELAY = 0.2
+    module.REQUEST_TIMEOUT = 2.0
 
 
 def _kfp_mount(module):
