@@ -25,6 +25,7 @@ import dataclasses
 from pathlib import Path
 
 from components import project
+from trainer.run.gpu_check import APT_RECORD
 
 #: TensorFlow version of both images: the lock files and the pyproject bound agree with it
 #: (tests check). The registered model is served by the CPU image (trainer/serving/app.py),
@@ -75,10 +76,15 @@ REDUCTION_SERVER_PACKAGE = "google-reduction-server"
 GOOGLE_APT_REPOSITORY = ("https://packages.cloud.google.com/apt", "google-fast-socket", "main")
 GOOGLE_APT_KEY_URL = "https://packages.cloud.google.com/apt/doc/apt-key.gpg"
 #: The fingerprints of the keys that sign Google's apt repository, which the apt lock
-#: accepts (public configurations that pin the same key file's signing keys name these
-#: two; the lock records which one signed).
+#: accepts, in order of preference (the lock records which one signed). Since the 2023
+#: rotation its InRelease files are signed by the key ending B53DC80D13EDEF05 (users' apt
+#: errors "NO_PUBKEY B53DC80D13EDEF05" on the old key file: kubernetes/release#2862,
+#: #2933); 6A030B21BA07F4FB is the 2018-2021 key (expired 2021-03-31: kubernetes/release
+#: #1982), kept so that an older signed index is still recognised, never preferred.
 GOOGLE_APT_KEY_FINGERPRINTS = ("A362B822F6DEDC652817EA46B53DC80D13EDEF05",
                                "54A647F9048D5688D7DA2ABE6A030B21BA07F4FB")
+#: Where the GPU image records what its apt step installed (the trainer reads it).
+GPU_APT_RECORD = APT_RECORD
 
 
 def gpu_apt_template():
@@ -86,6 +92,19 @@ def gpu_apt_template():
     from components.build.apt_lock import AptLock
 
     return AptLock(*GOOGLE_APT_REPOSITORY, GOOGLE_APT_KEY_URL)
+
+
+def reduction_server_plugin_source(root: Path | None = None) -> str:
+    """Which Reduction Server plugin the GPU image installs, or how it is resolved."""
+    pinned = reduction_server_plugin(root)
+    if pinned:
+        return f"{REDUCTION_SERVER_PACKAGE}={pinned} (pinned by {GPU_APT_LOCK})"
+    return (f"the newest {REDUCTION_SERVER_PACKAGE} in {' '.join(GOOGLE_APT_REPOSITORY)}, "
+            f"resolved when the GPU image is built ({GPU_APT_LOCK} pins nothing): its "
+            f"InRelease checked with gpgv against the pinned key "
+            f"{GOOGLE_APT_KEY_FINGERPRINTS[0]} alone, the .deb against the SHA-256 of the "
+            f"index it signs; the version and SHA-256 are printed in the build's log and "
+            f"recorded in the image at {GPU_APT_RECORD}")
 
 
 def reduction_server_plugin(root: Path | None = None) -> str | None:
@@ -138,7 +157,8 @@ GPU = ProjectImage("gpu", f"{project.NAME}-gpu", "docker/gpu.Dockerfile",
                    "requirements/gpu.lock",
                    "the trainer on GPU machines (TensorFlow with CUDA 12 and cuDNN 9, and "
                    "Reduction Server's NCCL plugin)",
-                   (("PYTHON_BASE", PYTHON_BASE_IMAGE),))
+                   (("PYTHON_BASE", PYTHON_BASE_IMAGE),
+                    ("APT_KEY_FINGERPRINTS", ",".join(GOOGLE_APT_KEY_FINGERPRINTS))))
 CPU = ProjectImage("cpu", f"{project.NAME}-cpu", "docker/cpu.Dockerfile",
                    "requirements/cpu.lock",
                    "the pipeline's components, CPU-only worker pools, the model server and "

@@ -20,10 +20,15 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 TF_USE_LEGACY_KERAS=1 \
 # from Google's apt repository) on every training machine (Vertex AI docs: "Distributed
 # training", Reduction Server). Installed at the version the apt lock pins, from a keyring
 # holding only the signing key whose fingerprint the lock names, and checked against the
-# package's SHA-256 (components/build/apt_lock.py); an apt lock that pins nothing installs
-# nothing, and the validator then refuses Reduction Server pools.
-COPY components/build/apt_lock.py requirements/gpu-apt.lock /tmp/apt-lock/
-RUN python /tmp/apt-lock/apt_lock.py install /tmp/apt-lock/gpu-apt.lock && rm -rf /tmp/apt-lock
+# package's SHA-256 (components/build/apt_lock.py, apt_repository.py). An apt lock that pins nothing is
+# resolved here: the newest version in the index whose InRelease signature gpgv checks
+# against a key of APT_KEY_FINGERPRINTS alone (components/images.py's, passed by Cloud
+# Build). What was installed is printed and recorded at /etc/gpu-pipeline/gpu-apt.lock.
+ARG APT_KEY_FINGERPRINTS=""
+COPY components/build/apt_lock.py components/build/apt_repository.py requirements/gpu-apt.lock /tmp/apt-lock/
+RUN python /tmp/apt-lock/apt_repository.py install /tmp/apt-lock/gpu-apt.lock \
+        --resolve google-reduction-server --accept "$APT_KEY_FINGERPRINTS" \
+        --record /etc/gpu-pipeline/gpu-apt.lock && rm -rf /tmp/apt-lock
 
 COPY requirements/gpu.lock requirements/
 RUN pip install --require-hashes --no-deps -r requirements/gpu.lock

@@ -14,26 +14,29 @@ transport plugin, `google-reduction-server`, from Google's apt repository (Verte
   that key alone for that repository (a keyring holding just it, `signed-by`), installs
   exactly the locked versions and refuses a `.deb` whose SHA-256 differs from the lock.
 
-A lock that pins nothing (the repository could not be reached when it was made) installs
-nothing, says so, and the validator refuses a Reduction Server pool for it
-(`components.images.reduction_server_plugin`).
+A lock that pins nothing (the repository could not be reached when it was made: Google's
+apt repository is out of the development machines' reach) is resolved when the image is
+built, as Google's instructions do but checked the same way (`install --resolve`): the key
+file's key of a pinned fingerprint, the InRelease signature checked with `gpgv` against
+it alone, the newest version from the index that signature covers, and exactly that
+`.deb` at the SHA-256 the index gives. Either way the image records what it installed,
+in the lock's format (`--record`, /etc/gpu-pipeline/gpu-apt.lock), and the build's log
+prints it.
 
-This file runs on its own inside the image build (`python apt_lock.py install LOCK`): the
-standard library only, and no project import but the error base (when there). It holds
-the lock's format, its signing key and the install; reading the repository is
-`components.build.apt_repository`'s.
+This file runs inside the image build beside `apt_repository.py` (whose `main` is the
+build step: `python apt_repository.py install LOCK ...`): the standard library only, and
+no project import but the error base (when there). It holds the lock's format, its
+signing key and the install; reading the repository is `components.build.apt_repository`'s.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import dataclasses
 import hashlib
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -238,18 +241,34 @@ def urlopen_fetch(url: str) -> bytes:
 
 
 def install(lock: AptLock, *, root: str = "/", fetch: Fetch = urlopen_fetch,
-            run: Run = subprocess.run, log: Callable[[str], None] = print) -> list[str]:
+            run: Run = subprocess.run, log: Callable[[str], None] = print,
+            resolve_with: Callable[[AptLock], AptLock] | None = None,
+            record: str = "") -> list[str]:
     """Installs the lock's packages at their pinned versions (the GPU Dockerfile's step).
 
     The repository is trusted through a keyring holding only the pinned key; each `.deb`
     is downloaded at its pinned version and refused unless its SHA-256 is the lock's.
 
+    Args:
+        lock: The lock.
+        root: The file system's root (tests use a folder).
+        fetch, run, log: How to download, run a command and say what happened.
+        resolve_with: Pins the lock's packages when it pins nothing
+            (`apt_repository.resolve`: the newest version its signed index holds).
+        record: Where to write what was installed, in the lock's format ("" nowhere).
+
     Returns:
         `name=version` of what was installed.
 
     Raises:
-        AptLockError: The key file or a package does not match the lock.
+        AptLockError: The key file, signature, index or a package does not check out.
     """
+    if not lock.pins and resolve_with is not None:
+        why = lock.unresolved or "no packages"
+        lock = resolve_with(lock)
+        log(f"apt lock: pins nothing ({why}); resolved now from {lock.url} {lock.suite}, "
+            f"its InRelease signed by the pinned key {lock.fingerprint}: "
+            + ", ".join(f"{p.name}={p.version} sha256:{p.sha256}" for p in lock.pins))
     if not lock.pins:
         log(f"apt lock: nothing pinned ({lock.unresolved or 'no packages'}); "
             "nothing installed")
@@ -277,25 +296,11 @@ def install(lock: AptLock, *, root: str = "/", fetch: Fetch = urlopen_fetch,
             debs.append(str(deb))
         run(["apt-get", "install", "-y", "--no-install-recommends", *debs], check=True)
     run(["rm", "-rf", "/var/lib/apt/lists"], check=True)
+    if record:
+        written = Path(root, record.lstrip("/"))
+        written.parent.mkdir(parents=True, exist_ok=True)
+        written.write_text("# What this image's apt step installed (components/build/"
+                           "apt_lock.py).\n" + lock.render())
     log(f"apt lock: installed {', '.join(wanted)} from {lock.url} {lock.suite} "
-        f"(signed by {lock.fingerprint})")
+        f"(signed by {lock.fingerprint})" + (f"; recorded in {record}" if record else ""))
     return wanted
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`install LOCK`: what the GPU Dockerfile runs (`make lock` writes the lock:
-    `components.build.locks`)."""
-    parser = argparse.ArgumentParser(prog="apt_lock.py", description=main.__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("install").add_argument("lock")
-    args = parser.parse_args(argv)
-    try:
-        install(parse(Path(args.lock).read_text()))
-    except AptLockError as error:
-        print(f"apt lock: {error}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,30 +1,52 @@
-"""Reading a signed apt repository for `make lock`: its `InRelease` checked with `gpgv`
-against the pinned key alone, the package index its signature covers, Debian's version
-order, and the newest version of each package pinned with its `.deb`'s SHA-256
-(`resolve`). The lock's format and the install in the image are `components.build.apt_lock`.
+"""Reading a signed apt repository: its `InRelease` checked with `gpgv` against the pinned
+key alone, the package index its signature covers, Debian's version order, and the newest
+version of each package pinned with its `.deb`'s SHA-256 (`resolve`). `make lock` runs it
+where the repository can be reached; the GPU image build runs it (beside `apt_lock.py`,
+standard library only) when the lock pins nothing. The lock's format and the install in
+the image are `components.build.apt_lock`.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import functools
 import gzip
 import hashlib
 import re
 import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from components.build.apt_lock import (
-    ARCHITECTURE,
-    AptLock,
-    AptLockError,
-    Fetch,
-    Pin,
-    get,
-    pinned_key,
-    urlopen_fetch,
-)
+try:
+    from components.build.apt_lock import (
+        ARCHITECTURE,
+        AptLock,
+        AptLockError,
+        Fetch,
+        Pin,
+        get,
+        install,
+        parse,
+        pinned_key,
+        urlopen_fetch,
+    )
+except ImportError:  # beside apt_lock.py in the GPU image build, without the project
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from apt_lock import (  # type: ignore[no-redef]
+        ARCHITECTURE,
+        AptLock,
+        AptLockError,
+        Fetch,
+        Pin,
+        get,
+        install,
+        parse,
+        pinned_key,
+        urlopen_fetch,
+    )
 
 
 def compare_versions(a: str, b: str) -> int:
@@ -167,4 +189,36 @@ def resolve(template: AptLock, allowed: Sequence[str], packages: Sequence[str],
     return dataclasses.replace(template, fingerprint=chosen, pins=tuple(pins), unresolved="")
 
 
-# --- In the image build ------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    """`install LOCK [--resolve PACKAGE... --accept FINGERPRINT,...] [--record PATH]`: the
+    GPU Dockerfile's apt step (`make lock` writes the lock: `components.build.locks`).
+    With `--resolve`, a lock that pins nothing is resolved first (`resolve`)."""
+    parser = argparse.ArgumentParser(prog="apt_repository.py", description=main.__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    command = commands.add_parser("install")
+    command.add_argument("lock")
+    command.add_argument("--resolve", nargs="*", default=[], metavar="PACKAGE",
+                         help="pin these now when the lock pins nothing")
+    command.add_argument("--accept", default="", metavar="FINGERPRINT,...",
+                         help="the signing key's accepted fingerprints, for --resolve")
+    command.add_argument("--record", default="", help="where to record what was installed")
+    args = parser.parse_args(argv)
+    accept = [f.strip().upper() for f in args.accept.split(",") if f.strip()]
+    if args.resolve and not accept:
+        print("apt lock: --resolve needs --accept: the fingerprints of the keys that may "
+              "sign the repository (components/images.py passes them as the build argument "
+              "APT_KEY_FINGERPRINTS)", file=sys.stderr)
+        return 1
+    try:
+        install(parse(Path(args.lock).read_text()), record=args.record,
+                resolve_with=functools.partial(resolve, allowed=accept,
+                                               packages=args.resolve)
+                if args.resolve else None)
+    except (AptLockError, subprocess.CalledProcessError) as error:
+        print(f"apt lock: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

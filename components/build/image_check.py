@@ -140,8 +140,9 @@ def apt_lock_status(root: Path) -> str:
     if lock.pins:
         return (", ".join(f"{p.name}={p.version}" for p in lock.pins)
                 + f" (signed by {lock.fingerprint}); installed by the Docker build, not here")
-    return (f"{images.GPU_APT_LOCK} pins nothing ({lock.unresolved}): the image has no "
-            "Reduction Server plugin and the validator refuses Reduction Server pools")
+    return (f"{images.GPU_APT_LOCK} pins nothing ({lock.unresolved}): the Docker build "
+            "resolves the Reduction Server plugin (newest version, signed by the pinned key) "
+            f"and records it at {images.GPU_APT_RECORD}")
 
 
 def _size_mb(path: Path) -> float:

@@ -272,16 +272,12 @@ def check_reduction_server(pools: Sequence[Any]) -> list[str]:
 
 def check_reduction_server_plugin(pools: Sequence[Any]) -> list[str]:
     """A Reduction Server pool needs its NCCL plugin in the GPU image (Vertex AI docs:
-    "a custom container with NCCL 2.7 or later and the google-reduction-server package");
-    the image installs it only at the version its apt lock pins."""
-    if len(pools) < 3 or not is_reduction_server(pools[2]) or images.reduction_server_plugin():
+    "a custom container with NCCL 2.7 or later and the google-reduction-server package"):
+    says which one the image installs, or how it is resolved when the image is built."""
+    if len(pools) < 3 or not is_reduction_server(pools[2]):
         return []
-    return [f"{REDUCERS}: the GPU image would not hold the reducers' NCCL plugin "
-            f"({images.REDUCTION_SERVER_PACKAGE}): "
-            f"{images.GPU_APT_LOCK} pins no version, so the reducers would be paid for and "
-            "idle. Run `make lock` where https://packages.cloud.google.com/apt can be "
-            "reached (it pins the plugin and checks the repository's signing key), or "
-            "remove it (NCCL then all-reduces between the training machines directly)"]
+    return [f"{REDUCERS}: the training machines' NCCL plugin is "
+            f"{images.reduction_server_plugin_source()}"]
 
 
 def check_pools(pools: Any, *, region: str | None = None, training: Any = None,
@@ -311,9 +307,7 @@ def check_pools(pools: Any, *, region: str | None = None, training: Any = None,
 def with_role_checks(result: Any, training: Any = None, scheduling: str | None = None,
                      timeout: str = "") -> Any:
     """A GPU validation result with the layout's (and scheduling's) errors and advice
-    added, and the training plan (kept when only the image's Reduction Server plugin is
-    missing: it is what the pools would run); unchanged when the GPU rules already
-    failed."""
+    added, and the training plan; unchanged when the GPU rules already failed."""
     import dataclasses
 
     from trainer.run.training_options import TrainingOptions
@@ -332,6 +326,6 @@ def with_role_checks(result: Any, training: Any = None, scheduling: str | None =
             errors += exc.problems
         advice += check_reduction_server(result.specs)
         advice += check_gpu_types(result.specs, plan.strategy) if plan else []
-        errors += check_reduction_server_plugin(result.specs)
+        advice += check_reduction_server_plugin(result.specs)
     return dataclasses.replace(result, ok=not errors, errors=result.errors + errors,
                                warnings=result.warnings + advice, plan=plan)

@@ -151,7 +151,6 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
     placeholder = " (digest placeholder: a dry run builds nothing)" \
         if gpu["reference"].endswith(images.UNBUILT_DIGEST) else ""
     user_code, plan = config.training.user_code, config.vertex_plan()
-    plugin = images.reduction_server_plugin()
     return [
         *([f"your model {config.training.model}: {len(prepared.user_code_files)} file(s) of "
            f"{user_code} in the build context as {USER_CODE_DIR}/ "
@@ -185,8 +184,7 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
         *(f"  step {step.id}: docker {' '.join(step.args[:3])} (only this image's stages, "
           "whichever builder runs)" for step in build.steps),
         "  the GPU image's Reduction Server plugin: "
-        + (f"{images.REDUCTION_SERVER_PACKAGE}={plugin} (apt lock)" if plugin else
-           f"none ({images.GPU_APT_LOCK} pins nothing: Reduction Server pools are refused)"),
+        + images.reduction_server_plugin_source(),
         *dataflow_summary(prepared.dataflow),
     ]
 

@@ -78,6 +78,27 @@ def require_gpus(tf: Any, expected: int, environ: Mapping[str, str]) -> int:
         f"TensorFlow sees {found}: training would run on its CPUs. {build}; {why}")
 
 
+#: Where the GPU image records what its apt step installed (the apt lock's format:
+#: `package NAME VERSION FILENAME sha256:HEX` lines; components/build/apt_lock.py).
+APT_RECORD = "/etc/gpu-pipeline/gpu-apt.lock"
+
+
+def installed_packages(record: str = "") -> list[str]:
+    """What the GPU image's apt step installed (`record`, else `APT_RECORD`), as
+    `NAME=VERSION (sha256:HEX)`; [] where nothing is recorded (not the GPU image, or
+    nothing installed)."""
+    try:
+        lines = open(record or APT_RECORD, encoding="utf-8").read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        words = line.split()
+        if len(words) == 5 and words[0] == "package":
+            found.append(f"{words[1]}={words[2]} ({words[4]})")
+    return found
+
+
 class MissingNcclPluginError(StageError):
     """The plan all-reduces through a Reduction Server, but NCCL's network plugin is absent."""
 
@@ -100,19 +121,21 @@ def require_reduction_server_plugin(environ: Mapping[str, str]) -> str:
     package the GPU image installs from its apt lock.
 
     Returns:
-        The plugin library's name, as loaded.
+        The plugin library's name, as loaded, and the package the image recorded for it.
 
     Raises:
         MissingNcclPluginError: The loader cannot open it.
     """
     name = nccl_net_plugin(environ)
+    recorded = [p for p in installed_packages() if p.startswith("google-reduction-server=")]
     try:
         ctypes.CDLL(name)
     except OSError as exc:
         raise MissingNcclPluginError(
             f"worker_pool_specs[2] runs Vertex AI's Reduction Server, but NCCL's network "
             f"plugin {name} does not load in this image ({exc}): NCCL would all-reduce "
-            "without the reducers. Build the GPU image from a requirements/gpu-apt.lock that "
-            "pins google-reduction-server (`make lock`), or remove the Reduction Server "
+            "without the reducers. Rebuild the GPU image (its apt step installs "
+            "google-reduction-server, pinned by requirements/gpu-apt.lock or resolved from "
+            "Google's repository; the build's log says which), or remove the Reduction Server "
             "pool") from None
-    return name
+    return name + (f", from {recorded[0]}" if recorded else "")

@@ -8,6 +8,7 @@ the exact `.deb` the lock names.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import hashlib
@@ -230,23 +231,29 @@ def test_the_image_installs_exactly_the_locked_deb_from_the_pinned_key_alone(key
                          run=altered)
 
 
+def build_step(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """The Dockerfile's apt step as it runs: the two files alone, with the base image's
+    Python and no project package on the path (-I: isolated, -S: no site packages)."""
+    for name in ("apt_lock.py", "apt_repository.py"):
+        shutil.copyfile(ROOT / "components/build" / name, tmp_path / name)
+    return subprocess.run([sys.executable, "-I", "-S", str(tmp_path / "apt_repository.py"),
+                           "install", *args], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "no_proxy": "*"})
+
+
 def test_the_image_build_step_runs_alone_and_installs_nothing_for_an_unpinned_lock(tmp_path):
-    # The Dockerfile runs the module as a file with the base image's Python: no project
-    # package on the path (-I: isolated, -S: no site packages).
-    copy = tmp_path / "apt_lock.py"
-    shutil.copyfile(ROOT / "components/build/apt_lock.py", copy)
     unpinned = tmp_path / "gpu-apt.lock"
     unpinned.write_text(images.gpu_apt_template().render()
                         .replace("\nkey", "\nunresolved no network\nkey"))
-    done = subprocess.run([sys.executable, "-I", "-S", str(copy), "install", str(unpinned)],
-                          cwd=tmp_path, capture_output=True, text=True)
+    done = build_step(tmp_path, str(unpinned))
     assert done.returncode == 0, done.stderr
     assert done.stdout == "apt lock: nothing pinned (no network); nothing installed\n"
     unpinned.write_text("source only-two words\n")
-    done = subprocess.run([sys.executable, "-I", "-S", str(copy), "install", str(unpinned)],
-                          capture_output=True, text=True)
+    done = build_step(tmp_path, str(unpinned))
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "apt lock line 1: 'source only-two words' is not" in done.stderr
+    done = build_step(tmp_path, str(unpinned), "--resolve", PACKAGE)
+    assert done.returncode == 1 and done.stderr.startswith("apt lock: --resolve needs --accept")
 
 
 @pytest.mark.parametrize("a, b", [
@@ -260,3 +267,50 @@ def test_debian_version_order_agrees_with_dpkg(a, b):
             assert (subprocess.run(["dpkg", "--compare-versions", a, op, b]).returncode == 0) \
                 == holds, (a, op, b)
     assert (ours > 0) == (a != b) and (ours == 0) == (a == b)
+
+
+def test_an_unpinned_lock_is_resolved_when_the_image_is_built(keys, repository, tmp_path):
+    """Google's apt repository is out of `make lock`'s reach here, so the lock pins
+    nothing; the image build resolves the newest plugin itself, with the same checks, and
+    records exactly what it installed."""
+    root, url = repository
+    write_repository(root, keys, keys.pinned, keys.export(keys.other, keys.pinned))
+    unpinned = dataclasses.replace(template(url), unresolved="no network where make lock ran")
+    apt, lines = Apt(b"deb 1.0.10"), []
+    resolve = functools.partial(apt_repository.resolve, allowed=["0" * 40, keys.pinned],
+                                packages=[PACKAGE], fetch=direct)
+    installed = apt_lock.install(unpinned, root=str(tmp_path), fetch=direct, run=apt,
+                                 log=lines.append, resolve_with=resolve,
+                                 record=images.GPU_APT_RECORD)
+    assert installed == [f"{PACKAGE}=1.0.10"]
+    digest = hashlib.sha256(b"deb 1.0.10").hexdigest()
+    assert lines[0] == (
+        f"apt lock: pins nothing (no network where make lock ran); resolved now from {url} "
+        f"{SUITE}, its InRelease signed by the pinned key {keys.pinned}: "
+        f"{PACKAGE}=1.0.10 sha256:{digest}")
+    recorded = apt_lock.parse((tmp_path / images.GPU_APT_RECORD.lstrip("/")).read_text())
+    assert (recorded.fingerprint, recorded.pins) == (keys.pinned, (apt_lock.Pin(
+        PACKAGE, "1.0.10", f"pool/{PACKAGE}_1.0.10_amd64.deb", digest),))
+    assert ["apt-get", "download", f"{PACKAGE}=1.0.10"] in apt.commands
+    # Signed by a key that is not pinned: nothing is trusted, downloaded or installed.
+    write_repository(root, keys, keys.other, keys.export(keys.other, keys.pinned))
+    refused = Apt(b"deb 1.0.10")
+    with pytest.raises(AptLockError, match=f"not signed by the pinned key {keys.pinned}"):
+        apt_lock.install(unpinned, root=str(tmp_path / "b"), fetch=direct, run=refused,
+                         resolve_with=functools.partial(
+                             apt_repository.resolve, allowed=[keys.pinned],
+                             packages=[PACKAGE], fetch=direct))
+    assert refused.commands == []
+
+
+def test_the_build_step_resolves_on_its_own_and_refuses_a_wrong_signature(keys, repository,
+                                                                          tmp_path):
+    root, url = repository
+    write_repository(root, keys, keys.other, keys.export(keys.other, keys.pinned))
+    lock = tmp_path / "gpu-apt.lock"
+    lock.write_text(dataclasses.replace(template(url), unresolved="offline").render())
+    done = build_step(tmp_path, str(lock), "--resolve", PACKAGE, "--accept",
+                      keys.pinned.lower())
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"apt lock: InRelease is not signed by the pinned key "
+                                  f"{keys.pinned}")

@@ -34,7 +34,8 @@ def test_context_holds_dockerfile_locks_and_sources(tmp_path):
     context = write_build_context(tmp_path)
     assert {images.GPU.dockerfile, images.CPU.dockerfile, "pyproject.toml", "trainer/task.py",
             "components/ops/setup.py", "pipelines/pipeline.py", images.GPU.lock, images.CPU.lock,
-            images.GPU_APT_LOCK, "components/build/apt_lock.py"} <= set(context.files)
+            images.GPU_APT_LOCK, "components/build/apt_lock.py",
+            "components/build/apt_repository.py"} <= set(context.files)
     assert not any("__pycache__" in f or f.endswith(".pyc") for f in context.files)
     assert (context.directory / "trainer" / "task.py").read_bytes() == \
         (ROOT / "trainer" / "task.py").read_bytes()
@@ -74,9 +75,13 @@ CPU_DOCKERFILE = (ROOT / images.CPU.dockerfile).read_text()
 @pytest.mark.parametrize("image", images.PROJECT_IMAGES, ids=lambda i: i.key)
 def test_each_image_has_a_dockerfile_of_its_own_that_installs_its_locks_and_nothing_else(image):
     dockerfile = (ROOT / image.dockerfile).read_text()
-    installs = [line for line in dockerfile.splitlines() if line.startswith("RUN ")]
-    apt = ["RUN python /tmp/apt-lock/apt_lock.py install /tmp/apt-lock/gpu-apt.lock "
-           "&& rm -rf /tmp/apt-lock"] if image is images.GPU else []
+    installs = [line for line in re.sub(r"\\\n\s*", "", dockerfile).splitlines()
+                if line.startswith("RUN ")]
+    # The apt lock's packages, or the newest plugin signed by the pinned key, recorded.
+    apt = ["RUN python /tmp/apt-lock/apt_repository.py install /tmp/apt-lock/gpu-apt.lock "
+           f"--resolve {images.REDUCTION_SERVER_PACKAGE} --accept \"$APT_KEY_FINGERPRINTS\" "
+           f"--record {images.GPU_APT_RECORD} && rm -rf /tmp/apt-lock"] \
+        if image is images.GPU else []
     assert installs == [*apt, f"RUN pip install --require-hashes --no-deps -r {image.lock}",
                         "RUN pip install --no-deps --no-build-isolation -e ."]
     assert f"ARG PYTHON_BASE={images.PYTHON_BASE_IMAGE}\n" in dockerfile

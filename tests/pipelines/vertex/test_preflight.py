@@ -279,11 +279,11 @@ def test_the_dry_run_prints_the_iam_requests_and_digest_only_images(capsys):
     assert "  step build-gpu: docker build --file docker/gpu.Dockerfile (only this image's " \
         "stages, whichever builder runs)" in out
     assert "  step build-cpu: docker build --file docker/cpu.Dockerfile" in out
-    pinned = images.reduction_server_plugin()
-    assert ("the GPU image's Reduction Server plugin: " + (
-        f"google-reduction-server={pinned} (apt lock)" if pinned else
-        "none (requirements/gpu-apt.lock pins nothing: Reduction Server pools are refused)")) \
-        in out
+    assert "the GPU image's Reduction Server plugin: " + (
+        images.reduction_server_plugin_source()) in out
+    if not images.reduction_server_plugin():  # resolved when the image is built
+        assert "the newest google-reduction-server in https://packages.cloud.google.com/apt " \
+               "google-fast-socket main, resolved when the GPU image is built" in out
     references = {line.split(" run ")[-1] for line in out.splitlines() if " run " in line
                   and "@sha256:" in line}
     assert references == {images.reference(REPO, i, images.UNBUILT_DIGEST)

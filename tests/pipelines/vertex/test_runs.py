@@ -258,7 +258,9 @@ def test_submit_uploads_sources_builds_once_and_sends_the_dry_run_request(cloud,
     assert build.build.images == [gpu, cpu]
     base = ["--build-arg", f"PYTHON_BASE={images.PYTHON_BASE_IMAGE}"]
     assert [list(s.args) for s in build.build.steps] == [
-        ["build", "--file", "docker/gpu.Dockerfile", *base, "--tag", gpu, "."],
+        ["build", "--file", "docker/gpu.Dockerfile", *base, "--build-arg",
+         "APT_KEY_FINGERPRINTS=" + ",".join(images.GOOGLE_APT_KEY_FINGERPRINTS), "--tag", gpu,
+         "."],
         ["build", "--file", "docker/cpu.Dockerfile", *base,
          "--build-arg", f"BEAM_SDK={images.BEAM_SDK_IMAGE}", "--tag", cpu, "."]]
     assert [list(s.wait_for) for s in build.build.steps] == [["-"], ["-"]]  # side by side
