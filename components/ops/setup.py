@@ -55,7 +55,7 @@ def validate_gpu_config(vertex: dict, training: dict, local_cluster: dict) -> Na
     say(f"GPU configuration valid for {options.region}: {result.describe()}")
     say(f"training plan on Vertex AI: {result.plan.summary()}")
     for alternative in checked.alternatives[1:]:
-        say(f"{alternative.label}, tried after a stock-out or a quota refusal: "
+        say(f"{alternative.label}, tried when the ones before it find no capacity: "
             f"{alternative.describe()}; training plan: {alternative.plan.summary()}")
     if len(checked.alternatives) > 1:
         for line in batch_lines(checked.alternatives, trainer):
