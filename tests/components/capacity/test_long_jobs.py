@@ -224,3 +224,22 @@ def test_vertex_ai_refusing_the_cpu_quota_of_gpu_machines_is_a_quota_refusal(api
            "n1-standard-8 + 1 x 8 vCPUs of n1-standard-8) but the quota allows 8" \
         in done.attempts[0].reason
     assert len(apis.recorded(r"/customJobs$")) == 1
+
+
+def test_a_region_without_the_gpu_is_refused_by_stage_1_before_vertex_ai_would(apis):
+    """Vertex AI refuses a job whose GPU type the region does not offer, but only once the
+    images are built; stage 1 refuses the configuration before anything is spent."""
+    from google.api_core import exceptions
+
+    from pipelines.config import ConfigError
+
+    with pytest.raises(ConfigError, match="NVIDIA_TESLA_A100 is not offered in region "
+                                          "us-west2; regions offering it: us-central1"):
+        config(region="us-west2", worker_pool_specs=pools(A100))
+    # What Vertex AI (the emulated one) says when stage 1 is bypassed.
+    alternatives, how, _, _ = launch_settings(apis, config(worker_pool_specs=pools(A100)))
+    job = how.make_job(alternatives[0])
+    client = rest_client(aiplatform_v1.JobServiceClient, apis)
+    with pytest.raises(exceptions.BadRequest, match="NVIDIA_TESLA_A100 is not supported in "
+                                                    "region us-west2"):
+        client.create_custom_job(parent="projects/my-proj/locations/us-west2", custom_job=job)

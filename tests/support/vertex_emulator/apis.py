@@ -16,7 +16,9 @@ and IAM (service accounts), granting all but `denied`, or with `grants` what was
 on the resource or above it.
 
 What Vertex AI and Cloud Build refuse, the fake refuses with their status (400
-INVALID_ARGUMENT): an image reference with both a tag and a digest (`Invalid image URI`:
+INVALID_ARGUMENT): a CustomJob whose GPU type its region does not offer (by the zone data
+the project reads, for the regions and types it records), an image reference with both a
+tag and a digest (`Invalid image URI`:
 kubeflow/pipelines#8490, googleapis/python-aiplatform#1861), in a CustomJob's pools or a
 model's container, and, through `image_problem`, in a pipeline's executors; a Cloud Build
 location that is neither a region nor `global` (Cloud Build docs: "Cloud Build
@@ -273,6 +275,10 @@ class FakeGoogleApis:
             if problem:
                 return 400, _error(400, problem)
         region = parent.rsplit("/", 1)[-1]
+        missing = self._not_offered(region, body.get("jobSpec", {}))
+        if missing:
+            return 400, _error(400, f"Accelerator type {missing} is not supported in region "
+                                    f"{region} (emulated wording)")
         over = self._over_quota(region, body.get("jobSpec", {}))
         if over:  # Vertex AI refuses the request (GoogleCloudPlatform/stable-diffusion-on-gcp#12)
             return 429, _error(429, "The following quota metrics exceed quota limits: "
@@ -306,6 +312,21 @@ class FakeGoogleApis:
                     if pool for value in pool["machine_spec"].values()}
         wanting = self.stockouts if wanting is None else wanting
         return any((value, region) in wanting for value in machines)
+
+    @staticmethod
+    def _not_offered(region: str, spec: dict[str, Any]) -> str:
+        """A GPU type of the job that the region does not offer, by the zone data the
+        project reads (`components.gpu.catalog.ZONES`, for the regions and types it
+        records); "" if none."""
+        from components.gpu import catalog
+
+        zones = catalog.ZONES.get(region)
+        for pool in map(aiplatform_pool, spec.get("workerPoolSpecs", [])):
+            gpu = pool.get("machine_spec", {}).get("accelerator_type") if pool else ""
+            if zones and gpu in catalog.ZONED_ACCELERATORS and \
+                    not any(gpu in offered for offered in zones.values()):
+                return gpu
+        return ""
 
     def _over_quota(self, region: str, spec: dict[str, Any]) -> list[str]:
         """The quota metrics a new job in `region` would take above their limits, counting
