@@ -14,9 +14,14 @@ from typing import Any
 
 from components.cloud_names import vertex_endpoint
 from components.export import local_registry as local
-from components.export.gate import Decision, decide
+from components.export.gate import Decision, decide, other_questions
 from components.export.lineage import lineage
-from components.export.saved_models import model_metrics, publish_model, saved_model_dir
+from components.export.saved_models import (
+    model_classes,
+    model_metrics,
+    publish_model,
+    saved_model_dir,
+)
 from trainer.common.contract import load_manifest
 from trainer.common.gcs import to_mount_path
 from trainer.common.remote import remote_call
@@ -79,10 +84,17 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
     else:
         champion_dir = (vertex_champion(vertex.parent_model, vertex.region)
                         if vertex.parent_model else None)
-    champion, champion_known = model_metrics(champion_dir, dataset_dir) if champion_dir \
-        else (None, False)
+    # A champion that answers other questions (other class names) is not evaluated on
+    # this data, nor compared: its accuracy here would mean nothing.
+    classes = (model_classes(trained_model), model_classes(champion_dir)) if champion_dir \
+        else (None, None)
+    refused = other_questions(*classes, on_vertex=model_dir is None) \
+        if None not in classes else ""
+    champion, champion_known = model_metrics(champion_dir, dataset_dir) \
+        if champion_dir and not refused else (None, False)
     decision = decide(challenger, champion, threshold=vertex.accuracy_threshold,
-                      margin=vertex.promotion_margin, promotion=vertex.promotion)
+                      margin=vertex.promotion_margin, promotion=vertex.promotion,
+                      refused=refused)
     record = lineage(manifest=load_manifest(dataset_dir), training=training, cluster=cluster,
                      images=images, version=version, metrics=challenger, tuning=tuning)
     saved = publish_model(trained_model, destination, challenger, dataset_dir, extra={

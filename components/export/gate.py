@@ -8,7 +8,7 @@ champion, is promoted on the absolute threshold alone.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 #: `vertex.promotion`: what a model that passes the gate (and one that does not) becomes.
@@ -46,8 +46,24 @@ def compared_metric(metrics: Mapping[str, Any]) -> str:
     return "test_accuracy" if "test_accuracy" in metrics else "accuracy"
 
 
+def other_questions(challenger: Sequence[str], champion: Sequence[str], *,
+                    on_vertex: bool) -> str:
+    """Why a challenger whose class names differ from the champion's is never compared
+    with it ("" when they are the same): its accuracy on its own data says nothing about
+    the questions the champion answers, and a version of a model is the same model."""
+    if list(challenger) == list(champion):
+        return ""
+    setting = ("vertex.parent_model (empty: a new model in the Model Registry)" if on_vertex
+               else "vertex.model_display_name (a new model in the local registry)")
+    return (f"this model's {len(challenger)} classes ({', '.join(challenger)}) are not the "
+            f"champion's {len(champion)} ({', '.join(champion)}): a model that answers other "
+            f"questions never replaces it nor becomes a version of it; not registered. To "
+            f"start a new model for these classes, set {setting}")
+
+
 def decide(challenger: Mapping[str, Any], champion: Mapping[str, Any] | None, *,
-           threshold: float, margin: float, promotion: str) -> Decision:
+           threshold: float, margin: float, promotion: str,
+           refused: str = "") -> Decision:
     """The gate's decision for a challenger's metrics against the champion's (or none).
 
     Args:
@@ -59,9 +75,13 @@ def decide(challenger: Mapping[str, Any], champion: Mapping[str, Any] | None, *,
             that passes the threshold a non-default version), `version_only` (every model
             that passes the threshold a non-default version) or `never` (nothing is
             registered; the decision is still reported).
+        refused: Why the challenger cannot be compared with the champion at all
+            (`other_questions`): nothing is registered.
     """
     metric = compared_metric(challenger)
     value = float(challenger[metric])
+    if refused:
+        return Decision(False, False, False, refused, metric, value, None)
     best = None if champion is None else float(champion[metric])
     if value < threshold:
         promoted, why = False, (f"{metric} {value:.4f} is below the threshold {threshold:.4f}")

@@ -54,6 +54,22 @@ def model_metrics(model_dir: str | os.PathLike,
         raise ExportError(str(exc)) from None
 
 
+def model_classes(location: str | os.PathLike) -> list[str] | None:
+    """The class names a model answers with, in label order (its serving metadata); None
+    when it does not say (a model exported otherwise).
+
+    Raises:
+        ExportError: The location holds no SavedModel.
+    """
+    from trainer.serving.container import METADATA_FILE
+
+    path = Path(saved_model_dir(location)) / METADATA_FILE
+    try:
+        return [str(name) for name in json.loads(path.read_text())["class_names"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def saved_model_dir(location: str | os.PathLike) -> str:
     """The SavedModel directory at `location`: itself, or the one committed under it.
 

@@ -211,3 +211,51 @@ def test_models_list_dry_run_prints_the_request(capsys):
     assert body == {"parent": "projects/my-proj/locations/europe-west4",
                     "filter": 'display_name="gpu-pipeline-model"',
                     "orderBy": "create_time desc"}
+
+
+def _exported(directory: Path, classes: list[str], accuracy: float, dataset: Path) -> Path:
+    """A model as the trainer commits it: its serving metadata (class names) and its
+    metrics on `dataset` beside it (so no stage evaluates it with TensorFlow)."""
+    from trainer.common.contract import load_manifest
+    from trainer.serving import measure
+    from trainer.serving.container import METADATA_FILE
+
+    _saved_model(directory, "model")
+    (directory / METADATA_FILE).write_text(json.dumps({"class_names": classes}))
+    measure.write(directory, {"dataset": measure.dataset_digest(load_manifest(dataset)),
+                              "metrics": {"accuracy": accuracy, "test_accuracy": accuracy}})
+    return directory
+
+
+def test_a_model_of_other_classes_never_replaces_the_champion(tmp_path, small_dataset):
+    """Tried as a new user would: a run on their own 2-class images into the default local
+    registry was compared with the 4-class demo model ("beats the champion's 0.0000") and
+    replaced it. It is refused, not evaluated against, and not registered."""
+    from components.export.export_model import export_and_gate
+    from trainer.run.training_options import TrainingOptions
+
+    vertex = load_config(overrides={"vertex": {"accuracy_threshold": 0.5}}).vertex
+    shapes = ["circle", "square", "star", "triangle"]
+    common = {"vertex": vertex, "training": TrainingOptions().model_dump(),
+              "cluster": {"strategy": "single", "worker_pool_specs": []}, "images": {},
+              "version": "0.4.0", "registry_root": str(tmp_path / "registry")}
+    first = export_and_gate(_exported(tmp_path / "four", shapes, 0.6, small_dataset),
+                            small_dataset, tmp_path / "out1", **common)
+    assert first["registered"] == "1" and first["decision"].default
+    second = export_and_gate(_exported(tmp_path / "two", ["cat", "dog"], 0.99, small_dataset),
+                             small_dataset, tmp_path / "out2", **common)
+    made = second["decision"]
+    assert (made.register, made.default, made.promoted, made.champion) == \
+        (False, False, False, None)
+    assert made.reason == (
+        "this model's 2 classes (cat, dog) are not the champion's 4 (circle, square, star, "
+        "triangle): a model that answers other questions never replaces it nor becomes a "
+        "version of it; not registered. To start a new model for these classes, set "
+        "vertex.model_display_name (a new model in the local registry)")
+    assert second["registered"] is None and second["champion"] is None
+    registry = local.load(tmp_path / "registry" / vertex.model_display_name)
+    assert registry["default"] == "1" and len(registry["versions"]) == 1
+    # The same classes are compared as before.
+    third = export_and_gate(_exported(tmp_path / "again", shapes, 0.7, small_dataset),
+                            small_dataset, tmp_path / "out3", **common)
+    assert third["decision"].default and third["champion"]["test_accuracy"] == 0.6
