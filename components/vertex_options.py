@@ -26,6 +26,7 @@ from components.cloud_names import (
 )
 from components.training.job_names import JOB_NAME_SUFFIX, validate_job_name
 from trainer.common.schema import STRICT, short
+from trainer.serving.measure import REFERENCE_IMAGES
 
 
 def _repository(value: str) -> str:
@@ -132,6 +133,11 @@ class VertexOptions(pydantic.BaseModel):
                                     "letters, digits and hyphens, at most 63) or empty"})
     labels: dict[str, str] = Field(default_factory=dict, description=(
         "Labels of the pipeline job and the CustomJob, for cost tracking."))
+    serving_check_images: int = Field(REFERENCE_IMAGES, ge=0, le=REFERENCE_IMAGES, description=(
+        "Held-out images sent, one request each, to the model server on the new model "
+        "before it may serve (0: no check); its answers must match the SavedModel's own."))
+    serving_p95_seconds: float = Field(2.0, gt=0, description=(
+        "The bound on the 95th percentile of one prediction request's time in that check."))
     serving_image: ImageReference = Field("", description=(
         "Image serving the registered model, by digest; empty: the run's own CPU image (the "
         "TensorFlow it was trained with); to serve on GPUs, the run's GPU image."))

@@ -20,9 +20,11 @@ from components import project
 from pipelines.commands import (
     compile,
     models,
+    predict,
     publish,
     run,
     schedule,
+    serve,
     submit,
     validate_gpu,
 )
@@ -30,7 +32,8 @@ from trainer.common.errors import ProjectError
 
 #: The commands in the order `--help` lists them, by name.
 COMMANDS = {"run": run, "compile": compile, "submit": submit, "schedule": schedule,
-            "models": models, "publish": publish, "validate-gpu": validate_gpu}
+            "models": models, "predict": predict, "serve": serve, "publish": publish,
+            "validate-gpu": validate_gpu}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,8 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
                     destination: str | os.PathLike, *, vertex: Any, training: Mapping[str, Any],
                     cluster: Mapping[str, Any], images: Mapping[str, Any], version: str,
                     registry_root: str = "",
-                    tuning: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                    tuning: Mapping[str, Any] | None = None,
+                    log: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Both models' metrics on the same splits, the decision, and the new model exported.
 
     Args:
@@ -69,6 +70,7 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
         registry_root: The local registry (`run --local`); "" on Vertex AI, where the
             champion is `vertex.parent_model`'s default version.
         tuning: The study that chose the training options, if any (for the lineage).
+        log: Where the serving check's progress goes.
 
     Returns:
         `metrics`, `champion` (metrics or None), `decision`, `lineage`, `saved` (the
@@ -95,6 +97,13 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
     decision = decide(challenger, champion, threshold=vertex.accuracy_threshold,
                       margin=vertex.promotion_margin, promotion=vertex.promotion,
                       refused=refused)
+    if decision.default and vertex.serving_check_images:  # it would serve: run it first
+        from components.serving.serving_check import check_in_server
+
+        decision = decision.after_serving_check(check_in_server(
+            saved_model_dir(trained_model), dataset_dir,
+            images=vertex.serving_check_images, p95_seconds=vertex.serving_p95_seconds,
+            log=log))
     record = lineage(manifest=load_manifest(dataset_dir), training=training, cluster=cluster,
                      images=images, version=version, metrics=challenger, tuning=tuning)
     saved = publish_model(trained_model, destination, challenger, dataset_dir, extra={
@@ -165,7 +174,7 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
     outcome = export_and_gate(trained_model, dataset_dir, destination, vertex=options,
                               training=settings.model_dump(), images=images,
                               version=version(), cluster=cluster, registry_root=registry_root,
-                              tuning=tuning)
+                              tuning=tuning, log=say)
     results, decision, champion = outcome["metrics"], outcome["decision"], outcome["champion"]
     Path(comparison_path).parent.mkdir(parents=True, exist_ok=True)
     report = comparison_markdown(decision, results, champion)
@@ -211,8 +220,15 @@ def _record_run(registry_root: str, job_name: str, outcome: Mapping[str, Any],
                       "trials": trials_table(tuning) if tuning else ""})
 
 
+def _check_line(check: Mapping[str, Any]) -> str:
+    from components.serving.serving_check import ServingCheck
+
+    return ServingCheck(**check).describe()
+
+
 def _progress(outcome: Mapping[str, Any]) -> list[str]:
-    """The stage's two progress lines: the new model's figures, then the decision."""
+    """The stage's progress lines: the new model's figures, the serving check, then the
+    decision."""
     import json
 
     results, decision, here = outcome["metrics"], outcome["decision"], outcome["measured_here"]
@@ -223,6 +239,8 @@ def _progress(outcome: Mapping[str, Any]) -> list[str]:
         f"exported model, {source}, on {results['examples']} validation examples: accuracy "
         f"{results['accuracy']:.4f}{test}; " + json.dumps(
             {k: round(v, 4) for k, v in results.items() if k.startswith("accuracy_")}),
+        *([f"serving check: {_check_line(decision.serving_check)}"]
+          if decision.serving_check else []),
         f"champion/challenger: {decision.reason}"
         + (" (the champion evaluated here on this dataset)" if "champion" in here else "")
         + (f" (local registry version {outcome['registered']})" if outcome["registered"]

@@ -27,6 +27,8 @@ class Decision:
         metric: The metric compared.
         challenger: The new model's value of it.
         champion: The champion's value of it, None without a champion.
+        serving_check: What the model server did with it before it could serve
+            (`components.serving.serving_check.ServingCheck.to_dict`), None if not run.
     """
 
     register: bool
@@ -36,9 +38,23 @@ class Decision:
     metric: str
     challenger: float
     champion: float | None
+    serving_check: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def after_serving_check(self, check: Any) -> Decision:
+        """The decision once the model ran in its serving container: unchanged when the
+        check passed; otherwise not registered, and the champion keeps serving."""
+        if check.ok:
+            return dataclasses.replace(self, serving_check=check.to_dict())
+        return dataclasses.replace(
+            self, register=False, default=False, promoted=False,
+            reason=f"{self.reason.rsplit(': promoted', 1)[0]}, but it failed in its serving "
+                   f"container ({'; '.join(check.problems)}): not registered; "
+                   + ("the champion keeps serving" if self.champion is not None
+                      else "no model serves yet"),
+            serving_check=check.to_dict())
 
 
 def compared_metric(metrics: Mapping[str, Any]) -> str:

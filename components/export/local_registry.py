@@ -54,6 +54,33 @@ def champion(model_dir: str | os.PathLike) -> tuple[dict[str, Any], str] | None:
     return None
 
 
+def served(registry_root: str | os.PathLike, name: str, version: str = ""
+           ) -> tuple[dict[str, Any], str]:
+    """(a version's entry, its SavedModel directory): the default version (the champion),
+    or the version named.
+
+    Raises:
+        RegistryError: No such model or version, or it holds no committed SavedModel.
+    """
+    model_dir = Path(registry_root) / name
+    index = load(model_dir)
+    if not index["versions"]:
+        known = ", ".join(models(registry_root)) or "none"
+        raise RegistryError(f"no model {name!r} in the local registry {str(registry_root)!r} "
+                            f"(models there: {known}); `gpu-pipeline run --local` registers "
+                            "the models the gate accepts")
+    wanted = version or index["default"]
+    for entry in index["versions"]:
+        if entry["version"] == wanted:
+            saved = committed(model_dir / "versions" / wanted)
+            if saved is None:
+                raise RegistryError(f"version {wanted} of {name!r} holds no committed "
+                                    "SavedModel")
+            return entry, saved
+    raise RegistryError(f"{name!r} has no version {wanted!r}; its versions: "
+                        + ", ".join(e["version"] for e in index["versions"]))
+
+
 def register(model_dir: str | os.PathLike, saved_model: str | os.PathLike,
              metrics: dict[str, Any], lineage: dict[str, Any], decision: dict[str, Any],
              default: bool) -> dict[str, Any]:

@@ -101,8 +101,11 @@ def publish_model(model_dir: str | os.PathLike, destination: str | os.PathLike,
         The committed SavedModel directory (what a model upload points at).
     """
     source = saved_model_dir(model_dir)
-    measured = {"dataset": measure.dataset_digest(load_manifest(dataset_dir)),
-                "metrics": metrics}
+    manifest = load_manifest(dataset_dir)
+    measured = {"dataset": measure.dataset_digest(manifest), "metrics": metrics}
+    kept = measure.reference(source, manifest)
+    if kept is not None:  # the serving check compares the model server's answers with it
+        measured["reference"] = kept
     with commit_directory(destination, written_by="export") as staging:
         shutil.copytree(source, staging, dirs_exist_ok=True)
         for name, content in {measure.EVALUATION_FILE: measured, **(extra or {})}.items():

@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     say(f"champion/challenger: {result.decision}" + (
         f" (registry version {result.registered_version})" if result.registered_version
         else ""))
+    _how_to_call(config, args.pipeline_root)
     print(f"  pipeline root: {result.pipeline_root}")
     print(f"  run:           {result.run_dir}")
     print(f"  model:         {result.model_uri}")
@@ -93,6 +94,21 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(result.to_json())
     return 0
+
+
+def _how_to_call(config, pipeline_root) -> None:
+    """How to call the model that serves now (the local registry's default), if any."""
+    from components.export import local_registry as local
+    from pipelines.commands.serve import request_example
+    from pipelines.local_run import REGISTRY
+
+    name = config.vertex.model_display_name
+    default = local.load(pipeline_root / REGISTRY / name)["default"]
+    if default is None:
+        return
+    say(f"call the champion ({name} version {default}): gpu-pipeline predict IMAGE..., or "
+        "gpu-pipeline serve (the model server on http://127.0.0.1:8080) and then:")
+    print(request_example("http://127.0.0.1:8080"))
 
 
 def _local_layout(config):

@@ -19,6 +19,9 @@ from pipelines.config import Config
 from pipelines.local_run import LocalRunError, run_local
 from trainer.common.commit import committed
 
+# Exercised here without an import, through the command line: `pipelines.commands.predict`
+# and `pipelines.commands.serve` (the demo's champion classified and served).
+
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent / "gpu-pipeline"
 
@@ -100,6 +103,70 @@ def test_demo_runs_every_stage_and_says_what_it_did(demo):
                              stdout), stdout[-3000:]
     # Progress stays readable: KFP's executor input dumps are not shown.
     assert '"executorInput"' not in stdout and "inputDefinitions" not in stdout
+
+
+def test_demo_checked_the_model_in_its_server_and_says_how_to_call_it(demo):
+    """Before the first model may serve it ran in the real model server; the run ends with
+    how to call it, and `predict` and `serve` do what it says."""
+    import base64
+    import signal
+    import time
+    import urllib.request
+
+    from components.serving.model_server import free_port
+    from components.serving.serving_check import held_out_images
+
+    cwd, stdout = demo
+    assert re.search(r"\[gpu-pipeline\] serving check: 24 held-out image\(s\) through the model "
+                     r"server, one request each: 24 x HTTP 200; p95 latency [0-9.]+ s \(bound "
+                     r"2 s; first request [0-9.]+ s\); top-1 agrees with the SavedModel's own "
+                     r"on 24/24", stdout), stdout[-3000:]
+    assert "call the champion (gpu-pipeline-model version 1): gpu-pipeline predict IMAGE..." \
+        in stdout
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    dataset = Path(summary["artifacts"]["prepare-dataset/dataset"])
+    for number, image in enumerate(held_out_images(dataset, "test", 2)):
+        (cwd / f"image{number}.png").write_bytes(image)
+    result = subprocess.run([str(BIN), "predict", "image0.png", "image1.png", "--top", "2"],
+                            cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("gpu-pipeline-model version 1 (")
+    assert all(re.fullmatch(r"image\d\.png: \w+ [01]\.\d{3}, \w+ [01]\.\d{3}", line)
+               for line in lines[1:3]), lines
+    (cwd / "notes.txt").write_text("not an image")
+    for argv, message in ((["missing.png"], "IMAGE 'missing.png' cannot be read"),
+                          (["notes.txt"], "IMAGE 'notes.txt': it is not a JPEG, PNG"),
+                          (["image0.png", "--version", "9"], "has no version '9'")):
+        result = subprocess.run([str(BIN), "predict", *argv], cwd=cwd, capture_output=True,
+                                text=True, timeout=300)
+        assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
+        assert "Traceback" not in result.stderr
+    port = free_port()
+    server = subprocess.Popen([str(BIN), "serve", "--port", str(port)], cwd=cwd,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        body = json.dumps({"instances": [{"b64": base64.b64encode(
+            (cwd / "image0.png").read_bytes()).decode()}]}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/predict", data=body,
+                                         headers={"Content-Type": "application/json"})
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with direct.open(request, timeout=30) as answer:
+                    predictions = json.loads(answer.read())["predictions"]
+                    break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline
+                time.sleep(0.5)
+        assert len(predictions) == 1 and len(predictions[0]["probabilities"]) == 4
+    finally:
+        server.send_signal(signal.SIGINT)
+        output = server.communicate(timeout=60)[0]
+    assert f"serve: ready at http://127.0.0.1:{port}/predict" in output
+    with pytest.raises(OSError):  # stopped with the command
+        direct.open(f"http://127.0.0.1:{port}/health", timeout=5)
 
 
 def _run(cwd: Path, *flags: str) -> tuple[dict, str]:

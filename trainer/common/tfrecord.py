@@ -18,10 +18,12 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import BinaryIO
 
 import google_crc32c
+
+from trainer.common.errors import StageError
 
 _MASK_DELTA = 0xA282EAD8
 _LENGTH_DELIMITED = 2
@@ -111,3 +113,65 @@ class Writer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class RecordError(StageError):
+    """A TFRecord file or an Example that is not what this module writes (a damaged
+    dataset: the stage reading it fails)."""
+
+
+def read_records(path: str | os.PathLike) -> Iterator[bytes]:
+    """The records of a TFRecord file, each frame's CRCs checked."""
+    with open(path, "rb") as f:
+        while header := f.read(12):
+            if len(header) < 12:
+                raise RecordError(f"{path}: truncated record header")
+            length, crc = struct.unpack("<QI", header)
+            if crc != masked_crc(header[:8]):
+                raise RecordError(f"{path}: a record length fails its CRC")
+            data, footer = f.read(length), f.read(4)
+            if len(data) < length or len(footer) < 4 or \
+                    struct.unpack("<I", footer)[0] != masked_crc(data):
+                raise RecordError(f"{path}: a record is truncated or fails its CRC")
+            yield data
+
+
+def _read_varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at, shift = at + 1, shift + 7
+        if not byte & 0x80:
+            return value, at
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(field number, payload) of each length-delimited field of a message (the only wire
+    type `example` writes)."""
+    at = 0
+    while at < len(data):
+        key, at = _read_varint(data, at)
+        if key & 7 != _LENGTH_DELIMITED:
+            raise RecordError(f"field {key >> 3} has wire type {key & 7}; expected bytes")
+        length, at = _read_varint(data, at)
+        yield key >> 3, data[at:at + length]
+        at += length
+
+
+def parse_example(record: bytes) -> dict[str, list[bytes] | list[int]]:
+    """A serialised `tf.train.Example`'s bytes and int64 features (`example`'s inverse)."""
+    found: dict[str, list[bytes] | list[int]] = {}
+    for _, entries in _fields(record):  # Example.features
+        for _, entry in _fields(entries):  # Features.feature map entries
+            parts = dict(_fields(entry))
+            name, feature = parts[1].decode("utf-8"), dict(_fields(parts.get(2, b"")))
+            if 1 in feature:  # bytes_list
+                found[name] = [value for _, value in _fields(feature[1])]
+            else:  # int64_list, packed
+                packed, values, at = dict(_fields(feature.get(3, b""))).get(1, b""), [], 0
+                while at < len(packed):
+                    value, at = _read_varint(packed, at)
+                    values.append(value - (1 << 64) if value >> 63 else value)
+                found[name] = values
+    return found

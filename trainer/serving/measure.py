@@ -21,8 +21,12 @@ from trainer.common.contract import FEATURE_IMAGE, FEATURE_LABEL, feature_spec, 
 from trainer.common.errors import StageError
 from trainer.serving.container import SIGNATURE_BYTES
 
-#: Beside a SavedModel: {"dataset": digest of the splits measured, "metrics": {...}}.
+#: Beside a SavedModel: {"dataset": digest of the splits measured, "metrics": {...},
+#: "reference": {"split": ..., "class_index": [...]}}.
 EVALUATION_FILE = "evaluation.json"
+#: How many of the held-out split's first images keep their predicted class as the
+#: reference a serving check compares the model server's answers with.
+REFERENCE_IMAGES = 24
 #: The splits a model is measured on; metrics of the test split are prefixed `test_`.
 SPLITS = ("validation", "test")
 
@@ -41,7 +45,9 @@ def dataset_digest(manifest: dict[str, Any]) -> str:
 
 
 def _split_metrics(tf: Any, serve: Any, files: list[str], classes: list[str],
-                   batch_size: int) -> dict[str, Any]:
+                   batch_size: int, first: list[int] | None = None) -> dict[str, Any]:
+    """The split's metrics; with `first`, the predicted classes of its first
+    `REFERENCE_IMAGES` images (in file order) are appended to it."""
     features = feature_spec(tf)
     ds = (tf.data.TFRecordDataset(files)
           .batch(batch_size)
@@ -50,6 +56,8 @@ def _split_metrics(tf: Any, serve: Any, files: list[str], classes: list[str],
     total = [0] * len(classes)
     for batch in ds:
         predicted = serve(image_bytes=batch[FEATURE_IMAGE])["class_index"].numpy()
+        if first is not None and len(first) < REFERENCE_IMAGES:
+            first.extend(int(p) for p in predicted[:REFERENCE_IMAGES - len(first)])
         for label, guess in zip(batch[FEATURE_LABEL].numpy(), predicted, strict=True):
             total[label] += 1
             correct[label] += int(label == guess)
@@ -73,9 +81,11 @@ def evaluate(tf: Any, model_dir: str | os.PathLike, dataset_dir: str | os.PathLi
         batch_size: Examples per signature call.
 
     Returns:
-        `{"dataset": dataset_digest(manifest), "metrics": {...}}`, the metrics being the
-        validation split's `accuracy`, `examples` and per-class `accuracy_<class>`, and,
-        when the dataset has a test split, `test_accuracy` and `test_examples`.
+        `{"dataset": dataset_digest(manifest), "metrics": {...}, "reference": {...}}`, the
+        metrics being the validation split's `accuracy`, `examples` and per-class
+        `accuracy_<class>`, and, when the dataset has a test split, `test_accuracy` and
+        `test_examples`; the reference the predicted classes of the held-out split's first
+        images (`REFERENCE_IMAGES`; the test split, else validation).
 
     Raises:
         EvaluationError: The model lacks the signature, or the validation split is empty.
@@ -87,15 +97,36 @@ def evaluate(tf: Any, model_dir: str | os.PathLike, dataset_dir: str | os.PathLi
                               f"signature (has: {', '.join(loaded.signatures) or 'none'})")
     serve = loaded.signatures[SIGNATURE_BYTES]
     classes = manifest["classes"]
+    held_out, first = reference_split(manifest), []
     metrics = _split_metrics(tf, serve, shard_paths(dataset_dir, manifest, "validation"),
-                             classes, batch_size)
+                             classes, batch_size, first if held_out == "validation" else None)
     if not metrics["examples"]:
         raise EvaluationError(f"the validation split of {str(dataset_dir)!r} is empty")
-    if "test" in manifest["splits"]:
+    if held_out == "test":
         test = _split_metrics(tf, serve, shard_paths(dataset_dir, manifest, "test"), classes,
-                              batch_size)
+                              batch_size, first)
         metrics.update(test_accuracy=test["accuracy"], test_examples=test["examples"])
-    return {"dataset": dataset_digest(manifest), "metrics": metrics}
+    return {"dataset": dataset_digest(manifest), "metrics": metrics,
+            "reference": {"split": held_out, "class_index": first}}
+
+
+def reference_split(manifest: dict[str, Any]) -> str:
+    """The held-out split a model's reference predictions come from."""
+    return "test" if "test" in manifest["splits"] else "validation"
+
+
+def reference(model_dir: str | os.PathLike, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The reference predictions committed beside a SavedModel, if measured on this
+    dataset (`{"split": ..., "class_index": [...]}`); None otherwise."""
+    try:
+        evaluation = json.loads((Path(model_dir) / EVALUATION_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(evaluation, dict) or evaluation.get("dataset") != dataset_digest(manifest):
+        return None
+    found = evaluation.get("reference")
+    return found if isinstance(found, dict) and isinstance(found.get("class_index"), list) \
+        else None
 
 
 def write(model_dir: str | os.PathLike, evaluation: dict[str, Any]) -> None:

@@ -88,3 +88,26 @@ def test_writing_does_not_import_tensorflow(tmp_path):
             "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True)
     assert len(_read(tmp_path / "x.tfrecord")) == 1
+
+
+def test_records_and_examples_tensorflow_wrote_are_read_back_without_it(tmp_path):
+    import tensorflow as tf
+
+    features = {"image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"\x89PNG"])),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[3, -2, 1 << 40])),
+                "empty": tf.train.Feature(int64_list=tf.train.Int64List(value=[]))}
+    written = tf.train.Example(features=tf.train.Features(feature=features))
+    with tf.io.TFRecordWriter(str(tmp_path / "tf.tfrecord")) as writer:
+        writer.write(written.SerializeToString())
+        writer.write(b"")
+    records = list(tfrecord.read_records(tmp_path / "tf.tfrecord"))
+    assert records[1] == b""
+    assert tfrecord.parse_example(records[0]) == {"image": [b"\x89PNG"],
+                                                  "label": [3, -2, 1 << 40], "empty": []}
+    assert tfrecord.parse_example(tfrecord.example({"a": [b"x", b""], "b": [7]})) == \
+        {"a": [b"x", b""], "b": [7]}
+    data = bytearray((tmp_path / "tf.tfrecord").read_bytes())
+    data[20] ^= 0xFF
+    (tmp_path / "bad.tfrecord").write_bytes(bytes(data))
+    with pytest.raises(tfrecord.RecordError, match="fails its CRC"):
+        list(tfrecord.read_records(tmp_path / "bad.tfrecord"))

@@ -1,0 +1,113 @@
+"""The registered model's serving container, run here: aiplatform's CPR model server
+(`python -m google.cloud.aiplatform.prediction.model_server`) with the project's predictor,
+configured as Vertex AI configures a custom container (`trainer.serving.container`: the
+`AIP_*` variables, the handler and predictor settings), on loopback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+from trainer.common.errors import StageError
+from trainer.serving import container
+
+#: How long the server may take to load TensorFlow and the model and answer its health
+#: route (about 10 s on two cores).
+STARTUP_SECONDS = 180.0
+#: Loopback requests must not go through the environment's proxy.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class ServerError(StageError):
+    """The model server did not start, or stopped."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_environment(model_dir: str, port: int) -> dict[str, str]:
+    """The environment Vertex AI gives the serving container (Vertex AI docs: "Custom
+    container requirements for prediction"), with the container spec's own."""
+    return {**os.environ, **container.ENVIRONMENT, "AIP_HTTP_PORT": str(port),
+            "AIP_PREDICT_ROUTE": container.PREDICT_ROUTE,
+            "AIP_HEALTH_ROUTE": container.HEALTH_ROUTE, "AIP_STORAGE_URI": str(model_dir),
+            "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+@contextlib.contextmanager
+def model_server(model_dir: str, *, port: int = 0,
+                 startup_seconds: float = STARTUP_SECONDS) -> Iterator[str]:
+    """Runs the model server on `model_dir` until the block ends; yields its base URL.
+
+    Raises:
+        ServerError: It exited, or did not answer its health route in time (its output's
+            last lines say why).
+    """
+    port = port or free_port()
+    command = [sys.executable, "-m", container.SERVER_MODULE]
+    env = server_environment(model_dir, port)
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            _wait_healthy(base, process, log, startup_seconds)
+            yield base
+        finally:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
+def _wait_healthy(base: str, process: subprocess.Popen, log: Any, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with _DIRECT.open(base + container.HEALTH_ROUTE, timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            log.seek(0)
+            tail = "\n".join(log.read().splitlines()[-15:])
+            state = f"exited with {process.returncode}" if process.poll() is not None \
+                else f"did not answer {container.HEALTH_ROUTE} in {seconds:.0f} s"
+            raise ServerError(f"the model server ({container.SERVER_MODULE}) {state}:\n{tail}")
+        time.sleep(0.3)
+
+
+def post(base: str, body: dict[str, Any], timeout: float = 60.0) -> tuple[int, Any, float]:
+    """POSTs a prediction request; returns (HTTP status, JSON answer, seconds taken)."""
+    request = urllib.request.Request(base + container.PREDICT_ROUTE,
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    started = time.perf_counter()
+    try:
+        with _DIRECT.open(request, timeout=timeout) as answer:
+            status, data = answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        status, data = error.code, error.read()
+    seconds = time.perf_counter() - started
+    try:
+        return status, json.loads(data), seconds
+    except ValueError:
+        return status, data.decode("utf-8", "replace"), seconds
