@@ -234,7 +234,9 @@ def test_a_model_of_other_classes_never_replaces_the_champion(tmp_path, small_da
     from components.export.export_model import export_and_gate
     from trainer.run.training_options import TrainingOptions
 
-    vertex = load_config(overrides={"vertex": {"accuracy_threshold": 0.5}}).vertex
+    # No serving check: these stand-in models hold no real SavedModel.
+    vertex = load_config(overrides={"vertex": {"accuracy_threshold": 0.5,
+                                               "serving_check_images": 0}}).vertex
     shapes = ["circle", "square", "star", "triangle"]
     common = {"vertex": vertex, "training": TrainingOptions().model_dump(),
               "cluster": {"strategy": "single", "worker_pool_specs": []}, "images": {},
@@ -259,3 +261,23 @@ def test_a_model_of_other_classes_never_replaces_the_champion(tmp_path, small_da
     third = export_and_gate(_exported(tmp_path / "again", shapes, 0.7, small_dataset),
                             small_dataset, tmp_path / "out3", **common)
     assert third["decision"].default and third["champion"]["test_accuracy"] == 0.6
+
+
+def test_a_model_that_fails_in_its_server_is_not_registered_and_the_champion_keeps_serving():
+    from components.serving.serving_check import ServingCheck
+
+    failed = ServingCheck(False, ["image 3: HTTP 500: boom"], 24, {"200": 23, "500": 1}, 0.2,
+                          0.05, 2.0, 23, 24)
+    promoted = decide(BETTER, CHAMPION, threshold=0.8, margin=0.01, promotion="default")
+    made = promoted.after_serving_check(failed)
+    assert (made.register, made.default, made.promoted) == (False, False, False)
+    assert made.reason == (
+        "test_accuracy 0.9500 beats the champion's 0.9300 by +0.0200 (margin 0.0100), but it "
+        "failed in its serving container (image 3: HTTP 500: boom): not registered; the "
+        "champion keeps serving")
+    assert made.serving_check["statuses"] == {"200": 23, "500": 1}
+    passed = ServingCheck(True, [], 24, {"200": 24}, 0.2, 0.05, 2.0, 24, 24)
+    assert promoted.after_serving_check(passed).default
+    first = decide(BETTER, None, threshold=0.8, margin=0.01, promotion="default")
+    assert first.after_serving_check(failed).reason.endswith("not registered; no model serves "
+                                                             "yet")
