@@ -21,32 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 try:
-    from components.build.apt_lock import (
-        ARCHITECTURE,
-        AptLock,
-        AptLockError,
-        Fetch,
-        Pin,
-        get,
-        install,
-        parse,
-        pinned_key,
-        urlopen_fetch,
-    )
+    from components.build import apt_lock
 except ImportError:  # beside apt_lock.py in the GPU image build, without the project
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from apt_lock import (  # type: ignore[no-redef]
-        ARCHITECTURE,
-        AptLock,
-        AptLockError,
-        Fetch,
-        Pin,
-        get,
-        install,
-        parse,
-        pinned_key,
-        urlopen_fetch,
-    )
+    import apt_lock  # type: ignore[no-redef]
 
 
 def compare_versions(a: str, b: str) -> int:
@@ -103,7 +81,7 @@ def signed_text(in_release: str) -> str:
     """The text a clearsigned InRelease signs (RFC 4880 7: framing and dash-escapes off)."""
     head, separator, rest = in_release.partition("-----BEGIN PGP SIGNED MESSAGE-----")
     if not separator:
-        raise AptLockError("InRelease is not a clearsigned message")
+        raise apt_lock.AptLockError("InRelease is not a clearsigned message")
     body = rest.split("\n\n", 1)[1].split("\n-----BEGIN PGP SIGNATURE-----", 1)[0]
     return "\n".join(line[2:] if line.startswith("- ") else line for line in body.split("\n"))
 
@@ -122,13 +100,15 @@ def verify_signature(in_release: bytes, key: bytes, expected: str, gpgv: str = "
             result = subprocess.run([gpgv, "--status-fd", "1", "--keyring", str(keyring),
                                      str(message)], capture_output=True, text=True)
         except FileNotFoundError:
-            raise AptLockError(f"{gpgv} is needed to check the repository's signature "
-                               "(Debian and Ubuntu: the gpgv package)") from None
+            raise apt_lock.AptLockError(f"{gpgv} is needed to check the repository's "
+                                        "signature (Debian and Ubuntu: the gpgv package)"
+                                        ) from None
     valid = [line.split() for line in result.stdout.splitlines()
              if line.startswith("[GNUPG:] VALIDSIG ")]
     if result.returncode != 0 or not valid or valid[0][-1].upper() != expected:
-        raise AptLockError(f"InRelease is not signed by the pinned key {expected}: "
-                           f"{result.stderr.strip()[-500:] or result.stdout.strip()[-500:]}")
+        raise apt_lock.AptLockError(
+            f"InRelease is not signed by the pinned key {expected}: "
+            f"{result.stderr.strip()[-500:] or result.stdout.strip()[-500:]}")
 
 
 def _index(release: dict[str, str], component: str) -> tuple[str, str, int]:
@@ -139,15 +119,16 @@ def _index(release: dict[str, str], component: str) -> tuple[str, str, int]:
         if len(parts) == 3:
             listed[parts[2]] = (parts[0], int(parts[1]))
     for name in ("Packages.gz", "Packages"):
-        path = f"{component}/binary-{ARCHITECTURE}/{name}"
+        path = f"{component}/binary-{apt_lock.ARCHITECTURE}/{name}"
         if path in listed:
             return path, *listed[path]
-    raise AptLockError(f"the signed Release lists no {component}/binary-{ARCHITECTURE} "
-                       "package index")
+    raise apt_lock.AptLockError(f"the signed Release lists no {component}/binary-"
+                                f"{apt_lock.ARCHITECTURE} package index")
 
 
-def resolve(template: AptLock, allowed: Sequence[str], packages: Sequence[str],
-            fetch: Fetch = urlopen_fetch, gpgv: str = "gpgv") -> AptLock:
+def resolve(template: apt_lock.AptLock, allowed: Sequence[str], packages: Sequence[str],
+            fetch: apt_lock.Fetch = apt_lock.urlopen_fetch,
+            gpgv: str = "gpgv") -> apt_lock.AptLock:
     """Pins the newest amd64 version of each of `packages` in `template`'s repository.
 
     Args:
@@ -163,29 +144,30 @@ def resolve(template: AptLock, allowed: Sequence[str], packages: Sequence[str],
     Raises:
         AptLockError: The key, signature, index or a package does not check out.
     """
-    chosen, key = pinned_key(get(fetch, template.key_url), allowed, template.key_url)
+    chosen, key = apt_lock.pinned_key(apt_lock.get(fetch, template.key_url), allowed,
+                                      template.key_url)
     base = f"{template.url.rstrip('/')}/dists/{template.suite}"
-    in_release = get(fetch, f"{base}/InRelease")
+    in_release = apt_lock.get(fetch, f"{base}/InRelease")
     verify_signature(in_release, key, chosen, gpgv)
     release = stanzas(signed_text(in_release.decode()))[0]
     path, digest, size = _index(release, template.component)
-    index = get(fetch, f"{base}/{path}")
+    index = apt_lock.get(fetch, f"{base}/{path}")
     if hashlib.sha256(index).hexdigest() != digest or len(index) != size:
-        raise AptLockError(f"{base}/{path} does not match the SHA-256 the signed Release "
-                           "gives it")
+        raise apt_lock.AptLockError(f"{base}/{path} does not match the SHA-256 the signed "
+                                    "Release gives it")
     entries = stanzas((gzip.decompress(index) if path.endswith(".gz") else index).decode())
     pins = []
     for name in packages:
         found = [e for e in entries if e.get("Package") == name
-                 and e.get("Architecture") in (ARCHITECTURE, "all")]
+                 and e.get("Architecture") in (apt_lock.ARCHITECTURE, "all")]
         if not found:
-            raise AptLockError(f"{template.url} {template.suite} has no {name} for "
-                               f"{ARCHITECTURE}")
+            raise apt_lock.AptLockError(f"{template.url} {template.suite} has no {name} for "
+                                        f"{apt_lock.ARCHITECTURE}")
         newest = found[0]
         for entry in found[1:]:
             if compare_versions(entry["Version"], newest["Version"]) > 0:
                 newest = entry
-        pins.append(Pin(name, newest["Version"], newest["Filename"], newest["SHA256"]))
+        pins.append(apt_lock.Pin(name, newest["Version"], newest["Filename"], newest["SHA256"]))
     return dataclasses.replace(template, fingerprint=chosen, pins=tuple(pins), unresolved="")
 
 
@@ -210,11 +192,11 @@ def main(argv: list[str] | None = None) -> int:
               "APT_KEY_FINGERPRINTS)", file=sys.stderr)
         return 1
     try:
-        install(parse(Path(args.lock).read_text()), record=args.record,
+        apt_lock.install(apt_lock.parse(Path(args.lock).read_text()), record=args.record,
                 resolve_with=functools.partial(resolve, allowed=accept,
                                                packages=args.resolve)
                 if args.resolve else None)
-    except (AptLockError, subprocess.CalledProcessError) as error:
+    except (apt_lock.AptLockError, subprocess.CalledProcessError) as error:
         print(f"apt lock: {error}", file=sys.stderr)
         return 1
     return 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +18,7 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
+from components.training.local_cluster import free_ports
 from trainer.common.errors import StageError
 from trainer.serving import container
 
@@ -31,13 +31,6 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 class ServerError(StageError):
     """The model server did not start, or stopped."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def server_environment(model_dir: str, port: int) -> dict[str, str]:
@@ -58,7 +51,7 @@ def model_server(model_dir: str, *, port: int = 0,
         ServerError: It exited, or did not answer its health route in time (its output's
             last lines say why).
     """
-    port = port or free_port()
+    port = port or free_ports(1)[0]
     command = [sys.executable, "-m", container.SERVER_MODULE]
     env = server_environment(model_dir, port)
     with tempfile.TemporaryFile("w+") as log:

@@ -113,8 +113,8 @@ def test_demo_checked_the_model_in_its_server_and_says_how_to_call_it(demo):
     import time
     import urllib.request
 
-    from components.serving.model_server import free_port
     from components.serving.serving_check import held_out_images
+    from tests.support.serving import free_port
 
     cwd, stdout = demo
     assert re.search(r"\[gpu-pipeline\] serving check: 24 held-out image\(s\) through the model "

@@ -1,5 +1,6 @@
-"""The training launcher against the fake Google APIs: its settings for a config, with a
-clock that moves only when the launcher waits (so an hour's queue takes no time)."""
+"""The training launcher against the fake Google APIs: configurations of a few GPU pools,
+the launcher's settings for one, with a clock that moves only when the launcher waits (so
+an hour's queue takes no time)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,29 @@ from components.capacity.alternatives import check_alternatives
 from components.capacity.job_records import job_labels
 from components.capacity.launcher import Launch, quota_checker
 from components.training.vertex_job import custom_job, custom_job_spec, plan_flags
+from pipelines.config_loading import load_config
 from tests.support.google_fakes import rest_client
 from tests.support.vertex_emulator.apis import _tag_name
 
 REPO = "us-central1-docker.pkg.dev/my-proj/ml-images"
+T4 = {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
+      "accelerator_count": 1}
+L4 = {"machine_type": "g2-standard-8", "accelerator_type": "NVIDIA_L4", "accelerator_count": 1}
+A100 = {"machine_type": "a2-highgpu-1g", "accelerator_type": "NVIDIA_TESLA_A100",
+        "accelerator_count": 1}
+
+
+def pools(machine: dict[str, Any], workers: int = 1) -> list[dict[str, Any]]:
+    """A chief and `workers` workers of one machine."""
+    return [{"machine_spec": dict(machine), "replica_count": 1},
+            {"machine_spec": dict(machine), "replica_count": workers}]
+
+
+def config(**vertex: Any) -> Any:
+    """The project's configuration in us-central1 with these `vertex` settings."""
+    return load_config(overrides={"vertex": {
+        "project": "my-proj", "region": "us-central1", "pipeline_root": "gs://pipelines/root",
+        "image_repository": REPO, **vertex}})
 
 
 class FakeTime:

@@ -118,13 +118,7 @@ def reference_split(manifest: dict[str, Any]) -> str:
 def reference(model_dir: str | os.PathLike, manifest: dict[str, Any]) -> dict[str, Any] | None:
     """The reference predictions committed beside a SavedModel, if measured on this
     dataset (`{"split": ..., "class_index": [...]}`); None otherwise."""
-    try:
-        evaluation = json.loads((Path(model_dir) / EVALUATION_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(evaluation, dict) or evaluation.get("dataset") != dataset_digest(manifest):
-        return None
-    found = evaluation.get("reference")
+    found = _committed(model_dir, manifest).get("reference")
     return found if isinstance(found, dict) and isinstance(found.get("class_index"), list) \
         else None
 
@@ -137,12 +131,16 @@ def write(model_dir: str | os.PathLike, evaluation: dict[str, Any]) -> None:
 def read(model_dir: str | os.PathLike, manifest: dict[str, Any]) -> dict[str, Any] | None:
     """The metrics committed beside a SavedModel, if they were measured on this dataset's
     splits; None otherwise (none written, other data, or an older layout)."""
-    path = Path(model_dir) / EVALUATION_FILE
-    try:
-        evaluation = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(evaluation, dict) or evaluation.get("dataset") != dataset_digest(manifest):
-        return None
-    metrics = evaluation.get("metrics")
+    metrics = _committed(model_dir, manifest).get("metrics")
     return metrics if isinstance(metrics, dict) and "accuracy" in metrics else None
+
+
+def _committed(model_dir: str | os.PathLike, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The evaluation beside a SavedModel if it was measured on this dataset; {} if not."""
+    try:
+        evaluation = json.loads((Path(model_dir) / EVALUATION_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(evaluation, dict) or evaluation.get("dataset") != dataset_digest(manifest):
+        return {}
+    return evaluation

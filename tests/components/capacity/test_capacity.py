@@ -37,27 +37,8 @@ from pipelines.config_loading import load_config
 from pipelines.vertex import capacity as preflight
 from pipelines.vertex.clients import Clients
 from tests.support.google_fakes import iam_clients, rest_client
-from tests.support.launches import launch_settings
+from tests.support.launches import A100, L4, T4, config, launch_settings, pools
 from tests.support.vertex_emulator.apis import CustomJob
-
-REPO = "us-central1-docker.pkg.dev/my-proj/ml-images"
-T4 = {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
-      "accelerator_count": 1}
-L4 = {"machine_type": "g2-standard-8", "accelerator_type": "NVIDIA_L4", "accelerator_count": 1}
-A100 = {"machine_type": "a2-highgpu-1g", "accelerator_type": "NVIDIA_TESLA_A100",
-        "accelerator_count": 1}
-
-
-def pools(machine, workers=1):
-    return [{"machine_spec": dict(machine), "replica_count": 1},
-            {"machine_spec": dict(machine), "replica_count": workers}]
-
-
-def config(**vertex):
-    return load_config(overrides={"vertex": {
-        "project": "my-proj", "region": "us-central1", "pipeline_root": "gs://pipelines/root",
-        "image_repository": REPO, **vertex}})
-
 
 # --- Alternatives --------------------------------------------------------------------------
 

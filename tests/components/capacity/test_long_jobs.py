@@ -14,27 +14,18 @@ from google.cloud import aiplatform_v1
 from components.capacity import job_records
 from components.capacity.following import LostJobError, console_link
 from components.capacity.launcher import launch, summary
-from pipelines.config_loading import load_config
 from tests.support.google_fakes import rest_client
-from tests.support.launches import FakeTime, launch_settings, pushed_images
+from tests.support.launches import (
+    A100,
+    L4,
+    FakeTime,
+    config,
+    launch_settings,
+    pools,
+    pushed_images,
+)
 
-T4 = {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
-      "accelerator_count": 1}
-L4 = {"machine_type": "g2-standard-8", "accelerator_type": "NVIDIA_L4", "accelerator_count": 1}
-A100 = {"machine_type": "a2-highgpu-1g", "accelerator_type": "NVIDIA_TESLA_A100",
-        "accelerator_count": 1}
 RUN = {"vertex-ai-pipelines-run-billing-id": "8123456789", "vertex-ai-pipelines-run-id": "x"}
-
-
-def pools(machine, workers=1):
-    return [{"machine_spec": dict(machine), "replica_count": 1},
-            {"machine_spec": dict(machine), "replica_count": workers}]
-
-
-def config(**vertex):
-    return load_config(overrides={"vertex": {
-        "project": "my-proj", "region": "us-central1", "pipeline_root": "gs://pipelines/root",
-        "image_repository": "us-central1-docker.pkg.dev/my-proj/ml-images", **vertex}})
 
 
 def created(apis):
