@@ -24,6 +24,7 @@ from components.cloud_names import (
     ServiceAccount,
     Tensorboard,
 )
+from components.serving.deploy_options import DeployOptions
 from components.training.job_names import JOB_NAME_SUFFIX, validate_job_name
 from trainer.common.schema import STRICT, short
 from trainer.serving.measure import REFERENCE_IMAGES
@@ -141,6 +142,8 @@ class VertexOptions(pydantic.BaseModel):
     serving_image: ImageReference = Field("", description=(
         "Image serving the registered model, by digest; empty: the run's own CPU image (the "
         "TensorFlow it was trained with); to serve on GPUs, the run's GPU image."))
+    deploy: DeployOptions = Field(default_factory=DeployOptions, description=(
+        "The deploy stage: the endpoint, the canary and the rollout rule (docs/serving.md)."))
 
     @pydantic.field_serializer("fallbacks")
     def _fallbacks(self, fallbacks: list[Fallback]) -> list[dict[str, Any]]:
@@ -178,6 +181,7 @@ class VertexOptions(pydantic.BaseModel):
                 r"projects/[^/]+/locations/[^/]+/models/[^/]+", self.parent_model):
             found.append(f"parent_model is {short(self.parent_model)}; expected "
                          "projects/PROJECT/locations/REGION/models/ID")
+        found += self.deploy.in_region(self.region)
         return found
 
     def build_settings(self) -> Any:

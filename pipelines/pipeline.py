@@ -1,8 +1,10 @@
-"""The pipeline: five stages, one definition, two targets; read top to bottom as it runs.
+"""The pipeline: six stages, one definition, two targets; read top to bottom as it runs.
 
 1 validate GPU config -> 2 prepare dataset, 3 build images -> 4 (tune, locally) train
--> 5 report and export (-> register, on Vertex). On Vertex AI with `dataset.engine: beam`,
-stage 2 follows stage 3: its Dataflow workers run the image just built.
+-> 5 report and export (-> register, on Vertex) -> 6 deploy (a new default, when an
+endpoint is configured: a canary, promoted or rolled back). On Vertex AI with
+`dataset.engine: beam`, stage 2 follows stage 3: its Dataflow workers run the image just
+built.
 
 Each stage is a small function below, called in order by the two pipelines. Only the
 dataset preparation may be served from KFP's cache (keyed on its source's fingerprint);
@@ -20,6 +22,7 @@ from kfp import dsl
 from kfp.dsl import Model
 
 from components import project
+from components.ops import deploy as deploy_ops
 from components.ops import export as export_ops
 from components.ops import setup as setup_ops
 from components.ops import training as training_ops
@@ -174,6 +177,7 @@ def register_if_better(project_id, vertex: dict, export, image):
                                    labels=export.outputs["labels"],
                                    unmanaged_container_model=serving.output)
             upload.set_display_name("5c register model").set_caching_options(False)
+            deploy_on_vertex(project_id, vertex, export, upload)
         with dsl.Else(name="new-version"):
             # gcpc's VertexModel convention: the URI is the resource's API URL, the
             # metadata its resource name (google_cloud_pipeline_components.types.
@@ -190,11 +194,35 @@ def register_if_better(project_id, vertex: dict, export, image):
                 version_aliases=decision["version_aliases"],
                 unmanaged_container_model=serving.output, parent_model=parent.output)
             version.set_display_name("5d register model version").set_caching_options(False)
+            deploy_on_vertex(project_id, vertex, export, version)
 
 
-def notify(emails: tuple[str, ...], registry_root: str):
+def deploy_on_vertex(project_id, vertex: dict, export, upload):
+    """Stage 6 on Vertex AI, when the gate made the new model the default and
+    `vertex.deploy.endpoint` is set: the registered version as a canary, then promoted or
+    rolled back."""
+    with dsl.If(export.outputs["deploy"] == True, name="gate-deploys"):  # noqa: E712
+        task = deploy_ops.deploy_on_vertex_ai(
+            project=project_id, vertex=vertex, model=upload.outputs["model"],
+            model_uri=export.outputs["model_uri"], job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
+        task.set_display_name("6 deploy").set_caching_options(False)
+
+
+def deploy_locally(vertex: dict, registry_root, export, data):
+    """Stage 6 locally, on the same condition: both models in model servers behind a
+    weighted router, the test split as traffic."""
+    with dsl.If(export.outputs["deploy"] == True, name="gate-deploys"):  # noqa: E712
+        task = deploy_ops.deploy_locally(vertex=vertex, registry_root=registry_root,
+                                         job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+                                         dataset=data.outputs["dataset"])
+        task.set_display_name("6 deploy").set_caching_options(False)
+
+
+def notify(emails: tuple[str, ...], registry_root: str, project_id="", vertex: dict = None):
     """The exit handler's task: it runs whatever the outcome. Vertex AI's email notification
-    (status and links) when addresses are configured; otherwise a summary in the run."""
+    (status and links) when addresses are configured; otherwise a summary in the run, which
+    also takes back the traffic of a canary a failed or cancelled run left (with emails,
+    only the deploy step itself does that: KFP allows one exit handler)."""
     if emails:
         from google_cloud_pipeline_components.v1.vertex_notification_email import (
             VertexNotificationEmailOp,
@@ -203,7 +231,8 @@ def notify(emails: tuple[str, ...], registry_root: str):
         task = VertexNotificationEmailOp(recipients=list(emails))
     else:
         task = export_ops.summarize_run(registry_root=registry_root,
-                                        job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
+                                        job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+                                        project=project_id, vertex=vertex or {})
     task.set_display_name("notify").set_caching_options(False)
     return task
 
@@ -264,7 +293,7 @@ def tune_on_vertex(project_id, training: dict, tuning: dict, vertex: dict, gpu, 
 def _vertex_run(resources: Resources, project, dataset: dict, training: dict, vertex: dict,
                 trainer_source_uri, tuning=None):
     """The Vertex AI pipeline's tasks, with or without a study."""
-    with dsl.ExitHandler(notify(resources.emails, ""), name="run"):
+    with dsl.ExitHandler(notify(resources.emails, "", project, vertex), name="run"):
         gpu = validate(vertex, training, {})
         # The image is built (Cloud Build) while the dataset is prepared; both need only
         # stage 1, unless Dataflow's workers run the image.
@@ -332,7 +361,7 @@ vertex_pipeline = make_vertex_pipeline(resources_of(_DEFAULTS))
 def _local_run(dataset: dict, training: dict, vertex: dict, local_cluster: dict,
                registry_root, tuning=None):
     """The local pipeline's tasks, with the study first when there is one."""
-    with dsl.ExitHandler(notify((), registry_root), name="run"):
+    with dsl.ExitHandler(notify((), registry_root, "", vertex), name="run"):
         gpu = validate(vertex, training, local_cluster)
         data = prepare(dataset, gpu.outputs["input_pipelines"], gpu)
         image = build(vertex, training, push=False, trainer_source_uri="").after(data)
@@ -341,9 +370,10 @@ def _local_run(dataset: dict, training: dict, vertex: dict, local_cluster: dict,
             before = tune_locally(training, tuning, local_cluster, gpu, data, image)
             training, record = before.outputs["training"], before.outputs["record"]
         trained, model = train_locally(training, local_cluster, gpu, data, before)
-        report_and_export(data, model, trained, gpu, training=training, vertex=vertex,
-                          images=image.outputs["Output"], registry_root=registry_root,
-                          tuning=record)
+        export = report_and_export(data, model, trained, gpu, training=training, vertex=vertex,
+                                   images=image.outputs["Output"], registry_root=registry_root,
+                                   tuning=record)
+        deploy_locally(vertex, registry_root, export, data)
 
 
 @dsl.pipeline(name=LOCAL_PIPELINE_NAME, description=_DESCRIPTION + " (local workers)")

@@ -113,8 +113,10 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
         ["champion"] if champion is not None and not champion_known else [])
     registered = None
     if model_dir is not None and decision.register:
+        # With an endpoint, the deploy stage makes it the default once it is promoted.
         registered = local.register(model_dir, saved, challenger, record, decision.to_dict(),
-                                    default=decision.default)["version"]
+                                    default=decision.default and not vertex.deploy.endpoint
+                                    )["version"]
     return {"metrics": challenger, "champion": champion, "decision": decision,
             "lineage": record, "saved": saved, "registered": registered,
             "measured_here": measured_here}
@@ -201,6 +203,9 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
                   "registered_version": outcome["registered"] or ""},
         outputs={"accuracy": results["accuracy"], "model_uri": saved_model_uri,
                  "register": decision.register, "default": decision.default,
+                 # Stage 6 rolls a new default out, and only it moves the default.
+                 "deploy": decision.register and decision.default
+                 and bool(options.deploy.endpoint),
                  "decision": decision.reason, "labels": labels(outcome["lineage"], made),
                  "description": description(outcome["lineage"], made)})
 

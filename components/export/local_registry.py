@@ -101,6 +101,15 @@ def register(model_dir: str | os.PathLike, saved_model: str | os.PathLike,
     return entry
 
 
+def set_default(model_dir: str | os.PathLike, version: str) -> None:
+    """Makes `version` the default (the champion), as moving Vertex AI's `default` alias."""
+    index = load(model_dir)
+    if not any(v["version"] == version for v in index["versions"]):
+        raise RegistryError(f"{str(model_dir)!r} has no version {version!r}")
+    index["default"] = version
+    files.write_json(Path(model_dir) / INDEX, index)
+
+
 def models(registry_root: str | os.PathLike) -> dict[str, dict[str, Any]]:
     """Every model of a registry root with its index."""
     root = Path(registry_root)

@@ -22,7 +22,7 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model], training:
                  metrics: Output[Metrics], comparison: Output[Markdown]) -> NamedTuple(
                      "ExportOutputs", [("accuracy", float), ("model_uri", str),
                                        ("register", bool), ("default", bool),
-                                       ("decision", str), ("labels", dict),
+                                       ("deploy", bool), ("decision", str), ("labels", dict),
                                        ("description", str)]):
     """Stage 5: the new model's and the champion's metrics on the same splits (the
     trainer's own when measured on this dataset), the champion/challenger gate's decision,
@@ -75,7 +75,9 @@ def registration_plan(vertex: dict, register: bool, default: bool, images: dict)
     with stage_errors("registration"):
         options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
     serving = options.serving_image or images["cpu"]["reference"]
-    aliases = ["default"] if default and options.parent_model else []
+    # With an endpoint, the deploy stage moves the alias once the canary is promoted.
+    aliases = ["default"] if default and options.parent_model and not options.deploy.endpoint \
+        else []
     say(f"registration: {'registering' if register else 'not registered'}"
         + (" as the default version" if register and default else
            " as a non-default version" if register and options.parent_model else ""))
@@ -91,24 +93,37 @@ def registration_plan(vertex: dict, register: bool, default: bool, images: dict)
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def summarize_run(status: dsl.PipelineTaskFinalStatus, registry_root: str, job_name: str,
-                  summary: Output[Markdown]):
+                  project: str, vertex: dict, summary: Output[Markdown]):
     """The exit handler: runs whatever the outcome and says how the run ended, with the
-    champion/challenger decision when there was one."""
+    champion/challenger decision and the rollout when there were; on Vertex AI, a run that
+    did not succeed leaves no canary serving (the champion gets all the traffic back)."""
     import json
     from pathlib import Path
 
     from components.export.local_registry import RUNS
-    from components.stage import say
+    from components.stage import say, stage_errors
 
     facts = [("state", status.state)]
     if status.error_message:
         facts.append(("error", status.error_message))
+    if not registry_root and status.state != "SUCCEEDED":
+        from components.serving.deploy_stage import restore_on_vertex
+        from components.vertex_options import VertexOptions
+        from trainer.common.schema import validate
+
+        with stage_errors("the run's end"):
+            options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
+            restored = restore_on_vertex(project, options, job_name)
+        if restored:
+            facts.append(("deploy", f"left mid-canary: {restored}"))
     decision = Path(registry_root) / RUNS / f"{job_name}.json" if registry_root else None
     if decision is not None and decision.is_file():
         made = json.loads(decision.read_text())
         facts.append(("champion/challenger", made["reason"]))
         if made.get("registered_version"):
             facts.append(("local registry version", made["registered_version"]))
+        if made.get("rollout"):
+            facts.append(("deploy", f"{made['rollout']['outcome']}: {made['rollout']['reason']}"))
     trials = made.get("trials", "") if decision is not None and decision.is_file() else ""
     Path(summary.path).parent.mkdir(parents=True, exist_ok=True)
     Path(summary.path).write_text("\n".join(

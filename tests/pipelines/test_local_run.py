@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -341,3 +342,49 @@ def test_a_dataset_the_stage_cannot_use_fails_the_run_with_its_message(tmp_path)
     # The reason comes first in the error, before KFP's own words.
     assert str(raised.value).startswith("dataset failed: dataset source")
     assert "Traceback" not in log and "executor_input" not in log
+
+
+def test_a_local_canary_is_served_beside_the_champion_and_promoted(demo, tmp_path):
+    """The deploy stage's local rollout on the demo's model: champion and canary in real
+    model servers, a weighted router in front, the test split as traffic; promoted, it
+    becomes the default, and every server is stopped."""
+    from components.export import local_registry
+    from components.serving.deploy_stage import deploy_locally
+    from components.vertex_options import VertexOptions
+
+    cwd, stdout = demo
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    dataset = summary["artifacts"]["prepare-dataset/dataset"]
+    entry, saved = local_registry.served(cwd / "local_runs" / "registry", "gpu-pipeline-model")
+    root = tmp_path / "registry"
+    model_dir = root / "gpu-pipeline-model"
+    for default in (True, False):
+        local_registry.register(model_dir, saved, entry["metrics"], entry["lineage"],
+                                {"default": default}, default=default)
+    (root / ".runs").mkdir()
+    (root / ".runs" / "job-1.json").write_text(json.dumps(
+        {"default": True, "registered_version": "2"}))
+    options = VertexOptions(deploy={"endpoint": "serving", "canary_percent": 20,
+                                    "min_requests": 15, "grace_period": "0s"})
+    lines: list[str] = []
+    record = deploy_locally(str(root), options, "job-1", dataset, log=lines.append)
+    assert record.outcome == "promoted", lines
+    checks = [s for s in record.steps if s["step"] == "check"]
+    canary, champion = checks[-1]["canary"], checks[-1]["champion"]
+    assert canary["requests"] >= 15 and canary["errors"] == 0
+    # The router kept the split: about 4 champion requests for each canary one.
+    assert 3 * canary["requests"] <= champion["requests"] <= 5 * canary["requests"] + 4
+    assert local_registry.load(model_dir)["default"] == "2"
+    promoted = local_registry.load(model_dir)["versions"][1]["decision"]["rollout"]
+    assert promoted["outcome"] == "promoted"
+    decision = json.loads((Path(local_registry.served(root, "gpu-pipeline-model")[1])
+                           / "decision.json").read_text())
+    assert decision["rollout"]["outcome"] == "promoted"
+    run = json.loads((root / ".runs" / "job-1.json").read_text())
+    assert run["rollout"]["steps"][0]["step"] == "canary"
+    assert any("deploy: canary version 2 in a model server behind http://127.0.0.1:" in line
+               for line in lines), lines
+    # Nothing is left running: the router's port is closed.
+    router = next(line.split("behind ")[1].split()[0] for line in lines if "behind" in line)
+    with pytest.raises(OSError):
+        urllib.request.build_opener(urllib.request.ProxyHandler({})).open(router, timeout=5)

@@ -18,6 +18,19 @@ def rest_client(kind, apis):
                 credentials=AnonymousCredentials())
 
 
+def monitoring_client(apis):
+    """Cloud Monitoring's client (gRPC only) on the fake's ListTimeSeries."""
+    import grpc
+    from google.cloud import monitoring_v3
+    from google.cloud.monitoring_v3.services.metric_service.transports import (
+        MetricServiceGrpcTransport,
+    )
+
+    address = apis.monitoring_address or apis.start_monitoring()
+    return monitoring_v3.MetricServiceClient(
+        transport=MetricServiceGrpcTransport(channel=grpc.insecure_channel(address)))
+
+
 def iam_clients(apis):
     """The clients the IAM pre-flight asks, pointed at the fake APIs."""
     bucket_iam = storage.Client(project="my-proj", credentials=AnonymousCredentials(),

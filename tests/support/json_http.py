@@ -45,6 +45,9 @@ def json_handler(respond: Respond) -> type[http.server.BaseHTTPRequestHandler]:
         def do_PUT(self):
             self._serve("PUT")
 
+        def do_PATCH(self):
+            self._serve("PATCH")
+
         def log_message(self, *args):
             pass
 

@@ -204,6 +204,10 @@ class FakeGoogleApis:
         self.flex_expiry = "EXPIRED"
         self.get_faults: list[str] = []  # the next CustomJob GETs' faults, in order
         self.fault_delay = 3.0
+        from tests.support.vertex_emulator.endpoints import EndpointService
+
+        self.endpoints = EndpointService(self.models)  # and Cloud Monitoring's series
+        self.monitoring_address = ""  # gRPC, once started (`start_monitoring`)
         self._lock = threading.Lock()
         self._request = threading.local()  # the query string of the request being served
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -215,6 +219,7 @@ class FakeGoogleApis:
 
     def __exit__(self, *exc: Any) -> None:
         self._server.shutdown()
+        self.endpoints.stop()
         for job in self.tuning_jobs.values():
             job["cancelled"] = True
         for job in self.jobs.values():
@@ -222,6 +227,15 @@ class FakeGoogleApis:
                 if replica.process.poll() is None:
                     replica.process.kill()
                     replica.process.wait()
+
+    def start_monitoring(self) -> str:
+        """Cloud Monitoring's ListTimeSeries on gRPC (recorded as GET .../timeSeries)."""
+        def record(name: str, query: dict[str, Any]) -> None:
+            self.requests.append(Recorded("GET", f"/v3/{name}/timeSeries",
+                                          "monitoring.googleapis.com", None, "", query))
+
+        self.monitoring_address = self.endpoints.start_monitoring(record)
+        return self.monitoring_address
 
     def recorded(self, pattern: str, method: str = "POST") -> list[Recorded]:
         """The requests whose path matches `pattern`."""
@@ -249,6 +263,9 @@ class FakeGoogleApis:
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/models/[^/]+/operations/[^/]+)$",
              self._operation),
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/models/[^/:@]+)$", self._get_model),
+            ("POST", r"^/v1/(projects/[^/]+/locations/[^/]+/models/[^/:]+)"
+                     r":mergeVersionAliases$",
+             self._merge_aliases),
             ("POST", r"^/v1/(projects/[^/]+(?:/locations/[^/]+)?)/builds$", self._build),
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/operations/build-[^/]+)$",
              self._build_operation),
@@ -266,6 +283,10 @@ class FakeGoogleApis:
             match = re.match(pattern, path)
             if verb == method and match:
                 return handler(match.group(1), body)
+        for verb, pattern, handler in self.endpoints.routes():
+            match = re.match(pattern, path)
+            if verb == method and match:
+                return handler(match.group(1), body, self._request.query)
         return 404, _error(404, f"no such method: {method} {path}")
 
     def _create_job(self, parent: str, body: dict[str, Any]) -> tuple[int, Any]:
@@ -542,6 +563,15 @@ class FakeGoogleApis:
     def set_default(self, model: str, version: str) -> None:
         """Gives `version` the `default` alias (as the console or an alias update would)."""
         self.defaults[model] = version
+
+    def _merge_aliases(self, name: str, body: dict[str, Any]) -> tuple[int, Any]:
+        model, _, version = urllib.parse.unquote(name).partition("@")
+        if not any(m["model"] == model and m["version"] == version for m in self.models):
+            return 404, _error(404, f"Model {name} not found")
+        if "default" in body.get("versionAliases", []):
+            self.set_default(model, version)
+        return 200, {"name": model, "versionId": version,
+                     "versionAliases": body.get("versionAliases", [])}
 
     def _get_model(self, name: str, body: Any) -> tuple[int, Any]:
         version = self.defaults.get(name)

@@ -1,0 +1,96 @@
+"""Stage 6, deploy: a model the gate made the default rolled out on the configured
+endpoint as a canary (`components.serving.rollout`), on Vertex AI or on this machine, and
+the rollout recorded beside the model (`decision.json`, `lineage.json`), in the local
+registry and in the run's record for its summary.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from components.serving.rollout import Rollout, roll_out
+from trainer.common import files
+
+
+def deploy_on_vertex(project: str, options: Any, model: str, job_name: str,
+                     log: Callable[[str], None], clients: Any = None) -> Rollout:
+    """Rolls `model` (`projects/.../models/ID@VERSION`) out on `options.deploy.endpoint`.
+
+    Args:
+        project: The Google Cloud project.
+        options: The run's `VertexOptions`.
+        model: The new model version's resource name.
+        job_name: The pipeline job's name (marks the canary for the exit handler).
+        log: Where progress goes.
+        clients: The API clients (`vertex_endpoint.Clients`); default: the real ones.
+    """
+    from components.serving import vertex_endpoint as vertex
+
+    clients = clients or vertex.clients_for(options.region)
+    endpoint = vertex.find_or_create(clients, project, options.region, options.deploy.endpoint)
+    log(f"deploy: endpoint {endpoint.name} ({endpoint.display_name})")
+    target = vertex.VertexEndpoint(clients, endpoint, model, options.deploy, job_name)
+    return roll_out(target, options.deploy, log=log)
+
+
+def restore_on_vertex(project: str, options: Any, job_name: str,
+                      clients: Any = None) -> str | None:
+    """The exit handler's part on Vertex AI: a canary the run left behind (the deploy
+    step killed mid-canary) is undeployed and the champion given all the traffic back.
+    Returns what was done, or None."""
+    from components.serving import vertex_endpoint as vertex
+
+    if not options.deploy.endpoint:
+        return None
+    clients = clients or vertex.clients_for(options.region)
+    endpoint = vertex.find_or_create(clients, project, options.region, options.deploy.endpoint,
+                                     create=False)
+    return vertex.restore_champion(clients, endpoint, job_name) if endpoint else None
+
+
+def deploy_locally(registry_root: str, options: Any, job_name: str, dataset_dir: str,
+                   log: Callable[[str], None]) -> Rollout | None:
+    """The local run's rollout of the version its export stage registered, when the gate
+    made it the default; None when there is nothing to deploy."""
+    from components.export.local_registry import RUNS
+    from components.serving.local_endpoint import LocalEndpoint
+
+    run = Path(registry_root) / RUNS / f"{job_name}.json"
+    made = json.loads(run.read_text()) if run.is_file() else {}
+    version = made.get("registered_version")
+    if not (made.get("default") and version):
+        log("deploy: nothing to deploy (the gate made no new default version)")
+        return None
+    model_dir = Path(registry_root) / options.model_display_name
+    target = LocalEndpoint(model_dir, version, dataset_dir, options.deploy)
+    try:
+        record = roll_out(target, options.deploy, log=log, sleep=target.sleep,
+                          clock=target.clock)
+    finally:
+        target.close()
+    files.write_json(run, {**made, "rollout": record.to_dict()})
+    _record_in_registry(model_dir, version, record)
+    return record
+
+
+def record_beside_model(saved_model_dir: str | Path, record: Rollout) -> None:
+    """The rollout in the exported model's `decision.json` and `lineage.json`."""
+    for name in ("decision.json", "lineage.json"):
+        path = Path(saved_model_dir) / name
+        if path.is_file():
+            files.write_json(path, {**json.loads(path.read_text()), "rollout": record.to_dict()})
+
+
+def _record_in_registry(model_dir: Path, version: str, record: Rollout) -> None:
+    from components.export import local_registry
+
+    index = local_registry.load(model_dir)
+    for entry in index["versions"]:
+        if entry["version"] == version:
+            entry["decision"] = {**entry.get("decision", {}), "rollout": record.to_dict()}
+    files.write_json(model_dir / local_registry.INDEX, index)
+    saved = local_registry.served(model_dir.parent, model_dir.name, version)[1]
+    record_beside_model(saved, record)

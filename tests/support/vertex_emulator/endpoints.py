@@ -1,0 +1,264 @@
+"""Vertex AI's endpoint service and Cloud Monitoring's time series, faked with their rules.
+
+Endpoints (REST reference, projects.locations.endpoints): create (its operation done at
+once), get, list (`display_name="..."` filters), deployModel, undeployModel, patch
+(`updateMask=traffic_split`). Refused as Vertex AI refuses them (400 INVALID_ARGUMENT, or
+FAILED_PRECONDITION): a traffic split whose values do not add up to 100, or that names an
+ID the endpoint does not hold (`"0"` is the model being deployed, and only in
+deployModel); a model or version the registry does not hold; a custom model deployed
+without dedicated resources; undeploying a model that still has traffic after the
+request's split. The deployed IDs are assigned here, as Vertex AI assigns them.
+
+Monitoring (`projects.timeSeries.list`, on gRPC as google-cloud-monitoring's client speaks
+it, at `monitoring_address`; its REST route too): the series of `prediction/online/response_count`,
+`error_count` and `prediction_latencies` per deployed model, made from what a test says
+each model version does (`behaviour[model@version]`: requests per minute, error rate,
+p95 in ms) over the minutes it has been deployed; `elapsed` adds fake minutes. It refuses
+what Cloud Monitoring refuses: no interval end, an alignment period under 60 s, a
+percentile aligner on a metric that is not a distribution.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import threading
+import time
+from typing import Any
+
+from tests.support.vertex_emulator.apis import _error
+
+DISTRIBUTIONS = {"prediction_latencies"}
+COUNTS = {"response_count", "error_count"}
+
+
+@dataclasses.dataclass
+class Behaviour:
+    """What a deployed model version does: per minute deployed."""
+
+    requests_per_minute: int = 100
+    error_rate: float = 0.0
+    p95_ms: float = 40.0
+
+
+class EndpointService:
+    """The fake endpoints; `models` is the fake registry's list (model, version, ...)."""
+
+    def __init__(self, models: list[dict[str, Any]]):
+        self.models = models
+        self.endpoints: dict[str, dict[str, Any]] = {}
+        self.deployed_at: dict[tuple[str, str], float] = {}  # (endpoint, id) -> when
+        self.behaviour: dict[str, Behaviour] = {}  # "projects/../models/ID@V" -> what it does
+        self.elapsed = 0.0  # fake seconds added to every deployed model's time
+        self.undeployed: list[dict[str, Any]] = []
+        self._ids = 1000
+        self._lock = threading.Lock()
+
+    def start_monitoring(self, record: Any) -> str:
+        """Serves ListTimeSeries on gRPC on loopback (the Python client has no REST
+        transport); `record(query)` is told of each request. Returns the address."""
+        from concurrent import futures
+
+        import grpc
+        from google.cloud import monitoring_v3
+
+        def list_time_series(request: Any, context: Any) -> Any:
+            aggregation = request.aggregation
+            query = {"filter": [request.filter],
+                     "interval.endTime": [request.interval.end_time.rfc3339()]
+                     if request.interval.end_time else [],
+                     "aggregation.alignmentPeriod": [
+                         f"{aggregation.alignment_period.total_seconds():g}s"],
+                     "aggregation.perSeriesAligner": [
+                         "" if not aggregation.per_series_aligner
+                         else aggregation.per_series_aligner.name]}
+            record(request.name, query)
+            status, answer = self._time_series(request.name, None, query)
+            if status != 200:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, answer["error"]["message"])
+            return monitoring_v3.ListTimeSeriesResponse.from_json(
+                json.dumps(answer), ignore_unknown_fields=True)
+
+        handler = grpc.method_handlers_generic_handler("google.monitoring.v3.MetricService", {
+            "ListTimeSeries": grpc.unary_unary_rpc_method_handler(
+                list_time_series,
+                request_deserializer=monitoring_v3.ListTimeSeriesRequest.deserialize,
+                response_serializer=monitoring_v3.ListTimeSeriesResponse.serialize)})
+        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        self._grpc.add_generic_rpc_handlers((handler,))
+        port = self._grpc.add_insecure_port("127.0.0.1:0")
+        self._grpc.start()
+        return f"127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        if getattr(self, "_grpc", None) is not None:
+            self._grpc.stop(grace=None)
+
+    def routes(self) -> list[tuple[str, str, Any]]:
+        base = r"^/v1/(projects/[^/]+/locations/[^/]+"
+        return [
+            ("POST", base + r")/endpoints$", self._create),
+            ("GET", base + r")/endpoints$", self._list),
+            ("GET", base + r"/endpoints/[0-9]+)$", self._get),
+            ("PATCH", base + r"/endpoints/[0-9]+)$", self._patch),
+            ("POST", base + r"/endpoints/[0-9]+):deployModel$", self._deploy),
+            ("POST", base + r"/endpoints/[0-9]+):undeployModel$", self._undeploy),
+            ("GET", r"^/v3/(projects/[^/]+)/timeSeries$", self._time_series),
+        ]
+
+    def add(self, parent: str, display_name: str) -> str:
+        """An endpoint made before the run (as a user would have)."""
+        with self._lock:
+            self._ids += 1
+            name = f"{parent}/endpoints/{self._ids}"
+            self.endpoints[name] = {"name": name, "displayName": display_name,
+                                    "deployedModels": [], "trafficSplit": {}}
+        return name
+
+    def _create(self, parent: str, body: dict[str, Any], query: Any = None) -> tuple[int, Any]:
+        name = self.add(parent, body.get("displayName", ""))
+        return 200, {"name": f"{name}/operations/create", "done": True, "response": {
+            "@type": "type.googleapis.com/google.cloud.aiplatform.v1.Endpoint",
+            **self.endpoints[name]}}
+
+    def _list(self, parent: str, body: Any, query: Any = None) -> tuple[int, Any]:
+        wanted = re.fullmatch(r'display_name="([^"]*)"', (query or {}).get("filter", [""])[0])
+        found = [e for n, e in self.endpoints.items() if n.startswith(parent + "/")
+                 and (wanted is None or e["displayName"] == wanted.group(1))]
+        return 200, {"endpoints": found}
+
+    def _get(self, name: str, body: Any, query: Any = None) -> tuple[int, Any]:
+        if name not in self.endpoints:
+            return 404, _error(404, f"Endpoint {name} not found")
+        return 200, self.endpoints[name]
+
+    def _split_problem(self, endpoint: dict[str, Any], split: dict[str, Any],
+                       new: bool) -> str | None:
+        known = {d["id"] for d in endpoint["deployedModels"]} | ({"0"} if new else set())
+        unknown = sorted(set(split) - known)
+        if unknown:
+            return (f"traffic_split names {unknown}, which are not deployed models of "
+                    f"{endpoint['name']}" + ('; "0" means the model being deployed, in '
+                                             "DeployModel only" if "0" in unknown else ""))
+        if split and sum(int(v) for v in split.values()) != 100:
+            return f"The traffic split values must add up to 100, got {split}"
+        return None
+
+    def _deploy(self, name: str, body: dict[str, Any], query: Any = None) -> tuple[int, Any]:
+        endpoint = self.endpoints.get(name)
+        if endpoint is None:
+            return 404, _error(404, f"Endpoint {name} not found")
+        deployed = dict(body.get("deployedModel") or {})
+        model, _, version = deployed.get("model", "").partition("@")
+        if not any(m["model"] == model and m["version"] == (version or m["version"])
+                   for m in self.models):
+            return 404, _error(404, f"Model {deployed.get('model')} not found")
+        resources = deployed.get("dedicatedResources") or {}
+        if not (resources.get("machineSpec") or {}).get("machineType"):
+            return 400, _error(400, "Model requires dedicated_resources with a machine_spec "
+                                    "(a custom-trained model has no automatic resources)")
+        split = {k: int(v) for k, v in (body.get("trafficSplit") or {}).items()}
+        problem = self._split_problem(endpoint, split, new=True)
+        if problem:
+            return 400, _error(400, problem)
+        with self._lock:
+            self._ids += 1
+            deployed_id = str(self._ids)
+            version = version or max(m["version"] for m in self.models if m["model"] == model)
+            deployed.update(id=deployed_id, model=model, modelVersionId=version)
+            endpoint["deployedModels"].append(deployed)
+            if split:
+                endpoint["trafficSplit"] = {(deployed_id if k == "0" else k): v
+                                            for k, v in split.items()}
+            self.deployed_at[(name, deployed_id)] = time.time()
+        return 200, {"name": f"{name}/operations/deploy-{deployed_id}", "done": True,
+                     "response": {"@type": "type.googleapis.com/google.cloud.aiplatform.v1."
+                                           "DeployModelResponse", "deployedModel": deployed}}
+
+    def _undeploy(self, name: str, body: dict[str, Any], query: Any = None) -> tuple[int, Any]:
+        endpoint = self.endpoints.get(name)
+        if endpoint is None:
+            return 404, _error(404, f"Endpoint {name} not found")
+        deployed_id = body.get("deployedModelId", "")
+        found = [d for d in endpoint["deployedModels"] if d["id"] == deployed_id]
+        if not found:
+            return 404, _error(404, f"DeployedModel {deployed_id} not found in {name}")
+        split = {k: int(v) for k, v in (body.get("trafficSplit") or {}).items()}
+        last = len(endpoint["deployedModels"]) == 1
+        problem = None if last else self._split_problem(endpoint, split, new=False)
+        if problem:
+            return 400, _error(400, problem)
+        after = split or endpoint["trafficSplit"]
+        if not last and int(after.get(deployed_id, 0)) > 0:
+            return 400, _error(400, f"DeployedModel {deployed_id} still has "
+                                    f"{after[deployed_id]}% of the traffic of {name}; give it "
+                                    "to other deployed models in the request's traffic_split")
+        with self._lock:
+            endpoint["deployedModels"].remove(found[0])
+            endpoint["trafficSplit"] = {} if last else \
+                {k: v for k, v in after.items() if k != deployed_id}
+            self.undeployed.append(found[0])
+        return 200, {"name": f"{name}/operations/undeploy-{deployed_id}", "done": True,
+                     "response": {"@type": "type.googleapis.com/google.cloud.aiplatform.v1."
+                                           "UndeployModelResponse"}}
+
+    def _patch(self, name: str, body: dict[str, Any], query: Any = None) -> tuple[int, Any]:
+        endpoint = self.endpoints.get(name)
+        if endpoint is None:
+            return 404, _error(404, f"Endpoint {name} not found")
+        mask = (query or {}).get("updateMask", [""])[0]
+        if "trafficSplit" not in mask and "traffic_split" not in mask:
+            return 400, _error(400, f"update_mask {mask!r} changes nothing this fake knows")
+        split = {k: int(v) for k, v in (body.get("trafficSplit") or {}).items()}
+        problem = self._split_problem(endpoint, split, new=False)
+        if problem:
+            return 400, _error(400, problem)
+        endpoint["trafficSplit"] = split
+        return 200, endpoint
+
+    # --- Cloud Monitoring ---------------------------------------------------------------
+
+    def _time_series(self, project: str, body: Any, query: Any = None) -> tuple[int, Any]:
+        query = query or {}
+        text = query.get("filter", [""])[0]
+        terms = dict(re.findall(r'([\w.]+)\s*=\s*"([^"]*)"', text))
+        metric = terms.get("metric.type", "").rsplit("/", 1)[-1]
+        aligner = query.get("aggregation.perSeriesAligner", [""])[0]
+        period = query.get("aggregation.alignmentPeriod", ["0s"])[0]
+        if not query.get("interval.endTime"):
+            return 400, _error(400, "Field interval.endTime is required")
+        if aligner and float(period.rstrip("s") or 0) < 60:
+            return 400, _error(400, "The alignment period must be at least 60 seconds")
+        if aligner.startswith("ALIGN_PERCENTILE") and metric not in DISTRIBUTIONS:
+            return 400, _error(400, f"The aligner {aligner} applies to distribution metrics "
+                                    f"only; {metric} is not one")
+        endpoint = next((n for n in self.endpoints
+                         if n.rsplit("/", 1)[-1] == terms.get("resource.labels.endpoint_id")),
+                        None)
+        wanted = terms.get("metric.labels.deployed_model_id")
+        series = []
+        for deployed in (self.endpoints[endpoint]["deployedModels"] if endpoint else []):
+            if wanted not in (None, deployed["id"]):
+                continue
+            since = self.deployed_at.get((endpoint, deployed["id"]), time.time())
+            minutes = (time.time() - since + self.elapsed) / 60
+            does = self.behaviour.get(f"{deployed['model']}@{deployed['modelVersionId']}",
+                                      Behaviour())
+            requests = int(does.requests_per_minute * minutes)
+            value: dict[str, Any]
+            if metric == "response_count":
+                value = {"int64Value": str(requests)}
+            elif metric == "error_count":
+                value = {"int64Value": str(round(requests * does.error_rate))}
+            elif metric in DISTRIBUTIONS and aligner.startswith("ALIGN_PERCENTILE") and requests:
+                value = {"doubleValue": does.p95_ms}
+            else:
+                continue
+            series.append({"metric": {"type": terms.get("metric.type"),
+                                      "labels": {"deployed_model_id": deployed["id"]}},
+                           "resource": {"type": "aiplatform.googleapis.com/Endpoint",
+                                        "labels": {"endpoint_id": endpoint.rsplit("/", 1)[-1]}},
+                           "points": [{"interval": {"endTime": query["interval.endTime"][0]},
+                                       "value": value}]})
+        return 200, {"timeSeries": series}
