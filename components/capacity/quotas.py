@@ -126,6 +126,23 @@ def needs(pools: Sequence[Any], region: str, scheduling: str, copies: int = 1) -
             for key in amounts]
 
 
+def serving_needs(machine_spec: Mapping[str, Any], replicas: int, region: str) -> list[Need]:
+    """The quota an endpoint's deployed model holds at its most replicas: its GPUs under
+    `custom_model_serving_<gpu>` (the names gcloud's Model Garden deploy checks:
+    googlecloudsdk/command_lib/ai/model_garden_utils.py) and its vCPUs under
+    `custom_model_serving_cpus` (the same pattern, not confirmed: reported as not known
+    where the project does not list it)."""
+    machine = str(machine_spec.get("machine_type", ""))
+    gpu = str(machine_spec.get("accelerator_type", "") or "")
+    count = int(machine_spec.get("accelerator_count", 0) or 0)
+    found = [Need(f"{SERVICE}/custom_model_serving_cpus", region,
+                  replicas * machine_vcpus(machine), f"{replicas} x {machine}")]
+    if gpu in GPU_QUOTA_NAMES and count:
+        found.append(Need(f"{SERVICE}/custom_model_serving_{GPU_QUOTA_NAMES[gpu]}", region,
+                          replicas * count, f"{replicas} x {count} {gpu}"))
+    return found
+
+
 @dataclasses.dataclass(frozen=True)
 class Quota:
     """One need held against the project's quota.

@@ -15,8 +15,22 @@ from components.serving.rollout import Rollout, roll_out
 from trainer.common import files
 
 
+def serving_quota_refusals(project: str, options: Any, client: Any = None) -> list[str]:
+    """What the project's serving quota refuses of the canary's replicas (Cloud Quotas),
+    each in words; a quota the project does not list is not checked."""
+    from components.capacity import quotas
+    from trainer.common.remote import remote_call
+
+    rule = options.deploy
+    needed = quotas.serving_needs(rule.machine_spec(), rule.max_replica_count, options.region)
+    with remote_call("reading the project's Vertex AI quotas"):
+        infos = quotas.read_quota_infos(client or quotas.quotas_client(), project)
+    return [q.describe(project) for q in quotas.check(needed, infos) if q.refused]
+
+
 def deploy_on_vertex(project: str, options: Any, model: str, job_name: str,
-                     log: Callable[[str], None], clients: Any = None) -> Rollout:
+                     log: Callable[[str], None], clients: Any = None,
+                     quotas: Any = None) -> Rollout:
     """Rolls `model` (`projects/.../models/ID@VERSION`) out on `options.deploy.endpoint`.
 
     Args:
@@ -26,9 +40,16 @@ def deploy_on_vertex(project: str, options: Any, model: str, job_name: str,
         job_name: The pipeline job's name (marks the canary for the exit handler).
         log: Where progress goes.
         clients: The API clients (`vertex_endpoint.Clients`); default: the real ones.
+        quotas: The Cloud Quotas client; default: the real one.
     """
     from components.serving import vertex_endpoint as vertex
 
+    refused = serving_quota_refusals(project, options, quotas)
+    if refused:
+        record = Rollout("not deployed", "the serving quota does not allow it: "
+                         + "; ".join(refused))
+        log(f"deploy: not deployed; {record.reason}; the champion keeps serving")
+        return record
     clients = clients or vertex.clients_for(options.region)
     endpoint = vertex.find_or_create(clients, project, options.region, options.deploy.endpoint)
     log(f"deploy: endpoint {endpoint.name} ({endpoint.display_name})")

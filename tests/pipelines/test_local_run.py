@@ -21,7 +21,9 @@ from pipelines.local_run import LocalRunError, run_local
 from trainer.common.commit import committed
 
 # Exercised here without an import, through the command line: `pipelines.commands.predict`
-# and `pipelines.commands.serve` (the demo's champion classified and served).
+# and `pipelines.commands.serve` (the demo's champion classified and served); through
+# `components.serving.deploy_stage`: `components.serving.local_endpoint` (the local
+# rollout).
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent / "gpu-pipeline"
@@ -186,8 +188,8 @@ TINY_MODEL = """
 import tf_keras as keras
 
 # Exercised here without an import, by KFP's local runner in subprocesses: the
-# components (`components.ops.setup`, `components.ops.training`, `components.ops.export`)
-# and what they call (`components.export.export_model`, `components.stage`,
+# components (`components.ops.setup`, `components.ops.training`, `components.ops.export`,
+# `components.ops.deploy`) and what they call (`components.export.export_model`, `components.stage`,
 # `components.project`).
 
 

@@ -215,3 +215,27 @@ def test_the_rule():
     assert judge(Figures(100, 1, 0.21), champion, rule, final=False).outcome == "rollback"
     assert judge(Figures(99, 0, 0.1), champion, rule, final=True).outcome == "inconclusive"
     assert judge(Figures(100, 0, 9.0), None, rule, final=True).outcome == "promote"
+
+
+def test_a_canary_the_serving_quota_refuses_is_not_deployed(apis):
+    from google.cloud import cloudquotas_v1
+
+    from components.serving.deploy_stage import deploy_on_vertex
+    from components.vertex_options import VertexOptions
+
+    clients = _clients(apis)
+    _serving_champion(apis, clients)
+    before = len(apis.recorded(r":deployModel$"))
+    apis.quotas = {"custom_model_serving_nvidia_t4_gpus": {"us-central1": 1}}
+    options = VertexOptions(deploy={
+        **RULE.model_dump(), "accelerator_type": "NVIDIA_TESLA_T4", "accelerator_count": 1,
+        "max_replica_count": 2})
+    lines: list[str] = []
+    record = deploy_on_vertex("my-proj", options, f"{MODEL}@2", "run-1", lines.append,
+                              clients=clients,
+                              quotas=rest_client(cloudquotas_v1.CloudQuotasClient, apis))
+    assert record.outcome == "not deployed"
+    assert ("aiplatform.googleapis.com/custom_model_serving_nvidia_t4_gpus in us-central1: "
+            "needs 2 (2 x 1 NVIDIA_TESLA_T4) but the quota allows 1") in record.reason
+    assert len(apis.recorded(r":deployModel$")) == before
+    assert lines == [f"deploy: not deployed; {record.reason}; the champion keeps serving"]

@@ -44,6 +44,7 @@ from tests.support.dataflow_fake import FakeDataflow
 from tests.support.google_fakes import RecordingApi
 from tests.support.paths import ROOT
 from tests.support.vertex_emulator.apis import FakeGoogleApis, image_entrypoints
+from tests.support.vertex_emulator.endpoints import Behaviour
 from tests.support.vertex_emulator.mount import StandInMount
 from tests.support.vertex_emulator.pipelines import EmulatedPipelines, environment
 
@@ -106,6 +107,7 @@ def emulated_vertex(work: Path):
                            "resourcemanager.ProjectsClient", projects):
             env = environment(apis.url, mount, storage_host, "my-proj")
             env["EMULATED_DATAFLOW"] = dataflow.endpoint
+            env["EMULATED_MONITORING"] = apis.start_monitoring()
             (work / "tmp").mkdir()
             env["TMPDIR"] = str(work / "tmp")
             apis.environment = env
@@ -531,19 +533,52 @@ def test_each_promotion_mode_registers_as_the_gate_decided(emulated_run):
     assert metrics["champion_test_accuracy"] > metrics["test_accuracy"]
     assert upload.model.artifact_uri != champion.model.artifact_uri
 
-    # Against a weaker champion (version 2, made the default as a user would roll back),
-    # the new model wins and becomes the default version. (`version_only` registers as
-    # the losing run above does, a version without the alias: its decision is checked in
-    # tests/components/export/test_gate.py.)
+    # Against a weaker champion (version 2, made the default as a user would roll back,
+    # and serving on the team's endpoint), the new model wins: registered without the
+    # alias, deployed as a canary beside version 2. With 30 % of its requests failing it
+    # is rolled back and version 2 stays the default; run again on a healthy canary, the
+    # same step promotes it and undeploys version 2.
     apis.set_default(parent, "2")
-    won = run({**retrain, "promotion": "default"}, {"epochs": 2, "batch_size": 32})
+    endpoint = apis.endpoints.add("projects/my-proj/locations/us-central1", "serving")
+    champion_id = apis.endpoints.serve(endpoint, f"{parent}@2")
+    apis.endpoints.behaviour[f"{parent}@3"] = Behaviour(6000, 0.3, 40.0)
+    deploy = {"endpoint": "serving", "canary_percent": 20, "watch_window": "4s",
+              "check_interval": "2s", "min_requests": 50, "grace_period": "0s"}
+    won = run({**retrain, "promotion": "default", "deploy": deploy},
+              {"epochs": 2, "batch_size": 32})
     export = won["tasks"]["export-model"].parameters
-    assert export["register"] and export["default"]
+    assert export["register"] and export["default"] and export["deploy"]
     assert "beats the champion's" in export["decision"]
     upload = _uploads(apis)[-1]
-    assert upload.parent_model == parent and list(upload.model.version_aliases) == ["default"]
+    assert upload.parent_model == parent and list(upload.model.version_aliases) == []
     assert upload.model.labels["promoted"] == "true"
-    assert apis.defaults[parent] == "3"
+    (deployed,) = [t for t in won["tasks"].values() if t.display_name == "6 deploy"]
+    log = deployed.log.read_text()
+    assert deployed.state == "SUCCEEDED" and "deploy: rolled back, the canary's error rate " \
+        "30.0%" in log, log[-3000:]
+    canary = apis.recorded(r":deployModel$")[-1].body
+    assert canary["trafficSplit"] == {"0": 20, champion_id: 80}
+    assert canary["deployedModel"]["model"] == f"{parent}@3"
+    # Named for the run, so that the exit handler finds a canary a killed step left.
+    job = won["tasks"]["summarize-run"].executor_input["inputs"]["parameterValues"]["job_name"]
+    assert canary["deployedModel"]["displayName"] == f"canary of {job}"
+    served = apis.endpoints.endpoints[endpoint]
+    assert served["trafficSplit"] == {champion_id: 100} and apis.defaults[parent] == "2"
+    assert [d["id"] for d in served["deployedModels"]] == [champion_id]
+
+    apis.endpoints.behaviour[f"{parent}@3"] = Behaviour(6000, 0.0, 40.0)
+    again = won["pipelines"].rerun(deployed.name)
+    log = again.log.read_text()
+    assert again.state == "SUCCEEDED" and "deploy: promoted" in log, log[-3000:]
+    (canary_id,) = [d["id"] for d in served["deployedModels"]]
+    assert canary_id != champion_id and served["trafficSplit"] == {canary_id: 100}
+    assert apis.defaults[parent] == "3"  # the alias moved only with the promotion
+    assert apis.recorded(r":undeployModel$")[-1].body == {
+        "deployedModelId": champion_id, "trafficSplit": {canary_id: 100}}
+    rollout = json.loads((won["mount"].path(export["model_uri"])
+                          / "decision.json").read_text())["rollout"]
+    assert rollout["outcome"] == "promoted"
+    assert [s["step"] for s in rollout["steps"]][:2] == ["canary", "check"]
     # never: the parameter-server run below.
 
 

@@ -1,8 +1,10 @@
 """A fake of the Google REST APIs a Vertex AI run calls, on 127.0.0.1, recording requests.
 
-Vertex AI: `customJobs` create/get/cancel, `models:upload` with its operation, and `models`
+Vertex AI: `customJobs` create/get/cancel, `models:upload` with its operation, `models`
 get (the default version: a model's first version, then the last uploaded with the
-`default` alias; Vertex AI docs: "How to use model version aliases"); Cloud
+`default` alias, or the one `mergeVersionAliases` gave it; Vertex AI docs: "How to use
+model version aliases"), endpoints and Cloud Monitoring's time series
+(`tests.support.vertex_emulator.endpoints`, with their rules); Cloud
 Build: `builds` create and the build's operation, which stays "not done" for
 `build_seconds` (a client that gives up early fails) and then "pushes" each image to the
 fake Artifact Registry; each step's `docker build` is recorded with what the builder of

@@ -8,6 +8,7 @@ Google's own code runs unchanged; only what cannot exist here is redirected:
 - the google-cloud-pipeline-components launchers and the project's training launcher
   poll every 0.2 s instead of 20 s (the latter retries a failed look after 0.2 s, and
   takes a look that lasts 2 s as timed out);
+- Cloud Monitoring's gRPC client goes to the fake's ListTimeSeries (EMULATED_MONITORING);
 - the dataset stage's Dataflow jobs go to the fake Dataflow API (EMULATED_DATAFLOW), whose
   state it follows every 0.2 s;
 - Vertex AI's Cloud Storage mount `/gcs/` is the stand-in directory EMULATED_GCS_MOUNT
@@ -23,6 +24,7 @@ import sys
 APIS = os.environ.get("EMULATED_GOOGLE_APIS")
 MOUNT = os.environ.get("EMULATED_GCS_MOUNT")
 DATAFLOW = os.environ.get("EMULATED_DATAFLOW")
+MONITORING = os.environ.get("EMULATED_MONITORING")
 
 
 def _credentials(*args, **kwargs):
@@ -73,6 +75,26 @@ def _fast_launcher(module):
     module.REQUEST_TIMEOUT = 2.0
 
 
+def _monitoring_channel(module):
+    # Cloud Monitoring's Python client speaks gRPC only: its ListTimeSeries is served by
+    # the fake on EMULATED_MONITORING, without TLS.
+    make = module.clients_for
+
+    def clients_for(region):
+        import grpc
+        from google.cloud import monitoring_v3
+        from google.cloud.monitoring_v3.services.metric_service.transports import (
+            MetricServiceGrpcTransport,
+        )
+
+        clients = make(region)
+        clients.metrics = monitoring_v3.MetricServiceClient(transport=MetricServiceGrpcTransport(
+            channel=grpc.insecure_channel(MONITORING)))
+        return clients
+
+    module.clients_for = clients_for
+
+
 def _kfp_mount(module):
     module._GCS_LOCAL_MOUNT_PREFIX = MOUNT
 
@@ -114,6 +136,7 @@ PATCHES = {
     "requests.sessions": _patch_requests,
     "google.cloud.aiplatform_v1.services.job_service.client": _rest_transport("job"),
     "google.cloud.aiplatform_v1.services.model_service.client": _rest_transport("model"),
+    "google.cloud.aiplatform_v1.services.endpoint_service.client": _rest_transport("endpoint"),
     "google.cloud.devtools.cloudbuild_v1.services.cloud_build.client": _rest_transport("build"),
     "google.cloud.artifactregistry_v1.services.artifact_registry.client":
         _rest_transport("registry"),
@@ -126,6 +149,7 @@ PATCHES = {
     "kfp.dsl.types.artifact_types": _kfp_mount,
     "trainer.common.gcs": _project_mount,
     **({"components.dataset.dataflow": _dataflow_endpoint} if DATAFLOW else {}),
+    **({"components.serving.vertex_endpoint": _monitoring_channel} if MONITORING else {}),
 }
 
 
