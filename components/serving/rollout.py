@@ -14,9 +14,12 @@ router (`components.serving.local_endpoint`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from components.serving.deploy_options import DeployOptions, seconds
@@ -165,7 +168,8 @@ def roll_out(target: Target, rule: DeployOptions, *, log: Callable[[str], None],
     log(f"deploy: canary {deployed} with {rule.canary_percent}% of the traffic beside "
         f"{serving}; watched for {rule.watch_window}, read every {rule.check_interval}")
     try:
-        verdict = _watch(target, rule, record, log, sleep, clock)
+        with _sigterm_stops():
+            verdict = _watch(target, rule, record, log, sleep, clock)
     except BaseException:
         target.roll_back()
         record.step("rolled back", reason="the deploy step stopped while the canary ran")
@@ -195,6 +199,25 @@ def roll_out(target: Target, rule: DeployOptions, *, log: Callable[[str], None],
             "and stays the default version; the canary is undeployed")
         record.outcome, record.reason = "rolled back", verdict.reason
     return record
+
+
+@contextlib.contextmanager
+def _sigterm_stops() -> Iterator[None]:
+    """SIGTERM (a cancelled run's pod, a Ctrl-C'd local run's process group) raises
+    SystemExit here, so that the canary is rolled back before the process ends; Python's
+    default would end it at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(f"stopped by signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _watch(target: Target, rule: DeployOptions, record: Rollout, log: Callable[[str], None],

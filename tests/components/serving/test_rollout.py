@@ -138,18 +138,27 @@ def test_a_slow_canary_is_rolled_back_and_a_quiet_one_follows_the_policy(apis):
     assert record.outcome == "promoted" and apis.defaults[MODEL] == "2"
 
 
-def test_a_rollout_stopped_mid_canary_gives_the_traffic_back(apis):
+@pytest.mark.parametrize("stop", ["interrupt", "sigterm"])
+def test_a_rollout_stopped_mid_canary_gives_the_traffic_back(apis, stop):
+    """Ctrl-C, or SIGTERM as a cancelled run's pod gets it: the canary is rolled back
+    before the step ends."""
+    import os
+    import signal
+
     clients = _clients(apis)
     name, champion = _serving_champion(apis, clients)
 
-    def interrupted(seconds):
-        raise KeyboardInterrupt
+    def stopped(seconds):
+        if stop == "interrupt":
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), signal.SIGTERM)
 
-    with pytest.raises(KeyboardInterrupt):
-        _roll_out(apis, clients, sleep=interrupted)
+    with pytest.raises(KeyboardInterrupt if stop == "interrupt" else SystemExit):
+        _roll_out(apis, clients, sleep=stopped)
     endpoint = clients.endpoints.get_endpoint(name=name)
     assert dict(endpoint.traffic_split) == {champion: 100}
     assert [d.id for d in endpoint.deployed_models] == [champion]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
 def test_the_exit_handler_restores_the_champion_after_a_killed_step(apis):
