@@ -147,6 +147,7 @@ def test_a_rollout_stopped_mid_canary_gives_the_traffic_back(apis, stop):
 
     clients = _clients(apis)
     name, champion = _serving_champion(apis, clients)
+    before = signal.getsignal(signal.SIGTERM)
 
     def stopped(seconds):
         if stop == "interrupt":
@@ -158,7 +159,7 @@ def test_a_rollout_stopped_mid_canary_gives_the_traffic_back(apis, stop):
     endpoint = clients.endpoints.get_endpoint(name=name)
     assert dict(endpoint.traffic_split) == {champion: 100}
     assert [d.id for d in endpoint.deployed_models] == [champion]
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGTERM) is before  # the step's own handling, restored
 
 
 def test_the_exit_handler_restores_the_champion_after_a_killed_step(apis):

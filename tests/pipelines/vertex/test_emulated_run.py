@@ -180,8 +180,10 @@ def test_every_stage_ran_from_the_compiled_spec(emulated_run):
             "model-upload", "exit-handler-1", "summarize-run"} <= ran
     # A new model (no parent_model): the new-version branch did not run.
     branches = {t.display_name: t.state for t in tasks.values() if t.name.startswith("condition")}
+    # No endpoint configured: no deploy stage in either branch.
     assert branches == {"gate-registers": "SUCCEEDED", "condition-branches-3": "SUCCEEDED",
-                        "new-model": "SUCCEEDED", "new-version": "SKIPPED"}
+                        "new-model": "SUCCEEDED", "new-version": "SKIPPED",
+                        "gate-deploys": "SKIPPED"}
     # The exit handler's task got the run's final status as Vertex AI passes it.
     status = tasks["summarize-run"].executor_input["inputs"]["parameterValues"]["status"]
     assert status["state"] == "SUCCEEDED" and status["pipelineJobResourceName"] == \
