@@ -214,13 +214,13 @@ def _record_run(registry_root: str, job_name: str, outcome: Mapping[str, Any],
                 tuning: Mapping[str, Any] | None) -> None:
     """The local run's decision, registered version and trials, which the exit handler's
     summary reads."""
-    from components.export.local_registry import RUNS
+    from components.export.local_registry import run_record
     from components.tuning.trials import trials_table
     from trainer.common import files
 
-    runs = Path(registry_root) / RUNS
-    runs.mkdir(parents=True, exist_ok=True)
-    files.write_json(runs / f"{job_name}.json",
+    record = run_record(registry_root, job_name)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    files.write_json(record,
                      {**outcome["decision"].to_dict(), "registered_version": outcome["registered"],
                       "trials": trials_table(tuning) if tuning else ""})
 

@@ -101,6 +101,20 @@ def register(model_dir: str | os.PathLike, saved_model: str | os.PathLike,
     return entry
 
 
+def run_record(registry_root: str | os.PathLike, job_name: str) -> Path:
+    """Where a local run's decision (and rollout) is kept for the run's summary."""
+    return Path(registry_root) / RUNS / f"{job_name}.json"
+
+
+def add_to_decision(model_dir: str | os.PathLike, version: str, **facts: Any) -> None:
+    """Adds `facts` (e.g. the deploy stage's rollout) to a version's decision."""
+    index = load(model_dir)
+    for entry in index["versions"]:
+        if entry["version"] == version:
+            entry["decision"] = {**entry.get("decision", {}), **facts}
+    files.write_json(Path(model_dir) / INDEX, index)
+
+
 def set_default(model_dir: str | os.PathLike, version: str) -> None:
     """Makes `version` the default (the champion), as moving Vertex AI's `default` alias."""
     index = load(model_dir)

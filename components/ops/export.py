@@ -100,7 +100,7 @@ def summarize_run(status: dsl.PipelineTaskFinalStatus, registry_root: str, job_n
     import json
     from pathlib import Path
 
-    from components.export.local_registry import RUNS
+    from components.export.local_registry import run_record
     from components.stage import say, stage_errors
 
     facts = [("state", status.state)]
@@ -116,7 +116,7 @@ def summarize_run(status: dsl.PipelineTaskFinalStatus, registry_root: str, job_n
             restored = restore_on_vertex(project, options, job_name)
         if restored:
             facts.append(("deploy", f"left mid-canary: {restored}"))
-    decision = Path(registry_root) / RUNS / f"{job_name}.json" if registry_root else None
+    decision = run_record(registry_root, job_name) if registry_root else None
     if decision is not None and decision.is_file():
         made = json.loads(decision.read_text())
         facts.append(("champion/challenger", made["reason"]))

@@ -76,10 +76,10 @@ def deploy_locally(registry_root: str, options: Any, job_name: str, dataset_dir:
                    log: Callable[[str], None]) -> Rollout | None:
     """The local run's rollout of the version its export stage registered, when the gate
     made it the default; None when there is nothing to deploy."""
-    from components.export.local_registry import RUNS
+    from components.export import local_registry
     from components.serving.local_endpoint import LocalEndpoint
 
-    run = Path(registry_root) / RUNS / f"{job_name}.json"
+    run = local_registry.run_record(registry_root, job_name)
     made = json.loads(run.read_text()) if run.is_file() else {}
     version = made.get("registered_version")
     if not (made.get("default") and version):
@@ -93,7 +93,8 @@ def deploy_locally(registry_root: str, options: Any, job_name: str, dataset_dir:
     finally:
         target.close()
     files.write_json(run, {**made, "rollout": record.to_dict()})
-    _record_in_registry(model_dir, version, record)
+    local_registry.add_to_decision(model_dir, version, rollout=record.to_dict())
+    record_beside_model(local_registry.served(registry_root, model_dir.name, version)[1], record)
     return record
 
 
@@ -104,14 +105,3 @@ def record_beside_model(saved_model_dir: str | Path, record: Rollout) -> None:
         if path.is_file():
             files.write_json(path, {**json.loads(path.read_text()), "rollout": record.to_dict()})
 
-
-def _record_in_registry(model_dir: Path, version: str, record: Rollout) -> None:
-    from components.export import local_registry
-
-    index = local_registry.load(model_dir)
-    for entry in index["versions"]:
-        if entry["version"] == version:
-            entry["decision"] = {**entry.get("decision", {}), "rollout": record.to_dict()}
-    files.write_json(model_dir / local_registry.INDEX, index)
-    saved = local_registry.served(model_dir.parent, model_dir.name, version)[1]
-    record_beside_model(saved, record)

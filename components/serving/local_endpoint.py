@@ -19,21 +19,18 @@ import http.server
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from components.export import local_registry
 from components.serving.deploy_options import DeployOptions
-from components.serving.model_server import model_server, post
+from components.serving.model_server import model_server, post, send
 from components.serving.rollout import Figures
 from components.serving.serving_check import held_out_images, percentile
 from trainer.serving.container import PREDICT_ROUTE
 
 #: Distinct test images sent round and round as the traffic.
 TRAFFIC_IMAGES = 64
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class Router:
@@ -61,7 +58,8 @@ class Router:
                 pass
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_port}{PREDICT_ROUTE}"
+        self.base = f"http://127.0.0.1:{self._server.server_port}"
+        self.url = self.base + PREDICT_ROUTE
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def choose(self) -> str:
@@ -76,19 +74,12 @@ class Router:
 
     def forward(self, body: bytes) -> tuple[int, bytes]:
         name = self.choose()
-        request = urllib.request.Request(self.backends[name] + PREDICT_ROUTE, data=body,
-                                         headers={"Content-Type": "application/json"})
-        started = time.perf_counter()
         try:
-            with _DIRECT.open(request, timeout=60) as answer:
-                status, data = answer.status, answer.read()
-        except urllib.error.HTTPError as error:
-            status, data = error.code, error.read()
-        except OSError as error:
-            status, data = 502, json.dumps({"error": str(error)}).encode()
+            status, data, seconds = send(self.backends[name] + PREDICT_ROUTE, body)
+        except OSError as error:  # the model's server did not answer
+            status, data, seconds = 502, json.dumps({"error": str(error)}).encode(), 0.0
         with self._lock:
-            self.answers.setdefault(name, []).append((status == 200,
-                                                      time.perf_counter() - started))
+            self.answers.setdefault(name, []).append((status == 200, seconds))
         return status, data
 
     def figures(self, name: str) -> Figures:
@@ -158,13 +149,8 @@ class LocalEndpoint:
     def _send_traffic(self) -> None:
         sent = 0
         while sent < self.rule.traffic_requests and not self.done.is_set():
-            request = urllib.request.Request(self.router.url,
-                                             data=json.dumps(_instances(
-                                                 self.images[sent % len(self.images)])).encode(),
-                                             headers={"Content-Type": "application/json"})
             with contextlib.suppress(OSError):
-                with _DIRECT.open(request, timeout=60) as answer:
-                    answer.read()
+                post(self.router.base, _instances(self.images[sent % len(self.images)]))
             sent += 1
             if self.router.figures("canary").requests >= self.rule.min_requests:
                 break

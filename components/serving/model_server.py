@@ -88,18 +88,23 @@ def _wait_healthy(base: str, process: subprocess.Popen, log: Any, seconds: float
         time.sleep(0.3)
 
 
-def post(base: str, body: dict[str, Any], timeout: float = 60.0) -> tuple[int, Any, float]:
-    """POSTs a prediction request; returns (HTTP status, JSON answer, seconds taken)."""
-    request = urllib.request.Request(base + container.PREDICT_ROUTE,
-                                     data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+def send(url: str, data: bytes, timeout: float = 60.0) -> tuple[int, bytes, float]:
+    """POSTs JSON `data` to `url` on loopback (no proxy); returns (HTTP status, the raw
+    answer, seconds taken). An HTTP error is an answer; a connection error raises OSError."""
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     started = time.perf_counter()
     try:
         with _DIRECT.open(request, timeout=timeout) as answer:
-            status, data = answer.status, answer.read()
+            status, body = answer.status, answer.read()
     except urllib.error.HTTPError as error:
-        status, data = error.code, error.read()
-    seconds = time.perf_counter() - started
+        status, body = error.code, error.read()
+    return status, body, time.perf_counter() - started
+
+
+def post(base: str, body: dict[str, Any], timeout: float = 60.0) -> tuple[int, Any, float]:
+    """POSTs a prediction request; returns (HTTP status, JSON answer, seconds taken)."""
+    status, data, seconds = send(base + container.PREDICT_ROUTE, json.dumps(body).encode(),
+                                 timeout)
     try:
         return status, json.loads(data), seconds
     except ValueError:
