@@ -18,6 +18,7 @@ from typing import Any
 
 from components import project
 from pipelines.commands import (
+    batch_predict,
     compile,
     models,
     predict,
@@ -32,8 +33,8 @@ from trainer.common.errors import ProjectError
 
 #: The commands in the order `--help` lists them, by name.
 COMMANDS = {"run": run, "compile": compile, "submit": submit, "schedule": schedule,
-            "models": models, "predict": predict, "serve": serve, "publish": publish,
-            "validate-gpu": validate_gpu}
+            "models": models, "predict": predict, "batch-predict": batch_predict, "serve": serve,
+            "publish": publish, "validate-gpu": validate_gpu}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,6 +1,8 @@
 """`gpu-pipeline predict IMAGE...`: each image's top classes from the local champion (or
 a named version), through the code path the model server runs (`trainer.serving.app`'s
-predictor: the same request checks, signature and answer)."""
+predictor: the same request checks, signature and answer); with `--config` or
+`--endpoint`, from the Vertex AI endpoint that serves the champion
+(`components.serving.online`), the request printed instead with `--dry-run`."""
 
 from __future__ import annotations
 
@@ -36,12 +38,40 @@ def local_model(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
 def add_parser(commands: Any, parser_class: type) -> None:
     """Declares the command and its flags."""
-    parser = commands.add_parser("predict", help="Classify images with the local champion.")
+    parser = commands.add_parser(
+        "predict", help="Classify images with the champion, local or on its Vertex AI endpoint.")
     parser.add_argument("images", nargs="+", type=Path, metavar="IMAGE",
                         help="JPEG, PNG, GIF or BMP files.")
     parser.add_argument("--top", type=positive_int, default=3,
                         help="How many classes to print per image (default: %(default)s).")
     add_model_flags(parser)
+    vertex = parser.add_argument_group(
+        "on Vertex AI (either flag sends the images to the endpoint instead)")
+    vertex.add_argument("--config", type=Path,
+                        help="YAML configuration: vertex.project, vertex.region and "
+                             "vertex.deploy.endpoint say which endpoint.")
+    vertex.add_argument("--endpoint", help="The endpoint: its resource name, or its display "
+                                           "name in vertex.region (default: vertex.deploy."
+                                           "endpoint).")
+    vertex.add_argument("--dry-run", action="store_true",
+                        help="Print the request instead of sending it.")
+
+
+def read_images(paths: list[Path]) -> list[bytes]:
+    """The images' bytes; a file that cannot be read is the user's mistake."""
+    images = []
+    for path in paths:
+        try:
+            images.append(path.read_bytes())
+        except OSError as exc:
+            raise UsageError(f"IMAGE {str(path)!r} cannot be read: {exc.strerror}") from None
+    return images
+
+
+def top_classes(probabilities: list[float], classes: list[str] | None, top: int) -> str:
+    """`cat 0.912, dog 0.051`: the `top` most probable classes."""
+    ranked = sorted(enumerate(probabilities), key=lambda p: -p[1])[:top]
+    return ", ".join(f"{classes[i] if classes else f'class {i}'} {p:.3f}" for i, p in ranked)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,13 +79,14 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.config is not None or args.endpoint:
+        return _on_vertex(args)
+    if args.dry_run:
+        raise UsageError("--dry-run prints the request to a Vertex AI endpoint; give --config "
+                         "or --endpoint with it (a local prediction sends nothing)")
     entry, saved = local_model(args)
-    instances = []
-    for path in args.images:
-        try:
-            instances.append({"b64": base64.b64encode(path.read_bytes()).decode()})
-        except OSError as exc:
-            raise UsageError(f"IMAGE {str(path)!r} cannot be read: {exc.strerror}") from None
+    instances = [{"b64": base64.b64encode(image).decode()}
+                 for image in read_images(args.images)]
     from fastapi import HTTPException
 
     from trainer.serving.app import SavedModelPredictor
@@ -72,6 +103,48 @@ def run(args: argparse.Namespace) -> int:
         except HTTPException as exc:  # what the server would answer with 400
             raise UsageError(f"IMAGE {str(path)!r}: {exc.detail.replace('instances[0]', 'it')}"
                              ) from None
-        ranked = sorted(enumerate(answer["probabilities"]), key=lambda p: -p[1])[:args.top]
-        print(f"{path}: " + ", ".join(f"{classes[i]} {p:.3f}" for i, p in ranked))
+        print(f"{path}: {top_classes(answer['probabilities'], classes, args.top)}")
     return 0
+
+
+def _endpoint(args: argparse.Namespace) -> tuple[str, str, str, str]:
+    """(the endpoint as the user named it, its resource name or "" when only its display
+    name is known, its region, the project), from the flags and the configuration."""
+    from components.serving.deploy_options import endpoint_region
+    from pipelines.commands.common import load
+
+    vertex = load(args).vertex
+    endpoint = args.endpoint or vertex.deploy.endpoint
+    if not endpoint:
+        raise UsageError("predict on Vertex AI needs an endpoint: give --endpoint, or set "
+                         "vertex.deploy.endpoint in the --config file")
+    region = endpoint_region(endpoint)
+    if region is not None:
+        return endpoint, endpoint, region, endpoint.split("/")[1]
+    if not vertex.project:
+        raise UsageError(f"--endpoint {endpoint!r} is a display name; finding it needs "
+                         "vertex.project (in the --config file), or give the endpoint's "
+                         "resource name projects/PROJECT/locations/REGION/endpoints/ID")
+    return endpoint, "", vertex.region, vertex.project
+
+
+def _on_vertex(args: argparse.Namespace) -> int:
+    """Sends the images to the endpoint (or prints the request) and prints the answers."""
+    from components.serving import online
+
+    images = read_images(args.images)
+    named, resource, region, project = _endpoint(args)
+    if args.dry_run:
+        shown = resource or (f"projects/{project}/locations/{region}/endpoints/"
+                             f"<the ID of the endpoint named {named!r}>")
+        print("\n".join(online.dry_run_lines(region, shown, images)))
+        print("(dry run: nothing was sent)")
+        return 0
+    if not resource:
+        resource = online.find_endpoint(named, project, region)
+    answer = online.predict(resource, region, images)
+    print(f"{resource}: deployed model {answer.deployed_model_id} ({answer.model})")
+    for path, prediction in zip(args.images, answer.predictions, strict=True):
+        print(f"{path}: {top_classes(prediction['probabilities'], answer.class_names, args.top)}")
+    return 0
+

@@ -13,7 +13,9 @@ from pipelines.cli import main
 
 # Exercised here without an import, through `cli.COMMANDS` and `main`: the command modules
 # `pipelines.commands.run`, `pipelines.commands.compile`, `pipelines.commands.submit`,
-# `pipelines.commands.schedule`, `pipelines.commands.models`, `pipelines.commands.publish`.
+# `pipelines.commands.schedule`, `pipelines.commands.models`, `pipelines.commands.publish`,
+# `pipelines.commands.batch_predict` (with `components.serving.batch`), and through
+# `predict --config`/`--endpoint`: `components.serving.online`.
 
 BIN = Path(sys.executable).parent / "gpu-pipeline"
 
@@ -201,3 +203,56 @@ def test_run_refuses_zone_and_job_name_problems_before_any_work(tmp_path):
     assert "vertex.worker_pool_specs[2] (parameter server): machine_spec.accelerator_type " \
         "NVIDIA_TESLA_K80 cannot run the trainer image" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
+
+
+def test_predict_on_vertex_prints_the_request_with_dry_run(tmp_path):
+    (tmp_path / "cat.png").write_bytes(b"\x89PNG" + b"x" * 96)
+    (tmp_path / "config.yaml").write_text(
+        "vertex:\n  project: my-proj\n  region: europe-west4\n  deploy:\n    endpoint: serving\n")
+    result = run("predict", "cat.png", "--config", "config.yaml", "--dry-run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == ("POST https://europe-west4-aiplatform.googleapis.com/v1/projects/"
+                        "my-proj/locations/europe-west4/endpoints/<the ID of the endpoint "
+                        "named 'serving'>:predict")
+    body = json.loads("\n".join(lines[2:lines.index("}") + 1]))
+    assert body == {"instances": [{"b64": "<100 bytes of base64 image>"}]}
+    assert lines[-1] == "(dry run: nothing was sent)"
+
+    named = "projects/p2/locations/us-east1/endpoints/42"
+    result = run("predict", "cat.png", "--endpoint", named, "--dry-run", cwd=tmp_path)
+    assert result.stdout.splitlines()[0] == (
+        f"POST https://us-east1-aiplatform.googleapis.com/v1/{named}:predict")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--config", "config.yaml"], "predict on Vertex AI needs an endpoint: give --endpoint"),
+    (["--endpoint", "serving"], "--endpoint 'serving' is a display name; finding it needs "
+                                "vertex.project"),
+    (["--dry-run"], "--dry-run prints the request to a Vertex AI endpoint; give --config"),
+    (["--endpoint", "projects/p/locations/us-east1/endpoints/1", "--dry-run", "--top", "0"],
+     "argument --top: 0 is not >= 1"),
+])
+def test_predict_on_vertex_mistakes(args, message, tmp_path):
+    (tmp_path / "cat.png").write_bytes(b"\x89PNG")
+    (tmp_path / "config.yaml").write_text("vertex:\n  region: us-central1\n")
+    result = run("predict", "cat.png", *args, cwd=tmp_path)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["nowhere"], "SOURCE 'nowhere' is neither a folder nor a manifest"),
+    (["empty"], "SOURCE 'empty' names no images; expected files ending in .jpg"),
+    (["missing.txt"], "SOURCE 'missing.txt' cannot be read as a manifest: No such file"),
+    (["empty", "--batch-size", "0"], "argument --batch-size: 0 is not >= 1"),
+    (["empty"], "the following arguments are required: --output"),
+])
+def test_batch_predict_mistakes(args, message, tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.md").write_text("no images here")
+    output = [] if "required" in message else ["--output", "out"]
+    result = run("batch-predict", *args, *output, cwd=tmp_path)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not (tmp_path / "out").exists()

@@ -144,6 +144,38 @@ def test_demo_checked_the_model_in_its_server_and_says_how_to_call_it(demo):
                                 text=True, timeout=300)
         assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
         assert "Traceback" not in result.stderr
+
+    # batch-predict: a folder (one file in it is no image) and a manifest, scored by the
+    # champion; Vertex AI's output files, one line per image.
+    images = cwd / "to-score"
+    (images / "more").mkdir(parents=True)
+    (images / "a.png").write_bytes((cwd / "image0.png").read_bytes())
+    (images / "more" / "b.png").write_bytes((cwd / "image1.png").read_bytes())
+    (images / "more" / "broken.png").write_text("not an image")
+    result = subprocess.run([str(BIN), "batch-predict", "to-score", "--output", "scored",
+                             "--batch-size", "2"], cwd=cwd, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "batch-predict: 2 predicted, 1 refused" in result.stdout, result.stdout
+    results = [json.loads(line) for line in (cwd / "scored" / "prediction.results-00000-of-"
+                                             "00001").read_text().splitlines()]
+    assert [r["key"] for r in results] == ["to-score/a.png", "to-score/more/b.png"]
+    first = lines[1].split(": ")[1].split(" ")[0]  # predict's top class of image0.png
+    assert results[0]["prediction"]["class_name"] == first
+    (refused,) = [json.loads(line) for line in (cwd / "scored" / "prediction.errors_stats-"
+                                                "00000-of-00001").read_text().splitlines()]
+    assert refused == {"key": "to-score/more/broken.png", "error": {
+        "code": 400, "message": "the image is not a JPEG, PNG, GIF or BMP image"}}
+    (cwd / "list.txt").write_text("# to score\nimage1.png\n\nimage0.png\n")
+    result = subprocess.run([str(BIN), "batch-predict", "list.txt", "--output", "scored"],
+                            cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "already holds predictions" in result.stderr
+    result = subprocess.run([str(BIN), "batch-predict", "list.txt", "--output", "listed"],
+                            cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [json.loads(line)["key"] for line in (cwd / "listed" / "prediction.results-00000-"
+                                                 "of-00001").read_text().splitlines()] == [
+        "image1.png", "image0.png"]
     port = free_port()
     server = subprocess.Popen([str(BIN), "serve", "--port", str(port)], cwd=cwd,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -581,6 +581,30 @@ def test_each_promotion_mode_registers_as_the_gate_decided(emulated_run):
                           / "decision.json").read_text())["rollout"]
     assert rollout["outcome"] == "promoted"
     assert [s["step"] for s in rollout["steps"]][:2] == ["canary", "check"]
+
+    # `gpu-pipeline predict --config` asks the endpoint, found by its display name; the
+    # promoted version answers from its artifacts.
+    from tests.support.serving import held_out_images
+
+    work = won["work"] / "predict"
+    work.mkdir()
+    (work / "config.yaml").write_text("vertex:\n  project: my-proj\n  region: us-central1\n"
+                                      "  deploy:\n    endpoint: serving\n")
+    dataset = won["mount"].path(won["tasks"]["prepare-dataset"].artifacts["dataset"]["uri"])
+    for number, (png, _) in enumerate(held_out_images(dataset, count=2)):
+        (work / f"image{number}.png").write_bytes(png)
+    asked = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "predict", "image0.png", "image1.png",
+         "--config", "config.yaml", "--top", "2"], cwd=work, env={**won["env"],
+         "PYTHONPATH": os.pathsep.join([won["env"]["PYTHONPATH"], str(ROOT)])},
+        capture_output=True, text=True, timeout=120)
+    assert asked.returncode == 0, asked.stderr[-3000:]
+    lines = asked.stdout.splitlines()
+    assert lines[0] == f"{endpoint}: deployed model {canary_id} ({parent}@3)", asked.stdout
+    assert re.fullmatch(r"image0\.png: \w+ [01]\.\d{3}, \w+ [01]\.\d{3}", lines[1]), lines
+    assert apis.recorded(r":predict$")[-1].body == {"instances": [
+        {"b64": base64.b64encode((work / f"image{n}.png").read_bytes()).decode()}
+        for n in range(2)]}
     # never: the parameter-server run below.
 
 

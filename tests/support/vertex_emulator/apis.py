@@ -264,7 +264,7 @@ class FakeGoogleApis:
             ("POST", r"^/v1/(projects/[^/]+/locations/[^/]+)/models:upload$", self._upload),
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/models/[^/]+/operations/[^/]+)$",
              self._operation),
-            ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/models/[^/:@]+)$", self._get_model),
+            ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/models/[^/:]+)$", self._get_model),
             ("POST", r"^/v1/(projects/[^/]+/locations/[^/]+/models/[^/:]+)"
                      r":mergeVersionAliases$",
              self._merge_aliases),
@@ -576,13 +576,16 @@ class FakeGoogleApis:
                      "versionAliases": body.get("versionAliases", [])}
 
     def _get_model(self, name: str, body: Any) -> tuple[int, Any]:
-        version = self.defaults.get(name)
+        # `ID@VERSION` names a version, `ID` (or `ID@default`) the default one.
+        name, _, version = urllib.parse.unquote(name).partition("@")
+        version = self.defaults.get(name) if version in ("", "default") else version
         found = next((m for m in self.models if m["model"] == name
                       and m["version"] == version), None)
         if found is None:
             return 404, _error(404, f"model {name} not found")
         uploaded = found["request"]["model"]
-        return 200, {"name": name, "versionId": version, "versionAliases": ["default"],
+        aliases = ["default"] if self.defaults.get(name) == version else []
+        return 200, {"name": name, "versionId": version, "versionAliases": aliases,
                      "displayName": uploaded.get("display_name", ""),
                      "artifactUri": uploaded.get("artifact_uri", ""),
                      "labels": uploaded.get("labels", {})}

@@ -2,8 +2,9 @@
 
 Endpoints (REST reference, projects.locations.endpoints): create (its operation done at
 once), get, list (`display_name="..."` filters), deployModel, undeployModel, patch
-(`updateMask=traffic_split`). Refused as Vertex AI refuses them (400 INVALID_ARGUMENT, or
-FAILED_PRECONDITION): a traffic split whose values do not add up to 100, or that names an
+(`updateMask=traffic_split`), predict (the deployed model the traffic split picks answers
+with the project's predictor on its artifacts, as the serving container would). Refused
+as Vertex AI refuses them (400 INVALID_ARGUMENT, or FAILED_PRECONDITION): a traffic split whose values do not add up to 100, or that names an
 ID the endpoint does not hold (`"0"` is the model being deployed, and only in
 deployModel); a model or version the registry does not hold; a custom model deployed
 without dedicated resources; undeploying a model that still has traffic after the
@@ -53,6 +54,8 @@ class EndpointService:
         self.elapsed = 0.0  # fake seconds added to every deployed model's time
         self.undeployed: list[dict[str, Any]] = []
         self._ids = 1000
+        self._served = 0  # predictions requests so far: which deployed model is next
+        self._predictors: dict[str, Any] = {}  # model@version -> the loaded predictor
         self._lock = threading.Lock()
 
     def start_monitoring(self, record: Any) -> str:
@@ -104,6 +107,7 @@ class EndpointService:
             ("PATCH", base + r"/endpoints/[0-9]+)$", self._patch),
             ("POST", base + r"/endpoints/[0-9]+):deployModel$", self._deploy),
             ("POST", base + r"/endpoints/[0-9]+):undeployModel$", self._undeploy),
+            ("POST", base + r"/endpoints/[0-9]+):predict$", self._predict),
             ("GET", r"^/v3/(projects/[^/]+)/timeSeries$", self._time_series),
         ]
 
@@ -226,6 +230,48 @@ class EndpointService:
             return 400, _error(400, problem)
         endpoint["trafficSplit"] = split
         return 200, endpoint
+
+    def _predict(self, name: str, body: dict[str, Any], query: Any = None) -> tuple[int, Any]:
+        """The serving container's answer (`trainer.serving.app`'s predictor on the model's
+        artifacts) from the deployed model the traffic split picks, named in the response
+        as Vertex AI names it."""
+        from fastapi import HTTPException
+
+        endpoint = self.endpoints.get(name)
+        if endpoint is None:
+            return 404, _error(404, f"Endpoint {name} not found")
+        split = {k: int(v) for k, v in endpoint["trafficSplit"].items() if int(v) > 0}
+        if not split:
+            return 400, _error(400, f"Endpoint {name} does not have any model deployed to it "
+                                    "with traffic")
+        with self._lock:
+            turn, self._served = self._served % 100, self._served + 1
+        for deployed_id, share in sorted(split.items()):  # a weighted rotation
+            if turn < share:
+                break
+            turn -= share
+        deployed = next(d for d in endpoint["deployedModels"] if d["id"] == deployed_id)
+        predictor = self._predictor(deployed)
+        try:
+            answer = predictor.postprocess(predictor.predict(predictor.preprocess(body)))
+        except HTTPException as exc:  # the container's 400, passed on by the endpoint
+            return 400, _error(400, str(exc.detail))
+        return 200, {**answer, "deployedModelId": deployed_id, "model": deployed["model"],
+                     "modelVersionId": deployed["modelVersionId"],
+                     "modelDisplayName": deployed.get("displayName", "")}
+
+    def _predictor(self, deployed: dict[str, Any]) -> Any:
+        from trainer.serving.app import SavedModelPredictor
+
+        key = f"{deployed['model']}@{deployed['modelVersionId']}"
+        with self._lock:
+            if key not in self._predictors:
+                uploaded = next(m["request"]["model"] for m in self.models
+                                if f"{m['model']}@{m['version']}" == key)
+                predictor = SavedModelPredictor()
+                predictor.load(uploaded.get("artifact_uri") or uploaded["artifactUri"])
+                self._predictors[key] = predictor
+            return self._predictors[key]
 
     # --- Cloud Monitoring ---------------------------------------------------------------
 

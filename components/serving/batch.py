@@ -1,0 +1,158 @@
+"""Batch prediction: a folder or a manifest of images scored by the champion.
+
+The same images, the same instances and the same output on both sides:
+- **Instances**: one JSON object per image, `{"key": "<where the image is>", "b64":
+  "<base64 image>"}`, the serving container's instance plus a key. On Vertex AI they are
+  a JSONL file read by a BatchPredictionJob with `instance_config.key_field = "key"`: the
+  key is left out of what the model is sent, and each output line carries it as `key`
+  instead of the whole instance (REST reference, BatchPredictionJob.InstanceConfig).
+- **Output**: Vertex AI's file names under the output directory,
+  `prediction.results-00000-of-00001` with `{"key": ..., "prediction": {...}}` per line and
+  `prediction.errors_stats-00000-of-00001` with `{"key": ..., "error": {...}}` for an image
+  the model refused.
+- Locally (`gpu-pipeline batch-predict`) the images are scored in this process by the
+  serving container's own predictor (`trainer.serving.app`): the same request checks,
+  signature and answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from trainer.common.errors import InputError
+
+#: Files a batch source's folder is searched for (what the serving signature decodes).
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
+#: A manifest: one image per line (a path relative to the manifest, or a gs:// URI).
+MANIFEST_SUFFIX = ".txt"
+KEY = "key"
+RESULTS = "prediction.results-00000-of-00001"
+ERRORS = "prediction.errors_stats-00000-of-00001"
+
+
+class BatchSourceError(InputError):
+    """The batch source names no images, or images that cannot be read."""
+
+
+def _is_image(name: str) -> bool:
+    return name.lower().endswith(IMAGE_SUFFIXES)
+
+
+def image_paths(source: str, field: str = "SOURCE") -> list[str]:
+    """The images a source names, in a stable order.
+
+    Args:
+        source: A folder (searched recursively for IMAGE_SUFFIXES), local or `gs://BUCKET/
+            PREFIX/`, or a manifest (`.txt`): one image per line, blank lines and `#`
+            comments skipped, relative paths relative to the manifest.
+        field: How the user named the source, for the errors.
+    """
+    from trainer.common.gcs import read_bytes, split_gcs_uri, storage_client
+
+    if source.endswith(MANIFEST_SUFFIX):
+        try:
+            text = read_bytes(source).decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BatchSourceError(f"{field} {source!r} cannot be read as a manifest: "
+                                   f"{getattr(exc, 'strerror', None) or exc}") from None
+        base = source.rsplit("/", 1)[0] + "/" if "/" in source else ""
+        found = [line if line.startswith(("gs://", "/")) else f"{base}{line}"
+                 for line in (raw.strip() for raw in text.splitlines())
+                 if line and not line.startswith("#")]
+    elif source.startswith("gs://"):
+        bucket, prefix = split_gcs_uri(source.rstrip("/") + "/")
+        found = sorted(f"gs://{bucket}/{blob.name}" for blob in
+                       storage_client().list_blobs(bucket, prefix=prefix) if _is_image(blob.name))
+    elif Path(source).is_dir():
+        found = sorted(str(p) for p in Path(source).rglob("*") if p.is_file() and _is_image(p.name))
+    else:
+        raise BatchSourceError(f"{field} {source!r} is neither a folder nor a manifest; give a "
+                               f"folder of images ({', '.join(IMAGE_SUFFIXES)}) or a "
+                               f"{MANIFEST_SUFFIX} file with one image per line")
+    if not found:
+        raise BatchSourceError(f"{field} {source!r} names no images; expected files ending in "
+                               f"{', '.join(IMAGE_SUFFIXES)}")
+    return found
+
+
+def instances(paths: Sequence[str], read: Callable[[str], bytes] | None = None
+              ) -> Iterator[dict[str, str]]:
+    """Each image as an instance with its key (module docstring)."""
+    import base64
+
+    from trainer.common.gcs import read_bytes
+
+    for path in paths:
+        try:
+            data = (read or read_bytes)(path)
+        except OSError as exc:
+            raise BatchSourceError(f"image {path!r} cannot be read: {exc.strerror or exc}"
+                                   ) from None
+        yield {KEY: path, "b64": base64.b64encode(data).decode()}
+
+
+def write_instances(paths: Sequence[str], destination: str | Path) -> int:
+    """The JSONL a BatchPredictionJob reads; returns how many lines were written."""
+    count = 0
+    with open(destination, "w") as f:
+        for instance in instances(paths):
+            f.write(json.dumps(instance) + "\n")
+            count += 1
+    return count
+
+
+def score(predictor: Any, paths: Sequence[str], *, batch_size: int = 32,
+          progress: Callable[[int], None] = lambda done: None
+          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(result lines, error lines) of the images, in batches through `predictor` (a loaded
+    `trainer.serving.app.SavedModelPredictor`). A batch the model refuses is retried one
+    image at a time, so that one bad image costs only its own line."""
+    from fastapi import HTTPException
+
+    def run(batch: list[dict[str, str]]) -> list[dict[str, Any]]:
+        request = {"instances": [{k: v for k, v in x.items() if k != KEY} for x in batch]}
+        return predictor.postprocess(predictor.predict(predictor.preprocess(request))
+                                     )["predictions"]
+
+    results: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    pending: list[dict[str, str]] = []
+    for number, instance in enumerate(instances(paths), 1):
+        pending.append(instance)
+        if len(pending) < batch_size and number < len(paths):
+            continue
+        try:
+            answered = list(zip(pending, run(pending), strict=True))
+        except HTTPException:
+            answered = []
+            for one in pending:
+                try:
+                    answered.append((one, run([one])[0]))
+                except HTTPException as exc:
+                    detail = str(exc.detail).replace("instances[0]", "the image")
+                    errors.append({KEY: one[KEY], "error": {"code": exc.status_code,
+                                                            "message": detail}})
+        results += [{KEY: one[KEY], "prediction": answer} for one, answer in answered]
+        pending = []
+        progress(number)
+    return results, errors
+
+
+def write_output(directory: str | Path, results: list[dict[str, Any]],
+                 errors: list[dict[str, Any]]) -> list[Path]:
+    """Writes the two files (each complete, or not there: written beside and renamed)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, lines in ((RESULTS, results), (ERRORS, errors)):
+        handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
+        with os.fdopen(handle, "w") as f:
+            f.writelines(json.dumps(line) + "\n" for line in lines)
+        os.replace(temporary, directory / name)
+        written.append(directory / name)
+    return written

@@ -1,0 +1,145 @@
+"""Online prediction from a Vertex AI endpoint: the request `gpu-pipeline predict --config`
+sends (and prints with `--dry-run`), and what the answer says.
+
+The request is PredictionService.Predict (REST: `POST https://REGION-aiplatform.googleapis.com
+/v1/{endpoint}:predict`, body `{"instances": [...]}`; Vertex AI docs: "Get online
+predictions from a custom trained model"). The endpoint passes the body to the serving
+container unchanged, so every instance is what `trainer.serving.app` takes:
+`{"b64": "<base64 image>"}`. The answer names the deployed model that served it
+(`deployedModelId`, `model`, `modelVersionId`): with a canary on the endpoint, the request
+is served by whichever model the traffic split picked.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from typing import Any
+
+from components.cloud_names import vertex_endpoint
+from trainer.common.errors import InputError, StageError
+from trainer.common.remote import remote_call
+
+
+class EndpointNotFound(InputError):
+    """The endpoint the user named does not exist."""
+
+
+class UnexpectedAnswer(StageError):
+    """The endpoint answered, but not as the project's serving container does."""
+
+
+@dataclasses.dataclass
+class Answer:
+    """The endpoint's answer: one prediction per image, and who gave them."""
+
+    predictions: list[dict[str, Any]]
+    deployed_model_id: str
+    model: str  # projects/.../models/ID@VERSION
+    class_names: list[str] | None  # from the model's metadata; None when unreadable
+
+
+def instances(images: list[bytes]) -> list[dict[str, str]]:
+    """The request's instances: each image base64-encoded, as the serving container takes
+    them (`trainer.serving.app`)."""
+    return [{"b64": base64.b64encode(image).decode()} for image in images]
+
+
+def predict_url(region: str, endpoint: str) -> str:
+    """The REST URL of an endpoint's Predict method."""
+    return f"https://{vertex_endpoint(region)}/v1/{endpoint}:predict"
+
+
+def dry_run_lines(region: str, endpoint: str, images: list[bytes]) -> list[str]:
+    """What `--dry-run` prints: the request, with each image's base64 shortened, and the
+    same request as a shell command."""
+    shown = {"instances": [{"b64": f"<{len(image)} bytes of base64 image>"}
+                           for image in images]}
+    return [f"POST {predict_url(region, endpoint)}",
+            "Content-Type: application/json",
+            json.dumps(shown, indent=2),
+            "The same request from a shell (one image):",
+            "  printf '{\"instances\": [{\"b64\": \"%s\"}]}' \"$(base64 -w0 IMAGE.png)\" | "
+            "curl -s -H \"Authorization: Bearer $(gcloud auth print-access-token)\" "
+            f"-H 'Content-Type: application/json' -d @- {predict_url(region, endpoint)}"]
+
+
+def find_endpoint(named: str, project: str, region: str) -> str:
+    """The resource name of the endpoint with display name `named` (the deploy stage's
+    lookup, without creating it)."""
+    from google.cloud import aiplatform_v1
+
+    from components.serving import vertex_endpoint as endpoints
+
+    with remote_call("connecting to Vertex AI"):
+        client = aiplatform_v1.EndpointServiceClient(
+            client_options={"api_endpoint": vertex_endpoint(region)})
+    found = endpoints.find_or_create(endpoints.Clients(client, None, None), project, region,
+                                     named, create=False)
+    if found is None:
+        raise EndpointNotFound(
+            f"no endpoint is named {named!r} in project {project}, {region}; the deploy stage "
+            "creates it when it first promotes a model (vertex.deploy.endpoint)")
+    return found.name
+
+
+def predict(endpoint: str, region: str, images: list[bytes], *, client: Any = None,
+            models: Any = None) -> Answer:
+    """Sends the images to the endpoint (its resource name) in one request.
+
+    Args:
+        endpoint: The endpoint's resource name.
+        region: Its region (the API host).
+        images: Encoded images (JPEG, PNG, GIF or BMP).
+        client: A PredictionServiceClient (made for the region when None).
+        models: A ModelServiceClient to read the class names with (made when None).
+    """
+    from google.api_core import exceptions
+    from google.cloud import aiplatform_v1
+    from google.protobuf import json_format, struct_pb2
+
+    options = {"api_endpoint": vertex_endpoint(region)}
+    with remote_call("connecting to Vertex AI"):
+        client = client or aiplatform_v1.PredictionServiceClient(client_options=options)
+        models = models or aiplatform_v1.ModelServiceClient(client_options=options)
+    values = [json_format.ParseDict(x, struct_pb2.Value()) for x in instances(images)]
+    with remote_call(f"asking {endpoint} for predictions"):
+        try:
+            response = client.predict(endpoint=endpoint, instances=values)
+        except exceptions.NotFound as exc:
+            raise EndpointNotFound(f"{endpoint} was not found: {exc.message}") from None
+        except (exceptions.BadRequest, exceptions.FailedPrecondition) as exc:
+            # What the serving container (or the endpoint) refused: the user's request.
+            raise InputError(f"{endpoint} refused the request: {exc.message}") from None
+    answer = json_format.MessageToDict(type(response).pb(response))
+    predictions = answer.get("predictions", [])
+    if len(predictions) != len(images) or not all(
+            isinstance(p, dict) and isinstance(p.get("probabilities"), list)
+            for p in predictions):
+        raise UnexpectedAnswer(
+            f"{endpoint} answered {json.dumps(answer)[:300]} for {len(images)} images, not "
+            "one {\"class_name\", \"probabilities\", ...} per image; is it serving a model of "
+            "this project?")
+    model = answer.get("model", "")
+    if answer.get("modelVersionId"):
+        model = f"{model}@{answer['modelVersionId']}"
+    return Answer(predictions, answer.get("deployedModelId", ""), model,
+                  _class_names(model, models))
+
+
+def _class_names(model: str, models: Any) -> list[str] | None:
+    """The served model's class names, from the metadata file beside its SavedModel; None
+    when the model or the file cannot be read (the predictions still carry the top class)."""
+    from google.api_core import exceptions
+
+    from trainer.common.gcs import read_bytes
+    from trainer.serving.container import METADATA_FILE
+
+    if not model:
+        return None
+    try:
+        uri = models.get_model(name=model).artifact_uri
+        return list(json.loads(read_bytes(f"{uri.rstrip('/')}/{METADATA_FILE}"))["class_names"])
+    except (exceptions.GoogleAPICallError, OSError, ValueError, KeyError):
+        return None
