@@ -24,6 +24,7 @@ from components.cloud_names import (
     ServiceAccount,
     Tensorboard,
 )
+from components.serving.batch_options import BatchPredictOptions
 from components.serving.deploy_options import DeployOptions
 from components.training.job_names import JOB_NAME_SUFFIX, validate_job_name
 from trainer.common.schema import STRICT, short
@@ -144,6 +145,9 @@ class VertexOptions(pydantic.BaseModel):
         "TensorFlow it was trained with); to serve on GPUs, the run's GPU image."))
     deploy: DeployOptions = Field(default_factory=DeployOptions, description=(
         "The deploy stage: the endpoint, the canary and the rollout rule (docs/serving.md)."))
+    batch_predict: BatchPredictOptions = Field(default_factory=BatchPredictOptions, description=(
+        "The batch step after a promotion: the images the promoted model scores "
+        "(docs/serving.md)."))
 
     @pydantic.field_serializer("fallbacks")
     def _fallbacks(self, fallbacks: list[Fallback]) -> list[dict[str, Any]]:

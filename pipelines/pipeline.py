@@ -1,8 +1,9 @@
-"""The pipeline: six stages, one definition, two targets; read top to bottom as it runs.
+"""The pipeline: seven stages, one definition, two targets; read top to bottom as it runs.
 
 1 validate GPU config -> 2 prepare dataset, 3 build images -> 4 (tune, locally) train
 -> 5 report and export (-> register, on Vertex) -> 6 deploy (a new default, when an
-endpoint is configured: a canary, promoted or rolled back). On Vertex AI with
+endpoint is configured: a canary, promoted or rolled back) -> 7 batch predict (when
+`vertex.batch_predict.source` is set and the run promoted its model). On Vertex AI with
 `dataset.engine: beam`, stage 2 follows stage 3: its Dataflow workers run the image just
 built.
 
@@ -22,10 +23,12 @@ from kfp import dsl
 from kfp.dsl import Model
 
 from components import project
+from components.ops import batch_predict as batch_ops
 from components.ops import deploy as deploy_ops
 from components.ops import export as export_ops
 from components.ops import setup as setup_ops
 from components.ops import training as training_ops
+from components.serving.batch import KEY as BATCH_KEY
 from pipelines.config import Config
 
 PIPELINE_NAME = project.PIPELINE_NAME
@@ -177,7 +180,7 @@ def register_if_better(project_id, vertex: dict, export, image):
                                    labels=export.outputs["labels"],
                                    unmanaged_container_model=serving.output)
             upload.set_display_name("5c register model").set_caching_options(False)
-            deploy_on_vertex(project_id, vertex, export, upload)
+            deploy_on_vertex(project_id, vertex, export, upload, decision["region"])
         with dsl.Else(name="new-version"):
             # gcpc's VertexModel convention: the URI is the resource's API URL, the
             # metadata its resource name (google_cloud_pipeline_components.types.
@@ -194,28 +197,71 @@ def register_if_better(project_id, vertex: dict, export, image):
                 version_aliases=decision["version_aliases"],
                 unmanaged_container_model=serving.output, parent_model=parent.output)
             version.set_display_name("5d register model version").set_caching_options(False)
-            deploy_on_vertex(project_id, vertex, export, version)
+            deploy_on_vertex(project_id, vertex, export, version, decision["region"])
 
 
-def deploy_on_vertex(project_id, vertex: dict, export, upload):
+def deploy_on_vertex(project_id, vertex: dict, export, upload, region):
     """Stage 6 on Vertex AI, when the gate made the new model the default and
     `vertex.deploy.endpoint` is set: the registered version as a canary, then promoted or
-    rolled back."""
+    rolled back. The batch step follows a promotion (the deploy stage's, or the gate's
+    when there is no endpoint)."""
     with dsl.If(export.outputs["deploy"] == True, name="gate-deploys"):  # noqa: E712
         task = deploy_ops.deploy_on_vertex_ai(
             project=project_id, vertex=vertex, model=upload.outputs["model"],
             model_uri=export.outputs["model_uri"], job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
         task.set_display_name("6 deploy").set_caching_options(False)
+        batch_on_vertex(project_id, vertex, upload, region, task.outputs["promoted"])
+    # Two conditions, not an Elif: KFP would take an Elif here for the Else that follows
+    # the caller's own condition.
+    with dsl.If(export.outputs["deploy"] == False, name="no-endpoint"):  # noqa: E712
+        with dsl.If(export.outputs["default"] == True, name="gate-promotes"):  # noqa: E712
+            batch_on_vertex(project_id, vertex, upload, region, True)
+
+
+def batch_on_vertex(project_id, vertex: dict, upload, region, promoted):
+    """The batch step: `vertex.batch_predict.source` scored by the promoted version as a
+    BatchPredictionJob (gcpc's ModelBatchPredictOp; JSONL instances keyed by their image,
+    `components.serving.batch`)."""
+    from google_cloud_pipeline_components.v1.batch_predict_job import ModelBatchPredictOp
+
+    inputs = batch_ops.batch_instances(vertex=vertex, promoted=promoted)
+    inputs.set_display_name("7a batch instances").set_caching_options(False)
+    job = inputs.outputs
+    with dsl.If(job["run"] == True, name="batch-configured"):  # noqa: E712
+        scored = ModelBatchPredictOp(
+            project=project_id, location=region, job_display_name="batch of the champion",
+            model=upload.outputs["model"], instances_format="jsonl",
+            predictions_format="jsonl", gcs_source_uris=job["uris"], instance_type="object",
+            key_field=BATCH_KEY, gcs_destination_output_uri_prefix=job["destination"],
+            machine_type=job["machine_type"],
+            starting_replica_count=job["starting_replica_count"],
+            max_replica_count=job["max_replica_count"],
+            manual_batch_tuning_parameters_batch_size=job["batch_size"],
+            service_account=job["service_account"])
+        # Never cached: a cached batch step would return last run's predictions
+        # (kubeflow/pipelines#8252).
+        scored.set_display_name("7b batch predict").set_caching_options(False)
 
 
 def deploy_locally(vertex: dict, registry_root, export, data):
     """Stage 6 locally, on the same condition: both models in model servers behind a
-    weighted router, the test split as traffic."""
+    weighted router, the test split as traffic; then the batch step, as on Vertex AI."""
     with dsl.If(export.outputs["deploy"] == True, name="gate-deploys"):  # noqa: E712
         task = deploy_ops.deploy_locally(vertex=vertex, registry_root=registry_root,
                                          job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
                                          dataset=data.outputs["dataset"])
         task.set_display_name("6 deploy").set_caching_options(False)
+        batch_locally(vertex, registry_root).after(task)
+    with dsl.If(export.outputs["deploy"] == False, name="no-endpoint"):  # noqa: E712
+        batch_locally(vertex, registry_root)
+
+
+def batch_locally(vertex: dict, registry_root):
+    """The batch step of a local run (it reads from the run's record whether the run
+    promoted its model)."""
+    task = batch_ops.batch_predict_locally(vertex=vertex, registry_root=registry_root,
+                                           job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
+    return task.set_display_name("7 batch predict").set_caching_options(False)
 
 
 def notify(emails: tuple[str, ...], registry_root: str, project_id="", vertex: dict = None):

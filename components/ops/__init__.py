@@ -13,5 +13,7 @@ listed in the order the pipeline runs them:
 
 - `setup`: stages 1 to 3 (GPU configuration, dataset, images);
 - `training`: stage 4 (a study, then training, locally or on Vertex AI; the report);
-- `export`: stage 5 (export behind the gate, registration) and the run's summary.
+- `export`: stage 5 (export behind the gate, registration) and the run's summary;
+- `deploy`: stage 6 (the promoted model rolled out on the endpoint);
+- `batch_predict`: the batch step after a promotion (its instances; gcpc runs the job).
 """

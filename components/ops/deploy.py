@@ -3,6 +3,8 @@ and locally (`components.serving.deploy_stage`)."""
 
 # No `from __future__ import annotations`: KFP reads the real annotation objects.
 
+from typing import NamedTuple
+
 from google_cloud_pipeline_components.types.artifact_types import VertexModel
 from kfp import dsl
 from kfp.dsl import Dataset, Input
@@ -14,12 +16,12 @@ _IMAGE = images.pipeline_image()
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def deploy_on_vertex_ai(project: str, vertex: dict, model: Input[VertexModel], model_uri: str,
-                        job_name: str) -> str:
+                        job_name: str) -> NamedTuple("Deployed", outcome=str, promoted=bool):
     """Stage 6 on Vertex AI: `model` (the version just registered: its resource name,
     `projects/.../models/ID@VERSION`, is in its metadata) as a canary beside what
     `vertex.deploy.endpoint` serves, then promoted or rolled back on its measured figures;
     the rollout is written beside the exported SavedModel (`model_uri`). Returns the
-    outcome in one line."""
+    outcome in one line, and whether the new model serves all the traffic now."""
     from components.serving.deploy_stage import deploy_on_vertex, record_beside_model
     from components.stage import say, stage_errors
     from components.vertex_options import VertexOptions
@@ -31,7 +33,7 @@ def deploy_on_vertex_ai(project: str, vertex: dict, model: Input[VertexModel], m
         record = deploy_on_vertex(project, options, model.metadata["resourceName"], job_name,
                                   log=say)
         record_beside_model(to_mount_path(model_uri), record)
-    return record.summary()
+    return record.summary(), record.serves_new
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)

@@ -124,6 +124,10 @@ def summarize_run(status: dsl.PipelineTaskFinalStatus, registry_root: str, job_n
             facts.append(("local registry version", made["registered_version"]))
         if made.get("rollout"):
             facts.append(("deploy", f"{made['rollout']['outcome']}: {made['rollout']['reason']}"))
+        if made.get("batch_predictions"):
+            scored = made["batch_predictions"]
+            facts.append(("batch predictions", f"{scored['predicted']} predicted, "
+                          f"{scored['refused']} refused: {scored['directory']}"))
     trials = made.get("trials", "") if decision is not None and decision.is_file() else ""
     Path(summary.path).parent.mkdir(parents=True, exist_ok=True)
     Path(summary.path).write_text("\n".join(

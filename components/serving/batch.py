@@ -106,6 +106,63 @@ def write_instances(paths: Sequence[str], destination: str | Path) -> int:
     return count
 
 
+def prepare_vertex_job(options: Any, promoted: bool, instances_path: str, instances_uri: str,
+                       log: Callable[[str], None]) -> str:
+    """The batch step's first half on Vertex AI: the instances of `options.source`
+    (`vertex.batch_predict`) written to the step's artifact for the BatchPredictionJob.
+    Returns the predictions' destination prefix, or "" when there is nothing to score (no
+    source, or no model was promoted)."""
+    if not options.source:
+        return ""
+    if not promoted:
+        log("batch predict: nothing scored (this run promoted no model)")
+        return ""
+    count = write_instances(image_paths(options.source, "vertex.batch_predict.source"),
+                            instances_path)
+    destination = options.destination or f"{instances_uri.rsplit('/', 1)[0]}/predictions"
+    log(f"batch predict: {count} images of {options.source} -> {instances_uri}; the "
+        f"predictions go under {destination}")
+    return destination
+
+
+def score_local_run(registry_root: str, options: Any, job_name: str,
+                    log: Callable[[str], None]) -> dict[str, Any] | None:
+    """The batch step of a local run: when the run promoted its model (the gate's new
+    default, or the deploy stage's promotion), `vertex.batch_predict.source` scored by it.
+    The outcome goes into the run's record (for its summary); returns it, or None when
+    there was nothing to score."""
+    from components.export import local_registry
+    from trainer.common import files
+    from trainer.serving.app import SavedModelPredictor
+
+    batch = options.batch_predict
+    if not batch.source:
+        return None
+    record = local_registry.run_record(registry_root, job_name)
+    made = json.loads(record.read_text()) if record.is_file() else {}
+    rollout = made.get("rollout")
+    promoted = rollout["outcome"] in ("promoted", "deployed") if rollout else made.get("default")
+    if not (promoted and made.get("registered_version")):
+        log("batch predict: nothing scored (this run promoted no model)")
+        return None
+    paths = image_paths(batch.source, "vertex.batch_predict.source")
+    entry, saved = local_registry.served(registry_root, options.model_display_name,
+                                         made["registered_version"])
+    destination = Path(batch.destination or Path(registry_root).parent / "batch-predictions"
+                       / job_name)
+    log(f"batch predict: {len(paths)} images of {batch.source} with version "
+        f"{entry['version']}")
+    predictor = SavedModelPredictor()
+    predictor.load(saved)
+    results, errors = score(predictor, paths, batch_size=batch.batch_size)
+    write_output(destination, results, errors)
+    outcome = {"directory": str(destination), "predicted": len(results),
+               "refused": len(errors), "version": entry["version"]}
+    files.write_json(record, {**made, "batch_predictions": outcome})
+    log(f"batch predict: {len(results)} predicted, {len(errors)} refused -> {destination}")
+    return outcome
+
+
 def score(predictor: Any, paths: Sequence[str], *, batch_size: int = 32,
           progress: Callable[[int], None] = lambda done: None
           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

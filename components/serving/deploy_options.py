@@ -95,7 +95,9 @@ class DeployOptions(pydantic.BaseModel):
             found.append(f"deploy.endpoint is {short(self.endpoint)}, in {where}; the model "
                          f"is registered in {region} (vertex.region), and an endpoint serves "
                          "models of its own region only")
-        pool = {"machine_spec": self.machine_spec(), "replica_count": self.max_replica_count}
+        # One machine's rules (GPU counts per machine type, regions): stage 1's chief
+        # pool holds exactly one replica, serving replicas are not a training cluster.
+        pool = {"machine_spec": self.machine_spec(), "replica_count": 1}
         checked = validate_worker_pool_specs([pool], region if self.endpoint else None,
                                              labels=["deploy (the serving machine)"])
         return found + checked.errors

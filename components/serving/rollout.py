@@ -146,6 +146,12 @@ class Rollout:
     def summary(self) -> str:
         return f"{self.outcome}: {self.reason}"
 
+    @property
+    def serves_new(self) -> bool:
+        """Whether the new model serves all the traffic now (promoted, or deployed on an
+        endpoint that served nothing)."""
+        return self.outcome in ("promoted", "deployed")
+
 
 def roll_out(target: Target, rule: DeployOptions, *, log: Callable[[str], None],
              sleep: Callable[[float], None] = time.sleep,

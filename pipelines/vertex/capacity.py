@@ -26,6 +26,16 @@ def planned_needs(config: Config) -> list[tuple[Alternative, list[quotas.Need]]]
                              trials if a.index == 0 else 1)) for a in config.alternatives()]
 
 
+def serving_needs(config: Config) -> list[quotas.Need]:
+    """What the deploy stage's canary holds of the serving quota (none without an
+    endpoint)."""
+    rule = config.vertex.deploy
+    if not rule.endpoint:
+        return []
+    return quotas.serving_needs(rule.machine_spec(), rule.max_replica_count,
+                                config.vertex.region)
+
+
 def check_capacity(config: Config, clients: Clients, *, dry_run: bool,
                    log: Callable[[str], None]) -> list[quotas.Quota]:
     """Reads the quotas (or, with `dry_run`, prints the requests it would send) and holds
@@ -51,6 +61,9 @@ def check_capacity(config: Config, clients: Clients, *, dry_run: bool,
             for need in needed:
                 log(f"quota: {alternative.label} needs {need.amount} of {need.metric} in "
                     f"{need.region} ({need.what})")
+        for need in serving_needs(config):
+            log(f"quota: the deploy stage's canary needs {need.amount} of {need.metric} in "
+                f"{need.region} ({need.what})")
         return []
     with remote_call("reading the Vertex AI quotas"):
         infos = quotas.read_quota_infos(clients.get_quotas(), project)
@@ -76,6 +89,14 @@ def check_capacity(config: Config, clients: Clients, *, dry_run: bool,
                     "leaves less than it needs until they end")
             elif not quota.refused:
                 log(f"quota: {alternative.label}: {quota.describe(project)}")
+    # The deploy stage reads the serving quota again before its canary; a refusal then
+    # leaves the champion serving, so here it is a warning, not a reason to stop.
+    for quota in quotas.check(serving_needs(config), infos):
+        if quota.refused:
+            log(f"warning: quota: the deploy stage's canary cannot be deployed while "
+                f"{quota.describe(project)}; the champion would keep serving")
+        elif quota.limit is not None:
+            log(f"quota: the deploy stage's canary: {quota.describe(project)}")
     refused = [q for q in primary if q.refused]
     if refused:
         raise quotas.QuotaError(

@@ -35,6 +35,8 @@ def require_vertex_settings(config: Config) -> None:
     if unreadable:
         problems.append(f"dataset.source is {source!r}, {unreadable}")
     problems += _training_problems(config) + vertex_problems(config.tuning)
+    problems += [f"vertex.{p}" if p.startswith("batch_predict.") else p
+                 for p in config.vertex.batch_predict.on_vertex(config.vertex.region)]
     if problems:
         raise VertexSettingsError("; ".join(problems))
 

@@ -221,8 +221,9 @@ import tf_keras as keras
 
 # Exercised here without an import, by KFP's local runner in subprocesses: the
 # components (`components.ops.setup`, `components.ops.training`, `components.ops.export`,
-# `components.ops.deploy`) and what they call (`components.export.export_model`, `components.stage`,
-# `components.project`).
+# `components.ops.deploy`, `components.ops.batch_predict`) and what they call
+# (`components.export.export_model`, `components.stage`, `components.project`), and through
+# the configuration (`vertex.batch_predict`): `components.serving.batch_options`.
 
 
 def build(image_size, num_classes):
@@ -422,3 +423,26 @@ def test_a_local_canary_is_served_beside_the_champion_and_promoted(demo, tmp_pat
     router = next(line.split("behind ")[1].split()[0] for line in lines if "behind" in line)
     with pytest.raises(OSError):
         urllib.request.build_opener(urllib.request.ProxyHandler({})).open(router, timeout=5)
+
+    # The batch step after the promotion: the promoted version scores the source.
+    from components.serving.batch import score_local_run
+    from components.serving.serving_check import held_out_images
+
+    source = tmp_path / "to-score"
+    source.mkdir()
+    for number, image in enumerate(held_out_images(Path(dataset), "test", 3)):
+        (source / f"{number}.png").write_bytes(image)
+    options = VertexOptions(batch_predict={"source": str(source)})
+    scored = score_local_run(str(root), options, "job-1", log=lines.append)
+    assert scored == {"directory": str(tmp_path / "batch-predictions" / "job-1"),
+                      "predicted": 3, "refused": 0, "version": "2"}
+    results = (tmp_path / "batch-predictions" / "job-1" / "prediction.results-00000-of-00001")
+    assert [json.loads(line)["key"] for line in results.read_text().splitlines()] == [
+        str(source / f"{n}.png") for n in range(3)]
+    run = json.loads((root / ".runs" / "job-1.json").read_text())
+    assert run["batch_predictions"]["predicted"] == 3 and run["rollout"]
+    # A run whose canary was rolled back scores nothing.
+    (root / ".runs" / "job-2.json").write_text(json.dumps(
+        {"default": True, "registered_version": "2", "rollout": {"outcome": "rolled back"}}))
+    assert score_local_run(str(root), options, "job-2", log=lines.append) is None
+    assert lines[-1] == "batch predict: nothing scored (this run promoted no model)"

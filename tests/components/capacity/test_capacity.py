@@ -201,6 +201,24 @@ def test_a_fallback_without_quota_and_jobs_in_the_way_are_warnings(apis):
                                       'OR state="JOB_STATE_RUNNING"']
 
 
+def test_the_deploy_stages_serving_quota_is_read_with_the_training_quota(apis, capsys):
+    """A canary the serving quota refuses is a warning at submit (the deploy stage reads
+    the quota again and keeps the champion serving); the dry run names the need."""
+    apis.quotas = {"custom_model_training_nvidia_t4_gpus": {"us-central1": 8},
+                   "custom_model_serving_nvidia_t4_gpus": {"us-central1": 1}}
+    cfg = config(deploy={"endpoint": "serving", "machine_type": "n1-standard-8",
+                         "accelerator_type": "NVIDIA_TESLA_T4", "accelerator_count": 1,
+                         "max_replica_count": 2})
+    lines: list[str] = []
+    preflight.check_capacity(cfg, _clients(apis), dry_run=False, log=lines.append)
+    assert "warning: quota: the deploy stage's canary cannot be deployed while aiplatform." \
+           "googleapis.com/custom_model_serving_nvidia_t4_gpus in us-central1: needs 2 (2 x " \
+           "1 NVIDIA_TESLA_T4) but the quota allows 1" in "\n".join(lines)
+    preflight.check_capacity(cfg, Clients(), dry_run=True, log=print)
+    assert "quota: the deploy stage's canary needs 16 of aiplatform.googleapis.com/custom_" \
+           "model_serving_cpus in us-central1 (2 x n1-standard-8)" in capsys.readouterr().out
+
+
 def test_the_dry_run_prints_the_quota_requests_and_sends_none(capsys):
     cfg = config(fallbacks=[{"region": "us-east4"}])
     preflight.check_capacity(cfg, Clients(), dry_run=True, log=print)

@@ -134,6 +134,7 @@ def emulated_vertex(work: Path):
                         "storage": storage, "env": env, "work": work, "clients": clients,
                         "dataflow": dataflow, "seconds": time.monotonic() - started}
 
+            run.storage = storage
             yield run
 
 
@@ -166,9 +167,23 @@ def emulated_run(tmp_path_factory):
     while it trains, three looks at its CustomJob meet 503s and one a dropped connection.
     `run` submits more runs to the same emulated Vertex AI."""
     with emulated_vertex(tmp_path_factory.mktemp("vertex")) as run:
-        first = run({"labels": LABELS, "persistent_resource_id": "fast-pool"},
+        bucket = run.storage.bucket("pipelines")
+        for name, data in _batch_images().items():
+            bucket.blob(f"to-score/{name}").upload_from_string(data)
+        first = run({"labels": LABELS, "persistent_resource_id": "fast-pool",
+                     "batch_predict": {"source": "gs://pipelines/to-score/"}},
                     {"epochs": 3, "batch_size": 32}, faults=("503", "503", "503", "drop"))
         yield {**first, "run": run}
+
+
+def _batch_images() -> dict[str, bytes]:
+    """What the first run's batch step scores: three PNGs and a file that is no image."""
+    import numpy as np
+    import tensorflow as tf
+
+    pixels = np.random.default_rng(7).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
+    found = {f"{n}.png": tf.io.encode_png(image).numpy() for n, image in enumerate(pixels)}
+    return {**found, "more/broken.png": b"not an image"}
 
 
 def test_every_stage_ran_from_the_compiled_spec(emulated_run):
@@ -180,10 +195,12 @@ def test_every_stage_ran_from_the_compiled_spec(emulated_run):
             "model-upload", "exit-handler-1", "summarize-run"} <= ran
     # A new model (no parent_model): the new-version branch did not run.
     branches = {t.display_name: t.state for t in tasks.values() if t.name.startswith("condition")}
-    # No endpoint configured: no deploy stage in either branch.
+    # No endpoint configured: no deploy stage in either branch; the new default scores
+    # the batch source.
     assert branches == {"gate-registers": "SUCCEEDED", "condition-branches-3": "SUCCEEDED",
                         "new-model": "SUCCEEDED", "new-version": "SKIPPED",
-                        "gate-deploys": "SKIPPED"}
+                        "gate-deploys": "SKIPPED", "no-endpoint": "SUCCEEDED",
+                        "gate-promotes": "SUCCEEDED", "batch-configured": "SUCCEEDED"}
     # The exit handler's task got the run's final status as Vertex AI passes it.
     status = tasks["summarize-run"].executor_input["inputs"]["parameterValues"]["status"]
     assert status["state"] == "SUCCEEDED" and status["pipelineJobResourceName"] == \
@@ -202,6 +219,40 @@ def test_every_stage_ran_from_the_compiled_spec(emulated_run):
         prepared["uri"].endswith("/prepare-dataset/dataset")
     assert tasks["prepare-dataset"].executor_input["inputs"]["parameterValues"][
         "min_shards"] == 2  # from the validation stage's output, at run time
+
+
+def test_the_promoted_model_scores_the_batch_source_as_a_batch_prediction_job(emulated_run):
+    """A new model is the default at once (no endpoint): the batch step writes the
+    source's images as keyed JSONL instances, and gcpc's ModelBatchPredictOp runs them as
+    a BatchPredictionJob of the registered version."""
+    tasks, apis = emulated_run["tasks"], emulated_run["apis"]
+    (sent,) = apis.recorded(r"/batchPredictionJobs$")
+    job = sent.body
+    upload = tasks["model-upload"].artifacts["model"]["metadata"]["resourceName"]
+    assert job["model"] == upload and job["displayName"] == "batch of the champion"
+    ran = {t.display_name: t for t in tasks.values() if t.state == "SUCCEEDED"}
+    instances = ran["7a batch instances"].artifacts["instances"]["uri"]
+    assert job["inputConfig"] == {"instancesFormat": "jsonl",
+                                  "gcsSource": {"uris": [instances]}}
+    assert job["instanceConfig"] == {"instanceType": "object", "keyField": "key"}
+    assert job["outputConfig"] == {"predictionsFormat": "jsonl", "gcsDestination": {
+        "outputUriPrefix": instances.rsplit("/", 1)[0] + "/predictions"}}
+    assert job["dedicatedResources"]["machineSpec"] == {"machineType": "n1-standard-4"}
+    assert job["manualBatchTuningParameters"] == {"batchSize": 16}
+    assert job["serviceAccount"] == ACCOUNT
+    lines = emulated_run["mount"].path(instances).read_text().splitlines()
+    assert [json.loads(line)["key"] for line in lines] == [
+        f"gs://pipelines/to-score/{name}" for name in ("0.png", "1.png", "2.png",
+                                                      "more/broken.png")]
+    scored = ran["7b batch predict"]
+    directory = scored.artifacts["gcs_output_directory"]["uri"]
+    results = [json.loads(line) for line in emulated_run["mount"].path(
+        f"{directory}/prediction.results-00000-of-00001").read_text().splitlines()]
+    assert [r["key"] for r in results] == [f"gs://pipelines/to-score/{n}.png" for n in range(3)]
+    assert all(len(r["prediction"]["probabilities"]) == 4 for r in results)
+    (refused,) = [json.loads(line) for line in emulated_run["mount"].path(
+        f"{directory}/prediction.errors_stats-00000-of-00001").read_text().splitlines()]
+    assert refused["key"] == "gs://pipelines/to-score/more/broken.png"
 
 
 def test_the_custom_job_request_and_the_environment_of_its_replicas(emulated_run):

@@ -313,3 +313,18 @@ def test_a_tfds_source_is_refused_before_a_vertex_run(capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "dataset.source is 'tfds://gp_not_on_disk'" in err
     assert len(err) < 2000 and "Traceback" not in err
+
+
+def test_a_batch_source_on_this_machine_is_refused_before_a_vertex_run():
+    from pipelines.vertex.preflight import VertexSettingsError, require_vertex_settings
+
+    cfg = config(batch_predict={"source": "to-score/", "destination": "gs://b/scored",
+                                "machine_type": "a2-highgpu-1g"})
+    with pytest.raises(VertexSettingsError) as raised:
+        require_vertex_settings(cfg)
+    message = str(raised.value)
+    assert "vertex.batch_predict.source is 'to-score/'; on Vertex AI expected a gs:// path" \
+        in message and "destination" not in message
+    # The machine under stage 1's rules: an A2 machine comes with its GPUs.
+    assert "batch_predict (the prediction machine)" in message
+    require_vertex_settings(config(batch_predict={"source": "gs://b/to-score/"}))

@@ -209,6 +209,9 @@ class FakeGoogleApis:
         from tests.support.vertex_emulator.endpoints import EndpointService
 
         self.endpoints = EndpointService(self.models)  # and Cloud Monitoring's series
+        from tests.support.vertex_emulator.batch import BatchPredictionService
+
+        self.batch = BatchPredictionService(self.models, self.endpoints.predictor)
         self.monitoring_address = ""  # gRPC, once started (`start_monitoring`)
         self._lock = threading.Lock()
         self._request = threading.local()  # the query string of the request being served
@@ -285,7 +288,7 @@ class FakeGoogleApis:
             match = re.match(pattern, path)
             if verb == method and match:
                 return handler(match.group(1), body)
-        for verb, pattern, handler in self.endpoints.routes():
+        for verb, pattern, handler in self.endpoints.routes() + self.batch.routes():
             match = re.match(pattern, path)
             if verb == method and match:
                 return handler(match.group(1), body, self._request.query)

@@ -4,11 +4,12 @@ Endpoints (REST reference, projects.locations.endpoints): create (its operation 
 once), get, list (`display_name="..."` filters), deployModel, undeployModel, patch
 (`updateMask=traffic_split`), predict (the deployed model the traffic split picks answers
 with the project's predictor on its artifacts, as the serving container would). Refused
-as Vertex AI refuses them (400 INVALID_ARGUMENT, or FAILED_PRECONDITION): a traffic split whose values do not add up to 100, or that names an
-ID the endpoint does not hold (`"0"` is the model being deployed, and only in
-deployModel); a model or version the registry does not hold; a custom model deployed
-without dedicated resources; undeploying a model that still has traffic after the
-request's split. The deployed IDs are assigned here, as Vertex AI assigns them.
+as Vertex AI refuses them (400 INVALID_ARGUMENT, or FAILED_PRECONDITION): a traffic split
+whose values do not add up to 100, or that names an ID the endpoint does not hold (`"0"`
+is the model being deployed, and only in deployModel); a model or version the registry
+does not hold; a custom model deployed without dedicated resources; undeploying a model
+that still has traffic after the request's split; predict on an endpoint that gives no
+deployed model traffic. The deployed IDs are assigned here, as Vertex AI assigns them.
 
 Monitoring (`projects.timeSeries.list`, on gRPC as google-cloud-monitoring's client speaks
 it, at `monitoring_address`; its REST route too): the series of `prediction/online/response_count`,
@@ -246,10 +247,10 @@ class EndpointService:
                                     "with traffic")
         with self._lock:
             turn, self._served = self._served % 100, self._served + 1
-        for deployed_id, share in sorted(split.items()):  # a weighted rotation
-            if turn < share:
-                break
-            turn -= share
+        shares = sorted(split.items())  # a weighted rotation
+        while turn >= shares[0][1]:
+            turn -= shares.pop(0)[1]
+        deployed_id = shares[0][0]
         deployed = next(d for d in endpoint["deployedModels"] if d["id"] == deployed_id)
         predictor = self._predictor(deployed)
         try:
@@ -261,9 +262,13 @@ class EndpointService:
                      "modelDisplayName": deployed.get("displayName", "")}
 
     def _predictor(self, deployed: dict[str, Any]) -> Any:
+        return self.predictor(f"{deployed['model']}@{deployed['modelVersionId']}")
+
+    def predictor(self, key: str) -> Any:
+        """The serving container's predictor of a model version (`.../models/ID@V`),
+        loaded once from its artifacts."""
         from trainer.serving.app import SavedModelPredictor
 
-        key = f"{deployed['model']}@{deployed['modelVersionId']}"
         with self._lock:
             if key not in self._predictors:
                 uploaded = next(m["request"]["model"] for m in self.models
