@@ -11,18 +11,25 @@ from pipelines.compiler import compile_config
 from pipelines.config import Config
 from trainer.common import files
 
+#: The export stage's executor: it checks the new model in the real model server, so with
+#: `vertex.serving_image` set it runs in that image (the check then is the serving
+#: container's own).
+EXPORT_EXECUTOR = "exec-export-model"
+
 
 def compile_for_vertex(config: Config, output: Path, component_image: str,
                        trainer_source_uri: str) -> Path:
     """Compiles the spec of a run: `config`'s values as the parameters' defaults, and every
     component of the project running in `component_image` instead of the placeholder
-    `compiled/` names (`images.pipeline_image()`)."""
+    `compiled/` names (`images.pipeline_image()`), but the export stage in
+    `vertex.serving_image` when it is set."""
     path = compile_config(config, output, trainer_source_uri)
     spec = yaml.safe_load(path.read_text())
     default = images.pipeline_image()
-    for executor in spec["deploymentSpec"]["executors"].values():
+    for name, executor in spec["deploymentSpec"]["executors"].items():
         container = executor.get("container")
         if container and container.get("image") == default:
-            container["image"] = component_image
+            container["image"] = config.vertex.serving_image if (
+                name == EXPORT_EXECUTOR and config.vertex.serving_image) else component_image
     files.write_text(path, yaml.safe_dump(spec, sort_keys=False))
     return path

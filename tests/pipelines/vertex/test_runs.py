@@ -437,6 +437,20 @@ def test_the_placeholder_image_of_compiled_is_replaced_for_every_component(pinne
     assert params["training"]["defaultValue"]["epochs"] == 3
 
 
+def test_the_serving_check_runs_in_the_configured_serving_image(tmp_path):
+    """The export stage starts the model server on the new model: with
+    `vertex.serving_image` set, in that image (the serving container's own server)."""
+    from pipelines.vertex.spec import EXPORT_EXECUTOR, compile_for_vertex
+
+    component = images.reference(REPO, images.CPU, DIGEST)
+    serving = images.reference(REPO, images.GPU, "sha256:" + "b" * 64)
+    spec = compile_for_vertex(config(serving_image=serving), tmp_path / "spec.yaml", component,
+                              "gs://pipelines/root/build-contexts/context-x.tar.gz")
+    executors = yaml.safe_load(spec.read_text())["deploymentSpec"]["executors"]
+    assert executors[EXPORT_EXECUTOR]["container"]["image"] == serving
+    assert executors["exec-report-training"]["container"]["image"] == component
+
+
 def test_publish_to_cloud_storage(cloud, pinned_spec):
     written = publish.publish(pinned_spec, "gs://pipelines/shared/", ["v0.1.0", "latest"],
                               storage=cloud.storage)
