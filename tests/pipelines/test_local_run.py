@@ -379,6 +379,64 @@ def test_a_dataset_the_stage_cannot_use_fails_the_run_with_its_message(tmp_path)
     assert "Traceback" not in log and "executor_input" not in log
 
 
+def _failing_model(directory: Path) -> Path:
+    """A SavedModel with the project's signatures whose every prediction fails (the model
+    server answers 500), as a model that loads but breaks at serving time would."""
+    import tensorflow as tf
+
+    from trainer.serving.container import METADATA_FILE, SIGNATURE_BYTES, SIGNATURE_IMAGES
+
+    class Failing(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")])
+        def encoded(self, image_bytes):
+            tf.debugging.assert_equal(tf.size(image_bytes), -1, message="broken model")
+            return {"probabilities": tf.zeros([tf.size(image_bytes), 4])}
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 32, 32, 3], tf.float32,
+                                                    name="images")])
+        def floats(self, images):
+            tf.debugging.assert_equal(tf.shape(images)[0], -1, message="broken model")
+            return {"probabilities": tf.zeros([tf.shape(images)[0], 4])}
+
+    module = Failing()
+    tf.saved_model.save(module, str(directory), signatures={
+        SIGNATURE_BYTES: module.encoded, SIGNATURE_IMAGES: module.floats})
+    (directory / METADATA_FILE).write_text(json.dumps(
+        {"class_names": ["a", "b", "c", "d"], "image_size": 32}))
+    return directory
+
+
+def test_a_local_canary_that_fails_its_requests_is_rolled_back(demo, tmp_path):
+    """Real model servers: a canary answering 500 is rolled back at its first reading;
+    the champion stays the default and nothing is left running."""
+    from components.export import local_registry
+    from components.serving.deploy_stage import deploy_locally
+    from components.vertex_options import VertexOptions
+
+    cwd, stdout = demo
+    dataset = json.loads(stdout.strip().splitlines()[-1])["artifacts"]["prepare-dataset/dataset"]
+    entry, saved = local_registry.served(cwd / "local_runs" / "registry", "gpu-pipeline-model")
+    root = tmp_path / "registry"
+    model_dir = root / "gpu-pipeline-model"
+    local_registry.register(model_dir, saved, entry["metrics"], entry["lineage"],
+                            {"default": True}, default=True)
+    local_registry.register(model_dir, _failing_model(tmp_path / "failing"), entry["metrics"],
+                            entry["lineage"], {"default": False}, default=False)
+    (root / ".runs").mkdir()
+    (root / ".runs" / "job-1.json").write_text(json.dumps(
+        {"default": True, "registered_version": "2"}))
+    options = VertexOptions(deploy={"endpoint": "serving", "canary_percent": 50,
+                                    "min_requests": 10, "check_interval": "1s"})
+    lines: list[str] = []
+    record = deploy_locally(str(root), options, "job-1", dataset, log=lines.append)
+    assert record.outcome == "rolled back", lines
+    assert "the canary's error rate 100.0%" in record.reason, record.reason
+    assert local_registry.load(model_dir)["default"] == "1"
+    router = next(line.split("behind ")[1].split()[0] for line in lines if "behind" in line)
+    with pytest.raises(OSError):
+        urllib.request.build_opener(urllib.request.ProxyHandler({})).open(router, timeout=5)
+
+
 def test_a_local_canary_is_served_beside_the_champion_and_promoted(demo, tmp_path):
     """The deploy stage's local rollout on the demo's model: champion and canary in real
     model servers, a weighted router in front, the test split as traffic; promoted, it
