@@ -244,24 +244,18 @@ def batch_on_vertex(project_id, vertex: dict, upload, region, promoted):
 
 
 def deploy_locally(vertex: dict, registry_root, export, data):
-    """Stage 6 locally, on the same condition: both models in model servers behind a
-    weighted router, the test split as traffic; then the batch step, as on Vertex AI."""
-    with dsl.If(export.outputs["deploy"] == True, name="gate-deploys"):  # noqa: E712
-        task = deploy_ops.deploy_locally(vertex=vertex, registry_root=registry_root,
-                                         job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
-                                         dataset=data.outputs["dataset"])
-        task.set_display_name("6 deploy").set_caching_options(False)
-        batch_locally(vertex, registry_root).after(task)
-    with dsl.If(export.outputs["deploy"] == False, name="no-endpoint"):  # noqa: E712
-        batch_locally(vertex, registry_root)
-
-
-def batch_locally(vertex: dict, registry_root):
-    """The batch step of a local run (it reads from the run's record whether the run
-    promoted its model)."""
-    task = batch_ops.batch_predict_locally(vertex=vertex, registry_root=registry_root,
-                                           job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
-    return task.set_display_name("7 batch predict").set_caching_options(False)
+    """Stage 6 locally: both models in model servers behind a weighted router, the test
+    split as traffic; then the batch step, as on Vertex AI. Both steps run every time and
+    read from the run's record whether there is anything to do: KFP's local runner cannot
+    evaluate a condition on a task's named output (it reads `pipelinechannel--TASK-OUTPUT`
+    as a pipeline input and skips the branch)."""
+    task = deploy_ops.deploy_locally(vertex=vertex, registry_root=registry_root,
+                                     job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+                                     dataset=data.outputs["dataset"])
+    task.set_display_name("6 deploy").set_caching_options(False).after(export)
+    batch = batch_ops.batch_predict_locally(vertex=vertex, registry_root=registry_root,
+                                            job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
+    batch.set_display_name("7 batch predict").set_caching_options(False).after(task)
 
 
 def notify(emails: tuple[str, ...], registry_root: str, project_id="", vertex: dict = None):

@@ -185,11 +185,13 @@ def report_training(training_job: Input[Artifact], metrics: Output[Metrics],
                     curves: Output[HTML]):
     """Stage 4 (both targets), last part: the trainer's curves and final metrics."""
     from components.stage import say, stage_errors
+    from components.training import efficiency
     from components.training.training_report import publish_training_report
 
     with stage_errors("training report"):
         summary = publish_training_report(training_job.path, curves.path)
-    for name, value in summary["metrics"].items():
+    for name, value in {**summary["metrics"],
+                        **efficiency.metrics(summary["efficiency"])}.items():
         metrics.log_metric(name, value)
     say(f"training: {summary['epochs']} epochs, {summary['strategy']} on "
         f"{summary['num_workers']} training machine(s) and {summary['parameter_servers']} "
@@ -197,3 +199,5 @@ def report_training(training_job: Input[Artifact], metrics: Output[Metrics],
         f"{summary['evaluations']} sidecar evaluation(s); final " + ", ".join(
             f"{k} {v:.4f}" for k, v in summary["metrics"].items()
             if k not in ("epochs_completed", "evaluator_epochs")))
+    for line in efficiency.lines(summary["efficiency"]):
+        say(line)

@@ -75,10 +75,13 @@ def restore_on_vertex(project: str, options: Any, job_name: str,
 def deploy_locally(registry_root: str, options: Any, job_name: str, dataset_dir: str,
                    log: Callable[[str], None]) -> Rollout | None:
     """The local run's rollout of the version its export stage registered, when the gate
-    made it the default; None when there is nothing to deploy."""
+    made it the default and `vertex.deploy.endpoint` is set; None when there is nothing to
+    deploy."""
     from components.export import local_registry
     from components.serving.local_endpoint import LocalEndpoint
 
+    if not options.deploy.endpoint:
+        return None
     run = local_registry.run_record(registry_root, job_name)
     made = json.loads(run.read_text()) if run.is_file() else {}
     version = made.get("registered_version")

@@ -2,7 +2,9 @@
 
 The trainer (chief) writes `metrics.json`, `training_curves.html` and
 `training_report.json` into its job directory, locally or under the Vertex CustomJob's
-base output directory; this stage publishes them, the same way for both targets.
+base output directory; this stage publishes them, the same way for both targets, with
+every replica's efficiency series merged (`components.training.efficiency`:
+`efficiency.json` in the job directory and a section of the curves page).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import os
 from typing import Any
 
+from components.training import efficiency
 from trainer.common.errors import StageError
 from trainer.run.history import (
     CURVES_FILE,
@@ -46,9 +49,14 @@ def publish_training_report(job_dir: str, curves_path: str) -> dict[str, Any]:
     with open(files[REPORT_FILE]) as f:
         report = json.load(f)
     evaluations = load_evaluations(job_dir)
+    usage = efficiency.merge(job_dir, efficiency.expected_replicas(
+        report.get("strategy", ""), report["num_workers"]), report.get("train_seconds", 0.0))
+    efficiency.write(job_dir, usage)
     os.makedirs(os.path.dirname(curves_path) or ".", exist_ok=True)
+    page = curves_html(report["history"], evaluations=evaluations)
     with open(curves_path, "w") as f:
-        f.write(curves_html(report["history"], evaluations=evaluations))
+        f.write(page.replace("</body>", efficiency.html(usage) + "</body>")
+                if "</body>" in page else page + efficiency.html(usage))
     if evaluations:
         last = evaluations[-1]
         metrics.update({f"evaluator_{k}": v for k, v in last.items() if k != "epoch"},
@@ -57,4 +65,4 @@ def publish_training_report(job_dir: str, curves_path: str) -> dict[str, Any]:
             "num_workers": report["num_workers"], "strategy": report.get("strategy", ""),
             "parameter_servers": report.get("parameter_servers", 0),
             "evaluations": len(evaluations),
-            "examples_per_second": report["examples_per_second"]}
+            "examples_per_second": report["examples_per_second"], "efficiency": usage}

@@ -55,6 +55,29 @@ def demo(tmp_path_factory):
     return cwd, result.stdout
 
 
+def test_demo_says_where_the_training_time_went(demo):
+    """Per replica: images per second, the input share of the step, the GPU figures'
+    absence said as such; the verdict and its advice; efficiency.json and the report's
+    section."""
+    cwd, stdout = demo
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    for replica in ("chief-0", "worker-0"):
+        assert re.search(rf"\[gpu-pipeline\] efficiency: {replica}: \d+ images/s, step "
+                         r"[0-9.]+ ms, input \d+% of the step; GPU unavailable \(NVML ",
+                         stdout), stdout[-3000:]
+    assert re.search(r"efficiency: cluster \d+ images/s, no GPU seen", stdout)
+    assert re.search(r"efficiency: (compute|input)-bound: the steps wait", stdout)
+    assert "efficiency: advice: " in stdout
+    job = Path(summary["artifacts"]["train-on-local-workers/training_job"])
+    figures = json.loads((job / "efficiency.json").read_text())
+    assert set(figures["replicas"]) == {"chief-0", "worker-0"}
+    assert figures["cluster"]["missing_replicas"] == []
+    assert all(r["samples"] >= 1 and r["host"]["cpu_percent"] >= 0
+               for r in figures["replicas"].values())
+    page = Path(summary["artifacts"]["report-training/curves"]).read_text()
+    assert "<h2>Efficiency</h2>" in page and "<svg" in page
+
+
 def test_demo_reaches_target_accuracy_from_the_exported_model(demo):
     cwd, stdout = demo
     summary = json.loads(stdout.strip().splitlines()[-1])
@@ -504,3 +527,26 @@ def test_a_local_canary_is_served_beside_the_champion_and_promoted(demo, tmp_pat
         {"default": True, "registered_version": "2", "rollout": {"outcome": "rolled back"}}))
     assert score_local_run(str(root), options, "job-2", log=lines.append) is None
     assert lines[-1] == "batch predict: nothing scored (this run promoted no model)"
+
+
+def test_run_local_with_an_endpoint_and_a_batch_source_deploys_and_scores(tmp_path):
+    """The local pipeline's stages 6 and 7, end to end: a first model (no champion) takes
+    the local endpoint whole, then scores the batch source; the run's summary says so."""
+    from PIL import Image
+
+    source = tmp_path / "to-score"
+    source.mkdir()
+    for number in range(3):
+        Image.new("RGB", (32, 32), (80 * number, 40, 200)).save(source / f"{number}.png")
+    (source / "broken.png").write_text("not an image")
+    config = tmp_path / "serve.yaml"
+    config.write_text("vertex:\n  accuracy_threshold: 0.0\n  deploy:\n    endpoint: serving\n"
+                      "  batch_predict:\n    source: to-score\n    destination: scored\n")
+    summary, out = _run(tmp_path, "--epochs", "2", "--config", str(config))
+    assert "[gpu-pipeline] deploy: version 1 in a model server behind http://127.0.0.1:" in out
+    assert "run deploy: deployed: the endpoint served no model" in out, out[-3000:]
+    assert "run batch predictions: 3 predicted, 1 refused: scored" in out, out[-3000:]
+    results = (tmp_path / "scored" / "prediction.results-00000-of-00001").read_text()
+    assert [json.loads(line)["key"] for line in results.splitlines()] == [
+        f"to-score/{n}.png" for n in range(3)]
+    assert _registry(tmp_path)["default"] == "1"

@@ -162,6 +162,8 @@ def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
     from trainer.models.factory import model_for
     from trainer.run import callbacks
     from trainer.run.data import build_inputs
+    from trainer.run.sampler import Sampler, load_nvml
+    from trainer.run.step_split import for_replica, stamp_arrivals
 
     plan = make_plan(args.options, info, training, _locations(args, environ), environ,
                      gpus=len(tf.config.list_physical_devices("GPU")),
@@ -174,9 +176,14 @@ def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
         model = model_for(keras, plan)
     reporting = [callbacks.ReportMetric(args.hypertune_metric)] \
         if args.hypertune_metric and info.is_chief else []
+    series, timing = for_replica(tf, plan)
+    if timing.arrivals is not None:
+        train_input = stamp_arrivals(tf, train_input, timing.arrivals)
+    nvml, nvml_missing = load_nvml()
     started = time.monotonic()
-    progress = _fit_phases(tf, keras, strategy, model, plan, (train_input, validation_input),
-                           reporting)
+    with Sampler(series, nvml=nvml, nvml_missing=nvml_missing):
+        progress = _fit_phases(tf, keras, strategy, model, plan,
+                               (train_input, validation_input), reporting + [timing])
     report = training_report(plan, resumed_from_epoch=progress.resumed_from(),
                              epochs_run=progress.epochs_run, seconds=time.monotonic() - started,
                              weights_sha256=weights_digest(model))

@@ -1,0 +1,277 @@
+"""Where a run's GPU time went: every replica's efficiency series merged after training,
+the derived figures, the verdict with its evidence, and one line of advice.
+
+The replicas append their series to the job directory (`trainer.run.efficiency_log`); the
+training report merges them once the job is over (every replica has ended then) and
+names a replica whose file is missing. The figures (`efficiency.json`):
+- per replica: images per second (and per GPU), the step time and the part of it spent
+  waiting for input, GPU utilisation, memory and power (or why they are unavailable), the
+  host's CPU use and network rate;
+- for the cluster: images per second, GPU-hours;
+- the verdict: `input-bound` when the steps wait for their batches for at least
+  INPUT_BOUND of their time, else `compute-bound` (compute and the all-reduce together:
+  telling those apart needs a profile);
+- a replica whose steps wait for input longer than the others' by SLOW_MARGIN of the
+  step, or whose steps take SLOW_MARGIN longer, is named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from typing import Any
+
+from trainer.common import files
+from trainer.run.efficiency_log import read_series
+
+FILE = "efficiency.json"
+#: The share of the step spent waiting for input from which a run is input-bound.
+INPUT_BOUND = 0.25
+#: How much worse than the median replica a replica must be to be named.
+SLOW_MARGIN = 0.15
+#: GPU memory use under which the advice is a larger batch.
+MEMORY_LEFT = 0.5
+
+
+def expected_replicas(strategy: str, training_machines: int) -> list[str]:
+    """The replicas that write a series: every training machine (under
+    ParameterServerStrategy the chief only: the workers run no training loop of their
+    own)."""
+    if strategy == "parameter_server":
+        return ["chief-0"]
+    if training_machines <= 1:
+        return []  # one process: named after its TF_CONFIG, whatever it is
+    return ["chief-0"] + [f"worker-{i}" for i in range(training_machines - 1)]
+
+
+def _last_per_epoch(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A restarted replica runs an epoch again: its last record of each epoch counts."""
+    by_epoch = {e["epoch"]: e for e in epochs}
+    return [by_epoch[k] for k in sorted(by_epoch)]
+
+
+def _weighted(epochs: list[dict[str, Any]], key: str) -> float | None:
+    pairs = [(e[key], e["steps"]) for e in epochs if e.get(key) is not None and e["steps"]]
+    total = sum(steps for _, steps in pairs)
+    return sum(v * s for v, s in pairs) / total if total else None
+
+
+def _gpu_figures(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    readings = [s["gpus"] for s in samples if isinstance(s.get("gpus"), list) and s["gpus"]]
+    if not readings:
+        why = next((s["gpus"]["unavailable"] for s in samples
+                    if isinstance(s.get("gpus"), dict)), "no samples")
+        return {"unavailable": why}
+    flat = [g for reading in readings for g in reading]
+    return {"count": len(readings[-1]),
+            "utilization_percent": round(statistics.fmean(
+                g["utilization_percent"] for g in flat), 1),
+            "memory_used_bytes": max(g["memory_used_bytes"] for g in flat),
+            "memory_total_bytes": max(g["memory_total_bytes"] for g in flat),
+            "power_watts": round(statistics.fmean(g["power_watts"] for g in flat), 1),
+            "temperature_c": max(g["temperature_c"] for g in flat),
+            "throttle_reasons": sorted({r for g in flat for r in g["throttle_reasons"]}),
+            "samples": len(readings)}
+
+
+def _host_figures(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    hosts = [s["host"] for s in samples if "cpu_percent" in s.get("host", {})]
+    if not hosts:
+        return {"unavailable": next((s["host"].get("unavailable") for s in samples
+                                     if "host" in s), "no samples")}
+    figures = {"cpu_percent": round(statistics.fmean(h["cpu_percent"] for h in hosts), 1),
+               "memory_used_bytes": max(h["memory_used_bytes"] for h in hosts),
+               "memory_total_bytes": hosts[-1]["memory_total_bytes"]}
+    timed = [s for s in samples if "cpu_percent" in s.get("host", {})]
+    seconds = timed[-1]["at"] - timed[0]["at"] if len(timed) > 1 else 0
+    if seconds > 0:  # all-reduce and Cloud Storage reads together
+        moved = sum(timed[-1]["host"][k] - timed[0]["host"][k]
+                    for k in ("network_sent_bytes", "network_received_bytes"))
+        figures["network_bytes_per_second"] = round(moved / seconds)
+    return figures
+
+
+def replica_figures(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """One replica's figures from its series."""
+    epochs = _last_per_epoch([x for x in lines if x.get("kind") == "epoch"])
+    samples = [x for x in lines if x.get("kind") == "sample"]
+    step = _weighted(epochs, "step_seconds")
+    wait = _weighted(epochs, "input_seconds")
+    gpu = _gpu_figures(samples)
+    images = _weighted(epochs, "images_per_second")
+    return {
+        "epochs": epochs, "step_seconds": round(step, 6) if step is not None else None,
+        "input_seconds": round(wait, 6) if wait is not None else None,
+        "input_share": round(min(1.0, wait / step), 4) if wait is not None and step else None,
+        "images_per_second": round(images, 2) if images is not None else None,
+        "images_per_second_per_gpu": round(images / gpu["count"], 2)
+        if images is not None and gpu.get("count") else None,
+        "gpu": gpu, "host": _host_figures(samples), "samples": len(samples),
+        "timeline": _timeline(samples)}
+
+
+def _timeline(samples: list[dict[str, Any]], points: int = 200) -> list[list[float | None]]:
+    """[seconds since the first sample, CPU %, mean GPU % or None], at most `points`."""
+    if not samples:
+        return []
+    step = max(1, len(samples) // points)
+    start = samples[0]["at"]
+    out = []
+    for sample in samples[::step]:
+        gpus = sample.get("gpus")
+        busy = statistics.fmean(g["utilization_percent"] for g in gpus) \
+            if isinstance(gpus, list) and gpus else None
+        out.append([round(sample["at"] - start, 1), sample.get("host", {}).get("cpu_percent"),
+                    busy])
+    return out
+
+
+def merge(job_dir: str, expected: list[str], train_seconds: float) -> dict[str, Any]:
+    """Every replica's figures, the cluster's, the verdict and the advice."""
+    series = read_series(job_dir)
+    replicas = {name: replica_figures(lines) for name, lines in series.items()}
+    missing = [name for name in expected if name not in replicas]
+    measured = {n: r for n, r in replicas.items() if r["step_seconds"]}
+    gpus = sum(r["gpu"].get("count", 0) for r in replicas.values())
+    cluster = {
+        "replicas": len(replicas), "missing_replicas": missing,
+        "images_per_second": round(sum(r["images_per_second"] or 0
+                                       for r in measured.values()), 2),
+        "gpus": gpus, "gpu_hours": round(gpus * train_seconds / 3600, 4),
+        "train_seconds": round(train_seconds, 1)}
+    verdict, evidence = _verdict(measured)
+    return {"replicas": replicas, "cluster": cluster, "verdict": verdict,
+            "evidence": evidence, "slow_replicas": _slow(measured),
+            "advice": _advice(verdict, measured)}
+
+
+def _verdict(measured: dict[str, dict[str, Any]]) -> tuple[str, str]:
+    shares = [r["input_share"] for r in measured.values() if r["input_share"] is not None]
+    if not shares:
+        return "unknown", "no replica's steps were split (none measured, or parameter servers)"
+    share = statistics.fmean(shares)
+    if share >= INPUT_BOUND:
+        return "input-bound", (f"the steps wait for their batches {share:.0%} of their time "
+                               f"(at least {INPUT_BOUND:.0%} is input-bound)")
+    return "compute-bound", (f"the steps wait for their batches {share:.0%} of their time; "
+                             "the rest is compute and the all-reduce (a profile tells them "
+                             "apart)")
+
+
+def _slow(measured: dict[str, dict[str, Any]]) -> list[str]:
+    if len(measured) < 2:
+        return []
+    named = []
+    step = statistics.median(r["step_seconds"] for r in measured.values())
+    waits = [r["input_seconds"] for r in measured.values() if r["input_seconds"] is not None]
+    wait = statistics.median(waits) if waits else None
+    for name, r in measured.items():
+        if r["step_seconds"] > step * (1 + SLOW_MARGIN):
+            named.append(f"{name}: its steps take {r['step_seconds']:.4f} s, the median "
+                         f"{step:.4f} s")
+        elif wait is not None and r["input_seconds"] is not None and \
+                r["input_seconds"] - wait > SLOW_MARGIN * step:
+            named.append(f"{name}: waits {r['input_seconds']:.4f} s a step for input, the "
+                         f"median replica {wait:.4f} s")
+    return named
+
+
+def _advice(verdict: str, measured: dict[str, dict[str, Any]]) -> str:
+    if verdict == "input-bound":
+        return ("feed the steps faster: cache the decoded images (training.cache: on, with "
+                "training.cache_budget_mb for them), give the input more CPU (a machine with "
+                "more vCPUs), or keep the data in the job's region")
+    gpus = [r["gpu"] for r in measured.values() if r["gpu"].get("count")]
+    if gpus:
+        used = max(g["memory_used_bytes"] / g["memory_total_bytes"] for g in gpus)
+        if used < MEMORY_LEFT:
+            return (f"the GPUs use at most {used:.0%} of their memory: a larger "
+                    "training.batch_size (with training.scale_learning_rate) does more per step")
+        return "none: the GPUs are busy with the model's own work"
+    if verdict == "unknown":
+        return "none: nothing was measured"
+    return ("none from these figures: no GPU was seen (NVML unavailable), so only the host's "
+            "CPU use is known")
+
+
+def metrics(figures: dict[str, Any]) -> dict[str, float]:
+    """The KFP Metrics artifact's share: the cluster's figures as numbers."""
+    cluster = figures["cluster"]
+    shares = [r["input_share"] for r in figures["replicas"].values()
+              if r["input_share"] is not None]
+    found = {"images_per_second": cluster["images_per_second"],
+             "gpu_hours": cluster["gpu_hours"]}
+    if shares:
+        found["input_share"] = round(statistics.fmean(shares), 4)
+    return found
+
+
+def write(job_dir: str, figures: dict[str, Any]) -> str:
+    """`efficiency.json` in the job directory; returns its path."""
+    path = os.path.join(job_dir, FILE)
+    files.write_text(path, json.dumps(figures, indent=2) + "\n")
+    return path
+
+
+def lines(figures: dict[str, Any]) -> list[str]:
+    """What the run prints: one line per replica, the cluster, the verdict, the advice."""
+    out = []
+    for name, r in sorted(figures["replicas"].items()):
+        share = "unavailable" if r["input_share"] is None else f"{r['input_share']:.0%}"
+        gpu = r["gpu"]
+        gpu_text = f"GPU unavailable ({gpu['unavailable']})" if "unavailable" in gpu else \
+            f"{gpu['count']} GPU(s) {gpu['utilization_percent']:.0f}% busy"
+        cpu = r["host"].get("cpu_percent")
+        out.append(f"efficiency: {name}: {r['images_per_second'] or 0:.0f} images/s, step "
+                   f"{(r['step_seconds'] or 0) * 1000:.1f} ms, input {share} of the step; "
+                   f"{gpu_text}" + (f"; CPU {cpu:.0f}%" if cpu is not None else ""))
+    cluster = figures["cluster"]
+    gpu_time = f"{cluster['gpu_hours']:.3f} GPU-hours" if cluster["gpus"] else "no GPU seen"
+    out.append(f"efficiency: cluster {cluster['images_per_second']:.0f} images/s, {gpu_time}"
+               + (f"; no series from {', '.join(cluster['missing_replicas'])}"
+                  if cluster["missing_replicas"] else ""))
+    out.append(f"efficiency: {figures['verdict']}: {figures['evidence']}")
+    for slow in figures["slow_replicas"]:
+        out.append(f"efficiency: slower than the others: {slow}")
+    out.append(f"efficiency: advice: {figures['advice']}")
+    return out
+
+
+def html(figures: dict[str, Any]) -> str:
+    """The training report's efficiency section: a table per replica and each replica's
+    CPU and GPU use over time (an inline SVG)."""
+    import html as escape
+
+    rows = []
+    for name, r in sorted(figures["replicas"].items()):
+        gpu = r["gpu"]
+        rows.append("<tr>" + "".join(f"<td>{escape.escape(str(v))}</td>" for v in (
+            name, r["images_per_second"], r["images_per_second_per_gpu"] or "-",
+            r["step_seconds"], "-" if r["input_share"] is None else f"{r['input_share']:.0%}",
+            gpu.get("unavailable") or f"{gpu['utilization_percent']}%",
+            r["host"].get("cpu_percent", "-"))) + "</tr>")
+    lines_svg = []
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
+    longest = max((r["timeline"][-1][0] for r in figures["replicas"].values()
+                   if r["timeline"]), default=0) or 1
+    for number, (name, r) in enumerate(sorted(figures["replicas"].items())):
+        for column, dash in ((1, ""), (2, ' stroke-dasharray="4 3"')):
+            points = " ".join(f"{40 + 560 * t / longest:.1f},{210 - 2 * v:.1f}"
+                              for t, *values in r["timeline"]
+                              for v in [values[column - 1]] if v is not None)
+            if points:
+                lines_svg.append(f'<polyline fill="none" stroke="{colours[number % 6]}"'
+                                 f'{dash} points="{points}"><title>{escape.escape(name)} '
+                                 f'{"CPU" if column == 1 else "GPU"} %</title></polyline>')
+    return ("<h2>Efficiency</h2>"
+            f"<p>{escape.escape(figures['verdict'])}: {escape.escape(figures['evidence'])}"
+            f"<br>advice: {escape.escape(figures['advice'])}</p>"
+            "<table><tr><th>replica</th><th>images/s</th><th>images/s per GPU</th>"
+            "<th>step s</th><th>input share</th><th>GPU busy</th><th>CPU %</th></tr>"
+            + "".join(rows) + "</table>"
+            '<svg width="620" height="230" role="img"><title>CPU (solid) and GPU (dashed) use '
+            'per replica, 0-100 %, over the training time</title>'
+            '<line x1="40" y1="210" x2="600" y2="210" stroke="#888"/>'
+            '<line x1="40" y1="10" x2="40" y2="210" stroke="#888"/>'
+            + "".join(lines_svg) + "</svg>")

@@ -1,0 +1,170 @@
+"""Where each training step's time goes on this replica: waiting for its batch (input), and
+the rest (compute and the all-reduce together), per epoch.
+
+How it is measured: the input pipeline's last stage (after its final prefetch) stamps the
+moment each batch is handed to the training loop (`stamp_arrivals`); the Keras callback
+(`StepTimer`) knows when each step began and ended. The part of step `i` spent waiting is
+`max(0, arrival(i) - begin(i))`: a batch that was ready before the step asked for it cost
+nothing, one produced while the step waited cost the difference. TensorBoard's profiler
+splits a step the same way (its input-pipeline analysis counts the time the step's
+`IteratorGetNext` blocks); this needs no trace. Under ParameterServerStrategy the workers
+build their datasets remotely, where this process cannot stamp them: the split is then
+"unavailable".
+
+Imported after TensorFlow has been set up (`trainer.run.replica`), like
+`trainer.run.callbacks`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import tf_keras as keras
+
+from trainer.run.efficiency_log import SeriesFile
+
+
+def stamp_arrivals(tf: Any, dataset: Any, arrivals: list[float]) -> Any:
+    """`dataset` with each element's hand-over time appended to `arrivals` (monotonic
+    seconds), in order. The stamp runs in the consumer's own `GetNext`, after the
+    pipeline's prefetch buffer, so it sees the wait and adds no parallel work."""
+    def stamp(*element: Any) -> Any:
+        arrivals.append(time.monotonic())
+        return element
+
+    def add(*element: Any) -> Any:
+        flat = tf.nest.flatten(element)
+        stamped = tf.py_function(stamp, flat, [t.dtype for t in flat])
+        for out, original in zip(stamped, flat, strict=True):
+            out.set_shape(original.shape)
+        return tf.nest.pack_sequence_as(element, stamped)
+
+    return dataset.map(add)
+
+
+def epoch_split(begins: Sequence[float], ends: Sequence[float],
+                waits: Sequence[float] | None, images_per_step: int) -> dict[str, Any]:
+    """One epoch's figures from its steps' begin and end times and the time each step
+    waited for its batch (None: not measured). The first step is left out of the
+    averages: it traces the step function (and fills the buffers), which no later step
+    pays."""
+    steps = len(ends)
+    durations = [e - b for b, e in zip(begins, ends, strict=False)]
+    timed = durations[1:] or durations
+    step_seconds = statistics.fmean(timed) if timed else 0.0
+    figures: dict[str, Any] = {
+        "steps": steps, "seconds": round(ends[-1] - begins[0], 4) if steps else 0.0,
+        "step_seconds": round(step_seconds, 6),
+        "step_seconds_p90": round(sorted(timed)[int(0.9 * (len(timed) - 1))], 6)
+        if timed else 0.0,
+        "images_per_second": round(images_per_step / step_seconds, 2) if step_seconds else 0.0}
+    if waits is None or len(waits) < steps:
+        figures.update(input_seconds=None, input_share=None)
+        return figures
+    wait = statistics.fmean(waits[1:] or waits) if waits else 0.0
+    figures.update(input_seconds=round(wait, 6),
+                   input_share=round(min(1.0, wait / step_seconds), 4) if step_seconds else None)
+    return figures
+
+
+def step_waits(begins: Sequence[float], first_step: int, arrivals: Sequence[float],
+               steps_per_batch: int) -> list[float] | None:
+    """How long each step (the fit's steps `first_step`, `first_step + 1`, ... beginning at
+    `begins`) waited for its batch. With `steps_per_batch` > 1 one batch of the pipeline
+    feeds several steps (a worker whose batch the distributed dataset splits between its
+    steps): only the step that takes a new batch can wait. None when a step's batch has no
+    stamp."""
+    waits = []
+    for offset, begin in enumerate(begins):
+        step = first_step + offset
+        if step % steps_per_batch:
+            waits.append(0.0)
+            continue
+        batch = step // steps_per_batch
+        if batch >= len(arrivals):
+            return None
+        waits.append(max(0.0, arrivals[batch] - begin))
+    return waits
+
+
+class StepTimer(keras.callbacks.Callback):
+    """Times every training step and writes each epoch's split to the replica's series.
+
+    Args:
+        series: The replica's efficiency file.
+        arrivals: The training input's stamps (`stamp_arrivals`), or None when its batches
+            could not be stamped.
+        images_per_step: Training images this replica processes per step.
+        memory: Called at each epoch's end: the accelerator's peak memory then, or None.
+    """
+
+    def __init__(self, series: SeriesFile, arrivals: list[float] | None,
+                 images_per_step: int, memory: Any = lambda: None):
+        super().__init__()
+        self.series, self.arrivals = series, arrivals
+        self.images_per_step, self.memory = images_per_step, memory
+        self._begins: list[float] = []
+        self._ends: list[float] = []
+        self._base = 0  # the first arrival of this fit's iterator
+        self._steps = 0  # steps of this fit before the epoch's
+
+    def on_train_begin(self, logs=None):
+        self._steps = 0
+
+    def on_train_end(self, logs=None):
+        # The next `fit` (the next phase) reads through a new iterator: batches this one
+        # fetched ahead and never trained on are not the next phase's. (A new iterator
+        # starts fetching before `on_train_begin`: hence here.)
+        self._base = len(self.arrivals) if self.arrivals is not None else 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._begins, self._ends = [], []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._begins.append(time.monotonic())
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._ends.append(time.monotonic())
+
+    def on_epoch_end(self, epoch, logs=None):
+        waits = None
+        if self.arrivals is not None:
+            stamped = self.arrivals[self._base:]
+            done = self._steps + len(self._ends)
+            # Batches the pipeline handed over per step: 1, or fewer when the distributed
+            # dataset splits each of this worker's batches between several steps.
+            per_batch = max(1, round(done / len(stamped))) if stamped else 1
+            waits = step_waits(self._begins, self._steps, stamped, per_batch)
+        self.series.add("epoch", epoch=epoch + 1, at=time.time(),
+                        peak_memory_bytes=self.memory(),
+                        **epoch_split(self._begins, self._ends, waits, self.images_per_step))
+        self.series.flush()
+        self._steps += len(self._ends)
+
+
+def for_replica(tf: Any, plan: Any) -> tuple[SeriesFile, StepTimer]:
+    """This replica's efficiency series (`plan`: its `trainer.run.run_plan.RunPlan`) and
+    the callback that times its steps; the batches' arrivals are to be stamped
+    (`stamp_arrivals` with `timer.arrivals`) except under ParameterServerStrategy, whose
+    workers build their datasets where this process cannot see them."""
+    from trainer.run.efficiency_log import replica_name, replica_path
+
+    info = plan.info
+    series = SeriesFile(replica_path(plan.where.job_dir,
+                                     replica_name(info.task_type, info.task_index)))
+    arrivals: list[float] | None = [] if plan.strategy != "parameter_server" else None
+    gpus = tf.config.list_logical_devices("GPU")
+
+    def peak_memory() -> int | None:
+        if not gpus:
+            return None
+        peak = tf.config.experimental.get_memory_info(gpus[0].name)["peak"]
+        tf.config.experimental.reset_memory_stats(gpus[0].name)
+        return int(peak)
+
+    # Each training machine takes its share of the global batch per step.
+    images = plan.global_batch // max(1, info.training_machines)
+    return series, StepTimer(series, arrivals, images, memory=peak_memory)
