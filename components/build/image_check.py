@@ -215,6 +215,24 @@ def _check_beam(report: dict, failures: list[str]) -> None:
         failures.append(f"apache-beam {apache_beam.__version__}, expected {images.BEAM_VERSION}")
 
 
+def _check_sampler(report: dict, failures: list[str]) -> None:
+    """The efficiency sampler's libraries (`trainer.run.sampler`): psutil reads the host;
+    nvidia-ml-py imports, and NVML itself starts only where a driver is (Vertex AI mounts
+    it into a GPU machine's container; none here)."""
+    from trainer.run.sampler import load_nvml
+
+    try:
+        import psutil
+        import pynvml  # noqa: F401
+    except ImportError as exc:
+        failures.append(f"the efficiency sampler's libraries: {exc}")
+        return
+    nvml, missing = load_nvml()
+    report["sampler"] = (f"psutil {psutil.__version__}, {psutil.cpu_count()} CPUs; NVML "
+                         + (f"{nvml.nvmlSystemGetDriverVersion()}" if nvml else
+                            f"unavailable here ({missing})"))
+
+
 def check_inside(key: str) -> dict:
     """Runs in the image's environment: what it loads and starts; raises SystemExit on a
     failure."""
@@ -253,6 +271,7 @@ def check_inside(key: str) -> dict:
     import components.ops.training  # noqa: F401
     import trainer.serving.app  # noqa: F401 - the model server's predictor (aiplatform CPR)
     report["imports"] = "trainer.serving.app, components.ops"
+    _check_sampler(report, failures)
     if key == images.CPU.key:
         _check_beam(report, failures)
     if failures:

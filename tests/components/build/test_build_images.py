@@ -252,3 +252,18 @@ def test_the_gpu_lock_serves_every_architecture_the_validator_accepts(monkeypatc
     monkeypatch.setitem(images.GPU_CUDA_LIBRARIES, "cudnn", "9.8")
     assert image_cannot_serve("NVIDIA_B200") == ""
     assert architecture_problems({**newer, "nvidia-cublas-cu12": "12.8.4.1"})[1] == []
+
+
+def test_both_locks_hold_the_efficiency_samplers_libraries():
+    """Every replica samples NVML and psutil (`trainer.run.sampler`): both images hold
+    them, pinned with hashes; `make image-check` imports them (`_check_sampler`)."""
+    from components.build.image_check import _check_sampler
+    from components.build.locks import pinned
+
+    for lock in ("gpu.lock", "cpu.lock"):
+        pins = pinned((ROOT / "requirements" / lock).read_text())
+        assert {"nvidia-ml-py", "psutil"} <= set(pins), lock
+    report: dict = {}
+    failures: list[str] = []
+    _check_sampler(report, failures)
+    assert failures == [] and report["sampler"].startswith("psutil ")
