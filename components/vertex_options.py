@@ -133,6 +133,10 @@ class VertexOptions(pydantic.BaseModel):
         "A Vertex AI persistent resource to train on (fast starts); empty for none."),
         json_schema_extra={"valid": "a resource ID (a lowercase letter, then lowercase "
                                     "letters, digits and hyphens, at most 63) or empty"})
+    prices: dict[str, float] = Field(default_factory=dict, description=(
+        "USD per hour by machine or accelerator type (e.g. g2-standard-8: 0.85, NVIDIA_L4: "
+        "0.64): the training cost estimate's prices, over the dated table of "
+        "components/capacity/cost.py (which types it lacks, the estimate names)."))
     labels: dict[str, str] = Field(default_factory=dict, description=(
         "Labels of the pipeline job and the CustomJob, for cost tracking."))
     serving_check_images: int = Field(REFERENCE_IMAGES, ge=0, le=REFERENCE_IMAGES, description=(
@@ -181,6 +185,8 @@ class VertexOptions(pydantic.BaseModel):
                 found.append(f"labels has {short(key)}: {short(value)}; label keys start with "
                              "a lowercase letter and keys and values hold only lowercase "
                              "letters, digits, '_' and '-' (at most 63 characters)")
+        found += [f"prices has {short(kind)}: {price}; expected USD per hour above 0"
+                  for kind, price in self.prices.items() if not 0 < price < 10000]
         if self.parent_model and not re.fullmatch(
                 r"projects/[^/]+/locations/[^/]+/models/[^/]+", self.parent_model):
             found.append(f"parent_model is {short(self.parent_model)}; expected "

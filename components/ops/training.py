@@ -161,6 +161,7 @@ def train_on_vertex_ai(project: str, alternatives: list, images: dict, dataset: 
     trained, and the capacity record (which alternative trained and why not the others)."""
     from collections import namedtuple
 
+    from components.capacity.cost import tell_cost
     from components.capacity.launcher import run_training_job, summary
     from components.stage import say, stage_errors
     from components.training.vertex_job import MODEL_SUBDIR
@@ -172,6 +173,7 @@ def train_on_vertex_ai(project: str, alternatives: list, images: dict, dataset: 
                                 gcp_resources_path=gcp_resources, log=say)
     record = done.record()
     say(f"training: {summary(record)}")
+    tell_cost(record, vertex, training_job.path, log=say)
     training_job.metadata.update({"capacity": summary(record), "custom_job": done.job.name})
     outputs = namedtuple("VertexTraining", ["model_uri", "worker_pool_specs", "strategy",
                                             "training_plan", "capacity"])

@@ -235,6 +235,10 @@ def lines(figures: dict[str, Any]) -> list[str]:
     for slow in figures["slow_replicas"]:
         out.append(f"efficiency: slower than the others: {slow}")
     out.append(f"efficiency: advice: {figures['advice']}")
+    if figures.get("cost"):
+        from components.capacity.cost import line
+
+        out.append(f"efficiency: {line(figures['cost'])}")
     return out
 
 

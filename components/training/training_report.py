@@ -13,6 +13,7 @@ import json
 import os
 from typing import Any
 
+from components.capacity.cost import FILE as COST_FILE
 from components.training import efficiency
 from trainer.common.errors import StageError
 from trainer.run.history import (
@@ -51,6 +52,10 @@ def publish_training_report(job_dir: str, curves_path: str) -> dict[str, Any]:
     evaluations = load_evaluations(job_dir)
     usage = efficiency.merge(job_dir, efficiency.expected_replicas(
         report.get("strategy", ""), report["num_workers"]), report.get("train_seconds", 0.0))
+    cost_path = os.path.join(job_dir, COST_FILE)  # Vertex AI's training step writes it
+    if os.path.isfile(cost_path):
+        with open(cost_path) as f:
+            usage["cost"] = json.load(f)
     efficiency.write(job_dir, usage)
     os.makedirs(os.path.dirname(curves_path) or ".", exist_ok=True)
     page = curves_html(report["history"], evaluations=evaluations)

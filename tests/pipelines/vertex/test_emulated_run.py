@@ -171,7 +171,8 @@ def emulated_run(tmp_path_factory):
         for name, data in _batch_images().items():
             bucket.blob(f"to-score/{name}").upload_from_string(data)
         first = run({"labels": LABELS, "persistent_resource_id": "fast-pool",
-                     "batch_predict": {"source": "gs://pipelines/to-score/"}},
+                     "batch_predict": {"source": "gs://pipelines/to-score/"},
+                     "prices": {"NVIDIA_TESLA_T4": 0.35}},
                     {"epochs": 3, "batch_size": 32}, faults=("503", "503", "503", "drop"))
         yield {**first, "run": run}
 
@@ -253,6 +254,43 @@ def test_the_promoted_model_scores_the_batch_source_as_a_batch_prediction_job(em
     (refused,) = [json.loads(line) for line in emulated_run["mount"].path(
         f"{directory}/prediction.errors_stats-00000-of-00001").read_text().splitlines()]
     assert refused["key"] == "gs://pipelines/to-score/more/broken.png"
+
+
+def test_the_run_says_where_its_gpu_time_and_money_went(emulated_run):
+    """Every replica's series on the Cloud Storage mount, merged by the report step; the
+    training step's cost estimate from the job Vertex AI ran, checked by hand."""
+    from datetime import datetime
+
+    tasks, apis = emulated_run["tasks"], emulated_run["apis"]
+    job_dir = emulated_run["mount"].path(
+        tasks["train-on-vertex-ai"].artifacts["training_job"]["uri"])
+    figures = json.loads((job_dir / "efficiency.json").read_text())
+    assert set(figures["replicas"]) == {"chief-0", "worker-0"}
+    assert figures["cluster"]["missing_replicas"] == []
+    for replica in figures["replicas"].values():
+        assert [e["epoch"] for e in replica["epochs"]] == [1, 2, 3]
+        assert replica["input_share"] is not None and replica["images_per_second"] > 0
+        assert replica["gpu"]["unavailable"].startswith("NVML cannot start")  # no driver
+    (job,) = apis.jobs.values()
+
+    def at(field):
+        return datetime.fromisoformat(job.resource[field].replace("Z", "+00:00")).timestamp()
+
+    hours = (at("endTime") - at("startTime")) / 3600
+    # Two n1-standard-8 machines (2 x 0.21849885 an hour each) with a T4 (0.35 from the
+    # configuration) each.
+    usd = 2 * (2 * 0.21849885 + 0.35) * hours
+    estimate = json.loads((job_dir / "cost.json").read_text())
+    assert estimate["usd"] == pytest.approx(usd, abs=1e-4)
+    assert estimate["per_epoch_usd"] == pytest.approx(usd / 3, abs=1e-4)
+    assert estimate["unpriced"] == [] and estimate["jobs"][0]["job"] == job.name
+    assert f"cost: about {estimate['usd']:.2f} USD for 1 job(s)" in \
+        tasks["train-on-vertex-ai"].log.read_text()
+    report = tasks["report-training"].log.read_text()
+    assert "efficiency: chief-0: " in report and "efficiency: worker-0: " in report
+    assert "efficiency: cost: about" in report
+    metrics = tasks["report-training"].artifacts["metrics"]["metadata"]
+    assert metrics["images_per_second"] > 0 and "input_share" in metrics
 
 
 def test_the_custom_job_request_and_the_environment_of_its_replicas(emulated_run):

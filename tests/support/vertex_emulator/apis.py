@@ -783,9 +783,11 @@ class FakeGoogleApis:
             job.state = "JOB_STATE_FAILED"
             job.error = f"replica workerpool{failed[0].pool}-{failed[0].index} exited with " \
                         f"{failed[0].process.returncode}: {tail}"
+            job.resource["endTime"] = _now()
         elif all(r.process.poll() == 0 for r in training):
             self._stop(job.replicas)
             job.state = "JOB_STATE_SUCCEEDED"
+            job.resource["endTime"] = _now()  # as Vertex AI sets it on every end
 
     def _expire(self, job: CustomJob) -> None:
         """A queued FLEX_START job whose maxWaitDuration has passed ends without starting,

@@ -1,0 +1,186 @@
+"""What a run's training cost: a dated price table, and every attempt's machines for the
+time Vertex AI bills them.
+
+The table (`PRICES`) holds what was read from Google's price list (Vertex AI pricing,
+custom training, us-central1; transcribed on PRICES_READ, see PRICES_SOURCE), and the
+n1-standard machines derived from it: Compute Engine prices a predefined family per vCPU
+and GB of memory, which grow together within it, so n1-standard-N costs N/4 of
+n1-standard-4. Anything else is priced by the user (`vertex.prices`, USD per hour by
+machine or accelerator type, which also overrides the table); what is priced by neither
+is named in the estimate, never taken as free.
+
+Billing (Vertex AI pricing: "You pay only for compute hours used; if training fails for
+any reason other than a user-initiated cancellation, you are not billed for the time. You
+are charged for training time if you cancel the operation."): a succeeded job is billed,
+a cancelled one too (the training step's own cancellation of a job queued past
+`vertex.queue_limit` is a user's), a failed or expired one is not. The time is the job's
+`start_time` (when all its replicas run) to its `end_time`: the provisioning before
+`start_time` is left out, so this estimate is a lower bound; region prices differ from
+us-central1's; Spot and DWS discounts, disks, network and storage are not counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+PRICES_READ = "2026-10-07"
+PRICES_SOURCE = ("https://cloud.google.com/vertex-ai/pricing (custom training, us-central1), "
+                 "as transcribed on 2026-10-07 in api-evangelist/google-vertex-ai "
+                 "plans/google-vertex-ai-plans-pricing.yml")
+_N1_STANDARD_4 = 0.21849885
+#: USD per hour: machine types (the machine alone) and accelerator types (one GPU).
+PRICES: dict[str, float] = {
+    **{f"n1-standard-{n}": round(_N1_STANDARD_4 * n / 4, 8) for n in (4, 8, 16, 32, 64, 96)},
+    "NVIDIA_H100_80GB": 9.79655057,
+}
+#: Job states Vertex AI bills (a failed job is not billed).
+BILLED = {"JOB_STATE_SUCCEEDED", "JOB_STATE_CANCELLED", "JOB_STATE_CANCELLING"}
+
+
+@dataclasses.dataclass
+class JobCost:
+    """One job's estimate."""
+
+    job: str
+    state: str
+    seconds: float
+    usd: float
+    unpriced: list[str]
+
+    @property
+    def billed(self) -> bool:
+        return self.state in BILLED
+
+
+def hourly(pools: Iterable[Mapping[str, Any]], prices: Mapping[str, float]
+           ) -> tuple[float, list[str]]:
+    """(USD per hour of the pools' machines and GPUs, the types with no price)."""
+    total, unpriced = 0.0, []
+    for pool in pools:
+        spec = pool.get("machine_spec") or pool.get("machineSpec") or {}
+        replicas = int(pool.get("replica_count", pool.get("replicaCount", 0)) or 0)
+        machine = spec.get("machine_type") or spec.get("machineType") or ""
+        gpu = spec.get("accelerator_type") or spec.get("acceleratorType") or ""
+        gpus = int(spec.get("accelerator_count", spec.get("acceleratorCount", 0)) or 0)
+        if not replicas:
+            continue
+        for kind, count in ((machine, 1), (gpu, gpus)):
+            if not kind or not count or kind == "ACCELERATOR_TYPE_UNSPECIFIED":
+                continue
+            if kind in prices:
+                total += replicas * count * prices[kind]
+            elif kind not in unpriced:
+                unpriced.append(kind)
+    return total, unpriced
+
+
+def job_cost(job: Mapping[str, Any], prices: Mapping[str, float]) -> JobCost:
+    """A CustomJob resource's estimate (REST field names, as the API returns them)."""
+    from datetime import datetime
+
+    def when(field: str) -> float | None:
+        value = job.get(field)
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() \
+            if value else None
+
+    start, end = when("startTime"), when("endTime")
+    seconds = max(0.0, end - start) if start is not None and end is not None else 0.0
+    state = str(job.get("state", ""))
+    rate, unpriced = hourly(job.get("jobSpec", {}).get("workerPoolSpecs", []), prices)
+    usd = rate * seconds / 3600 if state in BILLED else 0.0
+    return JobCost(str(job.get("name", "")), state, round(seconds, 1), round(usd, 4), unpriced)
+
+
+def run_cost(jobs: Iterable[Mapping[str, Any]], prices: Mapping[str, float], *,
+             epochs: int, training_images: int) -> dict[str, Any]:
+    """The run's estimate from its jobs (each once), per epoch and per 1,000 images."""
+    seen: dict[str, JobCost] = {}
+    for job in jobs:
+        cost = job_cost(job, prices)
+        seen[cost.job] = cost
+    usd = round(sum(c.usd for c in seen.values()), 4)
+    unpriced = sorted({kind for c in seen.values() for kind in c.unpriced})
+    return {"usd": usd, "per_epoch_usd": round(usd / epochs, 4) if epochs else None,
+            "per_1000_images_usd": round(1000 * usd / training_images, 6)
+            if training_images else None,
+            "jobs": [dataclasses.asdict(c) | {"billed": c.billed} for c in seen.values()],
+            "unpriced": unpriced, "prices_read": PRICES_READ, "prices_source": PRICES_SOURCE,
+            "leaves_out": "provisioning before each job's start_time, Spot and DWS "
+                          "discounts, other regions' prices, disks, network, storage and "
+                          "the pipeline's own steps"}
+
+
+def line(cost: Mapping[str, Any]) -> str:
+    """The estimate in one line."""
+    jobs = cost["jobs"]
+    text = (f"cost: about {cost['usd']:.2f} USD for {len(jobs)} job(s)"
+            + (f", {cost['per_epoch_usd']:.4f} USD per epoch" if cost["per_epoch_usd"] else "")
+            + (f", {cost['per_1000_images_usd']:.4f} USD per 1,000 training images"
+               if cost["per_1000_images_usd"] else "")
+            + f" (prices of {cost['prices_read']}; a lower bound: it leaves out "
+            f"{cost['leaves_out']})")
+    not_billed = [f"{j['job'].rsplit('/', 1)[-1]} {j['state'].replace('JOB_STATE_', '')}"
+                  for j in jobs if not j["billed"]]
+    if not_billed:
+        text += f"; not billed: {', '.join(not_billed)}"
+    if cost["unpriced"]:
+        text += (f"; without a price for {', '.join(cost['unpriced'])}: give it in "
+                 "vertex.prices (USD per hour)")
+    return text
+
+
+FILE = "cost.json"
+
+
+def estimate_run(record: Mapping[str, Any], prices: Mapping[str, float], job_dir: str,
+                 client_for: Any) -> dict[str, Any]:
+    """The training step's estimate: every job of the capacity record (`record`; a job a
+    resumed step followed counted once) read from Vertex AI (`client_for(region)`: a
+    JobServiceClient), priced with the table and `prices` over it, per epoch and per 1,000
+    training images from the trainer's report in `job_dir`; written there as `cost.json`."""
+    import json
+    import os
+
+    from google.protobuf import json_format
+
+    from trainer.common import files
+    from trainer.common.remote import remote_call
+    from trainer.run.history import REPORT_FILE
+
+    jobs = []
+    for attempt in record.get("attempts", []):
+        if not attempt.get("job"):
+            continue
+        with remote_call(f"reading the job {attempt['job']} for its cost"):
+            job = client_for(attempt["region"]).get_custom_job(name=attempt["job"])
+        jobs.append(json_format.MessageToDict(type(job).pb(job)))
+    report_path = os.path.join(job_dir, REPORT_FILE)
+    report = json.loads(open(report_path).read()) if os.path.isfile(report_path) else {}
+    epochs = int(report.get("epochs_run", 0) or 0)
+    images = epochs * int(report.get("steps_per_epoch", 0) or 0) * \
+        int(report.get("global_batch_size", 0) or 0)
+    cost = run_cost(jobs, {**PRICES, **prices}, epochs=epochs, training_images=images)
+    files.write_json(os.path.join(job_dir, FILE), cost)
+    return cost
+
+
+def tell_cost(record: Mapping[str, Any], vertex: Mapping[str, Any], job_dir: str,
+              log: Any, client_for: Any = None) -> dict[str, Any] | None:
+    """The training step's last words: the estimate in one line (`vertex.prices` over the
+    table). What the run cost is told, never a reason to fail the step: an estimate that
+    cannot be made says why."""
+    from components.capacity.launcher import jobs_client
+    from components.vertex_options import VertexOptions
+    from trainer.common.errors import ProjectError
+    from trainer.common.schema import validate
+
+    prices = validate(VertexOptions, vertex, prefix="vertex", strict=False).prices
+    try:
+        cost = estimate_run(record, prices, job_dir, client_for or jobs_client)
+    except ProjectError as exc:
+        log(f"cost: not estimated ({exc})")
+        return None
+    log(line(cost))
+    return cost

@@ -1,0 +1,60 @@
+"""The training cost estimate against figures computed by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.capacity import cost
+
+T4_POOLS = [{"machineSpec": {"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_TESLA_T4",
+                             "acceleratorCount": 1}, "replicaCount": 1},
+            {"machineSpec": {"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_TESLA_T4",
+                             "acceleratorCount": 1}, "replicaCount": 3}]
+
+
+def _job(name, state, start, end, pools=T4_POOLS):
+    return {"name": f"projects/p/locations/us-central1/customJobs/{name}", "state": state,
+            "startTime": start, "endTime": end, "jobSpec": {"workerPoolSpecs": pools}}
+
+
+def test_every_job_is_billed_as_vertex_ai_bills_it():
+    prices = {**cost.PRICES, "NVIDIA_TESLA_T4": 0.35}
+    jobs = [
+        # Cancelled after 30 minutes in a queue of machines (our cancellation: billed).
+        _job("1", "JOB_STATE_CANCELLED", "2026-11-01T10:00:00Z", "2026-11-01T10:30:00Z"),
+        # A stock-out: failed, not billed.
+        _job("2", "JOB_STATE_FAILED", "2026-11-01T10:31:00Z", "2026-11-01T10:32:00Z"),
+        # Trained for 2 hours; the same job again (a resumed step): counted once.
+        _job("3", "JOB_STATE_SUCCEEDED", "2026-11-01T11:00:00Z", "2026-11-01T13:00:00Z"),
+        _job("3", "JOB_STATE_SUCCEEDED", "2026-11-01T11:00:00Z", "2026-11-01T13:00:00Z"),
+        # Queued and cancelled before it started: no time.
+        _job("4", "JOB_STATE_CANCELLED", None, "2026-11-01T10:31:00Z")]
+    estimate = cost.run_cost(jobs, prices, epochs=10, training_images=500_000)
+    # n1-standard-8 is twice n1-standard-4's 0.21849885; four machines with a T4 each.
+    per_hour = 4 * (2 * 0.21849885 + 0.35)
+    assert per_hour == pytest.approx(3.1479908)
+    assert estimate["usd"] == pytest.approx(round(per_hour * 0.5 + per_hour * 2, 4))
+    assert estimate["per_epoch_usd"] == pytest.approx(estimate["usd"] / 10, abs=1e-4)
+    assert estimate["per_1000_images_usd"] == pytest.approx(estimate["usd"] / 500, abs=1e-6)
+    assert [(j["job"][-1], j["billed"], j["seconds"]) for j in estimate["jobs"]] == [
+        ("1", True, 1800.0), ("2", False, 60.0), ("3", True, 7200.0), ("4", True, 0.0)]
+    assert estimate["unpriced"] == []
+    text = cost.line(estimate)
+    assert text.startswith(f"cost: about {estimate['usd']:.2f} USD for 4 job(s), ")
+    assert "not billed: 2 FAILED" in text and "a lower bound" in text
+
+
+def test_a_type_without_a_price_is_named_never_free():
+    pools = [{"machineSpec": {"machineType": "a2-highgpu-1g", "acceleratorType":
+                              "NVIDIA_TESLA_A100", "acceleratorCount": 1}, "replicaCount": 1},
+             {"machineSpec": {"machineType": "a3-highgpu-8g", "acceleratorType":
+                              "NVIDIA_H100_80GB", "acceleratorCount": 8}, "replicaCount": 1}]
+    estimate = cost.run_cost([_job("9", "JOB_STATE_SUCCEEDED", "2026-11-01T10:00:00Z",
+                                   "2026-11-01T11:00:00Z", pools)], cost.PRICES,
+                             epochs=0, training_images=0)
+    # Only the H100s are priced (9.79655057 an hour each, read from Google's list).
+    assert estimate["usd"] == pytest.approx(8 * 9.79655057, abs=1e-4)
+    assert estimate["unpriced"] == ["NVIDIA_TESLA_A100", "a2-highgpu-1g", "a3-highgpu-8g"]
+    assert estimate["per_epoch_usd"] is None
+    assert "without a price for NVIDIA_TESLA_A100, a2-highgpu-1g, a3-highgpu-8g: give it " \
+           "in vertex.prices" in cost.line(estimate)
