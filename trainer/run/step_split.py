@@ -30,17 +30,19 @@ from trainer.run.efficiency_log import SeriesFile
 def stamp_arrivals(tf: Any, dataset: Any, arrivals: list[float]) -> Any:
     """`dataset` with each element's hand-over time appended to `arrivals` (monotonic
     seconds), in order. The stamp runs in the consumer's own `GetNext`, after the
-    pipeline's prefetch buffer, so it sees the wait and adds no parallel work."""
-    def stamp(*element: Any) -> Any:
+    pipeline's prefetch buffer, so it sees the wait and adds no parallel work; only a
+    scalar crosses into Python (the batch is passed on as it is, after the stamp)."""
+    import numpy as np
+
+    def stamp() -> Any:
         arrivals.append(time.monotonic())
-        return element
+        return np.int64(len(arrivals))
 
     def add(*element: Any) -> Any:
-        flat = tf.nest.flatten(element)
-        stamped = tf.py_function(stamp, flat, [t.dtype for t in flat])
-        for out, original in zip(stamped, flat, strict=True):
-            out.set_shape(original.shape)
-        return tf.nest.pack_sequence_as(element, stamped)
+        token = tf.numpy_function(stamp, [], tf.int64, stateful=True)
+        with tf.control_dependencies([token]):
+            return tf.nest.map_structure(tf.identity, element if len(element) > 1
+                                         else element[0])
 
     return dataset.map(add)
 
@@ -104,6 +106,9 @@ class StepTimer(keras.callbacks.Callback):
     def __init__(self, series: SeriesFile, arrivals: list[float] | None,
                  images_per_step: int, memory: Any = lambda: None):
         super().__init__()
+        # Keras then passes the step's logs on as tensors instead of copying them to the
+        # host after every step (a synchronisation the timer does not need).
+        self._supports_tf_logs = True
         self.series, self.arrivals = series, arrivals
         self.images_per_step, self.memory = images_per_step, memory
         self._begins: list[float] = []
