@@ -45,6 +45,7 @@ bench: install
 	$(BIN)/python benchmarks/input_pipeline.py
 	$(BIN)/python benchmarks/dataset_prep.py
 	$(BIN)/python benchmarks/dataset_engines.py
+	$(BIN)/python benchmarks/efficiency_overhead.py
 
 clean:
 	rm -rf $(VENV) local_runs build *.egg-info
