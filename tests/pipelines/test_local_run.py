@@ -106,7 +106,8 @@ def test_demo_runs_every_stage_and_says_what_it_did(demo):
                          "training_report.json").read_text())
     assert report["num_workers"] == 2 and report["replicas_in_sync"] == 2
     curves = artifacts["report-training/curves"].read_text()
-    assert curves.startswith("<!doctype html>") and curves.count("<svg") == 2
+    # The two curves, and each replica's CPU and GPU use (the efficiency section).
+    assert curves.startswith("<!doctype html>") and curves.count("<svg") == 3
     assert "[gpu-pipeline] training: 10 epochs, multi_worker_mirrored on 2 training machine(s)" \
         in stdout
     # One line per epoch: the chief's (the worker's say the same; shown with --verbose).
