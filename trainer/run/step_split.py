@@ -166,8 +166,11 @@ def for_replica(tf: Any, plan: Any) -> tuple[SeriesFile, StepTimer]:
     def peak_memory() -> int | None:
         if not gpus:
             return None
-        peak = tf.config.experimental.get_memory_info(gpus[0].name)["peak"]
-        tf.config.experimental.reset_memory_stats(gpus[0].name)
+        try:  # an allocator that keeps no statistics raises: then unknown
+            peak = tf.config.experimental.get_memory_info(gpus[0].name)["peak"]
+            tf.config.experimental.reset_memory_stats(gpus[0].name)
+        except (ValueError, RuntimeError, tf.errors.OpError):
+            return None
         return int(peak)
 
     # Each training machine takes its share of the global batch per step.
