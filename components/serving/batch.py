@@ -25,8 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from trainer.common.errors import InputError
+from trainer.serving.container import encoded_instance
 
-#: Files a batch source's folder is searched for (what the serving signature decodes).
+#: Files a batch source's folder is searched for: what the serving signature's
+#: `tf.io.decode_image` decodes (not the dataset stage's IMAGE_EXTENSIONS: it reads WebP
+#: with Pillow, which the served model cannot).
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 #: A manifest: one image per line (a path relative to the manifest, or a gs:// URI).
 MANIFEST_SUFFIX = ".txt"
@@ -83,8 +86,6 @@ def image_paths(source: str, field: str = "SOURCE") -> list[str]:
 def instances(paths: Sequence[str], read: Callable[[str], bytes] | None = None
               ) -> Iterator[dict[str, str]]:
     """Each image as an instance with its key (module docstring)."""
-    import base64
-
     from trainer.common.gcs import read_bytes
 
     for path in paths:
@@ -93,7 +94,7 @@ def instances(paths: Sequence[str], read: Callable[[str], bytes] | None = None
         except OSError as exc:
             raise BatchSourceError(f"image {path!r} cannot be read: {exc.strerror or exc}"
                                    ) from None
-        yield {KEY: path, "b64": base64.b64encode(data).decode()}
+        yield {KEY: path, **encoded_instance(data)}
 
 
 def write_instances(paths: Sequence[str], destination: str | Path) -> int:
@@ -132,6 +133,7 @@ def score_local_run(registry_root: str, options: Any, job_name: str,
     The outcome goes into the run's record (for its summary); returns it, or None when
     there was nothing to score."""
     from components.export import local_registry
+    from components.serving.rollout import serves_new
     from trainer.common import files
     from trainer.serving.app import SavedModelPredictor
 
@@ -141,7 +143,7 @@ def score_local_run(registry_root: str, options: Any, job_name: str,
     record = local_registry.run_record(registry_root, job_name)
     made = json.loads(record.read_text()) if record.is_file() else {}
     rollout = made.get("rollout")
-    promoted = rollout["outcome"] in ("promoted", "deployed") if rollout else made.get("default")
+    promoted = serves_new(rollout["outcome"]) if rollout else made.get("default")
     if not (promoted and made.get("registered_version")):
         log("batch predict: nothing scored (this run promoted no model)")
         return None
@@ -173,8 +175,7 @@ def score(predictor: Any, paths: Sequence[str], *, batch_size: int = 32,
 
     def run(batch: list[dict[str, str]]) -> list[dict[str, Any]]:
         request = {"instances": [{k: v for k, v in x.items() if k != KEY} for x in batch]}
-        return predictor.postprocess(predictor.predict(predictor.preprocess(request))
-                                     )["predictions"]
+        return predictor.answer(request)["predictions"]
 
     results: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []

@@ -15,14 +15,24 @@ from components.serving.rollout import Rollout, roll_out
 from trainer.common import files
 
 
+def canary_needs(options: Any) -> list[Any]:
+    """What the canary's replicas hold of the serving quota (`vertex` options; none
+    without an endpoint): `components.capacity.quotas.Need`s."""
+    from components.capacity import quotas
+
+    rule = options.deploy
+    if not rule.endpoint:
+        return []
+    return quotas.serving_needs(rule.machine_spec(), rule.max_replica_count, options.region)
+
+
 def serving_quota_refusals(project: str, options: Any, client: Any = None) -> list[str]:
     """What the project's serving quota refuses of the canary's replicas (Cloud Quotas),
     each in words; a quota the project does not list is not checked."""
     from components.capacity import quotas
     from trainer.common.remote import remote_call
 
-    rule = options.deploy
-    needed = quotas.serving_needs(rule.machine_spec(), rule.max_replica_count, options.region)
+    needed = canary_needs(options)
     with remote_call("reading the project's Vertex AI quotas"):
         infos = quotas.read_quota_infos(client or quotas.quotas_client(), project)
     return [q.describe(project) for q in quotas.check(needed, infos) if q.refused]

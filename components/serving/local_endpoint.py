@@ -13,7 +13,6 @@ default; everything is stopped afterwards (`close`).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import http.server
 import json
@@ -27,7 +26,7 @@ from components.serving.deploy_options import DeployOptions
 from components.serving.model_server import model_server, post, send
 from components.serving.rollout import Figures
 from components.serving.serving_check import held_out_images, percentile
-from trainer.serving.container import PREDICT_ROUTE
+from trainer.serving.container import PREDICT_ROUTE, encoded_instance
 
 #: Distinct test images sent round and round as the traffic.
 TRAFFIC_IMAGES = 64
@@ -190,4 +189,4 @@ class LocalEndpoint:
 
 def _instances(image: bytes) -> dict[str, Any]:
     """One image as the predict route takes it."""
-    return {"instances": [{"b64": base64.b64encode(image).decode()}]}
+    return {"instances": [encoded_instance(image)]}

@@ -12,7 +12,6 @@ is served by whichever model the traffic split picked.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from components.cloud_names import vertex_endpoint
 from trainer.common.errors import InputError, StageError
 from trainer.common.remote import remote_call
+from trainer.serving.container import encoded_instance
 
 
 class EndpointNotFound(InputError):
@@ -43,7 +43,7 @@ class Answer:
 def instances(images: list[bytes]) -> list[dict[str, str]]:
     """The request's instances: each image base64-encoded, as the serving container takes
     them (`trainer.serving.app`)."""
-    return [{"b64": base64.b64encode(image).decode()} for image in images]
+    return [encoded_instance(image) for image in images]
 
 
 def predict_url(region: str, endpoint: str) -> str:

@@ -148,9 +148,14 @@ class Rollout:
 
     @property
     def serves_new(self) -> bool:
-        """Whether the new model serves all the traffic now (promoted, or deployed on an
-        endpoint that served nothing)."""
-        return self.outcome in ("promoted", "deployed")
+        """Whether the new model serves all the traffic now."""
+        return serves_new(self.outcome)
+
+
+def serves_new(outcome: str) -> bool:
+    """Whether a rollout that ended `outcome` left the new model with all the traffic
+    (promoted, or deployed on an endpoint that served nothing)."""
+    return outcome in ("promoted", "deployed")
 
 
 def roll_out(target: Target, rule: DeployOptions, *, log: Callable[[str], None],

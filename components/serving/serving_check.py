@@ -14,7 +14,6 @@ predicted for the same images through the SavedModel's signature
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import math
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from components.serving.model_server import ServerError, model_server, post
 from trainer.common.contract import FEATURE_IMAGE, load_manifest, shard_paths
 from trainer.common.tfrecord import parse_example, read_records
 from trainer.serving import measure
+from trainer.serving.container import encoded_instance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +116,7 @@ def check_in_server(model_dir: str, dataset_dir: str | Path, *, images: int,
     try:
         with model_server(model_dir) as base:
             for number, image in enumerate([sent[0], *sent] if sent else []):
-                body = {"instances": [{"b64": base64.b64encode(image).decode()}]}
+                body = {"instances": [encoded_instance(image)]}
                 status, answer, seconds = post(base, body)
                 if number == 0:  # the warm-up: the first request pays for tracing
                     first = seconds

@@ -7,7 +7,6 @@ predictor: the same request checks, signature and answer); with `--config` or
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -84,22 +83,20 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         raise UsageError("--dry-run prints the request to a Vertex AI endpoint; give --config "
                          "or --endpoint with it (a local prediction sends nothing)")
-    entry, saved = local_model(args)
-    instances = [{"b64": base64.b64encode(image).decode()}
-                 for image in read_images(args.images)]
     from fastapi import HTTPException
 
     from trainer.serving.app import SavedModelPredictor
-    from trainer.serving.container import METADATA_FILE
+    from trainer.serving.container import METADATA_FILE, encoded_instance
 
+    entry, saved = local_model(args)
+    instances = [encoded_instance(image) for image in read_images(args.images)]
     predictor = SavedModelPredictor()
     predictor.load(saved)
     classes = json.loads((Path(saved) / METADATA_FILE).read_text())["class_names"]
     print(f"{args.model} version {entry['version']} ({saved})")
     for path, instance in zip(args.images, instances, strict=True):
         try:
-            answer = predictor.postprocess(predictor.predict(predictor.preprocess(
-                {"instances": [instance]})))["predictions"][0]
+            answer = predictor.answer({"instances": [instance]})["predictions"][0]
         except HTTPException as exc:  # what the server would answer with 400
             raise UsageError(f"IMAGE {str(path)!r}: {exc.detail.replace('instances[0]', 'it')}"
                              ) from None

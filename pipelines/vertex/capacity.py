@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from components.capacity import quotas
 from components.capacity.alternatives import Alternative
+from components.serving.deploy_stage import canary_needs
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients
 from trainer.common.remote import remote_call
@@ -24,16 +25,6 @@ def planned_needs(config: Config) -> list[tuple[Alternative, list[quotas.Need]]]
     trials = config.tuning.parallel_trials if config.tuning.enabled else 1
     return [(a, quotas.needs(a.worker_pool_specs, a.region, a.scheduling_strategy,
                              trials if a.index == 0 else 1)) for a in config.alternatives()]
-
-
-def serving_needs(config: Config) -> list[quotas.Need]:
-    """What the deploy stage's canary holds of the serving quota (none without an
-    endpoint)."""
-    rule = config.vertex.deploy
-    if not rule.endpoint:
-        return []
-    return quotas.serving_needs(rule.machine_spec(), rule.max_replica_count,
-                                config.vertex.region)
 
 
 def check_capacity(config: Config, clients: Clients, *, dry_run: bool,
@@ -61,7 +52,7 @@ def check_capacity(config: Config, clients: Clients, *, dry_run: bool,
             for need in needed:
                 log(f"quota: {alternative.label} needs {need.amount} of {need.metric} in "
                     f"{need.region} ({need.what})")
-        for need in serving_needs(config):
+        for need in canary_needs(config.vertex):
             log(f"quota: the deploy stage's canary needs {need.amount} of {need.metric} in "
                 f"{need.region} ({need.what})")
         return []
@@ -91,7 +82,7 @@ def check_capacity(config: Config, clients: Clients, *, dry_run: bool,
                 log(f"quota: {alternative.label}: {quota.describe(project)}")
     # The deploy stage reads the serving quota again before its canary; a refusal then
     # leaves the champion serving, so here it is a warning, not a reason to stop.
-    for quota in quotas.check(serving_needs(config), infos):
+    for quota in quotas.check(canary_needs(config.vertex), infos):
         if quota.refused:
             log(f"warning: quota: the deploy stage's canary cannot be deployed while "
                 f"{quota.describe(project)}; the champion would keep serving")

@@ -430,6 +430,33 @@ def _failing_model(directory: Path) -> Path:
     return directory
 
 
+def _champion_and_canary(demo, tmp_path, canary) -> tuple[Path, Path, str]:
+    """A local registry with the demo's model as version 1, the default, and
+    `canary(its SavedModel)` as version 2, which run `job-1` made the default: (the
+    registry, the model's directory, the demo's dataset)."""
+    from components.export import local_registry
+
+    cwd, stdout = demo
+    dataset = json.loads(stdout.strip().splitlines()[-1])["artifacts"]["prepare-dataset/dataset"]
+    entry, saved = local_registry.served(cwd / "local_runs" / "registry", "gpu-pipeline-model")
+    root = tmp_path / "registry"
+    model_dir = root / "gpu-pipeline-model"
+    for default, model in ((True, saved), (False, canary(saved))):
+        local_registry.register(model_dir, model, entry["metrics"], entry["lineage"],
+                                {"default": default}, default=default)
+    (root / ".runs").mkdir()
+    (root / ".runs" / "job-1.json").write_text(json.dumps(
+        {"default": True, "registered_version": "2"}))
+    return root, model_dir, dataset
+
+
+def _router_closed(lines: list[str]) -> None:
+    """The rollout's router (named in its log) no longer answers: nothing left running."""
+    router = next(line.split("behind ")[1].split()[0] for line in lines if "behind" in line)
+    with pytest.raises(OSError):
+        urllib.request.build_opener(urllib.request.ProxyHandler({})).open(router, timeout=5)
+
+
 def test_a_local_canary_that_fails_its_requests_is_rolled_back(demo, tmp_path):
     """Real model servers: a canary answering 500 is rolled back at its first reading;
     the champion stays the default and nothing is left running."""
@@ -437,18 +464,8 @@ def test_a_local_canary_that_fails_its_requests_is_rolled_back(demo, tmp_path):
     from components.serving.deploy_stage import deploy_locally
     from components.vertex_options import VertexOptions
 
-    cwd, stdout = demo
-    dataset = json.loads(stdout.strip().splitlines()[-1])["artifacts"]["prepare-dataset/dataset"]
-    entry, saved = local_registry.served(cwd / "local_runs" / "registry", "gpu-pipeline-model")
-    root = tmp_path / "registry"
-    model_dir = root / "gpu-pipeline-model"
-    local_registry.register(model_dir, saved, entry["metrics"], entry["lineage"],
-                            {"default": True}, default=True)
-    local_registry.register(model_dir, _failing_model(tmp_path / "failing"), entry["metrics"],
-                            entry["lineage"], {"default": False}, default=False)
-    (root / ".runs").mkdir()
-    (root / ".runs" / "job-1.json").write_text(json.dumps(
-        {"default": True, "registered_version": "2"}))
+    root, model_dir, dataset = _champion_and_canary(
+        demo, tmp_path, lambda saved: _failing_model(tmp_path / "failing"))
     options = VertexOptions(deploy={"endpoint": "serving", "canary_percent": 50,
                                     "min_requests": 10, "check_interval": "1s"})
     lines: list[str] = []
@@ -456,9 +473,7 @@ def test_a_local_canary_that_fails_its_requests_is_rolled_back(demo, tmp_path):
     assert record.outcome == "rolled back", lines
     assert "the canary's error rate 100.0%" in record.reason, record.reason
     assert local_registry.load(model_dir)["default"] == "1"
-    router = next(line.split("behind ")[1].split()[0] for line in lines if "behind" in line)
-    with pytest.raises(OSError):
-        urllib.request.build_opener(urllib.request.ProxyHandler({})).open(router, timeout=5)
+    _router_closed(lines)
 
 
 def test_a_local_canary_is_served_beside_the_champion_and_promoted(demo, tmp_path):
@@ -469,18 +484,7 @@ def test_a_local_canary_is_served_beside_the_champion_and_promoted(demo, tmp_pat
     from components.serving.deploy_stage import deploy_locally
     from components.vertex_options import VertexOptions
 
-    cwd, stdout = demo
-    summary = json.loads(stdout.strip().splitlines()[-1])
-    dataset = summary["artifacts"]["prepare-dataset/dataset"]
-    entry, saved = local_registry.served(cwd / "local_runs" / "registry", "gpu-pipeline-model")
-    root = tmp_path / "registry"
-    model_dir = root / "gpu-pipeline-model"
-    for default in (True, False):
-        local_registry.register(model_dir, saved, entry["metrics"], entry["lineage"],
-                                {"default": default}, default=default)
-    (root / ".runs").mkdir()
-    (root / ".runs" / "job-1.json").write_text(json.dumps(
-        {"default": True, "registered_version": "2"}))
+    root, model_dir, dataset = _champion_and_canary(demo, tmp_path, lambda saved: saved)
     options = VertexOptions(deploy={"endpoint": "serving", "canary_percent": 20,
                                     "min_requests": 15, "grace_period": "0s"})
     lines: list[str] = []
@@ -501,10 +505,7 @@ def test_a_local_canary_is_served_beside_the_champion_and_promoted(demo, tmp_pat
     assert run["rollout"]["steps"][0]["step"] == "canary"
     assert any("deploy: canary version 2 in a model server behind http://127.0.0.1:" in line
                for line in lines), lines
-    # Nothing is left running: the router's port is closed.
-    router = next(line.split("behind ")[1].split()[0] for line in lines if "behind" in line)
-    with pytest.raises(OSError):
-        urllib.request.build_opener(urllib.request.ProxyHandler({})).open(router, timeout=5)
+    _router_closed(lines)  # nothing is left running
 
     # The batch step after the promotion: the promoted version scores the source.
     from components.serving.batch import score_local_run

@@ -119,6 +119,12 @@ class SavedModelPredictor(Predictor):
         argument = "image_bytes" if kind == "encoded" else "images"
         return self._by_kind[kind](**{argument: batch})
 
+    def answer(self, request: Any) -> dict[str, Any]:
+        """The predict route's answer to a request body, without the server: what
+        aiplatform's PredictionHandler returns (preprocess, predict, postprocess).
+        Raises the same 400 HTTPException for a malformed request."""
+        return self.postprocess(self.predict(self.preprocess(request)))
+
     def postprocess(self, prediction_results: dict[str, Any]) -> dict[str, Any]:
         """`{"predictions": [...]}`, one per instance, in order."""
         names = prediction_results["class_name"].numpy()

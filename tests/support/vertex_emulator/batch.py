@@ -99,8 +99,7 @@ class BatchPredictionService:
                     sent = {k: v for k, v in instance.items() if k != key} if key else instance
                     named = {"key": instance[key]} if key else {"instance": instance}
                     try:
-                        answer = predictor.postprocess(predictor.predict(predictor.preprocess(
-                            {"instances": [sent]})))["predictions"][0]
+                        answer = predictor.answer({"instances": [sent]})["predictions"][0]
                         results.append({**named, "prediction": answer})
                     except HTTPException as exc:
                         errors.append({**named, "error": {"code": exc.status_code,

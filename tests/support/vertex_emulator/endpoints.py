@@ -254,7 +254,7 @@ class EndpointService:
         deployed = next(d for d in endpoint["deployedModels"] if d["id"] == deployed_id)
         predictor = self._predictor(deployed)
         try:
-            answer = predictor.postprocess(predictor.predict(predictor.preprocess(body)))
+            answer = predictor.answer(body)
         except HTTPException as exc:  # the container's 400, passed on by the endpoint
             return 400, _error(400, str(exc.detail))
         return 200, {**answer, "deployedModelId": deployed_id, "model": deployed["model"],
