@@ -645,8 +645,10 @@ def test_each_promotion_mode_registers_as_the_gate_decided(emulated_run):
     assert upload.model.labels["promoted"] == "true"
     (deployed,) = [t for t in won["tasks"].values() if t.display_name == "6 deploy"]
     log = deployed.log.read_text()
-    assert deployed.state == "SUCCEEDED" and "deploy: rolled back, the canary's error rate " \
-        "30.0%" in log, log[-3000:]
+    # 30 % of a count of requests that depends on the seconds it ran: 60 of 201 is 29.9 %.
+    assert deployed.state == "SUCCEEDED" and re.search(
+        r"deploy: rolled back, the canary's error rate (29\.[5-9]|30\.[0-4])%", log), \
+        log[-3000:]
     canary = apis.recorded(r":deployModel$")[-1].body
     assert canary["trafficSplit"] == {"0": 20, champion_id: 80}
     assert canary["deployedModel"]["model"] == f"{parent}@3"
