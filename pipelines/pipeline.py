@@ -146,7 +146,8 @@ def report_and_export(data, trained_model, trained, cluster, *, training: dict, 
         worker_pool_specs=cluster.outputs["worker_pool_specs"],
         training_plan=cluster.outputs["training_plan"], images=images,
         registry_root=registry_root, job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
-        tuning={} if tuning is None else tuning, capacity={} if capacity is None else capacity)
+        tuning={} if tuning is None else tuning, capacity={} if capacity is None else capacity,
+        training_job=trained.outputs["training_job"])
     export.set_display_name("5 export model").after(report).set_caching_options(False)
     if resources is not None:  # loads the model and evaluates two splits
         export.set_cpu_limit(resources.cpu).set_memory_limit(resources.memory)

@@ -22,6 +22,9 @@ from components.export.saved_models import (
     publish_model,
     saved_model_dir,
 )
+from components.training.efficiency import FILE as EFFICIENCY_FILE
+from components.training.efficiency import load as load_efficiency
+from components.training.efficiency import summary
 from trainer.common.contract import load_manifest
 from trainer.common.gcs import to_mount_path
 from trainer.common.remote import remote_call
@@ -55,6 +58,7 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
                     cluster: Mapping[str, Any], images: Mapping[str, Any], version: str,
                     registry_root: str = "",
                     tuning: Mapping[str, Any] | None = None,
+                    efficiency: Mapping[str, Any] | None = None,
                     log: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Both models' metrics on the same splits, the decision, and the new model exported.
 
@@ -70,6 +74,8 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
         registry_root: The local registry (`run --local`); "" on Vertex AI, where the
             champion is `vertex.parent_model`'s default version.
         tuning: The study that chose the training options, if any (for the lineage).
+        efficiency: The training report's efficiency figures, if any (`efficiency.json`
+            beside the model, their summary in the lineage).
         log: Where the serving check's progress goes.
 
     Returns:
@@ -105,10 +111,12 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
             images=vertex.serving_check_images, p95_seconds=vertex.serving_p95_seconds,
             log=log))
     record = lineage(manifest=load_manifest(dataset_dir), training=training, cluster=cluster,
-                     images=images, version=version, metrics=challenger, tuning=tuning)
+                     images=images, version=version, metrics=challenger, tuning=tuning,
+                     efficiency=summary(efficiency) if efficiency else None)
     saved = publish_model(trained_model, destination, challenger, dataset_dir, extra={
         "lineage.json": record, "decision.json": decision.to_dict(),
-        "champion_evaluation.json": champion})
+        "champion_evaluation.json": champion,
+        **({EFFICIENCY_FILE: dict(efficiency)} if efficiency else {})})
     measured_here = ([] if measured_by_trainer else ["challenger"]) + (
         ["champion"] if champion is not None and not champion_known else [])
     registered = None
@@ -142,8 +150,8 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
                      vertex: Mapping[str, Any], training: Mapping[str, Any],
                      images: Mapping[str, Any], registry_root: str, job_name: str,
                      cluster: Mapping[str, Any], exported_uri: str,
-                     comparison_path: str, tuning: Mapping[str, Any] | None = None
-                     ) -> ExportStage:
+                     comparison_path: str, tuning: Mapping[str, Any] | None = None,
+                     training_job_dir: str = "") -> ExportStage:
     """Stage 5 from the component's raw parameters: options read back through their
     models, `export_and_gate`, the comparison report, the local run's record for the exit
     handler, the progress lines, and what KFP receives.
@@ -162,6 +170,7 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
         exported_uri: The exported model artifact's URI.
         comparison_path: Where the champion/challenger Markdown goes.
         tuning: The study record of the tuning that chose the options (empty: none).
+        training_job_dir: The training job's directory (its efficiency figures).
     """
     from components.export.lineage import description, labels
     from components.project import version
@@ -176,7 +185,9 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
     outcome = export_and_gate(trained_model, dataset_dir, destination, vertex=options,
                               training=settings.model_dump(), images=images,
                               version=version(), cluster=cluster, registry_root=registry_root,
-                              tuning=tuning, log=say)
+                              tuning=tuning, log=say,
+                              efficiency=load_efficiency(training_job_dir)
+                              if training_job_dir else None)
     results, decision, champion = outcome["metrics"], outcome["decision"], outcome["champion"]
     Path(comparison_path).parent.mkdir(parents=True, exist_ok=True)
     report = comparison_markdown(decision, results, champion)

@@ -14,12 +14,15 @@ from typing import Any
 def lineage(*, manifest: Mapping[str, Any], training: Mapping[str, Any],
             cluster: Mapping[str, Any], images: Mapping[str, Any], version: str,
             metrics: Mapping[str, Any],
-            tuning: Mapping[str, Any] | None = None) -> dict[str, Any]:
+            tuning: Mapping[str, Any] | None = None,
+            efficiency: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The lineage record of a model.
 
     `images` is the build stage's output: per image its reference by digest (what ran) and
     its content tag (what people search the registry and the build logs for). `tuning`, a
-    study record (`components.tuning.trials`), adds the study that chose the options.
+    study record (`components.tuning.trials`), adds the study that chose the options;
+    `efficiency` (`components.training.efficiency.summary`) what the training cost and how
+    busy it kept the machines.
     """
     trainer = images.get("gpu") or {}
     return {
@@ -40,6 +43,7 @@ def lineage(*, manifest: Mapping[str, Any], training: Mapping[str, Any],
         **({"tuning": {k: tuning[k] for k in ("metric", "goal", "best_trial",
                                                "best_parameters", "best_metric")}
             | {"trials": len(tuning["trials"])}} if tuning else {}),
+        **({"efficiency": dict(efficiency)} if efficiency else {}),
     }
 
 

@@ -164,6 +164,7 @@ def train_on_vertex_ai(project: str, alternatives: list, images: dict, dataset: 
     from components.capacity.cost import tell_cost
     from components.capacity.launcher import run_training_job, summary
     from components.stage import say, stage_errors
+    from components.training import job_utilization
     from components.training.vertex_job import MODEL_SUBDIR
 
     with stage_errors("training"):
@@ -174,6 +175,7 @@ def train_on_vertex_ai(project: str, alternatives: list, images: dict, dataset: 
     record = done.record()
     say(f"training: {summary(record)}")
     tell_cost(record, vertex, training_job.path, log=say)
+    job_utilization.tell(done.job, training_job.path, log=say)
     training_job.metadata.update({"capacity": summary(record), "custom_job": done.job.name})
     outputs = namedtuple("VertexTraining", ["model_uri", "worker_pool_specs", "strategy",
                                             "training_plan", "capacity"])

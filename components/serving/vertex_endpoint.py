@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from components import cloud_monitoring
 from components.cloud_names import vertex_endpoint
 from components.serving.deploy_options import DeployOptions, endpoint_region
 from components.serving.rollout import Figures
@@ -51,12 +52,12 @@ class Clients:
 
 def clients_for(region: str) -> Clients:
     """Vertex AI's endpoint and model clients of a region, and Cloud Monitoring's."""
-    from google.cloud import aiplatform_v1, monitoring_v3
+    from google.cloud import aiplatform_v1
 
     options = {"api_endpoint": vertex_endpoint(region)}
     return Clients(aiplatform_v1.EndpointServiceClient(client_options=options),
                    aiplatform_v1.ModelServiceClient(client_options=options),
-                   monitoring_v3.MetricServiceClient())
+                   cloud_monitoring.metrics_client())
 
 
 def find_or_create(clients: Clients, project: str, region: str, endpoint: str, *,
@@ -184,36 +185,24 @@ class _SeriesReader:
     period: int
 
     def _series(self, metric: str, aligner: str, extra: str = "") -> list[Any]:
-        from google.cloud import monitoring_v3
-
         query = (f'metric.type="{METRICS}{metric}" AND '
                  'resource.type="aiplatform.googleapis.com/Endpoint" AND '
                  f'resource.labels.endpoint_id="{self.endpoint_id}" AND '
                  f'metric.labels.deployed_model_id="{self.deployed_id}"'
                  + (f" AND {extra}" if extra else ""))
-        request = monitoring_v3.ListTimeSeriesRequest(
-            name=f"projects/{self.project}", filter=query,
-            interval=monitoring_v3.TimeInterval(start_time={"seconds": int(self.start)},
-                                                end_time={"seconds": int(self.end) + 1}),
-            aggregation=monitoring_v3.Aggregation(
-                alignment_period={"seconds": self.period},
-                per_series_aligner=getattr(monitoring_v3.Aggregation.Aligner, aligner)))
-        with remote_call(f"reading {metric} of deployed model {self.deployed_id}"):
-            return list(self.client.list_time_series(request=request))
+        return cloud_monitoring.list_series(
+            self.client, self.project, query, self.start, self.end,
+            f"{metric} of deployed model {self.deployed_id}", period=self.period,
+            aligner=aligner)
 
     def total(self, metric: str) -> float:
-        return sum(_number(point.value) for series in self._series(metric, "ALIGN_SUM")
-                   for point in series.points)
+        return sum(cloud_monitoring.number(point.value)
+                   for series in self._series(metric, "ALIGN_SUM") for point in series.points)
 
     def percentile_95(self, metric: str, extra: str) -> float | None:
-        values = [_number(point.value) for series in
+        values = [cloud_monitoring.number(point.value) for series in
                   self._series(metric, "ALIGN_PERCENTILE_95", extra) for point in series.points]
         return max(values) if values else None
-
-
-def _number(value: Any) -> float:
-    kind = type(value).pb(value).WhichOneof("value")
-    return float(getattr(value, kind)) if kind in ("int64_value", "double_value") else 0.0
 
 
 def serving_id(endpoint: Any) -> str:

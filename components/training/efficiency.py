@@ -22,6 +22,7 @@ import os
 import statistics
 from typing import Any
 
+from components.training.reference_throughput import reference
 from trainer.common import files
 from trainer.run.efficiency_log import read_series
 
@@ -64,7 +65,7 @@ def _gpu_figures(samples: list[dict[str, Any]]) -> dict[str, Any]:
                     if isinstance(s.get("gpus"), dict)), "no samples")
         return {"unavailable": why}
     flat = [g for reading in readings for g in reading]
-    return {"count": len(readings[-1]),
+    return {"count": len(readings[-1]), "name": readings[-1][0].get("name", ""),
             "utilization_percent": round(statistics.fmean(
                 g["utilization_percent"] for g in flat), 1),
             "memory_used_bytes": max(g["memory_used_bytes"] for g in flat),
@@ -127,8 +128,10 @@ def _timeline(samples: list[dict[str, Any]], points: int = 200) -> list[list[flo
     return out
 
 
-def merge(job_dir: str, expected: list[str], train_seconds: float) -> dict[str, Any]:
-    """Every replica's figures, the cluster's, the verdict and the advice."""
+def merge(job_dir: str, expected: list[str], train_seconds: float, *, model: str = "",
+          mixed_precision: str = "off") -> dict[str, Any]:
+    """Every replica's figures, the cluster's, the verdict and the advice; for a `model`
+    NVIDIA measured on the GPUs seen, NVIDIA's figure beside the run's."""
     series = read_series(job_dir)
     replicas = {name: replica_figures(lines) for name, lines in series.items()}
     missing = [name for name in expected if name not in replicas]
@@ -140,10 +143,16 @@ def merge(job_dir: str, expected: list[str], train_seconds: float) -> dict[str, 
                                        for r in measured.values()), 2),
         "gpus": gpus, "gpu_hours": round(gpus * train_seconds / 3600, 4),
         "train_seconds": round(train_seconds, 1)}
+    per_gpu = [r["images_per_second_per_gpu"] for r in measured.values()
+                if r["images_per_second_per_gpu"]]
+    if per_gpu:
+        cluster["images_per_second_per_gpu"] = round(statistics.fmean(per_gpu), 2)
+    gpu_name = next((r["gpu"]["name"] for r in replicas.values() if r["gpu"].get("name")), "")
     verdict, evidence = _verdict(measured)
     return {"replicas": replicas, "cluster": cluster, "verdict": verdict,
             "evidence": evidence, "slow_replicas": _slow(measured),
-            "advice": _advice(verdict, measured)}
+            "advice": _advice(verdict, measured),
+            "reference": reference(model, gpu_name, mixed_precision)}
 
 
 def _verdict(measured: dict[str, dict[str, Any]]) -> tuple[str, str]:
@@ -204,7 +213,29 @@ def metrics(figures: dict[str, Any]) -> dict[str, float]:
              "gpu_hours": cluster["gpu_hours"]}
     if shares:
         found["input_share"] = round(statistics.fmean(shares), 4)
+    busy = [r["utilization"]["mean_percent"] for r in
+            figures.get("cloud_monitoring", {}).get("replicas", {}).values()
+            if "utilization" in r]
+    if busy:
+        found["cloud_monitoring_gpu_percent"] = round(statistics.fmean(busy), 1)
     return found
+
+
+def load(job_dir: str) -> dict[str, Any] | None:
+    """The training report's figures (None where it wrote none)."""
+    path = os.path.join(job_dir, FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def summary(figures: dict[str, Any]) -> dict[str, Any]:
+    """What the model's lineage keeps of them: the cluster's figures, the verdict and the
+    estimated cost."""
+    cost = figures.get("cost") or {}
+    return {**metrics(figures), "verdict": figures["verdict"],
+            **({"cost_usd": cost["usd"], "prices_read": cost["prices_read"]} if cost else {})}
 
 
 def write(job_dir: str, figures: dict[str, Any]) -> str:
@@ -235,6 +266,15 @@ def lines(figures: dict[str, Any]) -> list[str]:
     for slow in figures["slow_replicas"]:
         out.append(f"efficiency: slower than the others: {slow}")
     out.append(f"efficiency: advice: {figures['advice']}")
+    if figures.get("reference"):
+        from components.training.reference_throughput import line as reference_line
+
+        out.append("efficiency: " + reference_line(
+            figures["reference"], figures["cluster"].get("images_per_second_per_gpu")))
+    if figures.get("cloud_monitoring"):
+        from components.training.job_utilization import lines as monitored
+
+        out.extend(f"efficiency: {line}" for line in monitored(figures["cloud_monitoring"]))
     if figures.get("cost"):
         from components.capacity.cost import line
 
@@ -268,6 +308,12 @@ def html(figures: dict[str, Any]) -> str:
                 lines_svg.append(f'<polyline fill="none" stroke="{colours[number % 6]}"'
                                  f'{dash} points="{points}"><title>{escape.escape(name)} '
                                  f'{"CPU" if column == 1 else "GPU"} %</title></polyline>')
+    monitored = ""
+    if figures.get("cloud_monitoring"):
+        from components.training.job_utilization import lines as monitored_lines
+
+        monitored = "<p>" + "<br>".join(escape.escape(line) for line in
+                                        monitored_lines(figures["cloud_monitoring"])) + "</p>"
     return ("<h2>Efficiency</h2>"
             f"<p>{escape.escape(figures['verdict'])}: {escape.escape(figures['evidence'])}"
             f"<br>advice: {escape.escape(figures['advice'])}</p>"
@@ -278,4 +324,4 @@ def html(figures: dict[str, Any]) -> str:
             'per replica, 0-100 %, over the training time</title>'
             '<line x1="40" y1="210" x2="600" y2="210" stroke="#888"/>'
             '<line x1="40" y1="10" x2="40" y2="210" stroke="#888"/>'
-            + "".join(lines_svg) + "</svg>")
+            + "".join(lines_svg) + "</svg>" + monitored)

@@ -4,7 +4,8 @@ The trainer (chief) writes `metrics.json`, `training_curves.html` and
 `training_report.json` into its job directory, locally or under the Vertex CustomJob's
 base output directory; this stage publishes them, the same way for both targets, with
 every replica's efficiency series merged (`components.training.efficiency`:
-`efficiency.json` in the job directory and a section of the curves page).
+`efficiency.json` in the job directory and a section of the curves page), with the job's
+cost and Cloud Monitoring's accelerator figures where the Vertex AI training step read them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 from typing import Any
 
 from components.capacity.cost import FILE as COST_FILE
-from components.training import efficiency
+from components.training import efficiency, job_utilization
 from trainer.common.errors import StageError
 from trainer.run.history import (
     CURVES_FILE,
@@ -51,11 +52,15 @@ def publish_training_report(job_dir: str, curves_path: str) -> dict[str, Any]:
         report = json.load(f)
     evaluations = load_evaluations(job_dir)
     usage = efficiency.merge(job_dir, efficiency.expected_replicas(
-        report.get("strategy", ""), report["num_workers"]), report.get("train_seconds", 0.0))
+        report.get("strategy", ""), report["num_workers"]), report.get("train_seconds", 0.0),
+        model=report.get("model", ""), mixed_precision=report.get("mixed_precision", "off"))
     cost_path = os.path.join(job_dir, COST_FILE)  # Vertex AI's training step writes it
     if os.path.isfile(cost_path):
         with open(cost_path) as f:
             usage["cost"] = json.load(f)
+    monitored = job_utilization.load(job_dir)  # Vertex AI's training step read it
+    if monitored:
+        usage["cloud_monitoring"] = monitored
     efficiency.write(job_dir, usage)
     os.makedirs(os.path.dirname(curves_path) or ".", exist_ok=True)
     page = curves_html(report["history"], evaluations=evaluations)

@@ -345,6 +345,11 @@ def _check_versions(cwd: Path, last: dict, champion: float) -> None:
         assert lineage["dataset"]["source_fingerprint"].startswith("builtin://shapes")
         assert lineage["dataset"]["counts"]["test"] == last["metrics"]["test_examples"]
         assert lineage["cluster"]["strategy"] == "multi_worker_mirrored"
+        # The training's efficiency figures beside the model, their summary in the lineage.
+        figures = json.loads((saved / "efficiency.json").read_text())
+        assert lineage["efficiency"]["verdict"] == figures["verdict"]
+        assert lineage["efficiency"]["images_per_second"] == \
+            figures["cluster"]["images_per_second"] > 0
     comparison = Path(last["artifacts"]["export-model/comparison"]).read_text()
     assert "| test_accuracy |" in comparison and f"{champion:.4f}" in comparison
     assert "**Decision**: test_accuracy" in comparison

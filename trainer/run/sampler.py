@@ -51,8 +51,10 @@ def read_gpus(nvml: Any) -> list[dict[str, Any]]:
         # Renamed "clocks event reasons" in recent NVML; the old name is kept as an alias.
         reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons",
                           getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))(handle)
+        name = nvml.nvmlDeviceGetName(handle)
         found.append({
-            "index": index, "utilization_percent": rates.gpu,
+            "index": index, "name": name.decode() if isinstance(name, bytes) else name,
+            "utilization_percent": rates.gpu,
             "memory_used_bytes": memory.used, "memory_total_bytes": memory.total,
             "power_watts": round(nvml.nvmlDeviceGetPowerUsage(handle) / 1000, 1),
             "temperature_c": nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),

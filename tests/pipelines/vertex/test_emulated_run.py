@@ -291,6 +291,21 @@ def test_the_run_says_where_its_gpu_time_and_money_went(emulated_run):
     assert "efficiency: cost: about" in report
     metrics = tasks["report-training"].artifacts["metrics"]["metadata"]
     assert metrics["images_per_second"] > 0 and "input_share" in metrics
+    # Cloud Monitoring's accelerator series of the job, one sample a minute from its start
+    # (every other one 0.1 lower in the emulation), beside the replicas' own figures.
+    samples = len(range(int(at("startTime")), int(at("endTime")) + 1, 60))
+    busy = (87 * ((samples + 1) // 2) + 77 * (samples // 2)) / samples
+    monitored = figures["cloud_monitoring"]
+    assert set(monitored["replicas"]) == {"chief-0", "worker-0"}
+    for replica in monitored["replicas"].values():
+        assert replica["utilization"] == {"mean_percent": round(busy, 1),
+                                          "max_percent": 87.0, "samples": samples}
+    assert metrics["cloud_monitoring_gpu_percent"] == round(busy, 1)
+    assert f"efficiency: Cloud Monitoring: worker-0: GPU busy {busy:.0f}% (highest 87%" \
+        in report
+    (query,) = [r.query for r in apis.recorded("timeSeries$", method="GET")
+                if "training/accelerator/utilization" in r.query["filter"][0]]
+    assert f'resource.labels.job_id="{job.name.rsplit("/", 1)[-1]}"' in query["filter"][0]
 
 
 def test_the_custom_job_request_and_the_environment_of_its_replicas(emulated_run):

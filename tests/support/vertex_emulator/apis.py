@@ -209,6 +209,7 @@ class FakeGoogleApis:
         from tests.support.vertex_emulator.endpoints import EndpointService
 
         self.endpoints = EndpointService(self.models)  # and Cloud Monitoring's series
+        self.endpoints.training_jobs = self.jobs
         from tests.support.vertex_emulator.batch import BatchPredictionService
 
         self.batch = BatchPredictionService(self.models, self.endpoints.predictor)

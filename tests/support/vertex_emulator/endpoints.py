@@ -15,9 +15,10 @@ Monitoring (`projects.timeSeries.list`, on gRPC as google-cloud-monitoring's cli
 it, at `monitoring_address`; its REST route too): the series of `prediction/online/response_count`,
 `error_count` and `prediction_latencies` per deployed model, made from what a test says
 each model version does (`behaviour[model@version]`: requests per minute, error rate,
-p95 in ms) over the minutes it has been deployed; `elapsed` adds fake minutes. It refuses
-what Cloud Monitoring refuses: no interval end, an alignment period under 60 s, a
-percentile aligner on a metric that is not a distribution.
+p95 in ms) over the minutes it has been deployed; `elapsed` adds fake minutes; the training
+jobs' accelerator series (`training_series`). It refuses what Cloud Monitoring refuses: no
+interval end, a filter that does not name exactly one metric type, an alignment period
+under 60 s, a percentile aligner on a metric that is not a distribution.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import time
 from typing import Any
 
 from tests.support.vertex_emulator.apis import _error
+from tests.support.vertex_emulator.training_series import PREFIX as TRAINING
+from tests.support.vertex_emulator.training_series import training_series
 
 DISTRIBUTIONS = {"prediction_latencies"}
 COUNTS = {"response_count", "error_count"}
@@ -58,6 +61,10 @@ class EndpointService:
         self._served = 0  # predictions requests so far: which deployed model is next
         self._predictors: dict[str, Any] = {}  # model@version -> the loaded predictor
         self._lock = threading.Lock()
+        # Cloud Monitoring's training series (`training_series`): the CustomJobs, and what
+        # each replica's accelerators do (task name -> utilisation, memory; 0 to 1).
+        self.training_jobs: dict[str, Any] = {}
+        self.accelerator_use: dict[str, tuple[float, float]] = {}
 
     def start_monitoring(self, record: Any) -> str:
         """Serves ListTimeSeries on gRPC on loopback (the Python client has no REST
@@ -72,6 +79,8 @@ class EndpointService:
             query = {"filter": [request.filter],
                      "interval.endTime": [request.interval.end_time.rfc3339()]
                      if request.interval.end_time else [],
+                     "interval.startTime": [request.interval.start_time.rfc3339()]
+                     if request.interval.start_time else [],
                      "aggregation.alignmentPeriod": [
                          f"{aggregation.alignment_period.total_seconds():g}s"],
                      "aggregation.perSeriesAligner": [
@@ -289,6 +298,12 @@ class EndpointService:
         period = query.get("aggregation.alignmentPeriod", ["0s"])[0]
         if not query.get("interval.endTime"):
             return 400, _error(400, "Field interval.endTime is required")
+        if len(re.findall(r"metric\.type\s*=", text)) != 1:
+            return 400, _error(400, f"Field filter had an invalid value of {text!r}: a "
+                                    "filter must specify exactly one metric type")
+        if terms.get("metric.type", "").startswith(TRAINING):
+            return 200, {"timeSeries": training_series(self.training_jobs, terms, query,
+                                                       self.accelerator_use)}
         if aligner and float(period.rstrip("s") or 0) < 60:
             return 400, _error(400, "The alignment period must be at least 60 seconds")
         if aligner.startswith("ALIGN_PERCENTILE") and metric not in DISTRIBUTIONS:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from components.training import efficiency
+from components.training.reference_throughput import reference
 from trainer.run.efficiency_log import SeriesFile, read_series, replica_path
 from trainer.run.sampler import Sampler, read_gpus
 
@@ -119,6 +120,7 @@ class _Nvml(types.SimpleNamespace):
         super().__init__(
             NVML_TEMPERATURE_GPU=pynvml.NVML_TEMPERATURE_GPU, NVML_CLOCK_SM=pynvml.NVML_CLOCK_SM,
             nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: f"gpu{i}",
+            nvmlDeviceGetName=lambda h: "NVIDIA H100 80GB HBM3",
             nvmlDeviceGetUtilizationRates=lambda h: utilization,
             nvmlDeviceGetMemoryInfo=lambda h: memory,
             nvmlDeviceGetPowerUsage=lambda h: 612345,
@@ -129,7 +131,8 @@ class _Nvml(types.SimpleNamespace):
 
 def test_the_nvml_reader_converts_nvmls_units():
     (gpu,) = read_gpus(_Nvml())
-    assert gpu == {"index": 0, "utilization_percent": 87, "memory_used_bytes": 61203283968,
+    assert gpu == {"index": 0, "name": "NVIDIA H100 80GB HBM3", "utilization_percent": 87,
+                   "memory_used_bytes": 61203283968,
                    "memory_total_bytes": 85520809984, "power_watts": 612.3,
                    "temperature_c": 63, "sm_clock_mhz": 1755,
                    "throttle_reasons": ["sw_power_cap"]}
@@ -149,3 +152,34 @@ def test_a_machine_without_nvml_says_unavailable_never_zeros(tmp_path):
     figures = efficiency.replica_figures(lines)
     assert figures["gpu"]["utilization_percent"] == 87.0 and figures["gpu"]["count"] == 1
     assert figures["gpu"]["throttle_reasons"] == ["sw_power_cap"]
+
+
+def _gpu_sample(at, name, busy=90):
+    return {"kind": "sample", "at": at, "host": {}, "gpus": [{
+        "index": 0, "name": name, "utilization_percent": busy, "memory_used_bytes": 30e9,
+        "memory_total_bytes": 40e9, "power_watts": 300.0, "temperature_c": 60,
+        "sm_clock_mhz": 1410, "throttle_reasons": []}]}
+
+
+def test_resnet50_on_an_a100_40gb_is_set_beside_nvidias_figure(tmp_path):
+    chief = SeriesFile(replica_path(str(tmp_path), "single-0"))
+    for line in (_epoch(1, 0.40, 0.0, images=640.0), _gpu_sample(0.0, "NVIDIA A100-SXM4-40GB"),
+                 _gpu_sample(2.0, "NVIDIA A100-SXM4-40GB")):
+        chief.add(**line)
+    chief.flush()
+    figures = efficiency.merge(str(tmp_path), [], 100.0, model="resnet50",
+                               mixed_precision="float16")
+    assert figures["reference"]["images_per_second_per_gpu"] == 1770.0
+    assert figures["reference"]["precision"] == "mixed precision"
+    assert figures["cluster"]["images_per_second_per_gpu"] == 640.0
+    (said,) = [x for x in efficiency.lines(figures) if "NVIDIA measured" in x]
+    assert said.startswith("efficiency: NVIDIA measured ResNet-50 at 1770 images/s per A100 "
+                           "40GB (mixed precision, XLA, 224x224); this run 640 images/s per "
+                           "GPU (36% of it;")
+    # No figure for another model, another GPU (an 80GB A100, an H100), or bfloat16.
+    for model, precision in (("cnn", "float16"), ("resnet50", "bfloat16")):
+        assert efficiency.merge(str(tmp_path), [], 100.0, model=model,
+                                mixed_precision=precision)["reference"] is None
+    assert reference("resnet50", "NVIDIA A100-SXM4-80GB", "off") is None
+    assert reference("resnet50", "Tesla V100-SXM2-16GB", "off")["images_per_second_per_gpu"] \
+        == 412.0

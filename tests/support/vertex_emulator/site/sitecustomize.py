@@ -78,21 +78,17 @@ def _fast_launcher(module):
 def _monitoring_channel(module):
     # Cloud Monitoring's Python client speaks gRPC only: its ListTimeSeries is served by
     # the fake on EMULATED_MONITORING, without TLS.
-    make = module.clients_for
-
-    def clients_for(region):
+    def metrics_client():
         import grpc
         from google.cloud import monitoring_v3
         from google.cloud.monitoring_v3.services.metric_service.transports import (
             MetricServiceGrpcTransport,
         )
 
-        clients = make(region)
-        clients.metrics = monitoring_v3.MetricServiceClient(transport=MetricServiceGrpcTransport(
+        return monitoring_v3.MetricServiceClient(transport=MetricServiceGrpcTransport(
             channel=grpc.insecure_channel(MONITORING)))
-        return clients
 
-    module.clients_for = clients_for
+    module.metrics_client = metrics_client
 
 
 def _kfp_mount(module):
@@ -151,7 +147,7 @@ PATCHES = {
     "kfp.dsl.types.artifact_types": _kfp_mount,
     "trainer.common.gcs": _project_mount,
     **({"components.dataset.dataflow": _dataflow_endpoint} if DATAFLOW else {}),
-    **({"components.serving.vertex_endpoint": _monitoring_channel} if MONITORING else {}),
+    **({"components.cloud_monitoring": _monitoring_channel} if MONITORING else {}),
 }
 
 
