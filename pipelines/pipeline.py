@@ -326,7 +326,7 @@ def tune_on_vertex(project_id, training: dict, tuning: dict, vertex: dict, gpu, 
         service_account=settings["service_account"], network=settings["network"])
     job.set_display_name("4a tune on Vertex AI").set_caching_options(False)
     best = training_ops.best_vertex_trial(gcp_resources=job.outputs["gcp_resources"],
-                                          training=training, tuning=tuning)
+                                          training=training, tuning=tuning, vertex=vertex)
     best.set_display_name("4a best trial").set_caching_options(False)
     return best
 

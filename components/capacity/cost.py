@@ -112,6 +112,35 @@ def run_cost(jobs: Iterable[Mapping[str, Any]], prices: Mapping[str, float], *,
                           "the pipeline's own steps"}
 
 
+#: Trial states Vertex AI does not bill (the study record's words: an infeasible trial
+#: failed).
+UNBILLED_TRIALS = {"FAILED", "INFEASIBLE"}
+
+
+def tuning_cost(trials: Iterable[Mapping[str, Any]], pools: Iterable[Mapping[str, Any]],
+                prices: Mapping[str, float]) -> dict[str, Any]:
+    """A study's estimate: every trial but the failed ones on the trials' pools (each
+    trial a job of its own) for its `seconds`, start to end."""
+    rate, unpriced = hourly(pools, prices)
+    trials = list(trials)
+    billed = [t for t in trials if t["state"] not in UNBILLED_TRIALS]
+    seconds = sum(float(t.get("seconds") or 0) for t in billed)
+    return {"usd": round(rate * seconds / 3600, 4), "trials": len(trials),
+            "billed_trials": len(billed), "seconds": round(seconds, 1),
+            "usd_per_hour": round(rate, 6), "unpriced": unpriced,
+            "prices_read": PRICES_READ}
+
+
+def tuning_line(cost: Mapping[str, Any]) -> str:
+    """A study's estimate in one line."""
+    return (f"tuning cost: about {cost['usd']:.2f} USD for {cost['billed_trials']} billed "
+            f"trial(s) of {cost['trials']} ({cost['seconds'] / 3600:.3f} trial-hours at "
+            f"{cost['usd_per_hour']:.2f} USD an hour; a failed trial is not billed; prices "
+            f"of {cost['prices_read']})"
+            + (f"; without a price for {', '.join(cost['unpriced'])}: give it in "
+               "vertex.prices (USD per hour)" if cost["unpriced"] else ""))
+
+
 def line(cost: Mapping[str, Any]) -> str:
     """The estimate in one line."""
     jobs = cost["jobs"]
@@ -166,19 +195,24 @@ def estimate_run(record: Mapping[str, Any], prices: Mapping[str, float], job_dir
     return cost
 
 
+def prices_of(vertex: Mapping[str, Any]) -> dict[str, float]:
+    """The table with the run's `vertex.prices` over it."""
+    from components.vertex_options import VertexOptions
+    from trainer.common.schema import validate
+
+    return {**PRICES, **validate(VertexOptions, vertex, prefix="vertex", strict=False).prices}
+
+
 def tell_cost(record: Mapping[str, Any], vertex: Mapping[str, Any], job_dir: str,
               log: Any, client_for: Any = None) -> dict[str, Any] | None:
     """The training step's last words: the estimate in one line (`vertex.prices` over the
     table). What the run cost is told, never a reason to fail the step: an estimate that
     cannot be made says why."""
     from components.capacity.launcher import jobs_client
-    from components.vertex_options import VertexOptions
     from trainer.common.errors import ProjectError
-    from trainer.common.schema import validate
 
-    prices = validate(VertexOptions, vertex, prefix="vertex", strict=False).prices
     try:
-        cost = estimate_run(record, prices, job_dir, client_for or jobs_client)
+        cost = estimate_run(record, prices_of(vertex), job_dir, client_for or jobs_client)
     except ProjectError as exc:
         log(f"cost: not estimated ({exc})")
         return None

@@ -42,7 +42,9 @@ def lineage(*, manifest: Mapping[str, Any], training: Mapping[str, Any],
         "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))},
         **({"tuning": {k: tuning[k] for k in ("metric", "goal", "best_trial",
                                                "best_parameters", "best_metric")}
-            | {"trials": len(tuning["trials"])}} if tuning else {}),
+            | {"trials": len(tuning["trials"])}
+            | ({"cost_usd": tuning["cost"]["usd"]} if tuning.get("cost") else {})}
+           if tuning else {}),
         **({"efficiency": dict(efficiency)} if efficiency else {}),
     }
 

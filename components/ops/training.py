@@ -120,13 +120,16 @@ def vertex_tuning_spec(worker_pool_specs: list, images: dict, dataset: Input[Dat
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def best_vertex_trial(gcp_resources: str, training: dict, tuning: dict,
+def best_vertex_trial(gcp_resources: str, training: dict, tuning: dict, vertex: dict,
                       trials: Output[Markdown]) -> NamedTuple(
                           "BestTrial", [("training", dict), ("record", dict)]):
     """Stage 4 (Vertex) with a study, part 3: the tuning job's trials read back, and the
-    training options with the best trial's parameters."""
+    training options with the best trial's parameters, and what the study cost."""
     from collections import namedtuple
 
+    from google.protobuf import json_format
+
+    from components.capacity.cost import prices_of, tuning_cost, tuning_line
     from components.stage import say, stage_errors
     from components.tuning.trials import study_record, trials_table
     from components.tuning.tuning_options import TuningOptions
@@ -138,10 +141,14 @@ def best_vertex_trial(gcp_resources: str, training: dict, tuning: dict,
         study = validate(TuningOptions, tuning, prefix="tuning", strict=False)
         job = read_tuning_job(job_name_of(gcp_resources))
         record = study_record(study, trials_of(job, study))
+        pools = [json_format.MessageToDict(type(p).pb(p))
+                 for p in job.trial_job_spec.worker_pool_specs]
+        record["cost"] = tuning_cost(record["trials"], pools, prices_of(vertex))
     files.write_text(trials.path, trials_table(record))
     say(f"tuning: best trial {record['best_trial']} of {len(record['trials'])} "
         f"({study.metric} {record['best_metric']:.4f}): " + ", ".join(
             f"{k}={v}" for k, v in record["best_parameters"].items()))
+    say(tuning_line(record["cost"]))
     return namedtuple("BestTrial", ["training", "record"])(
         {**training, **record["best_parameters"]}, record)
 

@@ -160,7 +160,7 @@ def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
     import tf_keras as keras
 
     from trainer.models.factory import model_for
-    from trainer.run import callbacks
+    from trainer.run import callbacks, profile_steps
     from trainer.run.data import build_inputs
     from trainer.run.sampler import Sampler, load_nvml
     from trainer.run.step_split import for_replica, stamp_arrivals
@@ -183,7 +183,8 @@ def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
     started = time.monotonic()
     with Sampler(series, nvml=nvml, nvml_missing=nvml_missing):
         progress = _fit_phases(tf, keras, strategy, model, plan,
-                               (train_input, validation_input), reporting + [timing])
+                               (train_input, validation_input),
+                               reporting + [timing] + profile_steps.for_replica(tf, plan))
     report = training_report(plan, resumed_from_epoch=progress.resumed_from(),
                              epochs_run=progress.epochs_run, seconds=time.monotonic() - started,
                              weights_sha256=weights_digest(model))

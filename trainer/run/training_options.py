@@ -95,6 +95,10 @@ class TrainingOptions(pydantic.BaseModel):
         "Random crops and left-right flips of training images; auto: on for datasets "
         "stored as JPEG (photos), off for PNG (small or synthetic images)."))
     seed: int = Field(42, ge=0, le=2**31 - 1, description="Seed of weights and shuffling.")
+    profile_steps: int = Field(0, ge=0, le=1000, description=(
+        "Steps of the first epoch traced by TensorBoard's profiler on the chief and the "
+        "first worker, after 5 warm-up steps (0: none); the trace is in TensorBoard's "
+        "Profile tab."))
     strategy: Literal[STRATEGIES] = Field("auto", description=(
         "auto: ParameterServerStrategy when the cluster has parameter servers, else "
         "MultiWorkerMirroredStrategy on several machines."))

@@ -58,3 +58,17 @@ def test_a_type_without_a_price_is_named_never_free():
     assert estimate["per_epoch_usd"] is None
     assert "without a price for NVIDIA_TESLA_A100, a2-highgpu-1g, a3-highgpu-8g: give it " \
            "in vertex.prices" in cost.line(estimate)
+
+
+def test_a_study_is_billed_for_every_trial_but_the_failed_ones():
+    trials = [{"state": "SUCCEEDED", "seconds": 1800.0}, {"state": "FAILED", "seconds": 600.0},
+              {"state": "STOPPING", "seconds": 900.0}]
+    pools = [{"machineSpec": {"machineType": "n1-standard-8", "acceleratorType":
+                              "NVIDIA_H100_80GB", "acceleratorCount": 2}, "replicaCount": "1"}]
+    found = cost.tuning_cost(trials, pools, cost.PRICES)
+    # 0.75 h billed at 2 x 0.21849885 + 2 x 9.79655057 an hour.
+    assert found["usd"] == pytest.approx(0.75 * (0.4369977 + 19.59310114), abs=1e-4)
+    assert (found["trials"], found["billed_trials"], found["seconds"]) == (3, 2, 2700.0)
+    assert cost.tuning_line(found).startswith(
+        f"tuning cost: about {found['usd']:.2f} USD for 2 billed trial(s) of 3 (0.750 "
+        "trial-hours at 20.03 USD an hour")

@@ -790,6 +790,14 @@ def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run
         t for t in resource["trials"] if t["id"] == best_id)["parameters"]}
     assert chosen["training"]["learning_rate"] == pytest.approx(best["learning_rate"])
     assert chosen["training"]["batch_size"] == int(best["batch_size"])
+    # What the study cost: both trials billed, on the trials' two n1-standard-8 machines
+    # (2 x 0.21849885 an hour each); their T4s have no price in this run's configuration.
+    cost = chosen["record"]["cost"]
+    seconds = sum(t["seconds"] for t in chosen["record"]["trials"])
+    assert (cost["billed_trials"], cost["unpriced"]) == (2, ["NVIDIA_TESLA_T4"])
+    assert cost["usd"] == pytest.approx(2 * 2 * 0.21849885 * seconds / 3600, abs=1e-4)
+    assert f"tuning cost: about {cost['usd']:.2f} USD for 2 billed trial(s) of 2" in \
+        tasks["best-vertex-trial"].log.read_text()
 
     # The final CustomJob trained with them, and the model's lineage says so.
     final = apis.recorded(r"/customJobs$")[-1]
