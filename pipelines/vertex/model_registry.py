@@ -35,14 +35,14 @@ def list_models(config: Config, clients: Clients | None = None) -> list[Any]:
     """The registered models (or versions), newest first."""
     request = list_request(config)
     client = clients.model_api if clients is not None and clients.model_api else None
-    if client is None:
-        from google.cloud import aiplatform_v1
-
-        client = aiplatform_v1.ModelServiceClient(client_options={
-            "api_endpoint": vertex_endpoint(config.vertex.region)})
-    method = (client.list_model_versions if type(request).__name__.startswith("ListModelVer")
-              else client.list_models)
     with remote_call("listing the Model Registry"):
+        if client is None:
+            from google.cloud import aiplatform_v1
+
+            client = aiplatform_v1.ModelServiceClient(client_options={
+                "api_endpoint": vertex_endpoint(config.vertex.region)})
+        method = (client.list_model_versions
+                  if type(request).__name__.startswith("ListModelVer") else client.list_models)
         return list(method(request=request))
 
 

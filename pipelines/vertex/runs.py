@@ -18,6 +18,7 @@ from components.tuning.tuning_options import MEASUREMENT_SELECTION
 from pipelines.config import Config
 from pipelines.vertex.capacity import check_capacity
 from pipelines.vertex.clients import Clients, to_json
+from pipelines.vertex.cost_estimate import estimate_lines
 from pipelines.vertex.iam import check_permissions
 from pipelines.vertex.preflight import require_vertex_settings
 from pipelines.vertex.spec import compile_for_vertex
@@ -263,7 +264,7 @@ def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,
                 log("its dataset stage would start a Dataflow job with these Beam pipeline "
                     "options:")
                 print(json.dumps(prepared.dataflow.pipeline_args(), indent=2))
-            for line in summary(prepared, config):
+            for line in summary(prepared, config) + estimate_lines(config, clients):
                 log(line)
             return prepared.request
         if clients.pipeline_api is not None:

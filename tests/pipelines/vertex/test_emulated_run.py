@@ -155,6 +155,8 @@ def _clients(storage, url: str) -> Clients:
         quotas=cloudquotas_v1.CloudQuotasClient(
             transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
         jobs=aiplatform_v1.JobServiceClient(
+            transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
+        model_api=aiplatform_v1.ModelServiceClient(
             transport="rest", client_options=endpoint, credentials=AnonymousCredentials()))
 
 
@@ -306,6 +308,39 @@ def test_the_run_says_where_its_gpu_time_and_money_went(emulated_run):
     (query,) = [r.query for r in apis.recorded("timeSeries$", method="GET")
                 if "training/accelerator/utilization" in r.query["filter"][0]]
     assert f'resource.labels.job_id="{job.name.rsplit("/", 1)[-1]}"' in query["filter"][0]
+
+
+def test_a_dry_run_estimates_the_cost_from_the_newest_model_s_measured_speed(emulated_run):
+    """`submit --dry-run` reads the newest registered model's efficiency.json (beside it
+    in Cloud Storage) and prices the configured epochs on the primary configuration."""
+    lines: list[str] = []
+    config = load_config(overrides={
+        "vertex": {"project": "my-proj", "region": "us-central1",
+                   "pipeline_root": "gs://pipelines/root", "image_repository": REPO,
+                   "service_account": ACCOUNT, "job_name": "emulated",
+                   "prices": {"NVIDIA_TESLA_T4": 0.35}},
+        "training": {"epochs": 4}})
+    runs.submit(config, dry_run=True, clients=emulated_run["clients"],
+                credentials=AnonymousCredentials(), log=lines.append)
+    rate = 2 * (2 * 0.21849885 + 0.35)  # two n1-standard-8 machines with a T4 each
+    head = next(i for i, line in enumerate(lines) if line.startswith("cost estimate: "))
+    assert lines[head] == (f"cost estimate: the primary configuration's machines cost "
+                           f"{rate:.2f} USD an hour (prices of 2026-10-07)")
+    found = re.fullmatch(r"  4 epoch\(s\) at (\d+) s each, as (\S+) measured \((\d+) "
+                         r"images/s on its cluster\): about ([0-9.]+) h, ([0-9.]+) USD "
+                         r"\(without tuning trials, queueing and provisioning\)",
+                         lines[head + 1])
+    assert found, lines[head + 1]
+    model, _, version = found[2].partition("@")
+    uploaded = next(m for m in emulated_run["apis"].models
+                    if (m["model"], m["version"]) == (model, version))
+    uri = uploaded["request"]["model"]["artifact_uri"]
+    bucket, _, path = uri[len("gs://"):].partition("/")
+    figures = json.loads(emulated_run["storage"].bucket(bucket).blob(
+        f"{path}/efficiency.json").download_as_text())
+    per_epoch = figures["cluster"]["train_seconds"] / 3  # the first run's 3 epochs
+    assert int(found[1]) == round(per_epoch)
+    assert float(found[5]) == pytest.approx(rate * 4 * per_epoch / 3600, abs=0.006)
 
 
 def test_the_custom_job_request_and_the_environment_of_its_replicas(emulated_run):

@@ -269,6 +269,9 @@ class FakeGoogleApis:
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/models/[^/]+/operations/[^/]+)$",
              self._operation),
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/models/[^/:]+)$", self._get_model),
+            ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+)/models$", self._list_models),
+            ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/models/[^/:]+):listVersions$",
+             self._list_versions),
             ("POST", r"^/v1/(projects/[^/]+/locations/[^/]+/models/[^/:]+)"
                      r":mergeVersionAliases$",
              self._merge_aliases),
@@ -593,6 +596,31 @@ class FakeGoogleApis:
                      "displayName": uploaded.get("display_name", ""),
                      "artifactUri": uploaded.get("artifact_uri", ""),
                      "labels": uploaded.get("labels", {})}
+
+    def _model_resource(self, entry: dict[str, Any]) -> dict[str, Any]:
+        uploaded = entry["request"]["model"]
+        return {"name": entry["model"], "versionId": entry["version"],
+                "versionAliases": ["default"] if self.defaults.get(entry["model"]) ==
+                entry["version"] else [],
+                "displayName": uploaded.get("display_name") or uploaded.get("displayName", ""),
+                "artifactUri": uploaded.get("artifact_uri") or uploaded.get("artifactUri", ""),
+                "labels": uploaded.get("labels", {})}
+
+    def _list_models(self, parent: str, body: Any) -> tuple[int, Any]:
+        # ListModels: each model once, as its default version; `display_name="..."`
+        # filters; newest first (the order the project asks for).
+        query = self._request.query
+        wanted = re.fullmatch(r'display_name="([^"]*)"', query.get("filter", [""])[0])
+        found = [self._model_resource(m) for m in reversed(self.models)
+                 if m["model"].startswith(parent + "/models/")
+                 and self.defaults.get(m["model"]) == m["version"]]
+        if wanted:
+            found = [m for m in found if m["displayName"] == wanted[1]]
+        return 200, {"models": found}
+
+    def _list_versions(self, name: str, body: Any) -> tuple[int, Any]:
+        return 200, {"models": [self._model_resource(m) for m in reversed(self.models)
+                                if m["model"] == name]}
 
     def _build(self, parent: str, body: dict[str, Any]) -> tuple[int, Any]:
         # Google's client sends `projects/P/builds` with the location in its routing header
