@@ -135,7 +135,8 @@ class VertexOptions(pydantic.BaseModel):
                                     "letters, digits and hyphens, at most 63) or empty"})
     prices: dict[str, float] = Field(default_factory=dict, description=(
         "USD per hour by machine or accelerator type (e.g. g2-standard-8: 0.85, NVIDIA_L4: "
-        "0.64): the training cost estimate's prices, over the dated table of "
+        "0.64; SPOT:NVIDIA_L4 or FLEX_START:NVIDIA_L4 for jobs of that provisioning "
+        "model): the training cost estimate's prices, over the dated table of "
         "components/capacity/cost.py (which types it lacks, the estimate names)."))
     labels: dict[str, str] = Field(default_factory=dict, description=(
         "Labels of the pipeline job and the CustomJob, for cost tracking."))

@@ -16,7 +16,9 @@ a cancelled one too (the training step's own cancellation of a job queued past
 `vertex.queue_limit` is a user's), a failed or expired one is not. The time is the job's
 `start_time` (when all its replicas run) to its `end_time`: the provisioning before
 `start_time` is left out, so this estimate is a lower bound; region prices differ from
-us-central1's; Spot and DWS discounts, disks, network and storage are not counted.
+us-central1's; disks, network and storage are not counted. A Spot or DWS Flex-start job
+(`jobSpec.scheduling.strategy`) takes `SPOT:<type>` or `FLEX_START:<type>` prices from
+`vertex.prices`; without them it is priced on demand and the estimate says so.
 """
 
 from __future__ import annotations
@@ -48,15 +50,24 @@ class JobCost:
     seconds: float
     usd: float
     unpriced: list[str]
+    strategy: str = ""  # SPOT or FLEX_START: priced apart from on-demand
+    on_demand_rate: bool = False  # a discounted job priced at the on-demand rate
 
     @property
     def billed(self) -> bool:
         return self.state in BILLED
 
 
-def hourly(pools: Iterable[Mapping[str, Any]], prices: Mapping[str, float]
-           ) -> tuple[float, list[str]]:
-    """(USD per hour of the pools' machines and GPUs, the types with no price)."""
+#: Provisioning models priced apart from on-demand: Spot prices change up to once a day
+#: (Compute Engine, "Spot VMs pricing"), DWS Flex-start has prices of its own; no table can
+#: hold them, so `vertex.prices` gives them as `SPOT:<type>` or `FLEX_START:<type>`.
+DISCOUNTED = ("SPOT", "FLEX_START")
+
+
+def hourly(pools: Iterable[Mapping[str, Any]], prices: Mapping[str, float],
+           strategy: str = "") -> tuple[float, list[str]]:
+    """(USD per hour of the pools' machines and GPUs, the types with no price); a Spot or
+    DWS `strategy` takes `<strategy>:<type>` prices first, else the on-demand one."""
     total, unpriced = 0.0, []
     for pool in pools:
         spec = pool.get("machine_spec") or pool.get("machineSpec") or {}
@@ -69,7 +80,9 @@ def hourly(pools: Iterable[Mapping[str, Any]], prices: Mapping[str, float]
         for kind, count in ((machine, 1), (gpu, gpus)):
             if not kind or not count or kind == "ACCELERATOR_TYPE_UNSPECIFIED":
                 continue
-            if kind in prices:
+            if f"{strategy}:{kind}" in prices:
+                total += replicas * count * prices[f"{strategy}:{kind}"]
+            elif kind in prices:
                 total += replicas * count * prices[kind]
             elif kind not in unpriced:
                 unpriced.append(kind)
@@ -88,9 +101,14 @@ def job_cost(job: Mapping[str, Any], prices: Mapping[str, float]) -> JobCost:
     start, end = when("startTime"), when("endTime")
     seconds = max(0.0, end - start) if start is not None and end is not None else 0.0
     state = str(job.get("state", ""))
-    rate, unpriced = hourly(job.get("jobSpec", {}).get("workerPoolSpecs", []), prices)
+    spec = job.get("jobSpec", {})
+    strategy = str((spec.get("scheduling") or {}).get("strategy") or "")
+    strategy = strategy if strategy in DISCOUNTED else ""
+    rate, unpriced = hourly(spec.get("workerPoolSpecs", []), prices, strategy)
     usd = rate * seconds / 3600 if state in BILLED else 0.0
-    return JobCost(str(job.get("name", "")), state, round(seconds, 1), round(usd, 4), unpriced)
+    on_demand = bool(strategy) and not any(key.startswith(f"{strategy}:") for key in prices)
+    return JobCost(str(job.get("name", "")), state, round(seconds, 1), round(usd, 4), unpriced,
+                   strategy, on_demand)
 
 
 def run_cost(jobs: Iterable[Mapping[str, Any]], prices: Mapping[str, float], *,
@@ -107,9 +125,8 @@ def run_cost(jobs: Iterable[Mapping[str, Any]], prices: Mapping[str, float], *,
             if training_images else None,
             "jobs": [dataclasses.asdict(c) | {"billed": c.billed} for c in seen.values()],
             "unpriced": unpriced, "prices_read": PRICES_READ, "prices_source": PRICES_SOURCE,
-            "leaves_out": "provisioning before each job's start_time, Spot and DWS "
-                          "discounts, other regions' prices, disks, network, storage and "
-                          "the pipeline's own steps"}
+            "leaves_out": "provisioning before each job's start_time, other regions' "
+                          "prices, disks, network, storage and the pipeline's own steps"}
 
 
 #: Trial states Vertex AI does not bill (the study record's words: an infeasible trial
@@ -157,6 +174,10 @@ def line(cost: Mapping[str, Any]) -> str:
     if cost["unpriced"]:
         text += (f"; without a price for {', '.join(cost['unpriced'])}: give it in "
                  "vertex.prices (USD per hour)")
+    at_list = sorted({j["strategy"] for j in jobs if j.get("on_demand_rate")})
+    if at_list:
+        text += (f"; {' and '.join(at_list)} job(s) priced at on-demand rates, an upper bound "
+                 f"(Spot prices change daily: give {at_list[0]}:<type> in vertex.prices)")
     return text
 
 

@@ -9,8 +9,10 @@ names a replica whose file is missing. The figures (`efficiency.json`):
   host's CPU use and network rate;
 - for the cluster: images per second, GPU-hours;
 - the verdict: `input-bound` when the steps wait for their batches for at least
-  INPUT_BOUND of their time, else `compute-bound` (compute and the all-reduce together:
-  telling those apart needs a profile);
+  INPUT_BOUND of their time; else, on several machines whose GPUs are busy less than
+  GPU_BUSY percent, `communication-bound` (the steps neither wait for input nor keep the
+  GPUs busy: the rest is the all-reduce between machines; a profile confirms it); else
+  `compute-bound`;
 - a replica whose steps wait for input longer than the others' by SLOW_MARGIN of the
   step, or whose steps take SLOW_MARGIN longer, is named.
 """
@@ -33,6 +35,9 @@ INPUT_BOUND = 0.25
 SLOW_MARGIN = 0.15
 #: GPU memory use under which the advice is a larger batch.
 MEMORY_LEFT = 0.5
+#: GPU utilisation under which a multi-machine run that does not wait for input is
+#: communication-bound: its steps spend the rest in the all-reduce.
+GPU_BUSY = 60.0
 
 
 def expected_replicas(strategy: str, training_machines: int) -> list[str]:
@@ -148,14 +153,14 @@ def merge(job_dir: str, expected: list[str], train_seconds: float, *, model: str
     if per_gpu:
         cluster["images_per_second_per_gpu"] = round(statistics.fmean(per_gpu), 2)
     gpu_name = next((r["gpu"]["name"] for r in replicas.values() if r["gpu"].get("name")), "")
-    verdict, evidence = _verdict(measured)
+    verdict, evidence = _verdict(measured, len(replicas))
     return {"replicas": replicas, "cluster": cluster, "verdict": verdict,
             "evidence": evidence, "slow_replicas": _slow(measured),
             "advice": _advice(verdict, measured),
             "reference": reference(model, gpu_name, mixed_precision)}
 
 
-def _verdict(measured: dict[str, dict[str, Any]]) -> tuple[str, str]:
+def _verdict(measured: dict[str, dict[str, Any]], machines: int) -> tuple[str, str]:
     shares = [r["input_share"] for r in measured.values() if r["input_share"] is not None]
     if not shares:
         return "unknown", "no replica's steps were split (none measured, or parameter servers)"
@@ -163,6 +168,14 @@ def _verdict(measured: dict[str, dict[str, Any]]) -> tuple[str, str]:
     if share >= INPUT_BOUND:
         return "input-bound", (f"the steps wait for their batches {share:.0%} of their time "
                                f"(at least {INPUT_BOUND:.0%} is input-bound)")
+    busy = [r["gpu"]["utilization_percent"] for r in measured.values()
+            if r["gpu"].get("count")]
+    if machines > 1 and busy and statistics.fmean(busy) < GPU_BUSY:
+        return "communication-bound", (
+            f"the steps wait for their batches {share:.0%} of their time, yet the GPUs are "
+            f"busy only {statistics.fmean(busy):.0f}% (under {GPU_BUSY:.0f}%): the rest is "
+            f"the all-reduce between the {machines} machines (training.profile_steps "
+            "confirms it)")
     return "compute-bound", (f"the steps wait for their batches {share:.0%} of their time; "
                              "the rest is compute and the all-reduce (a profile tells them "
                              "apart)")
@@ -191,6 +204,11 @@ def _advice(verdict: str, measured: dict[str, dict[str, Any]]) -> str:
         return ("feed the steps faster: cache the decoded images (training.cache: on, with "
                 "training.cache_budget_mb for them), give the input more CPU (a machine with "
                 "more vCPUs), or keep the data in the job's region")
+    if verdict == "communication-bound":
+        return ("shorten the all-reduce: a Reduction Server pool (pool 2, Vertex AI's "
+                "reductionserver image) for NCCL across machines, a larger training.batch_size "
+                "(fewer all-reduces per epoch), or fewer machines: scaling out adds little "
+                "while the GPUs wait for each other")
     gpus = [r["gpu"] for r in measured.values() if r["gpu"].get("count")]
     if gpus:
         used = max(g["memory_used_bytes"] / g["memory_total_bytes"] for g in gpus)

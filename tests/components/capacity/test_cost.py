@@ -72,3 +72,23 @@ def test_a_study_is_billed_for_every_trial_but_the_failed_ones():
     assert cost.tuning_line(found).startswith(
         f"tuning cost: about {found['usd']:.2f} USD for 2 billed trial(s) of 3 (0.750 "
         "trial-hours at 20.03 USD an hour")
+
+
+def _spot_job(state="JOB_STATE_SUCCEEDED"):
+    return {"name": "projects/p/locations/us-central1/customJobs/9", "state": state,
+            "startTime": "2026-11-26T10:00:00Z", "endTime": "2026-11-26T12:00:00Z",
+            "jobSpec": {"scheduling": {"strategy": "SPOT"}, "workerPoolSpecs": [
+                {"machineSpec": {"machineType": "n1-standard-4", "acceleratorType":
+                                 "NVIDIA_H100_80GB", "acceleratorCount": 1},
+                 "replicaCount": "2"}]}}
+
+
+def test_a_spot_job_takes_its_spot_price_or_says_it_was_priced_on_demand():
+    # 2 h of two machines: with a Spot price for the GPU, the machine still on demand.
+    spot = cost.job_cost(_spot_job(), {**cost.PRICES, "SPOT:NVIDIA_H100_80GB": 3.0})
+    assert spot.usd == pytest.approx(2 * 2 * (0.21849885 + 3.0), abs=1e-4)
+    assert (spot.strategy, spot.on_demand_rate) == ("SPOT", False)
+    on_demand = cost.run_cost([_spot_job()], cost.PRICES, epochs=2, training_images=0)
+    assert on_demand["usd"] == pytest.approx(2 * 2 * (0.21849885 + 9.79655057), abs=1e-4)
+    assert "SPOT job(s) priced at on-demand rates, an upper bound (Spot prices change " \
+        "daily: give SPOT:<type> in vertex.prices)" in cost.line(on_demand)

@@ -183,3 +183,24 @@ def test_resnet50_on_an_a100_40gb_is_set_beside_nvidias_figure(tmp_path):
     assert reference("resnet50", "NVIDIA A100-SXM4-80GB", "off") is None
     assert reference("resnet50", "Tesla V100-SXM2-16GB", "off")["images_per_second_per_gpu"] \
         == 412.0
+
+
+def test_gpus_that_neither_wait_for_input_nor_stay_busy_are_communication_bound(tmp_path):
+    for name in ("chief-0", "worker-0"):
+        series = SeriesFile(replica_path(str(tmp_path), name))
+        for line in (_epoch(1, 0.40, 0.01, images=80.0), _gpu_sample(0.0, "NVIDIA L4", 41),
+                     _gpu_sample(2.0, "NVIDIA L4", 45)):
+            series.add(**line)
+        series.flush()
+    figures = efficiency.merge(str(tmp_path), ["chief-0", "worker-0"], 100.0)
+    assert figures["verdict"] == "communication-bound"
+    assert "the GPUs are busy only 43% (under 60%): the rest is the all-reduce between the " \
+        "2 machines" in figures["evidence"]
+    assert figures["advice"].startswith("shorten the all-reduce: a Reduction Server pool")
+    # One machine has no all-reduce between machines: the same figures are compute-bound.
+    single = tmp_path / "single"
+    series = SeriesFile(replica_path(str(single), "single-0"))
+    for line in (_epoch(1, 0.40, 0.01), _gpu_sample(0.0, "NVIDIA L4", 41)):
+        series.add(**line)
+    series.flush()
+    assert efficiency.merge(str(single), [], 100.0)["verdict"] == "compute-bound"
