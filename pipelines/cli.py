@@ -38,10 +38,16 @@ COMMANDS = {"run": run, "compile": compile, "submit": submit, "schedule": schedu
 
 
 class _Parser(argparse.ArgumentParser):
+    """Flags are taken whole (`--epoch` is not `--epochs`), and a usage error is one line."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):
-        """Reports a usage error without a traceback and exits with code 2."""
-        self.print_usage(sys.stderr)
-        self.exit(2, f"error: {message}\n")
+        """Reports a usage error in one line, with where the usage is, and exits with
+        code 2 (no traceback)."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,6 +57,18 @@ def build_parser() -> argparse.ArgumentParser:
     for module in COMMANDS.values():
         module.add_parser(commands, _Parser)
     return parser
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line parsed; a flag its command does not take is that command's usage
+    error (argparse would report it as the top-level parser's)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        commands = next(a for a in parser._actions
+                        if isinstance(a, argparse._SubParsersAction))
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 _signals_received: list[int] = []
@@ -76,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     from pipelines.local_run import LocalRunError
 
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     if threading.current_thread() is threading.main_thread():
         # Ctrl-C and SIGTERM (a scheduler, `kill`) stop the whole run.
         signal.signal(signal.SIGINT, _interrupt)

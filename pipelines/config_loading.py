@@ -234,6 +234,9 @@ def load_config(path: str | Path | None = None,
     data: Any = {}
     if path is not None:
         data = _read_yaml(path)
+        if data == {} and warnings is not None:
+            warnings.append(f"config file {str(path)!r} is empty: every setting is the "
+                            "default (config.example.yaml shows them)")
         if not isinstance(data, Mapping):
             raise ConfigError([f"config file {str(path)!r} holds a {type(data).__name__}; "
                                f"expected a mapping with the sections {', '.join(SECTIONS)}"])

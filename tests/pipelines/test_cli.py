@@ -71,6 +71,29 @@ def test_user_mistakes(args, message, tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing was started or written
 
 
+def test_a_usage_error_is_one_line_and_flags_are_never_abbreviated(tmp_path, capsys):
+    # `--epoch` would have been taken as `--epochs` by argparse's abbreviations.
+    with pytest.raises(SystemExit, match="2"):
+        main(["run", "--local", "--epoch", "3"])
+    err = capsys.readouterr().err
+    assert err == ("gpu-pipeline run: error: unrecognized arguments: --epoch 3 (see "
+                   "gpu-pipeline run --help)\n")
+    with pytest.raises(SystemExit, match="2"):
+        main(["compile", "--out", str(tmp_path / "spec.yaml")])
+    assert capsys.readouterr().err.splitlines() == [
+        "gpu-pipeline compile: error: unrecognized arguments: --out "
+        f"{tmp_path / 'spec.yaml'} (see gpu-pipeline compile --help)"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_config_file_is_warned_about(tmp_path, capsys):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing yet\n")
+    assert main(["compile", "--config", str(empty), "--output", str(tmp_path / "s.yaml")]) == 0
+    assert f"warning: config file {str(empty)!r} is empty: every setting is the default " \
+        "(config.example.yaml shows them)" in capsys.readouterr().err
+
+
 def test_invalid_config_refused_before_compiling(tmp_path):
     config = tmp_path / "bad.yaml"
     config.write_text("vertex:\n  worker_pool_specs:\n    - machine_spec: {machine_type: "
