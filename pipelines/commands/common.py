@@ -63,7 +63,9 @@ def add_vertex_flags(parser: argparse.ArgumentParser) -> None:
                         help="Artifact Registry repository: LOCATION-docker.pkg.dev/PROJECT/REPO.")
     parser.add_argument("--service-account", help="Service account the run uses.")
     parser.add_argument("--dry-run", action="store_true",
-                        help="Print the requests without uploading, building or sending anything.")
+                        help="Show the requests without uploading, building or sending anything.")
+    parser.add_argument("--verbose", action="store_true",
+                        help="With --dry-run, print each request's whole body.")
 
 
 def overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:

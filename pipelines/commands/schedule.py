@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.vertex.clients import to_json
 
     if args.action == "create":
-        schedules.create_schedule(vertex_config(args), dry_run=args.dry_run)
+        schedules.create_schedule(vertex_config(args), dry_run=args.dry_run,
+                                  verbose=args.verbose)
         return 0
     config = load(args)
     if args.action == "list":

@@ -24,5 +24,5 @@ def run(args: argparse.Namespace) -> int:
     """Submits the run to Vertex AI Pipelines (or prints it with --dry-run)."""
     from pipelines.vertex.runs import submit
 
-    submit(vertex_config(args), dry_run=args.dry_run)
+    submit(vertex_config(args), dry_run=args.dry_run, verbose=args.verbose)
     return 0

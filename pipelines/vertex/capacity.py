@@ -28,26 +28,27 @@ def planned_needs(config: Config) -> list[tuple[Alternative, list[quotas.Need]]]
 
 
 def check_capacity(config: Config, clients: Clients, *, dry_run: bool,
-                   log: Callable[[str], None]) -> list[quotas.Quota]:
-    """Reads the quotas (or, with `dry_run`, prints the requests it would send) and holds
-    every alternative's needs against them; returns the primary's.
+                   log: Callable[[str], None], verbose: bool = False) -> list[quotas.Quota]:
+    """Reads the quotas (or, with `dry_run`, shows the requests it would send: in full
+    with `verbose`) and holds every alternative's needs against them; returns the
+    primary's.
 
     Raises:
         QuotaError: The primary configuration needs more than a quota allows.
     """
     from google.cloud import aiplatform_v1, cloudquotas_v1
 
-    from pipelines.vertex.clients import to_json
+    from pipelines.vertex.dry_run import show
 
     project, planned = config.vertex.project, planned_needs(config)
     if dry_run:
         log("quota: submit would read the project's Vertex AI quotas with:")
-        print(to_json(cloudquotas_v1.ListQuotaInfosRequest(
-            parent=quotas.quota_parent(project))))
+        show(cloudquotas_v1.ListQuotaInfosRequest(parent=quotas.quota_parent(project)), log,
+             verbose=verbose)
         for region in sorted({a.region for a, _ in planned}):
-            print(to_json(aiplatform_v1.ListCustomJobsRequest(
+            show(aiplatform_v1.ListCustomJobsRequest(
                 parent=f"projects/{project}/locations/{region}",
-                filter=quotas.active_jobs_filter())))
+                filter=quotas.active_jobs_filter()), log, verbose=verbose)
         for alternative, needed in planned:
             for need in needed:
                 log(f"quota: {alternative.label} needs {need.amount} of {need.metric} in "

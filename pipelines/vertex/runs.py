@@ -17,8 +17,9 @@ from components.stage import say
 from components.tuning.tuning_options import MEASUREMENT_SELECTION
 from pipelines.config import Config
 from pipelines.vertex.capacity import check_capacity
-from pipelines.vertex.clients import Clients, to_json
+from pipelines.vertex.clients import Clients
 from pipelines.vertex.cost_estimate import estimate_lines
+from pipelines.vertex.dry_run import NOTHING_SENT, show, show_text
 from pipelines.vertex.iam import check_permissions
 from pipelines.vertex.preflight import require_vertex_settings
 from pipelines.vertex.spec import compile_for_vertex
@@ -241,8 +242,10 @@ def request_location(request: Any) -> str:
 
 
 def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,
-           credentials: Any = None, log: Callable[[str], None] = say) -> Any:
-    """Submits a run (`aiplatform.PipelineJob.submit`), or prints it with `dry_run`.
+           credentials: Any = None, log: Callable[[str], None] = say,
+           verbose: bool = False) -> Any:
+    """Submits a run (`aiplatform.PipelineJob.submit`), or shows it with `dry_run`: a line
+    per request it would send, their bodies too with `verbose`.
 
     Returns:
         The CreatePipelineJobRequest (dry run) or the submitted PipelineJob.
@@ -250,22 +253,24 @@ def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,
     clients = clients or Clients()
     require_vertex_settings(config)
     check_permissions(config, clients, dry_run=dry_run, log=log)
-    check_capacity(config, clients, dry_run=dry_run, log=log)
+    check_capacity(config, clients, dry_run=dry_run, log=log, verbose=verbose)
     with prepared_run(config, dry_run, clients, credentials, log) as (prepared, _):
         if dry_run:
-            log("dry run: nothing was uploaded, built or submitted")
             log(f"sources would go to {prepared.source_uri}; for the images whose tag "
                 f"{prepared.images[images.GPU.key]['tag']} is missing, Cloud Build would "
                 "receive:")
-            print(to_json(prepared.build_request))
+            show(prepared.build_request, log, verbose=verbose)
             log("Vertex AI would receive this CreatePipelineJobRequest:")
-            print(to_json(prepared.request))
+            show(prepared.request, log, verbose=verbose)
             if prepared.dataflow is not None:
                 log("its dataset stage would start a Dataflow job with these Beam pipeline "
                     "options:")
-                print(json.dumps(prepared.dataflow.pipeline_args(), indent=2))
+                show_text("the Beam pipeline options",
+                          json.dumps(prepared.dataflow.pipeline_args(), indent=2), log,
+                          verbose=verbose)
             for line in summary(prepared, config) + estimate_lines(config, clients):
                 log(line)
+            log(NOTHING_SENT + ("" if verbose else " (--verbose prints the request bodies)"))
             return prepared.request
         if clients.pipeline_api is not None:
             prepared.job.api_client = clients.pipeline_api

@@ -9,7 +9,8 @@ from typing import Any
 from components.cloud_names import vertex_endpoint
 from components.stage import say
 from pipelines.config import Config
-from pipelines.vertex.clients import Clients, to_json
+from pipelines.vertex.clients import Clients
+from pipelines.vertex.dry_run import NOTHING_SENT, show
 from pipelines.vertex.preflight import VertexSettingsError
 from pipelines.vertex.runs import prepared_run, summary
 from trainer.common.remote import remote_call
@@ -30,18 +31,21 @@ def schedule_request(config: Config, create: Any) -> Any:
 
 
 def create_schedule(config: Config, *, dry_run: bool, clients: Clients | None = None,
-                    credentials: Any = None, log: Callable[[str], None] = say) -> Any:
-    """Creates a PipelineJobSchedule for scheduled retraining (or prints it)."""
+                    credentials: Any = None, log: Callable[[str], None] = say,
+                    verbose: bool = False) -> Any:
+    """Creates a PipelineJobSchedule for scheduled retraining (or shows it: its body too
+    with `verbose`)."""
     from google.cloud import aiplatform
 
     clients = clients or Clients()
     with prepared_run(config, dry_run, clients, credentials, log) as (prepared, credentials):
         request = schedule_request(config, prepared.request)
         if dry_run:
-            log("dry run: Vertex AI would receive this CreateScheduleRequest:")
-            print(to_json(request))
+            log("Vertex AI would receive this CreateScheduleRequest:")
+            show(request, log, verbose=verbose)
             for line in summary(prepared, config):
                 log(line)
+            log(NOTHING_SENT + ("" if verbose else " (--verbose prints the request body)"))
             return request
         schedule = aiplatform.PipelineJobSchedule(
             pipeline_job=prepared.job, display_name=config.schedule.display_name,

@@ -223,6 +223,12 @@ def test_the_dry_run_prints_the_quota_requests_and_sends_none(capsys):
     cfg = config(fallbacks=[{"region": "us-east4"}])
     preflight.check_capacity(cfg, Clients(), dry_run=True, log=print)
     out = capsys.readouterr().out
+    # One line per request by default, the bodies with --verbose.
+    assert re.search(r"  ListQuotaInfosRequest to projects/my-proj/locations/global/services/"
+                     r"aiplatform\.googleapis\.com: \d+ bytes \(--verbose prints it\)", out)
+    assert "  ListCustomJobsRequest to projects/my-proj/locations/us-east4: " in out
+    preflight.check_capacity(cfg, Clients(), dry_run=True, log=print, verbose=True)
+    out = capsys.readouterr().out
     assert '"parent": "projects/my-proj/locations/global/services/aiplatform.googleapis.com"' \
         in out
     assert '"parent": "projects/my-proj/locations/us-east4"' in out

@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import http.server
 import json
+import re
 import threading
 
 import pytest
@@ -553,8 +554,15 @@ def test_another_team_uses_the_spec_as_a_step(tmp_path):
 def test_schedule_cli_dry_run(capsys):
     args = ["--project", "my-proj", "--pipeline-root", "gs://pipelines/root",
             "--image-repository", REPO, "--dry-run"]
-    assert main(["schedule", "create", "--cron", "TZ=Etc/UTC 0 5 * * *",
-                 "--max-concurrent-runs", "2", *args]) == 0
+    create = ["schedule", "create", "--cron", "TZ=Etc/UTC 0 5 * * *", "--max-concurrent-runs",
+              "2", *args]
+    assert main(create) == 0
+    short = capsys.readouterr().out
+    assert re.search(r"  CreateScheduleRequest to projects/my-proj/locations/us-central1: "
+                     r"[\d,]+ bytes \(--verbose prints it\)", short)
+    assert short.rstrip().endswith("dry run: nothing was uploaded, built or submitted "
+                                   "(--verbose prints the request body)")
+    assert main([*create, "--verbose"]) == 0
     out = capsys.readouterr().out
     body, _ = json.JSONDecoder().raw_decode(
         out[out.index("CreateScheduleRequest:") + len("CreateScheduleRequest:"):].lstrip())
