@@ -3,15 +3,19 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# pipefail: the install's progress is filtered through awk, and pip's exit status counts.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 
 .PHONY: install demo test compile bench lock image-check clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
+	@echo "make: installing the project and its dependencies into $(VENV) (a few minutes the first time; pip names each package as it goes)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --progress-bar off -e ".[test]" | awk '/^(Collecting|Successfully installed)/ { print; fflush() }'
 	touch $(STAMP)
 
 # The whole pipeline on this machine, on the embedded default (no flags, no network).

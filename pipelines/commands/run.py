@@ -4,6 +4,7 @@ the trainer as processes on localhost)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"dataset.source {source!r} is Vertex AI's Cloud Storage mount, which "
                          f"this machine does not have; for a local run give {uri!r} or a "
                          "local copy")
-    layout, plan = _local_layout(config)
+    layout, _ = _local_layout(config)
     make_directory(args.pipeline_root, "--pipeline-root")
     from pipelines.local_run import run_local
 
@@ -72,8 +73,7 @@ def run(args: argparse.Namespace) -> int:
         f"as processes; model {config.training.model}, {config.training.total_epochs} "
         f"epochs, dataset {config.dataset.source}; "
         f"Vertex worker pools to validate: {len(pools)} in {config.vertex.region}")
-    say(f"training plan of this local run: {plan.summary()}")
-    say(f"training plan on Vertex AI: {config.vertex_plan().summary()}")
+    # Stage 1 prints both training plans (this run's and Vertex AI's) once it has made them.
     result = run_local(config, args.pipeline_root, verbose=args.verbose,
                        cache=not args.no_cache)
     if result.dataset_reused:
@@ -86,14 +86,33 @@ def run(args: argparse.Namespace) -> int:
         f" (registry version {result.registered_version})" if result.registered_version
         else ""))
     _how_to_call(config, args.pipeline_root)
-    print(f"  pipeline root: {result.pipeline_root}")
-    print(f"  run:           {result.run_dir}")
-    print(f"  model:         {result.model_uri}")
+    for line in _open_next(result):
+        print(line)
+    print(f"every artifact of the run (under {result.run_dir}):")
     for name, path in result.artifacts.items():
         print(f"  {name:<40} {path}")
     if args.json:
         print(result.to_json())
     return 0
+
+
+def _open_next(result) -> list[str]:
+    """What a user opens after a run: the model, the training report as a page, the
+    TensorBoard logs and the efficiency figures."""
+    import shutil
+
+    lines = ["open next:", f"  the model (a SavedModel):  {result.model_uri}"]
+    curves = result.artifacts.get("report-training/curves")
+    if curves and Path(curves).is_file():
+        page = Path(result.run_dir) / "training-report.html"  # KFP's HTML has no extension
+        shutil.copyfile(curves, page)
+        lines.append(f"  the training report:      {page} (open it in a browser)")
+    job = result.artifacts.get("train-on-local-workers/training_job")
+    if job:
+        lines += [f"  the efficiency figures:   {Path(job) / 'efficiency.json'}",
+                  f"  TensorBoard:              {Path(sys.executable).parent / 'tensorboard'} "
+                  f"--logdir {Path(job) / 'tensorboard'}"]
+    return lines
 
 
 def _how_to_call(config, pipeline_root) -> None:

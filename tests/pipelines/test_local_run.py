@@ -130,6 +130,16 @@ def test_demo_runs_every_stage_and_says_what_it_did(demo):
                              stdout), stdout[-3000:]
     # Progress stays readable: KFP's executor input dumps are not shown.
     assert '"executorInput"' not in stdout and "inputDefinitions" not in stdout
+    # Each training plan once, from stage 1.
+    assert stdout.count("training plan of this local run: ") == 1
+    assert stdout.count("training plan on Vertex AI: ") == 1
+    # The end says what to open next: the model, the report as a page, TensorBoard.
+    job = artifacts["train-on-local-workers/training_job"]
+    page = Path(summary["run_dir"]) / "training-report.html"
+    assert page.read_text() == curves
+    assert f"  the model (a SavedModel):  {summary['model_uri']}" in stdout
+    assert f"  the training report:      {page} (open it in a browser)" in stdout
+    assert f" --logdir {job / 'tensorboard'}" in stdout and (job / "tensorboard").is_dir()
 
 
 def test_demo_checked_the_model_in_its_server_and_says_how_to_call_it(demo):
