@@ -41,11 +41,14 @@ def _section(data: Any, key: str) -> dict:
 
 
 def validate_file(path: Path, region: str | None):
-    """Validates a file in any of the accepted formats; returns (result, region, format,
-    the training options: a gpu-pipeline config's own, else the defaults)."""
+    """Validates a file in any of the accepted formats by stage 1's one check
+    (`check_pools`: GPU rules, roles, training plan and, in a gpu-pipeline config, the
+    scheduling strategy's rules); returns (result, region, format, the training options: a
+    gpu-pipeline config's own, else the defaults)."""
     from components.gpu.ai_platform_pools import validate_ai_platform_config
-    from components.gpu.validation import validate_worker_pool_specs
-    from pipelines.config import SECTIONS, Config
+    from components.gpu.pools import check_pools, with_role_checks
+    from components.vertex_options import VertexOptions
+    from pipelines.config import SECTIONS
     from pipelines.config_loading import AI_PLATFORM_KEYS, without_deprecated_keys
     from pipelines.yaml_input import read_yaml
     from trainer.common.schema import validate
@@ -54,31 +57,29 @@ def validate_file(path: Path, region: str | None):
     data = read_yaml(path, "--config")
     defaults = TrainingOptions()
     if isinstance(data, list):
-        return (validate_worker_pool_specs(data, region), region, "vertex worker pool specs",
-                defaults)
+        return (check_pools(data, region=region, training=defaults), region,
+                "vertex worker pool specs", defaults)
     if isinstance(data, dict) and AI_PLATFORM_KEYS & set(data):
         region = region or _text(_section(data, "trainingInput").get("region"))
-        return (validate_ai_platform_config(data, region), region, "AI Platform config.yaml",
-                defaults)
+        return (with_role_checks(validate_ai_platform_config(data, region), defaults), region,
+                "AI Platform config.yaml", defaults)
     if isinstance(data, dict) and "worker_pool_specs" in data:
         region = region or _text(data.get("region"))
-        return (validate_worker_pool_specs(data["worker_pool_specs"], region), region,
-                "vertex worker pool specs", defaults)
+        return (check_pools(data["worker_pool_specs"], region=region, training=defaults),
+                region, "vertex worker pool specs", defaults)
     if isinstance(data, dict) and set(data) <= set(SECTIONS):
         if data.get("vertex") is not None and not isinstance(data["vertex"], dict):
             raise InputError(f"--config {str(path)!r}: vertex is {short(data['vertex'])}; "
                              "expected a mapping with region, worker_pool_specs, ...")
-        config, vertex = Config(), _section(data, "vertex")
-        region = region or _text(vertex.get("region")) or config.vertex.region
-        specs = vertex.get("worker_pool_specs", list(config.vertex.worker_pool_specs))
+        vertex = _section(data, "vertex")
+        region = region or _text(vertex.get("region")) or VertexOptions().region
         current = without_deprecated_keys(data, str(path), None)  # local-run keys: not here
         training = validate(TrainingOptions, _section(current, "training"), prefix="training",
                             strict=False)
-        if vertex.get("fallbacks"):  # every alternative, each with its own plan
-            return _alternatives(vertex, region, training), region, "gpu-pipeline config", \
-                training
-        return (validate_worker_pool_specs(specs, region), region, "gpu-pipeline config",
-                training)
+        # As submit checks it: every alternative, with its scheduling strategy's rules.
+        checked = _alternatives(vertex, region, training)
+        return (checked if vertex.get("fallbacks") else checked.results[0], region,
+                "gpu-pipeline config", training)
     raise InputError(f"--config {str(path)!r} is in no format validate-gpu reads: expected an AI "
                      "Platform config.yaml (trainingInput: ...), Vertex worker pool specs (a "
                      "list, or worker_pool_specs: [...]), or a gpu-pipeline config (vertex: ...)")
@@ -131,7 +132,7 @@ def _report_alternatives(checked: Any, source: str, as_json: bool, training: Any
 
 def run(args: argparse.Namespace) -> int:
     """`gpu-pipeline validate-gpu`: exit code 0 when valid, 1 when not."""
-    from components.gpu.validation import validate_worker_pool_specs
+    from components.gpu.pools import check_pools
 
     if args.config is not None:
         if args.machine_type:
@@ -148,16 +149,14 @@ def run(args: argparse.Namespace) -> int:
             specs.append({"machine_spec": dict(machine_spec),
                           "replica_count": args.replica_count - 1})
         region, source, training = args.region, "command line", None
-        result = validate_worker_pool_specs(specs, region=region)
+        result = check_pools(specs, region=region)
     else:
         raise InputError("give --machine-type (with --accelerator-type/--accelerator-count) "
                          "or --config FILE")
     from components.capacity.alternatives import Checked
-    from components.gpu.pools import with_role_checks
 
     if isinstance(result, Checked):
         return _report_alternatives(result, source, args.json, training)
-    result = with_role_checks(result, training)  # the roles and the training plan
     plan = result.plan.to_dict() if result.plan is not None else None
     if args.json:
         print(json.dumps({"ok": result.ok, "errors": result.errors, "warnings": result.warnings,

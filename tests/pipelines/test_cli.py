@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from pipelines.cli import main
+from pipelines.config import ConfigError
+from pipelines.config_loading import load_config
 
 # Exercised here without an import, through `cli.COMMANDS` and `main`: the command modules
 # `pipelines.commands.run`, `pipelines.commands.compile`, `pipelines.commands.submit`,
@@ -200,6 +202,19 @@ def test_validate_gpu_reports_every_problem_of_a_pools_file(tmp_path):
            "1 replica" in result.stdout
     assert "no single zone of us-central1 offers together" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_validate_gpu_applies_the_scheduling_strategy_s_rules_as_submit_does(tmp_path, capsys):
+    # FLEX_START (Dynamic Workload Scheduler) serves no T4: submit refuses this config, and
+    # so does validate-gpu (it runs the same check).
+    config = tmp_path / "flex.yaml"
+    config.write_text("vertex:\n  scheduling_strategy: FLEX_START\n  worker_pool_specs:\n"
+                      "    - machine_spec: {machine_type: n1-standard-8, accelerator_type: "
+                      "NVIDIA_TESLA_T4, accelerator_count: 1}\n      replica_count: 1\n")
+    assert main(["validate-gpu", "--config", str(config)]) == 1
+    assert "scheduling_strategy FLEX_START serves only NVIDIA_L4" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="scheduling_strategy FLEX_START serves only"):
+        load_config(config)
 
 
 def test_validate_gpu_refuses_unknown_files(tmp_path):
