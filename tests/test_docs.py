@@ -93,3 +93,23 @@ def test_every_module_a_page_names_exists():
                     or (module.exists() and path.name in module.read_text())):
                 missing.append(f"{page.name}: {name}")
     assert not missing, missing
+
+
+def _normalised(lines: list[str]) -> list[str]:
+    """Sample output lines without what changes with every commit (content hashes) or
+    machine (why the registry could not be read)."""
+    return [re.sub(r"(no measured speed: ).*", r"\1...", re.sub(r"[0-9a-f]{16,}", "HASH", line))
+            for line in lines]
+
+
+def test_the_documented_dry_run_is_what_the_dry_run_prints(capsys, tmp_path, monkeypatch):
+    from pipelines.cli import main
+
+    (block,) = [b for b in _code_blocks((ROOT / "docs" / "vertex-ai.md").read_text())
+                if b.startswith("$ gpu-pipeline submit --dry-run")]
+    command, _, sample = block.replace("\\\n", " ").partition("\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(shlex.split(command.removeprefix("$ "))[1:]) == 0
+    printed = capsys.readouterr()
+    assert _normalised((printed.out + printed.err).splitlines()) == \
+        _normalised(sample.splitlines())
