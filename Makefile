@@ -22,9 +22,11 @@ $(STAMP): pyproject.toml
 demo: install
 	$(BIN)/gpu-pipeline run --local
 
+# Two processes, each taking whole test files (their module fixtures are shared within
+# a file): on the 2-core machine the suite's waits on its worker processes overlap.
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # Regenerates the committed Vertex AI spec in compiled/.
 compile: install

@@ -164,7 +164,7 @@ def test_the_examples_pass_validation_and_a_dry_run(example, capsys):
     config = EXAMPLES / example / "config.yaml"
     assert main(["validate-gpu", "--config", str(config)]) == 0
     capsys.readouterr()
-    assert main(["submit", "--dry-run", "--config", str(config)]) == 0
+    assert main(["submit", "--dry-run", "--verbose", "--config", str(config)]) == 0
     out = capsys.readouterr().out
     job = _pipeline_job(out)
     training = job["runtimeConfig"]["parameterValues"]["training"]

@@ -300,8 +300,8 @@ def test_submit_dry_run_shows_the_dataflow_job(tmp_path, capsys):
                     "dataflow_max_workers": 20, "dataflow_flexrs": True},
         "vertex": {"service_account": "run@my-project.iam.gserviceaccount.com"}}))
     repository = "us-central1-docker.pkg.dev/my-project/images"
-    assert main(["submit", "--dry-run", "--config", str(path), "--project", "my-project",
-                 "--pipeline-root", "gs://my-bucket/root",
+    assert main(["submit", "--dry-run", "--verbose", "--config", str(path), "--project",
+                 "my-project", "--pipeline-root", "gs://my-bucket/root",
                  "--image-repository", repository]) == 0
     out = capsys.readouterr().out
     start = out.index("[", out.index("start a Dataflow job with these Beam pipeline options"))

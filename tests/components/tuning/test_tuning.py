@@ -149,8 +149,8 @@ def test_submit_dry_run_sends_the_study_with_the_spec_that_runs_it(tmp_path, cap
 
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(AI_PLATFORM))
-    assert main(["submit", "--dry-run", "--config", str(path), "--project", "my-project",
-                 "--pipeline-root", "gs://my-bucket/root", "--image-repository",
+    assert main(["submit", "--dry-run", "--verbose", "--config", str(path), "--project",
+                 "my-project", "--pipeline-root", "gs://my-bucket/root", "--image-repository",
                  "us-central1-docker.pkg.dev/my-project/images"]) == 0
     out = capsys.readouterr().out
     request, _ = json.JSONDecoder().raw_decode(out[out.rindex('{\n  "parent"'):])
@@ -175,8 +175,8 @@ def test_submit_dry_run_sends_the_study_with_the_spec_that_runs_it(tmp_path, cap
     path.write_text(yaml.safe_dump({"trainingInput": {
         **AI_PLATFORM["trainingInput"], "hyperparameters": {
             **spec, "enableTrialEarlyStopping": True}}}))
-    assert main(["submit", "--dry-run", "--config", str(path), "--project", "my-project",
-                 "--pipeline-root", "gs://my-bucket/root", "--image-repository",
+    assert main(["submit", "--dry-run", "--verbose", "--config", str(path), "--project",
+                 "my-project", "--pipeline-root", "gs://my-bucket/root", "--image-repository",
                  "us-central1-docker.pkg.dev/my-project/images"]) == 2
     assert main(["compile", "--config", str(path), "--output", str(tmp_path / "s.yaml")]) == 2
     err = capsys.readouterr().err

@@ -25,6 +25,7 @@ from pipelines.config_loading import load_config
 from pipelines.vertex import preflight, runs, schedules
 from pipelines.vertex import publishing as publish
 from pipelines.vertex.clients import Clients
+from pipelines.vertex.dry_run import NOTHING_SENT
 from tests.support.google_fakes import RecordingApi
 from tests.support.paths import ROOT
 
@@ -560,8 +561,8 @@ def test_schedule_cli_dry_run(capsys):
     short = capsys.readouterr().out
     assert re.search(r"  CreateScheduleRequest to projects/my-proj/locations/us-central1: "
                      r"[\d,]+ bytes \(--verbose prints it\)", short)
-    assert short.rstrip().endswith("dry run: nothing was uploaded, built or submitted "
-                                   "(--verbose prints the request body)")
+    assert short.rstrip().endswith(f"{NOTHING_SENT} (--verbose prints the request body)")
+    assert NOTHING_SENT == "dry run: nothing was uploaded, built or submitted"
     assert main([*create, "--verbose"]) == 0
     out = capsys.readouterr().out
     body, _ = json.JSONDecoder().raw_decode(
