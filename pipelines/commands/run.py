@@ -88,9 +88,12 @@ def run(args: argparse.Namespace) -> int:
     _how_to_call(config, args.pipeline_root)
     for line in _open_next(result):
         print(line)
-    print(f"every artifact of the run (under {result.run_dir}):")
+    # Each artifact is RUN_DIR/<task>/<output>, named so; a reused dataset lies elsewhere.
+    inside = [n for n, p in result.artifacts.items() if Path(p) == Path(result.run_dir, n)]
+    print(f"every artifact of the run is under {result.run_dir}: {', '.join(inside)}")
     for name, path in result.artifacts.items():
-        print(f"  {name:<40} {path}")
+        if name not in inside:
+            print(f"  {name}: {path}")
     if args.json:
         print(result.to_json())
     return 0
@@ -109,9 +112,11 @@ def _open_next(result) -> list[str]:
         lines.append(f"  the training report:      {page} (open it in a browser)")
     job = result.artifacts.get("train-on-local-workers/training_job")
     if job:
+        tensorboard = Path(sys.executable).parent / "tensorboard"  # installed with TensorFlow
+        if tensorboard.is_relative_to(Path.cwd()):  # `make demo`: the checkout's .venv
+            tensorboard = tensorboard.relative_to(Path.cwd())
         lines += [f"  the efficiency figures:   {Path(job) / 'efficiency.json'}",
-                  f"  TensorBoard:              {Path(sys.executable).parent / 'tensorboard'} "
-                  f"--logdir {Path(job) / 'tensorboard'}"]
+                  f"  TensorBoard:              {tensorboard} --logdir {Path(job) / 'tensorboard'}"]
     return lines
 
 
