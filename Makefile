@@ -36,13 +36,13 @@ compile: install
 # the GPU image's apt lock (needs https://packages.cloud.google.com/apt and gpgv).
 lock: install
 	$(BIN)/python -m pip install --quiet -e ".[lock]"
-	$(BIN)/python -m components.build.locks
+	$(BIN)/python -m release.locks
 
 # Builds each image's Python environment from its lock in a fresh virtualenv and checks,
 # with the image's library path, that the CUDA libraries load and the code starts (no
 # Docker engine or GPU needed; downloads about 3.5 GB the first time).
 image-check: install
-	$(BIN)/python -m components.build.image_check
+	$(BIN)/python -m release.image_check
 
 # Every benchmark, one after another; results in benchmarks/results/ (the README's figures).
 bench: install

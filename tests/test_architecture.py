@@ -21,8 +21,10 @@ from tests.support.paths import ROOT
 from trainer.common.errors import InputError, ProjectError, StageError
 
 #: Each package may import only the packages listed (and itself): the trainer, which runs
-#: alone in its container, sits at the bottom; the pipelines' CLI and definitions at the top.
-LAYERS = {"trainer": set(), "components": {"trainer"}, "pipelines": {"trainer", "components"}}
+#: alone in its container, sits at the bottom; the pipelines' CLI and definitions at the top;
+#: the release tooling (`make lock`, `make image-check`) beside them, imported by none.
+LAYERS = {"trainer": set(), "components": {"trainer"}, "pipelines": {"trainer", "components"},
+          "release": {"trainer", "components"}}
 
 
 def _modules():

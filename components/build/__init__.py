@@ -4,9 +4,9 @@
   `dockerignore`: what stays out of it.
 - `cloud_build`: the Cloud Build request that builds and pushes an image.
 - `build_images`: the stage itself: each image found by its context's tag, or built.
-- `locks`: the images' lock files (`make lock`: uv with hashes, and the apt lock);
-  `apt_lock`: a signed apt repository pinned and installed by hash (the GPU image's
-  Reduction Server plugin).
-- `image_check`: each image's environment built from its lock and checked offline
-  (`make image-check`).
+- `apt_lock` and `apt_repository`: a signed apt repository pinned and installed by hash
+  (the GPU image's Reduction Server plugin; its image build runs them).
+
+The release tooling that writes the locks and checks the images (`make lock`, `make
+image-check`) is the `release` package, which nothing the pipeline runs imports.
 """

@@ -173,7 +173,7 @@ def resolve(template: apt_lock.AptLock, allowed: Sequence[str], packages: Sequen
 
 def main(argv: list[str] | None = None) -> int:
     """`install LOCK [--resolve PACKAGE... --accept FINGERPRINT,...] [--record PATH]`: the
-    GPU Dockerfile's apt step (`make lock` writes the lock: `components.build.locks`).
+    GPU Dockerfile's apt step (`make lock` writes the lock: `release.locks`).
     With `--resolve`, a lock that pins nothing is resolved first (`resolve`)."""
     parser = argparse.ArgumentParser(prog="apt_repository.py", description=main.__doc__)
     commands = parser.add_subparsers(dest="command", required=True)

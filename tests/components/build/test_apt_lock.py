@@ -26,7 +26,7 @@ import pytest
 from components import images
 from components.build import apt_lock, apt_repository
 from components.build.apt_lock import AptLock, AptLockError
-from components.build.locks import write_apt_lock
+from release.locks import write_apt_lock
 from tests.support.paths import ROOT
 
 PACKAGE = images.REDUCTION_SERVER_PACKAGE

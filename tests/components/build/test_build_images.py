@@ -12,9 +12,9 @@ import pytest
 import tomllib
 
 from components import images
-from components.build import locks
 from components.build.context import write_build_context
-from components.build.image_check import IMAGE_SITE_PACKAGES, stage_environment
+from release import locks
+from release.image_check import IMAGE_SITE_PACKAGES, stage_environment
 from tests.support.paths import ROOT
 from trainer.run.gpu_check import CUDA_LIBRARIES
 
@@ -97,7 +97,7 @@ def test_each_image_has_a_dockerfile_of_its_own_that_installs_its_locks_and_noth
 
 
 def test_the_gpu_image_starts_the_trainer_and_the_cpu_image_beams_boot_program():
-    from components.build.image_check import stage_entrypoint
+    from release.image_check import stage_entrypoint
 
     assert stage_entrypoint(GPU_DOCKERFILE) == list(images.TRAINER_COMMAND)
     # Dataflow starts a custom container's entry point, which must run Beam's boot program
@@ -235,8 +235,8 @@ def test_the_gpu_lock_serves_every_architecture_the_validator_accepts(monkeypatc
     the lock's cuBLAS and cuDNN are the releases the validator decides by, and they meet
     NVIDIA's documented needs of every GPU architecture it accepts (B200 and K80 are
     refused for it)."""
-    from components.build.locks import architecture_problems, pinned
     from components.gpu.image_support import image_cannot_serve
+    from release.locks import architecture_problems, pinned
 
     pins = pinned((ROOT / "requirements" / "gpu.lock").read_text())
     rows, problems = architecture_problems(pins)
@@ -257,8 +257,8 @@ def test_the_gpu_lock_serves_every_architecture_the_validator_accepts(monkeypatc
 def test_both_locks_hold_the_efficiency_samplers_libraries():
     """Every replica samples NVML and psutil (`trainer.run.sampler`): both images hold
     them, pinned with hashes; `make image-check` imports them (`_check_sampler`)."""
-    from components.build.image_check import _check_sampler
-    from components.build.locks import pinned
+    from release.image_check import _check_sampler
+    from release.locks import pinned
 
     for lock in ("gpu.lock", "cpu.lock"):
         pins = pinned((ROOT / "requirements" / lock).read_text())

@@ -103,7 +103,7 @@ def image_entrypoints(repository: str, root: Path) -> dict[str, list[str]]:
     without a Dataflow harness (a pool that relies on the CPU image's entry point fails as
     it would on Vertex AI)."""
     from components import images
-    from components.build.image_check import stage_entrypoint
+    from release.image_check import stage_entrypoint
 
     found = {}
     for image in images.PROJECT_IMAGES:

@@ -251,7 +251,7 @@ def check_inside(key: str) -> dict:
     if key == images.GPU.key:
         from importlib import metadata
 
-        from components.build.locks import architecture_problems, cuda_problems, normalise
+        from release.locks import architecture_problems, cuda_problems, normalise
 
         pins = {normalise(d.metadata["Name"]): d.version for d in metadata.distributions()}
         failures += cuda_problems(pins, info)
@@ -282,7 +282,7 @@ def check_inside(key: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Builds each image's environment from its lock and checks it (see the module doc)."""
-    parser = argparse.ArgumentParser(prog="python -m components.build.image_check",
+    parser = argparse.ArgumentParser(prog="python -m release.image_check",
                                      description=main.__doc__)
     parser.add_argument("--inside", help=argparse.SUPPRESS)
     parser.add_argument("--image", choices=[i.key for i in images.PROJECT_IMAGES],
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     for image in (i for i in images.PROJECT_IMAGES if i.key in wanted):
         venv = build_environment(image, root, work)
         env = image_environment(image, root, venv)
-        output = _run([str(venv / "bin" / "python"), "-m", "components.build.image_check",
+        output = _run([str(venv / "bin" / "python"), "-m", "release.image_check",
                        "--inside", image.key], env=env)
         report = json.loads(output.strip().splitlines()[-1])
         report["environment_mb"] = round(_size_mb(site_packages(venv)))

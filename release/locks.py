@@ -1,6 +1,6 @@
 """The images' lock files: generated with uv, checked against what TensorFlow declares.
 
-`make lock` (`python -m components.build.locks`) resolves each image's Python environment
+`make lock` (`python -m release.locks`) resolves each image's Python environment
 for the images' platform and Python (`components.images`) and writes it with every
 package's hashes; the Dockerfiles install from those files alone (`--require-hashes
 --no-deps`), so an image holds exactly what was locked. It then pins the GPU image's one
@@ -184,7 +184,7 @@ def write_apt_lock(root: Path, fetch: apt_lock.Fetch = apt_lock.urlopen_fetch,
 
 def main(argv: list[str] | None = None) -> int:
     """`make lock`: regenerates the images' lock files with uv, and the GPU image's apt lock."""
-    parser = argparse.ArgumentParser(prog="python -m components.build.locks",
+    parser = argparse.ArgumentParser(prog="python -m release.locks",
                                      description=main.__doc__)
     parser.add_argument("--uv", default=shutil.which("uv") or str(Path(sys.executable).parent
                                                                    / "uv"))
