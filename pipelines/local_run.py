@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from components import project
+from components.ops import names
 from components.project import LOG_PREFIX
 from components.training.local_cluster import TENSORFLOW_CHATTER
 from pipelines.config import Config
@@ -225,7 +226,7 @@ def _executor_output(task_dir: Path) -> dict[str, Any]:
 
 def _summary(run_dir: Path) -> str:
     """The exit handler's run summary (written, and printed, whatever the outcome)."""
-    path = run_dir / "summarize-run" / "summary"
+    path = run_dir / names.SUMMARIZE_RUN / names.SUMMARY
     return path.read_text() if path.is_file() else ""
 
 
@@ -285,12 +286,13 @@ def run_local(config: Config, pipeline_root: str | os.PathLike, *, verbose: bool
 
 def _result(root: Path, run_dir: Path, summary: str, seconds: float) -> LocalRunResult:
     """What a finished local run made: read from the export stage's executor output."""
-    export = _executor_output(run_dir / "export-model")
+    export = _executor_output(run_dir / names.EXPORT_MODEL)
     model = export["artifacts"]["exported_model"]["artifacts"][0]["metadata"]
     artifacts = _artifacts(run_dir)
-    reused = "prepare-dataset/dataset" not in artifacts  # taken from KFP's cache
+    dataset = names.artifact(names.PREPARE_DATASET, names.DATASET)
+    reused = dataset not in artifacts  # taken from KFP's cache
     if reused:
-        artifacts["prepare-dataset/dataset"] = model.get("dataset", "")
+        artifacts[dataset] = model.get("dataset", "")
     return LocalRunResult(
         pipeline_root=str(root),
         run_dir=str(run_dir),
@@ -302,7 +304,7 @@ def _result(root: Path, run_dir: Path, summary: str, seconds: float) -> LocalRun
         decision=model.get("decision", ""),
         registered_version=model.get("registered_version", ""),
         summary=summary,
-        tuning=_executor_output(run_dir / "tune-on-local-workers")
+        tuning=_executor_output(run_dir / names.TUNE_LOCALLY)
         .get("parameterValues", {}).get("record", {})
-        if (run_dir / "tune-on-local-workers").is_dir() else {},
+        if (run_dir / names.TUNE_LOCALLY).is_dir() else {},
     )

@@ -104,13 +104,15 @@ def _open_next(result) -> list[str]:
     TensorBoard logs and the efficiency figures."""
     import shutil
 
+    from components.ops import names
+
     lines = ["open next:", f"  the model (a SavedModel):  {result.model_uri}"]
-    curves = result.artifacts.get("report-training/curves")
+    curves = result.artifacts.get(names.artifact(names.REPORT_TRAINING, names.CURVES))
     if curves and Path(curves).is_file():
         page = Path(result.run_dir) / "training-report.html"  # KFP's HTML has no extension
         shutil.copyfile(curves, page)
         lines.append(f"  the training report:      {page} (open it in a browser)")
-    job = result.artifacts.get("train-on-local-workers/training_job")
+    job = result.artifacts.get(names.artifact(names.TRAIN_LOCALLY, names.TRAINING_JOB))
     if job:
         tensorboard = Path(sys.executable).parent / "tensorboard"  # installed with TensorFlow
         if tensorboard.is_relative_to(Path.cwd()):  # `make demo`: the checkout's .venv

@@ -13,6 +13,7 @@ from typing import Any
 from components import images, project
 from components.build import cloud_build
 from components.build.context import USER_CODE_DIR, user_code_files, write_build_context
+from components.ops import names
 from components.stage import say
 from components.tuning.tuning_options import MEASUREMENT_SELECTION
 from pipelines.config import Config
@@ -221,7 +222,7 @@ def dataflow_preview(config: Config, found: dict[str, dict[str, Any]], job_id: s
     launch = launch_settings(config.vertex.project, config.vertex.region,
                              config.vertex.service_account, found)
     output = (f"{config.vertex.pipeline_root.rstrip('/')}/PROJECT_NUMBER/{job_id}/"
-              "prepare-dataset_TASK_ID/dataset")
+              f"{names.PREPARE_DATASET}_TASK_ID/{names.DATASET}")
     job = dataflow_job(config.dataset, output_uri=output, **launch)
     return dataclasses.replace(job, job_name=f"{project.NAME}-dataset-HASH_OF_THE_OUTPUT_URI")
 
