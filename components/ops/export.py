@@ -58,38 +58,23 @@ def registration_plan(vertex: dict, register: bool, default: bool, images: dict)
         "RegistrationPlan", [("register", bool), ("region", str), ("display_name", str),
                              ("parent_model", str), ("parent_model_uri", str),
                              ("serving_image", str), ("version_aliases", list)]):
-    """Stage 5 (Vertex), part 2: how the gate's decision is registered.
-
-    The model is served by `vertex.serving_image`, by default the run's own CPU image (by
-    digest, from stage 3's `images`), which runs the TensorFlow it was trained with. A new
-    version becomes the default only with the `default` alias (Vertex AI docs: "How to use
-    model version aliases"); without it, the champion stays the default. The parent model
-    is imported as gcpc's `VertexModel` artifacts are: its URI is the resource's API URL.
-    """
+    """Stage 5 (Vertex), part 2: how the gate's decision is registered
+    (`components.export.registration`)."""
+    import dataclasses
     from collections import namedtuple
 
-    from components.cloud_names import vertex_resource_uri
+    from components.export.registration import Registration, registration
     from components.stage import say, stage_errors
     from components.vertex_options import VertexOptions
     from trainer.common.schema import validate
 
     with stage_errors("registration"):
-        options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
-    serving = options.serving_image or images["cpu"]["reference"]
-    # With an endpoint, the deploy stage moves the alias once the canary is promoted.
-    aliases = ["default"] if default and options.parent_model and not options.deploy.endpoint \
-        else []
-    say(f"registration: {'registering' if register else 'not registered'}"
-        + (" as the default version" if register and default else
-           " as a non-default version" if register and options.parent_model else ""))
-    say(f"registration: served by {serving}")
-    parent_uri = vertex_resource_uri(options.region, options.parent_model) \
-        if options.parent_model else ""
-    fields = ["register", "region", "display_name", "parent_model", "parent_model_uri",
-              "serving_image", "version_aliases"]
-    return namedtuple("RegistrationPlan", fields)(
-        register, options.region, options.model_display_name, options.parent_model,
-        parent_uri, serving, aliases)
+        planned = registration(validate(VertexOptions, vertex, prefix="vertex", strict=False),
+                               register, default, images)
+    for line in planned.lines(default):
+        say(line)
+    fields = [f.name for f in dataclasses.fields(Registration)]
+    return namedtuple("RegistrationPlan", fields)(*dataclasses.astuple(planned))
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
