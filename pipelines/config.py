@@ -18,9 +18,10 @@ import pydantic
 from croniter import croniter
 from pydantic import AfterValidator, Field
 
-from components.capacity.alternatives import Alternative, check_alternatives
+from components.capacity.alternatives import Alternative
 from components.cloud_names import DisplayName, GcsUri, ProjectId
 from components.dataset.dataset_options import DatasetOptions
+from components.gpu.configuration import check_configuration
 from components.gpu.pools import check_pools, layout_of
 from components.gpu.validation import validate_worker_pool_specs
 from components.tuning.tuning_options import TuningOptions
@@ -173,8 +174,9 @@ class Config(pydantic.BaseModel):
 
     def alternatives(self) -> list[Alternative]:
         """The primary Vertex AI configuration and each fallback, checked by stage 1's
-        rules, each with its training plan (`components.capacity.alternatives`)."""
-        return check_alternatives(self.vertex, self.training).raise_for_errors().alternatives
+        rules, each with its training plan (`components.gpu.configuration`)."""
+        return check_configuration(self.vertex, self.training).checked.raise_for_errors() \
+            .alternatives
 
     def local_plan(self) -> TrainingPlan:
         """The training plan of `run --local`'s CPU processes (`local_layout`).

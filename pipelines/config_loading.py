@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from components.capacity.alternatives import check_alternatives
 from components.dataset.sources import DatasetError, kind_of
 from components.gpu.ai_platform_pools import convert_ai_platform_config
+from components.gpu.configuration import check_configuration
 from components.gpu.pools import check_pools
 from components.tuning.ai_platform_study import convert_hyperparameters
 from components.tuning.tuning_options import conflicts
@@ -200,7 +200,7 @@ def _preflight(sections: Mapping[str, Any], raw: Mapping[str, Any],
     given = raw.get("vertex") if isinstance(raw.get("vertex"), Mapping) else {}
     region = given.get("region", VertexConfig().region)
     if vertex is not None:  # the primary configuration and every fallback
-        gpu: Any = check_alternatives(vertex, training)
+        gpu: Any = check_configuration(vertex, training).checked
     elif given.get("worker_pool_specs") is not None:
         gpu = check_pools(given["worker_pool_specs"], training=training,
                           region=region if isinstance(region, str) else None)

@@ -31,41 +31,27 @@ def validate_gpu_config(vertex: dict, training: dict, local_cluster: dict) -> Na
     """
     from collections import namedtuple
 
-    from components.capacity.alternatives import batch_lines, check_alternatives, shard_multiple
+    from components.gpu.configuration import check_configuration
     from components.stage import say, stage_errors
     from components.vertex_options import VertexOptions
     from trainer.cluster.roles import Layout
-    from trainer.cluster.training_plan import plan_training, requested
     from trainer.common.schema import validate
     from trainer.run.training_options import TrainingOptions
 
     with stage_errors("GPU config"):
         options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
         trainer = validate(TrainingOptions, training, prefix="training", strict=False)
-        checked = check_alternatives(options, trainer)
-        for warning in checked.warnings:
+        found = check_configuration(options, trainer,
+                                    Layout.from_dict(local_cluster) if local_cluster else None)
+        for warning in found.checked.warnings:
             say(f"warning: {warning}")
-        checked.raise_for_errors()
-        result, plan = checked.primary, checked.primary.plan
-        readers = shard_multiple(checked.alternatives)
-        if local_cluster:
-            layout = Layout.from_dict(local_cluster)
-            plan = plan_training(layout, **requested(trainer))
-            readers = layout.input_pipelines(plan.strategy)
-    say(f"GPU configuration valid for {options.region}: {result.describe()}")
-    say(f"training plan on Vertex AI: {result.plan.summary()}")
-    for alternative in checked.alternatives[1:]:
-        say(f"{alternative.label}, tried when the ones before it find no capacity: "
-            f"{alternative.describe()}; training plan: {alternative.plan.summary()}")
-    if len(checked.alternatives) > 1:
-        for line in batch_lines(checked.alternatives, trainer):
-            say(line)
-    if local_cluster:
-        say(f"training plan of this local run: {plan.summary()}")
+        found.checked.raise_for_errors()
+    for line in found.lines(trainer, options.region):
+        say(line)
     outputs = namedtuple("GpuConfig", ["worker_pool_specs", "input_pipelines", "strategy",
                                        "training_plan", "alternatives"])
-    return outputs(result.specs, readers, plan.strategy, plan.to_dict(),
-                   [a.to_dict() for a in checked.alternatives])
+    return outputs(found.checked.primary.specs, found.input_pipelines, found.plan.strategy,
+                   found.plan.to_dict(), [a.to_dict() for a in found.checked.alternatives])
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)

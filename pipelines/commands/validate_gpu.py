@@ -87,7 +87,7 @@ def validate_file(path: Path, region: str | None):
 
 def _alternatives(vertex: dict, region: str, training: Any) -> Any:
     """A config's primary configuration and fallbacks checked (`Checked`)."""
-    from components.capacity.alternatives import check_alternatives
+    from components.gpu.configuration import check_configuration
     from components.vertex_options import VertexOptions
     from trainer.common.schema import validate
 
@@ -95,7 +95,7 @@ def _alternatives(vertex: dict, region: str, training: Any) -> Any:
     options = validate(VertexOptions, {"region": region, **{k: vertex[k] for k in keys
                                                             if k in vertex}},
                        prefix="vertex", strict=False)
-    return check_alternatives(options, training)
+    return check_configuration(options, training).checked
 
 
 def _report_alternatives(checked: Any, source: str, as_json: bool, training: Any) -> int:
