@@ -82,45 +82,20 @@ def summarize_run(status: dsl.PipelineTaskFinalStatus, registry_root: str, job_n
                   project: str, vertex: dict, summary: Output[Markdown]):
     """The exit handler: runs whatever the outcome and says how the run ended, with the
     champion/challenger decision and the rollout when there were; on Vertex AI, a run that
-    did not succeed leaves no canary serving (the champion gets all the traffic back)."""
-    import json
+    did not succeed leaves no canary serving (the champion gets all the traffic back):
+    `components.export.run_summary`."""
     from pathlib import Path
 
-    from components.export.local_registry import run_record
+    from components.export.run_summary import summarize
     from components.stage import say, stage_errors
+    from components.vertex_options import VertexOptions
+    from trainer.common.schema import validate
 
-    facts = [("state", status.state)]
-    if status.error_message:
-        facts.append(("error", status.error_message))
-    if not registry_root and status.state != "SUCCEEDED":
-        from components.serving.deploy_stage import restore_on_vertex
-        from components.vertex_options import VertexOptions
-        from trainer.common.schema import validate
-
-        with stage_errors("the run's end"):
-            options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
-            restored = restore_on_vertex(project, options, job_name)
-        if restored:
-            facts.append(("deploy", f"left mid-canary: {restored}"))
-    decision = run_record(registry_root, job_name) if registry_root else None
-    if decision is not None and decision.is_file():
-        made = json.loads(decision.read_text())
-        facts.append(("champion/challenger", made["reason"]))
-        if made.get("registered_version"):
-            facts.append(("local registry version", made["registered_version"]))
-        if made.get("rollout"):
-            facts.append(("deploy", f"{made['rollout']['outcome']}: {made['rollout']['reason']}"))
-        if made.get("batch_predictions"):
-            scored = made["batch_predictions"]
-            facts.append(("batch predictions", f"{scored['predicted']} predicted, "
-                          f"{scored['refused']} refused: {scored['directory']}"))
-    trials = made.get("trials", "") if decision is not None and decision.is_file() else ""
+    with stage_errors("the run's end"):
+        ended = summarize(status.state, status.error_message, registry_root=registry_root,
+                          job_name=job_name, project=project,
+                          vertex=validate(VertexOptions, vertex, prefix="vertex", strict=False))
     Path(summary.path).parent.mkdir(parents=True, exist_ok=True)
-    Path(summary.path).write_text("\n".join(
-        [f"# Run {status.pipeline_job_resource_name}", ""]
-        + [f"- {name}: {value}" for name, value in facts]) + "\n"
-        + (f"\n{trials}" if trials else ""))
-    for name, value in facts:
-        say(f"run {name}: {value}")
-    for line in trials.splitlines()[2:]:  # the table and the best parameters
+    Path(summary.path).write_text(ended.markdown(status.pipeline_job_resource_name))
+    for line in ended.lines():
         say(line)

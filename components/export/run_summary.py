@@ -1,0 +1,56 @@
+"""The run's end, whatever its outcome (the exit handler): how it ended, the
+champion/challenger decision, the rollout and the batch predictions when there were, and,
+on Vertex AI, no canary left serving by a run that did not succeed (the champion gets all
+the traffic back)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSummary:
+    """What the exit handler says and writes."""
+
+    facts: list[tuple[str, str]]
+    trials: str  # a local study's table in Markdown, or ""
+
+    def markdown(self, run: str) -> str:
+        return ("\n".join([f"# Run {run}", ""]
+                          + [f"- {name}: {value}" for name, value in self.facts]) + "\n"
+                + (f"\n{self.trials}" if self.trials else ""))
+
+    def lines(self) -> list[str]:
+        return [f"run {name}: {value}" for name, value in self.facts] + \
+            self.trials.splitlines()[2:]  # the table and the best parameters
+
+
+def summarize(state: str, error: str, *, registry_root: str, job_name: str, project: str,
+              vertex: Any) -> RunSummary:
+    """The run's summary; `registry_root` is the local run's registry ("" on Vertex AI,
+    where a run that did not succeed has its canary rolled back here)."""
+    from components.export.local_registry import run_record
+
+    facts = [("state", state)] + ([("error", error)] if error else [])
+    if not registry_root and state != "SUCCEEDED":
+        from components.serving.deploy_stage import restore_on_vertex
+
+        restored = restore_on_vertex(project, vertex, job_name)
+        if restored:
+            facts.append(("deploy", f"left mid-canary: {restored}"))
+    record = run_record(registry_root, job_name) if registry_root else None
+    if record is None or not record.is_file():
+        return RunSummary(facts, "")
+    made = json.loads(record.read_text())
+    facts.append(("champion/challenger", made["reason"]))
+    if made.get("registered_version"):
+        facts.append(("local registry version", made["registered_version"]))
+    if made.get("rollout"):
+        facts.append(("deploy", f"{made['rollout']['outcome']}: {made['rollout']['reason']}"))
+    if made.get("batch_predictions"):
+        scored = made["batch_predictions"]
+        facts.append(("batch predictions", f"{scored['predicted']} predicted, "
+                      f"{scored['refused']} refused: {scored['directory']}"))
+    return RunSummary(facts, made.get("trials", ""))
