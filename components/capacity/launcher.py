@@ -384,13 +384,13 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
         TrainingJobError, LostJobError, NoCapacityError: As `launch`.
     """
     from components.capacity.job_records import find_earlier, job_labels
-    from components.training.vertex_job import custom_job, custom_job_spec, plan_flags
+    from components.training.vertex_job import custom_job, custom_job_spec, trainer_flags
     from components.vertex_options import VertexOptions
-    from trainer.common.schema import to_flags, validate
+    from trainer.common.schema import validate
     from trainer.run.training_options import TrainingOptions
 
     options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
-    flags = to_flags(validate(TrainingOptions, training, prefix="training", strict=False))
+    trainer = validate(TrainingOptions, training, prefix="training", strict=False)
     # One display name for every attempt: the same run's training, wherever it ran.
     name = custom_job_spec(alternatives[0]["worker_pool_specs"], images,
                            dataset_path=dataset_path, output_uri=output_uri,
@@ -400,7 +400,7 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
         spec = custom_job_spec(alternative.worker_pool_specs, images,
                                dataset_path=dataset_path, output_uri=output_uri,
                                output_path=output_path, job_name=options.job_name,
-                               trainer_args=[*flags, *plan_flags(alternative.plan.to_dict())])
+                               trainer_args=trainer_flags(trainer, alternative.plan.to_dict()))
         return custom_job({**spec, "display_name": name}, options,
                           alternative.scheduling_strategy,
                           labels=job_labels(options.labels, alternative.index))

@@ -91,12 +91,12 @@ def vertex_tuning_spec(worker_pool_specs: list, images: dict, dataset: Input[Dat
     from collections import namedtuple
 
     from components.stage import stage_errors
-    from components.training.vertex_job import plan_flags
+    from components.training.vertex_job import trainer_flags
     from components.tuning.tuning_options import TuningOptions, vertex_problems
     from components.tuning.vertex_study import tuning_job_spec
     from components.vertex_options import VertexOptions
     from trainer.common.errors import InputError
-    from trainer.common.schema import to_flags, validate
+    from trainer.common.schema import validate
     from trainer.run.training_options import TrainingOptions
 
     with stage_errors("tuning"):
@@ -111,7 +111,7 @@ def vertex_tuning_spec(worker_pool_specs: list, images: dict, dataset: Input[Dat
         job = validate(VertexOptions, vertex, prefix="vertex", strict=False)
         spec = tuning_job_spec(worker_pool_specs, images, dataset_path=dataset.path,
                                output_uri=tuning_job.uri, output_path=tuning_job.path,
-                               trainer_args=[*to_flags(options), *plan_flags(training_plan)],
+                               trainer_args=trainer_flags(options, training_plan),
                                tuning=study,
                                job_name=job.job_name)
     values = {**spec, "region": job.region, "service_account": job.service_account,

@@ -27,11 +27,17 @@ class TrainingSpecError(InputError):
     """The worker pools or image cannot make a CustomJob."""
 
 
-def plan_flags(training_plan: Mapping[str, Any]) -> list[str]:
-    """The trainer's `--training-plan` flag for stage 1's plan (checked as it is read)."""
+def trainer_flags(options: Any, training_plan: Mapping[str, Any]) -> list[str]:
+    """The trainer's flags: the training options (`TrainingOptions`) with the strategy
+    stage 1's plan chose (the one decision: the replica's `--strategy` agrees with its
+    `--training-plan`, a Reduction Server's pool 2 included), and the plan itself."""
     from trainer.cluster.training_plan import TrainingPlan
+    from trainer.common.schema import to_flags
 
-    return ["--training-plan", TrainingPlan.from_dict(training_plan).to_json()]
+    plan = TrainingPlan.from_dict(training_plan)
+    chosen = options.strategy if plan.strategy == "single" else plan.strategy
+    return [*to_flags(options.model_copy(update={"strategy": chosen})),
+            "--training-plan", plan.to_json()]
 
 
 def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], images: Mapping[str, Any], *,
@@ -76,9 +82,6 @@ def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], images: Mapping
     if not worker_pool_specs or not worker_pool_specs[0]:
         raise TrainingSpecError("worker_pool_specs has no chief pool (pool 0)")
     args = ["--job-dir", output_path, "--data-dir", dataset_path, *map(str, trainer_args)]
-    reduction = any(is_reduction_server(p) for p in worker_pool_specs)
-    if reduction and "--strategy" in args:  # pool 2 is not parameter servers then
-        args[args.index("--strategy") + 1] = "multi_worker_mirrored"
     pools = []
     for pool in worker_pool_specs:
         pool = copy.deepcopy(dict(pool))

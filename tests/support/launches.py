@@ -14,7 +14,7 @@ from components import images
 from components.capacity.alternatives import check_alternatives
 from components.capacity.job_records import job_labels
 from components.capacity.launcher import Launch, quota_checker
-from components.training.vertex_job import custom_job, custom_job_spec, plan_flags
+from components.training.vertex_job import custom_job, custom_job_spec, trainer_flags
 from pipelines.config_loading import load_config
 from tests.support.google_fakes import rest_client
 from tests.support.vertex_emulator.apis import _tag_name
@@ -103,7 +103,8 @@ def launch_settings(apis: Any, cfg: Any, *, pulled: dict | None = None,
         spec = custom_job_spec(alternative.worker_pool_specs, references,
                                dataset_path="/gcs/d", output_uri="gs://b/job",
                                output_path="/gcs/b/job",
-                               trainer_args=plan_flags(alternative.plan.to_dict()))
+                               trainer_args=trainer_flags(cfg.training,
+                                                          alternative.plan.to_dict()))
         job = custom_job(spec, cfg.vertex, alternative.scheduling_strategy,
                          labels=job_labels(cfg.vertex.labels, alternative.index))
         for pool in job.job_spec.worker_pool_specs:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from google.cloud import aiplatform_v1
 
 from components import images as project_images
+from components.gpu.pools import check_pools
 from components.gpu.validation import validate_worker_pool_specs
-from components.training.vertex_job import TrainingSpecError, custom_job_spec
+from components.training.vertex_job import TrainingSpecError, custom_job_spec, trainer_flags
 from pipelines.config import Config
 from trainer.common.schema import to_flags
 from trainer.run.training_options import TrainingOptions
@@ -110,10 +113,19 @@ def test_every_role_runs_the_trainer_gpu_pools_in_the_gpu_image_and_a_reduction_
 
     reduction = {"machine_spec": {"machine_type": "n1-highcpu-16"}, "replica_count": 2,
                  "container_spec": {"image_uri": f"{REDUCTION_SERVER}:latest"}}
-    spec = custom_job_spec(pools[:2] + [reduction], IMAGES, dataset_path="/d",
-                           output_uri="gs://b/o", output_path="/gcs/b/o", trainer_args=args)
+    # The replicas' --strategy is the plan's (pool 2 is a Reduction Server, not parameter
+    # servers): one decision, stage 1's, which the flags only carry.
+    checked = check_pools(pools[:2] + [reduction], training=TrainingOptions(epochs=2))
+    assert checked.ok and checked.plan.reduction_server
+    spec = custom_job_spec(checked.specs, IMAGES, dataset_path="/d", output_uri="gs://b/o",
+                           output_path="/gcs/b/o",
+                           trainer_args=trainer_flags(TrainingOptions(epochs=2),
+                                                      checked.plan.to_dict()))
     chief, _, server = (aiplatform_v1.WorkerPoolSpec(p) for p in spec["worker_pool_specs"])
     assert server.container_spec.image_uri == f"{REDUCTION_SERVER}:latest"
     assert not server.container_spec.args
     trainer_args = list(chief.container_spec.args)
+    assert trainer_args.count("--strategy") == 1
     assert trainer_args[trainer_args.index("--strategy") + 1] == "multi_worker_mirrored"
+    assert json.loads(trainer_args[trainer_args.index("--training-plan") + 1])[
+        "strategy"] == "multi_worker_mirrored"
