@@ -44,10 +44,11 @@ def split_of(identity: str, validation_fraction: float, test_fraction: float = 0
 
 def plan_shards(examples: int, estimated_bytes: int, min_shards: int,
                 target_bytes: int = TARGET_SHARD_BYTES) -> int:
-    """Shards for a split: a multiple of the worker count, about `target_bytes` each.
+    """Shards for a split: a multiple of the input pipelines, about `target_bytes` each.
 
-    At least `min_shards` (the training workers), so each worker reads its own files; a
-    multiple of it, so they read equal shares; never more than there are examples.
+    At least `min_shards` (stage 1's input pipelines: the processes that read the data),
+    so each reads its own files; a multiple of it, so they read equal shares; never more
+    than there are examples.
     """
     by_size = max(1, math.ceil(estimated_bytes / target_bytes))
     shards = max(min_shards, math.ceil(by_size / min_shards) * min_shards)

@@ -67,10 +67,10 @@ def check_configuration(vertex: Any, training: Any = None,
     checked = check_alternatives(vertex, training)
     if not checked.ok:
         return Configuration(checked, None, 0, local)
-    plan, readers = checked.primary.plan, shard_multiple(checked.alternatives)
+    plan, pipelines = checked.primary.plan, shard_multiple(checked.alternatives)
     if local is not None:
         from trainer.run.training_options import TrainingOptions
 
         plan = plan_training(local, **requested(training or TrainingOptions()))
-        readers = local.input_pipelines(plan.strategy)
-    return Configuration(checked, plan, readers, local)
+        pipelines = local.input_pipelines(plan.strategy)
+    return Configuration(checked, plan, pipelines, local)

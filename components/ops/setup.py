@@ -93,7 +93,8 @@ def prepare_dataset(options: dict, source_fingerprint: str, min_shards: int,
     """Stage 2: image sources -> sharded TFRecords per split, manifest and report.
 
     `source_fingerprint` is not used here: it is an input so that KFP's cache key changes
-    exactly when the source does. `min_shards` is the number of training workers.
+    exactly when the source does. `min_shards` is stage 1's `input_pipelines`,
+    the processes that read the training data (a multiple of every alternative's).
     `dataflow` (`dataflow_launch`'s output), with `dataset.engine: beam`, runs the Beam
     pipeline as a Dataflow job; empty, it runs here.
     """
