@@ -104,14 +104,27 @@ def _normalised(lines: list[str]) -> list[str]:
             for line in lines]
 
 
-def test_the_documented_dry_run_is_what_the_dry_run_prints(capsys, tmp_path, monkeypatch):
+#: Sample outputs a page shows whole, each with the command that prints it (None: the
+#: block's first line, after `$ `) and the start of its block.
+SAMPLES = [
+    ("vertex-ai.md", None, "$ gpu-pipeline submit --dry-run"),
+    ("gpu-configuration.md",
+     "gpu-pipeline validate-gpu --config examples/pools.json --region us-central1",
+     "invalid GPU configuration (vertex worker pool specs):"),
+]
+
+
+@pytest.mark.parametrize("page,command,start", SAMPLES, ids=[p for p, _, _ in SAMPLES])
+def test_a_documented_sample_output_is_what_its_command_prints(page, command, start, capsys,
+                                                               monkeypatch):
     from pipelines.cli import main
 
-    (block,) = [b for b in _code_blocks((ROOT / "docs" / "vertex-ai.md").read_text())
-                if b.startswith("$ gpu-pipeline submit --dry-run")]
-    command, _, sample = block.replace("\\\n", " ").partition("\n")
-    monkeypatch.chdir(tmp_path)
-    assert main(shlex.split(command.removeprefix("$ "))[1:]) == 0
+    (block,) = [b for b in _code_blocks((ROOT / "docs" / page).read_text())
+                if b.startswith(start)]
+    if command is None:
+        command, _, block = block.replace("\\\n", " ").partition("\n")
+    monkeypatch.chdir(ROOT)  # the commands name the checkout's files
+    main(shlex.split(command.removeprefix("$ "))[1:])
     printed = capsys.readouterr()
     assert _normalised((printed.out + printed.err).splitlines()) == \
-        _normalised(sample.splitlines())
+        _normalised(block.splitlines())
