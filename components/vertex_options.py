@@ -24,6 +24,7 @@ from components.cloud_names import (
     ServiceAccount,
     Tensorboard,
 )
+from components.durations import duration_seconds
 from components.serving.batch_options import BatchPredictOptions
 from components.serving.deploy_options import DeployOptions
 from components.training.job_names import JOB_NAME_SUFFIX, validate_job_name
@@ -199,14 +200,16 @@ class VertexOptions(pydantic.BaseModel):
         """How Cloud Build builds the images (`components.build.cloud_build.BuildSettings`)."""
         from components.build.cloud_build import BuildSettings
 
+        timeout = duration_seconds(self.build_timeout) or 1
         return BuildSettings(machine_type=self.build_machine_type,
-                             timeout_seconds=max(1, round(float(self.build_timeout[:-1]))),
+                             timeout_seconds=max(1, round(timeout)),
                              service_account=self.service_account)
 
 
 def _seconds_problems(name: str, value: str, example: str, maximum: float = math.inf) -> list[str]:
     """A duration option's problems: a positive number of seconds like `example`."""
-    if not re.fullmatch(r"\d+(\.\d+)?s", value) or not 0 < float(value[:-1]) <= maximum:
+    found = duration_seconds(value)
+    if found is None or not 0 < found <= maximum:
         bound = "" if maximum == math.inf else f" up to {maximum:.0f}s"
         return [f"{name} is {short(value)}; expected a positive number of seconds{bound} like "
                 f"'{example}'"]

@@ -91,12 +91,10 @@ def hourly(pools: Iterable[Mapping[str, Any]], prices: Mapping[str, float],
 
 def job_cost(job: Mapping[str, Any], prices: Mapping[str, float]) -> JobCost:
     """A CustomJob resource's estimate (REST field names, as the API returns them)."""
-    from datetime import datetime
+    from components.durations import timestamp_seconds
 
     def when(field: str) -> float | None:
-        value = job.get(field)
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() \
-            if value else None
+        return timestamp_seconds(job[field]) if job.get(field) else None
 
     start, end = when("startTime"), when("endTime")
     seconds = max(0.0, end - start) if start is not None and end is not None else 0.0

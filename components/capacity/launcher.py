@@ -43,6 +43,7 @@ from components.capacity.following import (
 )
 from components.capacity.job_records import alternative_of, write_gcp_resources
 from components.cloud_names import vertex_endpoint
+from components.durations import duration_seconds
 from trainer.common.errors import StageError
 
 #: What Vertex AI's stock-outs and quota refusals say (lower case); nothing else retries.
@@ -416,8 +417,8 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
     how = Launch(project, make_job, jobs_for,
                  quota_checker(quotas.quotas_client(), project, log), log,
                  rounds=options.capacity_rounds,
-                 backoff_seconds=float(options.capacity_backoff.rstrip("s")),
-                 queue_limit_seconds=float(options.queue_limit.rstrip("s")),
+                 backoff_seconds=duration_seconds(options.capacity_backoff) or 0.0,
+                 queue_limit_seconds=duration_seconds(options.queue_limit) or 0.0,
                  find_earlier=lambda: find_earlier(project, [a.region for a in checked],
                                                    jobs_for, gcp_resources_path, log),
                  gcp_resources_path=gcp_resources_path,

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from components import images
+from components.durations import duration_seconds
 from components.gpu.validation import validate_worker_pool_specs
 from trainer.cluster.accelerators import ACCELERATORS, weakest
 from trainer.cluster.roles import ClusterConfigError, Layout
@@ -139,8 +140,7 @@ def check_scheduling(pools: Sequence[Any], strategy: str, timeout: str) -> list[
         errors.append("worker_pool_specs: the pools use different machine_spec values; "
                       "scheduling_strategy FLEX_START needs the same machine configuration "
                       "in every pool")
-    seconds = float(timeout.rstrip("s")) if timeout.rstrip("s").replace(".", "", 1).isdigit() \
-        else 0.0
+    seconds = duration_seconds(timeout) or 0.0
     if seconds > cat.FLEX_START_MAX_SECONDS:
         errors.append(f"timeout is {timeout!r}; scheduling_strategy FLEX_START runs a job for "
                       f"at most {cat.FLEX_START_MAX_SECONDS}s (7 days)")

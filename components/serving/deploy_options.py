@@ -9,13 +9,13 @@ measured error rate and latency (`components.serving.rollout`).
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any, Literal
 
 import pydantic
 from pydantic import Field
 
+from components.durations import duration_seconds
 from trainer.common.schema import STRICT, short
 
 #: An endpoint's resource name (Vertex AI REST reference: projects.locations.endpoints).
@@ -70,10 +70,10 @@ class DeployOptions(pydantic.BaseModel):
         found = []
         for name, value, example in (("watch_window", self.watch_window, "1800s"),
                                      ("check_interval", self.check_interval, "60s")):
-            if not seconds(value):
+            if not duration_seconds(value):
                 found.append(f"{name} is {short(value)}; expected a positive number of "
                              f"seconds like '{example}'")
-        if seconds(self.grace_period) is None:
+        if duration_seconds(self.grace_period) is None:
             found.append(f"grace_period is {short(self.grace_period)}; expected a number of "
                          "seconds like '3600s' (0s: undeploy the old model at once)")
         if self.max_replica_count < self.min_replica_count:
@@ -109,14 +109,6 @@ class DeployOptions(pydantic.BaseModel):
             spec.update(accelerator_type=self.accelerator_type,
                         accelerator_count=self.accelerator_count or 1)
         return spec
-
-
-def seconds(value: str) -> float | None:
-    """`3600s` as 3600.0; None when it is not a number of seconds."""
-    if not re.fullmatch(r"\d+(\.\d+)?s", value):
-        return None
-    found = float(value[:-1])
-    return found if math.isfinite(found) else None
 
 
 def endpoint_region(endpoint: str) -> str | None:

@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from components.serving.deploy_options import DeployOptions, seconds
+from components.durations import duration_seconds as seconds
+from components.serving.deploy_options import DeployOptions
 
 
 @dataclasses.dataclass(frozen=True)

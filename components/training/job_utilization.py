@@ -16,10 +16,10 @@ import os
 import re
 import statistics
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from components import cloud_monitoring
+from components.durations import timestamp_seconds
 from trainer.common import files
 
 FILE = "cloud_monitoring.json"
@@ -44,10 +44,6 @@ def replica_of(task_name: str, replicas: int) -> str:
     return task_name or "unnamed"
 
 
-def _seconds(stamp: str) -> float:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
 def read_job(client: Any, job: Mapping[str, Any]) -> dict[str, Any]:
     """Every replica's accelerator figures of `job` (a CustomJob as JSON, ended): the
     mean and the highest sample in percent and the number of samples; a job whose pools
@@ -61,13 +57,14 @@ def read_job(client: Any, job: Mapping[str, Any]) -> dict[str, Any]:
     if not job.get("startTime"):
         return {**found, "unavailable": "the job never started"}
     project, job_id = job["name"].split("/")[1], job["name"].rsplit("/", 1)[-1]
-    end = _seconds(job["endTime"]) if job.get("endTime") else _seconds(job["startTime"])
+    start = timestamp_seconds(job["startTime"])
+    end = timestamp_seconds(job["endTime"]) if job.get("endTime") else start
     replicas = sum(int(p.get("replicaCount", 0) or 0) for p in pools)
     for key, metric in METRICS.items():
         query = (f'metric.type="{metric}" AND resource.type="cloudml_job" AND '
                  f'resource.labels.job_id="{job_id}"')
         for series in cloud_monitoring.list_series(
-                client, project, query, _seconds(job["startTime"]), end,
+                client, project, query, start, end,
                 f"{metric.rsplit('training/', 1)[-1]} of the job {job_id}"):
             values = [100 * cloud_monitoring.number(p.value) for p in series.points]
             if values:

@@ -10,6 +10,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from components.durations import duration_seconds
 from components.gpu.pools import is_reduction_server, pool_accelerator
 from components.images import TRAINER_COMMAND
 from components.training.job_names import (
@@ -100,7 +101,7 @@ def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], images: Mapping
 def _seconds(value: str) -> Any:
     from google.protobuf import duration_pb2
 
-    return duration_pb2.Duration(seconds=int(float(value.rstrip("s"))))
+    return duration_pb2.Duration(seconds=int(duration_seconds(value) or 0))
 
 
 def custom_job(spec: Mapping[str, Any], options: Any, scheduling: str,
