@@ -92,22 +92,15 @@ def vertex_tuning_spec(worker_pool_specs: list, images: dict, dataset: Input[Dat
 
     from components.stage import stage_errors
     from components.training.vertex_job import trainer_flags
-    from components.tuning.tuning_options import TuningOptions, vertex_problems
+    from components.tuning.tuning_options import TuningOptions
     from components.tuning.vertex_study import tuning_job_spec
     from components.vertex_options import VertexOptions
-    from trainer.common.errors import InputError
     from trainer.common.schema import validate
     from trainer.run.training_options import TrainingOptions
 
     with stage_errors("tuning"):
         options = validate(TrainingOptions, training, prefix="training", strict=False)
         study = validate(TuningOptions, tuning, prefix="tuning", strict=False)
-        if not study.enabled:
-            raise InputError("tuning has no parameters, but this pipeline was compiled with a "
-                             "study: give tuning.parameters, or compile without tuning")
-        problems = vertex_problems(study)
-        if problems:
-            raise InputError("; ".join(problems))
         job = validate(VertexOptions, vertex, prefix="vertex", strict=False)
         spec = tuning_job_spec(worker_pool_specs, images, dataset_path=dataset.path,
                                output_uri=tuning_job.uri, output_path=tuning_job.path,
@@ -127,23 +120,18 @@ def best_vertex_trial(gcp_resources: str, training: dict, tuning: dict, vertex: 
     training options with the best trial's parameters, and what the study cost."""
     from collections import namedtuple
 
-    from google.protobuf import json_format
-
-    from components.capacity.cost import prices_of, tuning_cost, tuning_line
+    from components.capacity.cost import prices_of, tuning_line
     from components.stage import say, stage_errors
-    from components.tuning.trials import study_record, trials_table
+    from components.tuning.trials import trials_table
     from components.tuning.tuning_options import TuningOptions
-    from components.tuning.vertex_study import job_name_of, read_tuning_job, trials_of
+    from components.tuning.vertex_study import finished_study, job_name_of, read_tuning_job
     from trainer.common import files
     from trainer.common.schema import validate
 
     with stage_errors("tuning"):
         study = validate(TuningOptions, tuning, prefix="tuning", strict=False)
-        job = read_tuning_job(job_name_of(gcp_resources))
-        record = study_record(study, trials_of(job, study))
-        pools = [json_format.MessageToDict(type(p).pb(p))
-                 for p in job.trial_job_spec.worker_pool_specs]
-        record["cost"] = tuning_cost(record["trials"], pools, prices_of(vertex))
+        record = finished_study(read_tuning_job(job_name_of(gcp_resources)), study,
+                                prices_of(vertex))
     files.write_text(trials.path, trials_table(record))
     say(f"tuning: best trial {record['best_trial']} of {len(record['trials'])} "
         f"({study.metric} {record['best_metric']:.4f}): " + ", ".join(

@@ -18,8 +18,12 @@ from typing import Any
 from components.cloud_names import vertex_endpoint
 from components.training.vertex_job import custom_job_spec
 from components.tuning.local_study import Trial, typed
-from components.tuning.tuning_options import MEASUREMENT_SELECTION, TuningOptions
-from trainer.common.errors import StageError
+from components.tuning.tuning_options import (
+    MEASUREMENT_SELECTION,
+    TuningOptions,
+    vertex_problems,
+)
+from trainer.common.errors import InputError, StageError
 from trainer.common.remote import remote_call
 
 _SCALES = {"UNIT_LINEAR_SCALE": "linear", "UNIT_LOG_SCALE": "log",
@@ -71,7 +75,17 @@ def tuning_job_spec(worker_pool_specs: Sequence[dict[str, Any]], images: Mapping
                     trainer_args: Sequence[str], tuning: TuningOptions,
                     job_name: str) -> dict[str, Any]:
     """The HyperparameterTuningJob's settings: the training run's pools (`custom_job_spec`)
-    with the trainer told to report the study's metric, and the study."""
+    with the trainer told to report the study's metric, and the study.
+
+    Raises:
+        InputError: The study has no parameters, or asks what Vertex AI's studies lack.
+    """
+    if not tuning.enabled:
+        raise InputError("tuning has no parameters, but this pipeline was compiled with a "
+                         "study: give tuning.parameters, or compile without tuning")
+    problems = vertex_problems(tuning)
+    if problems:
+        raise InputError("; ".join(problems))
     job = custom_job_spec(worker_pool_specs, images, dataset_path=dataset_path,
                           output_uri=output_uri, output_path=output_path,
                           trainer_args=[*trainer_args, "--hypertune-metric", tuning.metric],
@@ -125,3 +139,19 @@ def trials_of(job: Any, tuning: TuningOptions) -> list[Trial]:
         raise TuningJobError(f"no trial of {job.name} succeeded ({len(trials)} trial(s), "
                              f"job state {job.state.name})")
     return trials
+
+
+def finished_study(job: Any, tuning: TuningOptions, prices: Mapping[str, float]
+                   ) -> dict[str, Any]:
+    """The finished HyperparameterTuningJob (`read_tuning_job`) as the study's record
+    (`components.tuning.trials.study_record`), with what its trials cost on the trials'
+    pools (`components.capacity.cost.tuning_cost`, `prices` per hour)."""
+    from google.protobuf import json_format
+
+    from components.capacity.cost import tuning_cost
+    from components.tuning.trials import study_record
+
+    record = study_record(tuning, trials_of(job, tuning))
+    pools = [json_format.MessageToDict(type(p).pb(p)) for p in job.trial_job_spec.worker_pool_specs]
+    record["cost"] = tuning_cost(record["trials"], pools, prices)
+    return record
