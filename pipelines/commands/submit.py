@@ -18,11 +18,14 @@ def add_parser(commands: Any, parser_class: type) -> None:
     parser = commands.add_parser("submit", help="Run the pipeline on Vertex AI Pipelines.")
     add_config_flags(parser)
     add_vertex_flags(parser)
+    parser.add_argument("--json", action="store_true",
+                        help="With --dry-run, print every request in one JSON document (the "
+                             "progress lines go to stderr).")
 
 
 def run(args: argparse.Namespace) -> int:
     """Submits the run to Vertex AI Pipelines (or prints it with --dry-run)."""
     from pipelines.vertex.runs import submit
 
-    submit(vertex_config(args), dry_run=args.dry_run, verbose=args.verbose)
+    submit(vertex_config(args), dry_run=args.dry_run, verbose=args.verbose, as_json=args.json)
     return 0

@@ -10,6 +10,7 @@ training starts. A tuning job's parallel trials multiply the primary's need.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from components.capacity import quotas
 from components.capacity.alternatives import Alternative
@@ -28,10 +29,11 @@ def planned_needs(config: Config) -> list[tuple[Alternative, list[quotas.Need]]]
 
 
 def check_capacity(config: Config, clients: Clients, *, dry_run: bool,
-                   log: Callable[[str], None], verbose: bool = False) -> list[quotas.Quota]:
+                   log: Callable[[str], None], verbose: bool = False,
+                   sent: list[Any] | None = None) -> list[quotas.Quota]:
     """Reads the quotas (or, with `dry_run`, shows the requests it would send: in full
-    with `verbose`) and holds every alternative's needs against them; returns the
-    primary's.
+    with `verbose`, kept in `sent` for a JSON document) and holds every alternative's needs
+    against them; returns the primary's.
 
     Raises:
         QuotaError: The primary configuration needs more than a quota allows.
@@ -44,11 +46,11 @@ def check_capacity(config: Config, clients: Clients, *, dry_run: bool,
     if dry_run:
         log("quota: submit would read the project's Vertex AI quotas with:")
         show(cloudquotas_v1.ListQuotaInfosRequest(parent=quotas.quota_parent(project)), log,
-             verbose=verbose)
+             verbose=verbose, sent=sent)
         for region in sorted({a.region for a, _ in planned}):
             show(aiplatform_v1.ListCustomJobsRequest(
                 parent=f"projects/{project}/locations/{region}",
-                filter=quotas.active_jobs_filter()), log, verbose=verbose)
+                filter=quotas.active_jobs_filter()), log, verbose=verbose, sent=sent)
         for alternative, needed in planned:
             for need in needed:
                 log(f"quota: {alternative.label} needs {need.amount} of {need.metric} in "

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,13 +16,14 @@ from components import images, project
 from components.build import cloud_build
 from components.build.context import USER_CODE_DIR, user_code_files, write_build_context
 from components.ops import names
+from components.project import LOG_PREFIX
 from components.stage import say
 from components.tuning.tuning_options import MEASUREMENT_SELECTION
 from pipelines.config import Config
 from pipelines.vertex.capacity import check_capacity
 from pipelines.vertex.clients import Clients
 from pipelines.vertex.cost_estimate import estimate_lines
-from pipelines.vertex.dry_run import NOTHING_SENT, show, show_text
+from pipelines.vertex.dry_run import NOTHING_SENT, document, show, show_text
 from pipelines.vertex.iam import check_permissions
 from pipelines.vertex.preflight import require_vertex_settings
 from pipelines.vertex.spec import compile_for_vertex
@@ -244,25 +247,30 @@ def request_location(request: Any) -> str:
 
 def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,
            credentials: Any = None, log: Callable[[str], None] = say,
-           verbose: bool = False) -> Any:
+           verbose: bool = False, as_json: bool = False) -> Any:
     """Submits a run (`aiplatform.PipelineJob.submit`), or shows it with `dry_run`: a line
-    per request it would send, their bodies too with `verbose`.
+    per request it would send, their bodies too with `verbose`; with `as_json`, every
+    request in one JSON document on stdout and the lines on stderr.
 
     Returns:
         The CreatePipelineJobRequest (dry run) or the submitted PipelineJob.
     """
     clients = clients or Clients()
+    sent: list[Any] | None = [] if dry_run and as_json else None
+    if sent is not None:
+        log = functools.partial(print, LOG_PREFIX, file=sys.stderr, flush=True)
+        verbose = False
     require_vertex_settings(config)
     check_permissions(config, clients, dry_run=dry_run, log=log)
-    check_capacity(config, clients, dry_run=dry_run, log=log, verbose=verbose)
+    check_capacity(config, clients, dry_run=dry_run, log=log, verbose=verbose, sent=sent)
     with prepared_run(config, dry_run, clients, credentials, log) as (prepared, _):
         if dry_run:
             log(f"sources would go to {prepared.source_uri}; for the images whose tag "
                 f"{prepared.images[images.GPU.key]['tag']} is missing, Cloud Build would "
                 "receive:")
-            show(prepared.build_request, log, verbose=verbose)
+            show(prepared.build_request, log, verbose=verbose, sent=sent)
             log("Vertex AI would receive this CreatePipelineJobRequest:")
-            show(prepared.request, log, verbose=verbose)
+            show(prepared.request, log, verbose=verbose, sent=sent)
             if prepared.dataflow is not None:
                 log("its dataset stage would start a Dataflow job with these Beam pipeline "
                     "options:")
@@ -271,7 +279,11 @@ def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,
                           verbose=verbose)
             for line in summary(prepared, config) + estimate_lines(config, clients):
                 log(line)
-            log(NOTHING_SENT + ("" if verbose else " (--verbose prints the request bodies)"))
+            log(NOTHING_SENT + ("" if verbose or sent is not None
+                                else " (--verbose prints the request bodies)"))
+            if sent is not None:
+                print(document(sent, dataflow_pipeline_options=prepared.dataflow.pipeline_args()
+                               if prepared.dataflow is not None else None))
             return prepared.request
         if clients.pipeline_api is not None:
             prepared.job.api_client = clients.pipeline_api

@@ -577,3 +577,21 @@ def test_schedule_cli_dry_run(capsys):
     with pytest.raises(SystemExit):
         main(["schedule", "pause"])
     assert "the following arguments are required: schedule_id" in capsys.readouterr().err
+
+
+def test_submit_dry_run_json_is_one_document_of_every_request(capsys):
+    args = ["submit", "--dry-run", "--json", "--project", "my-proj", "--pipeline-root",
+            "gs://pipelines/root", "--image-repository", REPO]
+    assert main(args) == 0
+    printed = capsys.readouterr()
+    found = json.loads(printed.out)  # stdout holds the document alone
+    assert [r["kind"] for r in found["requests"]] == [
+        "ListQuotaInfosRequest", "ListCustomJobsRequest", "CreateBuildRequest",
+        "CreatePipelineJobRequest"]
+    job = found["requests"][-1]
+    assert job["target"] == "projects/my-proj/locations/us-central1"
+    assert job["body"]["pipelineJob"]["runtimeConfig"]["gcsOutputDirectory"] == \
+        "gs://pipelines/root"
+    assert found["sent"] is False and found["dataflow_pipeline_options"] is None
+    # The progress lines went to stderr, ending with the line that says nothing was sent.
+    assert printed.err.rstrip().endswith(NOTHING_SENT)
