@@ -18,9 +18,9 @@ import pydantic
 from croniter import croniter
 from pydantic import AfterValidator, Field
 
-from components.capacity.alternatives import Alternative
 from components.cloud_names import DisplayName, GcsUri, ProjectId
 from components.dataset.dataset_options import DatasetOptions
+from components.gpu.alternatives import Alternative
 from components.gpu.configuration import check_configuration
 from components.gpu.pools import check_pools, layout_of
 from components.gpu.validation import validate_worker_pool_specs

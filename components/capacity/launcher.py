@@ -31,7 +31,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from components.capacity import quotas
-from components.capacity.alternatives import Alternative
 from components.capacity.following import (
     FINAL_STATES,
     POLL_SECONDS,
@@ -44,6 +43,7 @@ from components.capacity.following import (
 from components.capacity.job_records import alternative_of, write_gcp_resources
 from components.cloud_names import vertex_endpoint
 from components.durations import duration_seconds
+from components.gpu.alternatives import Alternative
 from trainer.common.errors import StageError
 
 #: What Vertex AI's stock-outs and quota refusals say (lower case); nothing else retries.

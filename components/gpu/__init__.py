@@ -1,8 +1,13 @@
 """Stage 1, GPU-configuration validation (it runs first).
 
-- `pools`: the entry point, `check_pools`: every rule of Vertex AI worker pools (the GPU
-  rules, then the roles a strategy needs, the scheduling strategy's rules, the Reduction
-  Server's) and the training plan the pools run.
+- `configuration`: the one entry, `check_configuration`: the primary configuration and
+  every fallback checked, the plan the replicas apply and the input pipelines.
+- `alternatives`: the primary configuration and `vertex.fallbacks`, each checked by
+  `check_pools` with its own training plan, and what they mean for the dataset's shards
+  and the batch.
+- `pools`: `check_pools`: every rule of Vertex AI worker pools (the GPU rules, then the
+  roles a strategy needs, the scheduling strategy's rules, the Reduction Server's) and the
+  training plan the pools run.
 - `validation`: the GPU rules (machine type x GPU type x count x region).
 - `image_support`: which GPU types the trainer image's CUDA libraries serve.
 - `catalog`: the GPU facts (valid counts per machine type, legacy types, regions, zones,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from components.capacity.alternatives import (
+from components.gpu.alternatives import (
     Checked,
     batch_lines,
     check_alternatives,

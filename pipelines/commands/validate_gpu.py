@@ -100,7 +100,7 @@ def _alternatives(vertex: dict, region: str, training: Any) -> Any:
 
 def _report_alternatives(checked: Any, source: str, as_json: bool, training: Any) -> int:
     """Prints every alternative, each with its index, pools and plan, or its problems."""
-    from components.capacity.alternatives import batch_lines, shard_multiple
+    from components.gpu.alternatives import batch_lines, shard_multiple
 
     if as_json:
         print(json.dumps({
@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise InputError("give --machine-type (with --accelerator-type/--accelerator-count) "
                          "or --config FILE")
-    from components.capacity.alternatives import Checked
+    from components.gpu.alternatives import Checked
 
     if isinstance(result, Checked):
         return _report_alternatives(result, source, args.json, training)

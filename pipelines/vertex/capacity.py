@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from components.capacity import quotas
-from components.capacity.alternatives import Alternative
+from components.gpu.alternatives import Alternative
 from components.serving.deploy_stage import canary_needs
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients

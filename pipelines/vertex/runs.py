@@ -198,7 +198,7 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
 def capacity_summary(config: Config) -> list[str]:
     """The dry run's lines on the fallbacks: each with its plan, and how the global batch
     and learning rate follow whichever trains."""
-    from components.capacity.alternatives import batch_lines
+    from components.gpu.alternatives import batch_lines
 
     alternatives = config.alternatives()
     if len(alternatives) < 2:

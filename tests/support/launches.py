@@ -11,9 +11,9 @@ from typing import Any
 from google.cloud import aiplatform_v1, cloudquotas_v1
 
 from components import images
-from components.capacity.alternatives import check_alternatives
 from components.capacity.job_records import job_labels
 from components.capacity.launcher import Launch, quota_checker
+from components.gpu.alternatives import check_alternatives
 from components.training.vertex_job import custom_job, custom_job_spec, trainer_flags
 from pipelines.config_loading import load_config
 from tests.support.google_fakes import rest_client

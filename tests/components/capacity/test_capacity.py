@@ -18,18 +18,18 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import aiplatform_v1, cloudquotas_v1
 
 from components.capacity import quotas
-from components.capacity.alternatives import (
-    batch_lines,
-    check_alternatives,
-    replicas_in_sync,
-    shard_multiple,
-)
 from components.capacity.launcher import (
     Launch,
     NoCapacityError,
     TrainingJobError,
     capacity_reason,
     launch,
+)
+from components.gpu.alternatives import (
+    batch_lines,
+    check_alternatives,
+    replicas_in_sync,
+    shard_multiple,
 )
 from pipelines.cli import main
 from pipelines.config import ConfigError
