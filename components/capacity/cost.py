@@ -186,9 +186,9 @@ def estimate_run(record: Mapping[str, Any], prices: Mapping[str, float], job_dir
                  client_for: Any) -> dict[str, Any]:
     """The training step's estimate: every job of the capacity record (`record`; a job a
     resumed step followed counted once) read from Vertex AI (`client_for(region)`: a
-    JobServiceClient), priced with the table and `prices` over it, per epoch and per 1,000
-    training images from the trainer's report in `job_dir`; written there as `cost.json`."""
-    import json
+    JobServiceClient), priced with `prices` (`priced`: the table and the run's own), per
+    epoch and per 1,000 training images from the trainer's report in `job_dir`; written
+    there as `cost.json`."""
     import os
 
     from google.protobuf import json_format
@@ -205,21 +205,26 @@ def estimate_run(record: Mapping[str, Any], prices: Mapping[str, float], job_dir
             job = client_for(attempt["region"]).get_custom_job(name=attempt["job"])
         jobs.append(json_format.MessageToDict(type(job).pb(job)))
     report_path = os.path.join(job_dir, REPORT_FILE)
-    report = json.loads(open(report_path).read()) if os.path.isfile(report_path) else {}
+    report = files.read_json(report_path, missing={})
     epochs = int(report.get("epochs_run", 0) or 0)
     images = epochs * int(report.get("steps_per_epoch", 0) or 0) * \
         int(report.get("global_batch_size", 0) or 0)
-    cost = run_cost(jobs, {**PRICES, **prices}, epochs=epochs, training_images=images)
+    cost = run_cost(jobs, prices, epochs=epochs, training_images=images)
     files.write_json(os.path.join(job_dir, FILE), cost)
     return cost
 
 
+def priced(overrides: Mapping[str, float]) -> dict[str, float]:
+    """The table with a run's own prices (`vertex.prices`) over it."""
+    return {**PRICES, **overrides}
+
+
 def prices_of(vertex: Mapping[str, Any]) -> dict[str, float]:
-    """The table with the run's `vertex.prices` over it."""
+    """The table with the `vertex` parameter's prices over it (a component's input)."""
     from components.vertex_options import VertexOptions
     from trainer.common.schema import validate
 
-    return {**PRICES, **validate(VertexOptions, vertex, prefix="vertex", strict=False).prices}
+    return priced(validate(VertexOptions, vertex, prefix="vertex", strict=False).prices)
 
 
 def tell_cost(record: Mapping[str, Any], vertex: Mapping[str, Any], job_dir: str,

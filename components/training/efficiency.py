@@ -19,7 +19,6 @@ names a replica whose file is missing. The figures (`efficiency.json`):
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 from typing import Any
@@ -241,11 +240,7 @@ def metrics(figures: dict[str, Any]) -> dict[str, float]:
 
 def load(job_dir: str) -> dict[str, Any] | None:
     """The training report's figures (None where it wrote none)."""
-    path = os.path.join(job_dir, FILE)
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
+    return files.read_json(os.path.join(job_dir, FILE))
 
 
 def summary(figures: dict[str, Any]) -> dict[str, Any]:
@@ -259,7 +254,7 @@ def summary(figures: dict[str, Any]) -> dict[str, Any]:
 def write(job_dir: str, figures: dict[str, Any]) -> str:
     """`efficiency.json` in the job directory; returns its path."""
     path = os.path.join(job_dir, FILE)
-    files.write_text(path, json.dumps(figures, indent=2) + "\n")
+    files.write_json(path, figures)
     return path
 
 

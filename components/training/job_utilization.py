@@ -11,7 +11,6 @@ query it). A job shorter than a minute has one point per replica, or none.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import statistics
@@ -100,11 +99,7 @@ def tell(job: Any, job_dir: str, log: Any, client: Any = None) -> dict[str, Any]
 
 def load(job_dir: str) -> dict[str, Any] | None:
     """What the training step read (None locally, or when it could not read it)."""
-    path = os.path.join(job_dir, FILE)
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
+    return files.read_json(os.path.join(job_dir, FILE))
 
 
 def lines(found: Mapping[str, Any]) -> list[str]:

@@ -17,6 +17,7 @@ from typing import Any
 from components.capacity.cost import FILE as COST_FILE
 from components.training import efficiency, job_utilization
 from trainer.common.errors import StageError
+from trainer.common.files import read_json
 from trainer.run.history import (
     CURVES_FILE,
     METRICS_FILE,
@@ -54,11 +55,11 @@ def publish_training_report(job_dir: str, curves_path: str) -> dict[str, Any]:
     usage = efficiency.merge(job_dir, efficiency.expected_replicas(
         report.get("strategy", ""), report["num_workers"]), report.get("train_seconds", 0.0),
         model=report.get("model", ""), mixed_precision=report.get("mixed_precision", "off"))
-    cost_path = os.path.join(job_dir, COST_FILE)  # Vertex AI's training step writes it
-    if os.path.isfile(cost_path):
-        with open(cost_path) as f:
-            usage["cost"] = json.load(f)
-    monitored = job_utilization.load(job_dir)  # Vertex AI's training step read it
+    # Vertex AI's training step writes both.
+    cost = read_json(os.path.join(job_dir, COST_FILE))
+    if cost:
+        usage["cost"] = cost
+    monitored = job_utilization.load(job_dir)
     if monitored:
         usage["cloud_monitoring"] = monitored
     efficiency.write(job_dir, usage)

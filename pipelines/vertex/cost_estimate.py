@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from components.capacity.cost import PRICES, PRICES_READ, hourly
+from components.capacity.cost import PRICES_READ, hourly, priced
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients
 from trainer.common.errors import ProjectError
@@ -47,7 +47,7 @@ def _measured(config: Config, clients: Clients) -> tuple[str, dict[str, Any]] | 
 
 def estimate_lines(config: Config, clients: Clients) -> list[str]:
     """What the dry run says of the cost; reading the registry never fails the dry run."""
-    prices = {**PRICES, **config.vertex.prices}
+    prices = priced(config.vertex.prices)
     rate, unpriced = hourly(config.vertex.worker_pool_specs, prices)
     epochs = config.training_options().total_epochs
     head = (f"cost estimate: the primary configuration's machines cost {rate:.2f} USD an "

@@ -47,6 +47,15 @@ def write_text(path: str | os.PathLike, text: str, *, sync: bool = False) -> Non
         partial.write_text(text)
 
 
+def read_json(path: str | os.PathLike, missing: Any = None) -> Any:
+    """The JSON document at `path`, or `missing` where no file is (what another step
+    writes only sometimes)."""
+    if not os.path.isfile(path):
+        return missing
+    with open(path) as f:
+        return json.load(f)
+
+
 def write_json(path: str | os.PathLike, value: Any, *, indent: int = 2,
                sync: bool = False) -> None:
     """Writes `value` as JSON to `path` in one step (see `replaced`)."""

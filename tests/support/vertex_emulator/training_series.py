@@ -15,13 +15,11 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from components.durations import timestamp_seconds
+
 PREFIX = "ml.googleapis.com/training/accelerator/"
 METRICS = {f"{PREFIX}utilization": 0, f"{PREFIX}memory/utilization": 1}
 DEFAULT_USE = (0.87, 0.45)
-
-
-def _seconds(stamp: str) -> float:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def _stamp(seconds: float) -> str:
@@ -37,17 +35,17 @@ def training_series(jobs: dict[str, Any], terms: dict[str, str], query: dict[str
         return []
     wanted = terms.get("resource.labels.job_id")
     first = query.get("interval.startTime", [""])[0]
-    last = _seconds(query["interval.endTime"][0])
+    last = timestamp_seconds(query["interval.endTime"][0])
     series = []
     for name, job in jobs.items():
         job_id = name.rsplit("/", 1)[-1]
         resource = job.resource
         if wanted not in (None, job_id) or not resource.get("startTime"):
             continue
-        start = _seconds(resource["startTime"])
-        end = _seconds(resource["endTime"]) if resource.get("endTime") else last
+        start = timestamp_seconds(resource["startTime"])
+        end = timestamp_seconds(resource["endTime"]) if resource.get("endTime") else last
         times = [t for t in range(int(start), int(end) + 1, 60)
-                 if (not first or t >= _seconds(first)) and t <= last]
+                 if (not first or t >= timestamp_seconds(first)) and t <= last]
         for pool, spec in enumerate(resource["jobSpec"]["workerPoolSpecs"]):
             if not spec or not (spec.get("machineSpec") or {}).get("acceleratorType"):
                 continue
