@@ -7,7 +7,6 @@ as its `vertex` parameter, which the stages read back through this model.
 
 from __future__ import annotations
 
-import copy
 import math
 import re
 from typing import Annotated, Any, Literal
@@ -25,6 +24,7 @@ from components.cloud_names import (
     Tensorboard,
 )
 from components.durations import duration_seconds
+from components.gpu.worker_pool import WorkerPool, parse_pools
 from components.serving.batch_options import BatchPredictOptions
 from components.serving.deploy_options import DeployOptions
 from components.training.job_names import JOB_NAME_SUFFIX, validate_job_name
@@ -46,10 +46,7 @@ ImageRepository = Annotated[str, AfterValidator(_repository)]
 def default_pools() -> list[dict[str, Any]]:
     """A chief and one worker, each an n1-standard-8 with one T4: the smallest real
     multi-worker GPU cluster, valid in every GPU region."""
-    pool = {"machine_spec": {"machine_type": "n1-standard-8",
-                             "accelerator_type": "NVIDIA_TESLA_T4", "accelerator_count": 1},
-            "replica_count": 1}
-    return [copy.deepcopy(pool) for _ in range(2)]
+    return [WorkerPool(role, "n1-standard-8", "NVIDIA_TESLA_T4", 1).to_api() for role in (0, 1)]
 
 
 SchedulingStrategy = Literal["STANDARD", "SPOT", "FLEX_START"]
@@ -159,6 +156,12 @@ class VertexOptions(pydantic.BaseModel):
     def _fallbacks(self, fallbacks: list[Fallback]) -> list[dict[str, Any]]:
         # What a fallback leaves out stays out: pipeline parameters hold no nulls.
         return [f.model_dump(exclude_none=True) for f in fallbacks]
+
+    @property
+    def pools(self) -> tuple[WorkerPool | None, ...]:
+        """`worker_pool_specs` parsed (`components.gpu.worker_pool`); read them once
+        stage 1's rules have passed."""
+        return parse_pools(self.worker_pool_specs)
 
     def problems(self) -> list[str]:
         """Rules a single field's type cannot say (formats); the GPU rules are stage 1's."""

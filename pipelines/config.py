@@ -157,7 +157,7 @@ class Config(pydantic.BaseModel):
     def local_layout(self) -> Layout:
         """The roles `run --local` starts: the `local` section's values, else the Vertex
         AI pools' own."""
-        pools = layout_of(self.vertex.worker_pool_specs)
+        pools = layout_of(self.vertex.pools)
         local = self.local
         return Layout(
             workers=pools.workers if local.training_machines is None

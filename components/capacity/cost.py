@@ -27,6 +27,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from components.gpu.worker_pool import WorkerPool, parse_pools
+
 PRICES_READ = "2026-10-07"
 PRICES_SOURCE = ("https://cloud.google.com/vertex-ai/pricing (custom training, us-central1), "
                  "as transcribed on 2026-10-07 in api-evangelist/google-vertex-ai "
@@ -64,26 +66,21 @@ class JobCost:
 DISCOUNTED = ("SPOT", "FLEX_START")
 
 
-def hourly(pools: Iterable[Mapping[str, Any]], prices: Mapping[str, float],
+def hourly(pools: Iterable[WorkerPool | None], prices: Mapping[str, float],
            strategy: str = "") -> tuple[float, list[str]]:
     """(USD per hour of the pools' machines and GPUs, the types with no price); a Spot or
     DWS `strategy` takes `<strategy>:<type>` prices first, else the on-demand one."""
     total, unpriced = 0.0, []
     for pool in pools:
-        spec = pool.get("machine_spec") or pool.get("machineSpec") or {}
-        replicas = int(pool.get("replica_count", pool.get("replicaCount", 0)) or 0)
-        machine = spec.get("machine_type") or spec.get("machineType") or ""
-        gpu = spec.get("accelerator_type") or spec.get("acceleratorType") or ""
-        gpus = int(spec.get("accelerator_count", spec.get("acceleratorCount", 0)) or 0)
-        if not replicas:
+        if not pool or not pool.replicas:
             continue
-        for kind, count in ((machine, 1), (gpu, gpus)):
-            if not kind or not count or kind == "ACCELERATOR_TYPE_UNSPECIFIED":
+        for kind, count in ((pool.machine, 1), (pool.accelerator, pool.gpus_per_machine)):
+            if not kind or not count:
                 continue
             if f"{strategy}:{kind}" in prices:
-                total += replicas * count * prices[f"{strategy}:{kind}"]
+                total += pool.replicas * count * prices[f"{strategy}:{kind}"]
             elif kind in prices:
-                total += replicas * count * prices[kind]
+                total += pool.replicas * count * prices[kind]
             elif kind not in unpriced:
                 unpriced.append(kind)
     return total, unpriced
@@ -102,7 +99,7 @@ def job_cost(job: Mapping[str, Any], prices: Mapping[str, float]) -> JobCost:
     spec = job.get("jobSpec", {})
     strategy = str((spec.get("scheduling") or {}).get("strategy") or "")
     strategy = strategy if strategy in DISCOUNTED else ""
-    rate, unpriced = hourly(spec.get("workerPoolSpecs", []), prices, strategy)
+    rate, unpriced = hourly(parse_pools(spec.get("workerPoolSpecs", [])), prices, strategy)
     usd = rate * seconds / 3600 if state in BILLED else 0.0
     on_demand = bool(strategy) and not any(key.startswith(f"{strategy}:") for key in prices)
     return JobCost(str(job.get("name", "")), state, round(seconds, 1), round(usd, 4), unpriced,
@@ -132,7 +129,7 @@ def run_cost(jobs: Iterable[Mapping[str, Any]], prices: Mapping[str, float], *,
 UNBILLED_TRIALS = {"FAILED", "INFEASIBLE"}
 
 
-def tuning_cost(trials: Iterable[Mapping[str, Any]], pools: Iterable[Mapping[str, Any]],
+def tuning_cost(trials: Iterable[Mapping[str, Any]], pools: Iterable[WorkerPool | None],
                 prices: Mapping[str, float]) -> dict[str, Any]:
     """A study's estimate: every trial but the failed ones on the trials' pools (each
     trial a job of its own) for its `seconds`, start to end."""

@@ -367,7 +367,7 @@ def quota_checker(client: Any, project: str, log: Callable[[str], None]
         except Exception as exc:  # noqa: BLE001 - a reading problem must not stop training
             log(f"capacity: the quotas could not be read ({exc}); trying {alternative.label}")
             return ""
-        found = quotas.check(quotas.needs(alternative.worker_pool_specs, alternative.region,
+        found = quotas.check(quotas.needs(alternative.pools, alternative.region,
                                           alternative.scheduling_strategy), infos)
         return "; ".join(q.describe(project) for q in found if q.refused)
     return check
@@ -393,12 +393,13 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
     options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
     trainer = validate(TrainingOptions, training, prefix="training", strict=False)
     # One display name for every attempt: the same run's training, wherever it ran.
-    name = custom_job_spec(alternatives[0]["worker_pool_specs"], images,
-                           dataset_path=dataset_path, output_uri=output_uri,
-                           output_path=output_path, job_name=options.job_name)["display_name"]
+    checked = [Alternative.from_dict(a) for a in alternatives]
+    name = custom_job_spec(checked[0].pools, images, dataset_path=dataset_path,
+                           output_uri=output_uri, output_path=output_path,
+                           job_name=options.job_name)["display_name"]
 
     def make_job(alternative: Alternative) -> Any:
-        spec = custom_job_spec(alternative.worker_pool_specs, images,
+        spec = custom_job_spec(alternative.pools, images,
                                dataset_path=dataset_path, output_uri=output_uri,
                                output_path=output_path, job_name=options.job_name,
                                trainer_args=trainer_flags(trainer, alternative.plan.to_dict()))
@@ -413,7 +414,6 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
             clients[region] = jobs_client(region)
         return clients[region]
 
-    checked = [Alternative.from_dict(a) for a in alternatives]
     how = Launch(project, make_job, jobs_for,
                  quota_checker(quotas.quotas_client(), project, log), log,
                  rounds=options.capacity_rounds,

@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from components.gpu.pools import is_reduction_server, pool_accelerator
+from components.gpu.worker_pool import WorkerPool, parse_pools
 from trainer.common.errors import InputError
 
 SERVICE = "aiplatform.googleapis.com"
@@ -100,24 +100,24 @@ def cpu_quota_name(machine_type: str) -> str:
     return "cpus" if family in ("n1", "e2") else f"{family}_cpus"
 
 
-def needs(pools: Sequence[Any], region: str, scheduling: str, copies: int = 1) -> list[Need]:
+def needs(pools: Sequence[WorkerPool | None], region: str, scheduling: str,
+          copies: int = 1) -> list[Need]:
     """The quota a job of `pools` holds: the GPUs of pools with GPUs, and every pool's
     vCPUs (a Reduction Server's included), times `copies` (parallel trials)."""
     amounts: dict[str, int] = defaultdict(int)
     parts: dict[str, list[str]] = defaultdict(list)
     for pool in pools:
-        if not isinstance(pool, Mapping) or not pool:
+        if not pool:
             continue
-        replicas = int(pool.get("replica_count", 1) or 0)
-        gpu, count = pool_accelerator(pool)
-        machine = str((pool.get("machine_spec") or {}).get("machine_type", ""))
+        replicas, machine = pool.replicas, pool.machine
+        gpu, count = pool.accelerator, pool.gpus_per_machine
         held = []
         if count and gpu in GPU_QUOTA_NAMES:
             held.append((metric(GPU_QUOTA_NAMES[gpu], scheduling), count, gpu))
         if machine:
             held.append((metric(cpu_quota_name(machine), scheduling), machine_vcpus(machine),
                          f"vCPUs of {machine}" + (" (Reduction Server)"
-                                                  if is_reduction_server(pool) else "")))
+                                                  if pool.reduction_server else "")))
         for key, amount, unit in held:
             amounts[key] += replicas * amount * copies
             parts[key].append(f"{replicas} x {amount} {unit}")
@@ -239,7 +239,7 @@ def in_use(jobs_client: Any, project: str, region: str) -> dict[str, int]:
     for job in jobs_client.list_custom_jobs(request=request):
         spec = aiplatform_v1.CustomJob.to_dict(job, use_integers_for_enums=False)["job_spec"]
         strategy = (spec.get("scheduling") or {}).get("strategy") or "STANDARD"
-        for need in needs(spec.get("worker_pool_specs", []), region, strategy):
+        for need in needs(parse_pools(spec.get("worker_pool_specs", [])), region, strategy):
             held[need.metric] += need.amount
     return held
 

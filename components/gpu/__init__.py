@@ -8,7 +8,10 @@
 - `pools`: `check_pools`: every rule of Vertex AI worker pools (the GPU rules, then the
   roles a strategy needs, the scheduling strategy's rules, the Reduction Server's) and the
   training plan the pools run.
-- `validation`: the GPU rules (machine type x GPU type x count x region).
+- `validation`: the GPU rules (machine type x GPU type x count x region), which also
+  normalise the pools as given.
+- `worker_pool`: `WorkerPool`, a pool parsed once, and its API form (`to_api`); no
+  module below it reads a pool mapping.
 - `image_support`: which GPU types the trainer image's CUDA libraries serve.
 - `catalog`: the GPU facts (valid counts per machine type, legacy types, regions, zones,
   bandwidth), each with its source.

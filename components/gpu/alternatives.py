@@ -11,15 +11,19 @@ follows it only with `training.scale_learning_rate`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.gpu.pools import check_pools, layout_of
+from components.gpu.validation import ValidationResult
+from components.gpu.worker_pool import WorkerPool, api_specs, parse_pools
 from components.vertex_options import VertexOptions
 from trainer.cluster.training_plan import TrainingPlan
 from trainer.common.errors import InputError
+
+if TYPE_CHECKING:
+    from trainer.run.training_options import TrainingOptions
 
 
 class AlternativesError(InputError):
@@ -33,36 +37,35 @@ class Alternative:
     Attributes:
         index: Its place in the order tried: 0 the primary, 1 `vertex.fallbacks[0]`, ...
         region: Vertex AI region.
-        worker_pool_specs: Its worker pools (normalised once checked).
+        pools: Its checked worker pools (None where one is unused).
         scheduling_strategy: STANDARD, SPOT or FLEX_START.
-        plan: Its training plan, once checked.
+        plan: Its training plan.
     """
 
     index: int
     region: str
-    worker_pool_specs: list[Any]
+    pools: tuple[WorkerPool | None, ...]
     scheduling_strategy: str
     plan: TrainingPlan | None = None
 
     @property
     def label(self) -> str:
         """How messages and records name it."""
-        return "primary" if self.index == 0 else f"fallbacks[{self.index - 1}]"
+        return label(self.index)
+
+    @property
+    def worker_pool_specs(self) -> list[dict[str, Any]]:
+        """Its pools as the CustomJob API takes them."""
+        return api_specs(self.pools)
 
     def describe(self) -> str:
         """Its machines in a few words, e.g. `2 x n1-standard-8 + 1 x NVIDIA_TESLA_T4 in
         us-central1, STANDARD`."""
-        pools = []
-        for pool in self.worker_pool_specs:
-            if pool:
-                spec = pool.get("machine_spec") or {}
-                gpu = (f" + {spec['accelerator_count']} x {spec['accelerator_type']}"
-                       if spec.get("accelerator_count") else "")
-                pools.append(f"{pool.get('replica_count', 1)} x {spec.get('machine_type')}{gpu}")
-        return f"{', '.join(pools)} in {self.region}, {self.scheduling_strategy}"
+        pools = ", ".join(pool.describe() for pool in self.pools if pool)
+        return f"{pools} in {self.region}, {self.scheduling_strategy}"
 
     def to_dict(self) -> dict[str, Any]:
-        """As stage 1 passes it on (the plan as its dict)."""
+        """As stage 1 passes it on (the pools in the API's form, the plan as its dict)."""
         return {"index": self.index, "label": self.label, "region": self.region,
                 "worker_pool_specs": self.worker_pool_specs,
                 "scheduling_strategy": self.scheduling_strategy,
@@ -71,18 +74,23 @@ class Alternative:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Alternative:
         plan = data.get("training_plan") or None
-        return cls(int(data["index"]), str(data["region"]), list(data["worker_pool_specs"]),
-                   str(data["scheduling_strategy"]),
+        return cls(int(data["index"]), str(data["region"]),
+                   parse_pools(data["worker_pool_specs"]), str(data["scheduling_strategy"]),
                    TrainingPlan.from_dict(plan) if plan else None)
 
 
-def alternatives_of(vertex: VertexOptions) -> list[Alternative]:
+def label(index: int) -> str:
+    """How messages and records name the alternative at `index`."""
+    return "primary" if index == 0 else f"fallbacks[{index - 1}]"
+
+
+def alternatives_of(vertex: VertexOptions) -> list[tuple[int, str, list[Any], str]]:
     """The primary configuration, then each fallback with the primary's values where it
-    gives none, in the order the training step tries them (unchecked)."""
-    found = [Alternative(0, vertex.region, list(vertex.worker_pool_specs),
-                         vertex.scheduling_strategy)]
+    gives none, in the order the training step tries them, as given: (index, region,
+    worker pool specs, scheduling strategy)."""
+    found = [(0, vertex.region, list(vertex.worker_pool_specs), vertex.scheduling_strategy)]
     for number, fallback in enumerate(vertex.fallbacks, start=1):
-        found.append(Alternative(
+        found.append((
             number, fallback.region or vertex.region,
             list(fallback.worker_pool_specs if fallback.worker_pool_specs is not None
                  else vertex.worker_pool_specs),
@@ -96,7 +104,7 @@ class Checked:
     messages as before, a fallback's prefixed with its label)."""
 
     alternatives: list[Alternative]
-    results: list[Any]
+    results: list[ValidationResult]
     errors: list[str]
     warnings: list[str]
 
@@ -110,28 +118,26 @@ class Checked:
         return self
 
     @property
-    def primary(self) -> Any:
+    def primary(self) -> ValidationResult:
         """The primary configuration's validation result."""
         return self.results[0]
 
 
-def check_alternatives(vertex: VertexOptions, training: Any = None) -> Checked:
+def check_alternatives(vertex: VertexOptions, training: TrainingOptions | None = None
+                       ) -> Checked:
     """Checks every alternative by stage 1's rules (GPU, roles, plan, scheduling) and the
     rules between them: no alternative repeats an earlier one."""
     found, results, errors, warnings = [], [], [], []
-    seen: dict[str, str] = {}
-    for alternative in alternatives_of(vertex):
-        result = check_pools(alternative.worker_pool_specs, region=alternative.region,
-                             training=training, scheduling=alternative.scheduling_strategy,
+    seen: dict[tuple[str, str, tuple[WorkerPool | None, ...]], str] = {}
+    for index, region, specs, scheduling in alternatives_of(vertex):
+        result = check_pools(specs, region=region, training=training, scheduling=scheduling,
                              timeout=vertex.timeout)
-        prefix = "" if alternative.index == 0 else f"{alternative.label}: "
+        prefix = "" if index == 0 else f"{label(index)}: "
         errors += [prefix + e for e in result.errors]
         warnings += [prefix + w for w in result.warnings]
+        alternative = Alternative(index, region, result.pools, scheduling, result.plan)
         if result.ok:
-            alternative = dataclasses.replace(alternative, worker_pool_specs=result.specs,
-                                              plan=result.plan)
-            key = json.dumps([alternative.region, alternative.scheduling_strategy,
-                              result.specs], sort_keys=True)
+            key = (region, scheduling, result.pools)
             if key in seen:
                 errors.append(f"{alternative.label} is the same configuration as "
                               f"{seen[key]} (region, worker_pool_specs and "
@@ -149,19 +155,19 @@ def replicas_in_sync(alternative: Alternative) -> int:
     plan = alternative.plan
     gpus = max(1, plan.gpus_per_machine if plan else 0)
     if plan is not None and plan.strategy == "multi_worker_mirrored":
-        return layout_of(alternative.worker_pool_specs).training_machines * gpus
+        return layout_of(alternative.pools).training_machines * gpus
     return gpus
 
 
 def shard_multiple(alternatives: Sequence[Alternative]) -> int:
     """The dataset's shard multiple: the least common multiple of every alternative's
     input pipelines, so that each of its readers gets its own files whichever trains."""
-    counts = [layout_of(a.worker_pool_specs).input_pipelines(a.plan.strategy)
+    counts = [layout_of(a.pools).input_pipelines(a.plan.strategy)
               for a in alternatives if a.plan is not None]
     return math.lcm(*counts) if counts else 1
 
 
-def batch_lines(alternatives: Sequence[Alternative], training: Any) -> list[str]:
+def batch_lines(alternatives: Sequence[Alternative], training: TrainingOptions) -> list[str]:
     """How the global batch and the learning rate follow each alternative, one line each."""
     lines = []
     for alternative in alternatives:

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from components.gpu import catalog as cat
 from components.gpu.image_support import image_cannot_serve
+from components.gpu.worker_pool import WorkerPool, parse_pools
 from trainer.cluster.roles import POOLS
 from trainer.cluster.training_plan import TrainingPlan
 from trainer.common.errors import InputError
@@ -68,20 +70,19 @@ class ValidationResult:
     specs: list[dict[str, Any]]
     plan: TrainingPlan | None = None
 
+    @functools.cached_property
+    def pools(self) -> tuple[WorkerPool | None, ...]:
+        """The normalised specs parsed, None where a pool is unused."""
+        return parse_pools(self.specs)
+
     @property
     def training_machines(self) -> int:
         """Machines that train: the chief and the worker pool's replicas (pools 0 and 1)."""
-        return sum(p.get("replica_count", 1) for p in self.specs[:2] if p) or 1
+        return sum(p.replicas for p in self.pools[:2] if p) or 1
 
     def describe(self) -> str:
         """The used pools in words: `1 x n1-standard-8 + 1 x NVIDIA_TESLA_T4; ...`."""
-        parts = []
-        for pool in (p for p in self.specs if p):
-            machine = pool["machine_spec"]
-            gpus = (f" + {machine['accelerator_count']} x {machine['accelerator_type']}"
-                    if machine.get("accelerator_type") else "")
-            parts.append(f"{pool['replica_count']} x {machine['machine_type']}{gpus}")
-        return "; ".join(parts)
+        return "; ".join(pool.describe() for pool in self.pools if pool)
 
     def raise_for_errors(self) -> ValidationResult:
         """Raises GpuConfigError when the result has errors, else returns self."""

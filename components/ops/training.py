@@ -90,6 +90,7 @@ def vertex_tuning_spec(worker_pool_specs: list, images: dict, dataset: Input[Dat
     validated pools, each replica applying stage 1's `training_plan`, and its study."""
     from collections import namedtuple
 
+    from components.gpu.worker_pool import parse_pools
     from components.stage import stage_errors
     from components.training.vertex_job import trainer_flags
     from components.tuning.tuning_options import TuningOptions
@@ -102,7 +103,8 @@ def vertex_tuning_spec(worker_pool_specs: list, images: dict, dataset: Input[Dat
         options = validate(TrainingOptions, training, prefix="training", strict=False)
         study = validate(TuningOptions, tuning, prefix="tuning", strict=False)
         job = validate(VertexOptions, vertex, prefix="vertex", strict=False)
-        spec = tuning_job_spec(worker_pool_specs, images, dataset_path=dataset.path,
+        spec = tuning_job_spec(parse_pools(worker_pool_specs), images,
+                               dataset_path=dataset.path,
                                output_uri=tuning_job.uri, output_path=tuning_job.path,
                                trainer_args=trainer_flags(options, training_plan),
                                tuning=study,

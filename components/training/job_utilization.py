@@ -19,6 +19,7 @@ from typing import Any
 
 from components import cloud_monitoring
 from components.durations import timestamp_seconds
+from components.gpu.worker_pool import parse_pools
 from trainer.common import files
 
 FILE = "cloud_monitoring.json"
@@ -47,8 +48,8 @@ def read_job(client: Any, job: Mapping[str, Any]) -> dict[str, Any]:
     """Every replica's accelerator figures of `job` (a CustomJob as JSON, ended): the
     mean and the highest sample in percent and the number of samples; a job whose pools
     hold no accelerator is not read."""
-    pools = [p for p in job.get("jobSpec", {}).get("workerPoolSpecs", []) if p]
-    with_gpus = [p for p in pools if (p.get("machineSpec") or {}).get("acceleratorType")]
+    pools = [p for p in parse_pools(job.get("jobSpec", {}).get("workerPoolSpecs", [])) if p]
+    with_gpus = [p for p in pools if p.accelerator]
     found: dict[str, Any] = {"job": job["name"], "source": "Cloud Monitoring, "
                              + ", ".join(METRICS.values()), "replicas": {}}
     if not with_gpus:
@@ -58,7 +59,7 @@ def read_job(client: Any, job: Mapping[str, Any]) -> dict[str, Any]:
     project, job_id = job["name"].split("/")[1], job["name"].rsplit("/", 1)[-1]
     start = timestamp_seconds(job["startTime"])
     end = timestamp_seconds(job["endTime"]) if job.get("endTime") else start
-    replicas = sum(int(p.get("replicaCount", 0) or 0) for p in pools)
+    replicas = sum(p.replicas for p in pools)
     for key, metric in METRICS.items():
         query = (f'metric.type="{metric}" AND resource.type="cloudml_job" AND '
                  f'resource.labels.job_id="{job_id}"')

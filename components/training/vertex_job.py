@@ -6,12 +6,11 @@ see `pipelines.pipeline`.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from components.durations import duration_seconds
-from components.gpu.pools import is_reduction_server, pool_accelerator
+from components.gpu.worker_pool import WorkerPool
 from components.images import TRAINER_COMMAND
 from components.training.job_names import (
     JOB_NAME_SUFFIX,
@@ -41,7 +40,7 @@ def trainer_flags(options: Any, training_plan: Mapping[str, Any]) -> list[str]:
             "--training-plan", plan.to_json()]
 
 
-def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], images: Mapping[str, Any], *,
+def custom_job_spec(pools: Sequence[WorkerPool | None], images: Mapping[str, Any], *,
                     dataset_path: str, output_uri: str, output_path: str,
                     trainer_args: Sequence[str] = (),
                     job_name: str = "gpu_training") -> dict[str, Any]:
@@ -58,7 +57,7 @@ def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], images: Mapping
     read with plain file APIs.
 
     Args:
-        worker_pool_specs: Normalised pools from the validation stage.
+        pools: The checked pools (None where one is unused).
         images: The build stage's images: `gpu` and `cpu`, each with its `reference`.
         dataset_path: Local (FUSE) path of the prepared dataset.
         output_uri: `gs://` URI for the job's outputs (base_output_directory).
@@ -80,21 +79,21 @@ def custom_job_spec(worker_pool_specs: Sequence[dict[str, Any]], images: Mapping
     if missing:
         raise TrainingSpecError(f"images has no reference for {', '.join(missing)}; a Vertex "
                                 "CustomJob needs the images the build stage made")
-    if not worker_pool_specs or not worker_pool_specs[0]:
+    if not pools or not pools[0]:
         raise TrainingSpecError("worker_pool_specs has no chief pool (pool 0)")
     args = ["--job-dir", output_path, "--data-dir", dataset_path, *map(str, trainer_args)]
-    pools = []
-    for pool in worker_pool_specs:
-        pool = copy.deepcopy(dict(pool))
-        if pool and not is_reduction_server(pool):  # which runs Vertex AI's own image
-            gpus = pool_accelerator(pool)[1]
-            pool["container_spec"] = {
+    specs = []
+    for pool in pools:
+        spec = pool.to_api() if pool else {}
+        if pool and not pool.reduction_server:  # which runs Vertex AI's own image
+            gpus = pool.gpus_per_machine
+            spec["container_spec"] = {
                 "image_uri": images["gpu" if gpus else "cpu"]["reference"],
                 "command": list(TRAINER_COMMAND),
                 "args": [*args, "--expected-gpus", str(gpus)] if gpus else list(args)}
-        pools.append(pool)
+        specs.append(spec)
     base = output_uri.rstrip("/")
-    return {"worker_pool_specs": pools, "base_output_directory": base,
+    return {"worker_pool_specs": specs, "base_output_directory": base,
             "model_uri": f"{base}/{MODEL_SUBDIR}", "display_name": unique_job_name(job_name)}
 
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from components.cloud_names import vertex_endpoint
+from components.gpu.worker_pool import WorkerPool, parse_pools
 from components.training.vertex_job import custom_job_spec
 from components.tuning.local_study import Trial, typed
 from components.tuning.tuning_options import (
@@ -70,7 +71,7 @@ def study_spec(tuning: TuningOptions) -> tuple[list[dict], list[dict]]:
             serialize_parameters(specs))
 
 
-def tuning_job_spec(worker_pool_specs: Sequence[dict[str, Any]], images: Mapping[str, Any],
+def tuning_job_spec(pools: Sequence[WorkerPool | None], images: Mapping[str, Any],
                     *, dataset_path: str, output_uri: str, output_path: str,
                     trainer_args: Sequence[str], tuning: TuningOptions,
                     job_name: str) -> dict[str, Any]:
@@ -86,7 +87,7 @@ def tuning_job_spec(worker_pool_specs: Sequence[dict[str, Any]], images: Mapping
     problems = vertex_problems(tuning)
     if problems:
         raise InputError("; ".join(problems))
-    job = custom_job_spec(worker_pool_specs, images, dataset_path=dataset_path,
+    job = custom_job_spec(pools, images, dataset_path=dataset_path,
                           output_uri=output_uri, output_path=output_path,
                           trainer_args=[*trainer_args, "--hypertune-metric", tuning.metric],
                           job_name=f"{job_name}_tuning")
@@ -152,6 +153,7 @@ def finished_study(job: Any, tuning: TuningOptions, prices: Mapping[str, float]
     from components.tuning.trials import study_record
 
     record = study_record(tuning, trials_of(job, tuning))
-    pools = [json_format.MessageToDict(type(p).pb(p)) for p in job.trial_job_spec.worker_pool_specs]
+    pools = parse_pools(json_format.MessageToDict(type(p).pb(p))
+                        for p in job.trial_job_spec.worker_pool_specs)
     record["cost"] = tuning_cost(record["trials"], pools, prices)
     return record

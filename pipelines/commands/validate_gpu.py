@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         for warning in result.warnings:
             print(f"warning: {warning}")
         if result.ok:
-            used = [p for p in result.specs if p]
+            used = [p for p in result.pools if p]
             print(f"valid ({source}): {len(used)} worker pool(s)"
                   + (f" in {region}" if region else ""))
             print(json.dumps(result.specs, indent=2))

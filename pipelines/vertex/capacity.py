@@ -24,7 +24,7 @@ def planned_needs(config: Config) -> list[tuple[Alternative, list[quotas.Need]]]
     """Each alternative with the quota it needs (the primary's times the study's parallel
     trials, which run on its pools)."""
     trials = config.tuning.parallel_trials if config.tuning.enabled else 1
-    return [(a, quotas.needs(a.worker_pool_specs, a.region, a.scheduling_strategy,
+    return [(a, quotas.needs(a.pools, a.region, a.scheduling_strategy,
                              trials if a.index == 0 else 1)) for a in config.alternatives()]
 
 

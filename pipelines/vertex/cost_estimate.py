@@ -48,7 +48,7 @@ def _measured(config: Config, clients: Clients) -> tuple[str, dict[str, Any]] | 
 def estimate_lines(config: Config, clients: Clients) -> list[str]:
     """What the dry run says of the cost; reading the registry never fails the dry run."""
     prices = priced(config.vertex.prices)
-    rate, unpriced = hourly(config.vertex.worker_pool_specs, prices)
+    rate, unpriced = hourly(config.vertex.pools, prices)
     epochs = config.training_options().total_epochs
     head = (f"cost estimate: the primary configuration's machines cost {rate:.2f} USD an "
             f"hour (prices of {PRICES_READ}"

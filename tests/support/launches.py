@@ -100,7 +100,7 @@ def launch_settings(apis: Any, cfg: Any, *, pulled: dict | None = None,
     references = missing_images() if pulled is None else pulled
 
     def make_job(alternative):
-        spec = custom_job_spec(alternative.worker_pool_specs, references,
+        spec = custom_job_spec(alternative.pools, references,
                                dataset_path="/gcs/d", output_uri="gs://b/job",
                                output_path="/gcs/b/job",
                                trainer_args=trainer_flags(cfg.training,

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from trainer.cluster.accelerators import Accelerator
@@ -54,6 +54,10 @@ class PlanError(InputError):
     def __init__(self, problems: str | list[str]):
         self.problems = [problems] if isinstance(problems, str) else list(problems)
         super().__init__("; ".join(self.problems))
+
+
+class StrategyError(PlanError):
+    """The cluster's layout cannot run the strategy asked for."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,6 +188,7 @@ def choose_strategy(layout: Layout, requested: str = "auto") -> str:
 
 def plan_training(layout: Layout, *, strategy: str = "auto", mixed_precision: str = "auto",
                   xla: str = "auto", gpu: Accelerator | None = None, gpus: int = 0,
+                  devices: Callable[[str], tuple[Accelerator | None, int]] | None = None,
                   reduction_server: bool = False) -> TrainingPlan:
     """Decides how a cluster trains.
 
@@ -194,18 +199,24 @@ def plan_training(layout: Layout, *, strategy: str = "auto", mixed_precision: st
         xla: `auto`, `on` or `off` (`training.xla`).
         gpu: The GPU type of the machines that run training steps (None: CPUs).
         gpus: GPUs per such machine.
+        devices: Instead of `gpu` and `gpus`: given the strategy chosen, the GPU type and
+            count of the machines that run its steps (which machines those are depends on
+            the strategy: the workers alone under ParameterServerStrategy).
         reduction_server: Pool 2 runs Vertex AI's Reduction Server.
 
     Returns:
         The plan, with a reason for each decision.
 
     Raises:
-        PlanError: The options cannot work on this cluster (every problem named).
+        PlanError: The options cannot work on this cluster (every problem named);
+            `StrategyError` when the layout cannot run the strategy asked for.
     """
     try:
         chosen = choose_strategy(layout, strategy)
     except ClusterConfigError as exc:
-        raise PlanError(str(exc)) from None
+        raise StrategyError(str(exc)) from None
+    if devices is not None:
+        gpu, gpus = devices(chosen)
     gpu = gpu if gpus else None
     problems: list[str] = []
     reasons = {"strategy": _strategy_reason(chosen, layout, gpus)}

@@ -31,6 +31,7 @@ from components.gpu.alternatives import (
     replicas_in_sync,
     shard_multiple,
 )
+from components.gpu.worker_pool import parse_pools
 from pipelines.cli import main
 from pipelines.config import ConfigError
 from pipelines.config_loading import load_config
@@ -110,7 +111,7 @@ def test_a_repeated_configuration_and_a_persistent_resource_are_refused():
 
 
 def test_what_a_configuration_needs_of_each_quota():
-    gpus, cpus = quotas.needs(pools(T4, 3), "us-central1", "STANDARD")
+    gpus, cpus = quotas.needs(parse_pools(pools(T4, 3)), "us-central1", "STANDARD")
     assert (gpus.metric, gpus.amount) == (
         "aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus", 4)
     # A GPU machine's vCPUs count too (users' 429s name both quotas for n1 + T4).
@@ -119,7 +120,7 @@ def test_what_a_configuration_needs_of_each_quota():
         "1 x 8 vCPUs of n1-standard-8 + 3 x 8 vCPUs of n1-standard-8")
     # Spot and DWS count against the preemptible quotas; parallel trials multiply.
     for strategy in ("SPOT", "FLEX_START"):
-        gpus, cpus = quotas.needs(pools(A100), "us-central1", strategy, copies=3)
+        gpus, cpus = quotas.needs(parse_pools(pools(A100)), "us-central1", strategy, copies=3)
         assert (gpus.metric, gpus.amount) == ("aiplatform.googleapis.com/custom_model_"
                                               "training_preemptible_nvidia_a100_gpus", 6)
         assert (cpus.metric, cpus.amount) == ("aiplatform.googleapis.com/custom_model_"
@@ -129,7 +130,7 @@ def test_what_a_configuration_needs_of_each_quota():
     layout = [*pools(T4), {"machine_spec": {"machine_type": "n1-highmem-8"}, "replica_count": 2},
               {"machine_spec": {"machine_type": "c2-standard-16"}, "replica_count": 1}]
     found = {n.metric.rsplit("/", 1)[1]: n.amount
-             for n in quotas.needs(layout, "us-central1", "STANDARD")}
+             for n in quotas.needs(parse_pools(layout), "us-central1", "STANDARD")}
     assert found == {"custom_model_training_nvidia_t4_gpus": 2,
                      "custom_model_training_cpus": 32, "custom_model_training_c2_cpus": 16}
     # 8 x a2-highgpu-8g: 64 A100s and 768 vCPUs (the catalog's 96 each, not the name's 8).
@@ -138,11 +139,12 @@ def test_what_a_configuration_needs_of_each_quota():
              {"machine_spec": {"machine_type": "a2-highgpu-8g", "accelerator_type":
                                "NVIDIA_TESLA_A100", "accelerator_count": 8}, "replica_count": 7}]
     assert {n.metric.rsplit("_", 2)[-2]: n.amount
-            for n in quotas.needs(eight, "us-central1", "STANDARD")} == {"a100": 64, "a2": 768}
+            for n in quotas.needs(parse_pools(eight), "us-central1", "STANDARD")} == \
+        {"a100": 64, "a2": 768}
 
 
 def test_a_cpu_quota_the_project_does_not_list_is_not_known_never_refused():
-    [_, cpus] = quotas.check(quotas.needs(pools(A100), "us-central1", "STANDARD"), {})
+    [_, cpus] = quotas.check(quotas.needs(parse_pools(pools(A100)), "us-central1", "STANDARD"), {})
     assert cpus.limit is None and not cpus.refused
     assert cpus.describe("my-proj").endswith("the project has no such quota, not checked")
 

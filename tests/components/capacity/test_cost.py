@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from components.capacity import cost
+from components.gpu.worker_pool import parse_pools
 
 T4_POOLS = [{"machineSpec": {"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_TESLA_T4",
                              "acceleratorCount": 1}, "replicaCount": 1},
@@ -65,7 +66,7 @@ def test_a_study_is_billed_for_every_trial_but_the_failed_ones():
               {"state": "STOPPING", "seconds": 900.0}]
     pools = [{"machineSpec": {"machineType": "n1-standard-8", "acceleratorType":
                               "NVIDIA_H100_80GB", "acceleratorCount": 2}, "replicaCount": "1"}]
-    found = cost.tuning_cost(trials, pools, cost.PRICES)
+    found = cost.tuning_cost(trials, parse_pools(pools), cost.PRICES)
     # 0.75 h billed at 2 x 0.21849885 + 2 x 9.79655057 an hour.
     assert found["usd"] == pytest.approx(0.75 * (0.4369977 + 19.59310114), abs=1e-4)
     assert (found["trials"], found["billed_trials"], found["seconds"]) == (3, 2, 2700.0)

@@ -8,15 +8,18 @@ from google.cloud import aiplatform_v1
 
 from components.gpu import catalog as cat
 from components.gpu.pools import (
-    REDUCTION_SERVER,
+    REDUCERS,
     check_layout,
+    check_pools,
     check_scheduling,
     layout_of,
 )
 from components.gpu.validation import validate_worker_pool_specs
+from components.gpu.worker_pool import REDUCTION_SERVER, parse_pools
 from pipelines.config import ConfigError
 from pipelines.config_loading import load_config
 from trainer.cluster.roles import Layout
+from trainer.run.training_options import TrainingOptions
 
 T4 = {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
       "accelerator_count": 1}
@@ -58,12 +61,19 @@ def test_arm_machines_are_refused_for_the_x86_trainer_image():
         result.errors[0]
 
 
+def roles(specs, strategy="auto"):
+    """(errors, warnings) of stage 1's checks on `specs` with `training.strategy`."""
+    result = check_pools(specs, training=TrainingOptions(strategy=strategy))
+    return result.errors, result.warnings
+
+
 def test_layouts_and_the_strategy_they_run():
-    assert layout_of(pools(1, 9, 3)) == Layout(workers=9, parameter_servers=3)
-    assert layout_of(pools(1, 2, 0, 1)) == Layout(workers=2, evaluators=1)
-    assert check_layout(pools(1, 2)) == ([], [])
-    assert check_layout(pools(1, 9, 3)) == ([], [])  # the documents' example: PS training
-    assert check_layout(pools(1, 2, 1, 1), "parameter_server") == ([], [])
+    assert layout_of(parse_pools(pools(1, 9, 3))) == Layout(workers=9, parameter_servers=3)
+    assert layout_of(parse_pools(pools(1, 2, 0, 1))) == Layout(workers=2, evaluators=1)
+    assert roles(pools(1, 2)) == ([], [])
+    assert roles(pools(1, 9, 3)) == ([], [])  # the documents' example: PS training
+    assert roles(pools(1, 2, 1, 1), "parameter_server") == ([], [])
+    assert check_pools(pools(1, 9, 3)).plan.strategy == "parameter_server"
     assert Layout(workers=2, parameter_servers=1).input_pipelines("parameter_server") == 2
     assert Layout(workers=2).input_pipelines("multi_worker_mirrored") == 3
 
@@ -85,21 +95,30 @@ def test_layouts_and_the_strategy_they_run():
 ])
 def test_layouts_the_strategy_cannot_run_are_refused_naming_the_pool(layout, strategy,
                                                                       message):
-    errors, _ = check_layout(layout, strategy)
+    errors, _ = roles(layout, strategy)
     assert any(message in e for e in errors), errors
+    assert check_pools(layout, training=TrainingOptions(strategy=strategy)).plan is None
+
+
+def test_the_layout_rules_no_strategy_changes():
+    assert check_layout(parse_pools(pools(1, 2, 0, 1)))[0].startswith(
+        "worker_pool_specs[2] (parameter servers) is empty while pool 3 is used")
+    assert check_layout(parse_pools(pools(1, 2, 1, 1))) == []
 
 
 def test_a_reduction_server_pool_goes_with_multi_worker_training():
     layout = pools(1, 2) + [{"machine_spec": {"machine_type": "n1-highcpu-16"},
                              "replica_count": 4,
                              "container_spec": {"image_uri": f"{REDUCTION_SERVER}:latest"}}]
-    assert layout_of(layout) == Layout(workers=2)
-    assert check_layout(layout, "multi_worker_mirrored") == ([], [])
+    assert layout_of(parse_pools(layout)) == Layout(workers=2)
+    errors, warnings = roles(layout, "multi_worker_mirrored")
+    assert not errors and all(w.startswith(REDUCERS) for w in warnings)
+    assert check_pools(layout).plan.reduction_server
 
 
 def test_parameter_servers_with_gpus_are_a_warning():
     layout = pools(1, 2) + [{"machine_spec": dict(T4), "replica_count": 1}]
-    errors, warnings = check_layout(layout)
+    errors, warnings = roles(layout)
     assert not errors and "parameter servers hold variables and need no GPU" in warnings[0]
 
 
@@ -108,9 +127,9 @@ def test_flex_start_rules():
             "accelerator_count": 1}
     same = [{"machine_spec": dict(a100), "replica_count": 1},
             {"machine_spec": dict(a100), "replica_count": 2}]
-    assert check_scheduling(same, "FLEX_START", "86400s") == []
-    assert check_scheduling(pools(1, 1), "STANDARD", "9999999s") == []
-    errors = check_scheduling(pools(1, 1, 1), "FLEX_START", "1209600s")
+    assert check_scheduling(parse_pools(same), "FLEX_START", "86400s") == []
+    assert check_scheduling(parse_pools(pools(1, 1)), "STANDARD", "9999999s") == []
+    errors = check_scheduling(parse_pools(pools(1, 1, 1)), "FLEX_START", "1209600s")
     assert any("accelerator_type is 'NVIDIA_TESLA_T4'; scheduling_strategy FLEX_START serves "
                "only NVIDIA_L4" in e for e in errors)
     assert any("needs the same machine configuration in every pool" in e for e in errors)

@@ -10,6 +10,7 @@ from google.cloud import aiplatform_v1
 from components import images as project_images
 from components.gpu.pools import check_pools
 from components.gpu.validation import validate_worker_pool_specs
+from components.gpu.worker_pool import WorkerPool, parse_pools
 from components.training.vertex_job import TrainingSpecError, custom_job_spec, trainer_flags
 from pipelines.config import Config
 from trainer.common.schema import to_flags
@@ -18,6 +19,7 @@ from trainer.run.training_options import TrainingOptions
 REPO = "us-docker.pkg.dev/p/r"
 GPU = project_images.reference(REPO, project_images.GPU, "sha256:" + "1" * 64)
 CPU = project_images.reference(REPO, project_images.CPU, "sha256:" + "2" * 64)
+N1 = WorkerPool(0, "n1-standard-8")
 #: The build stage's output.
 IMAGES = {"gpu": {"reference": GPU, "tag": "src-0123456789abcdef", "built": True},
           "cpu": {"reference": CPU, "tag": "src-0123456789abcdef", "built": False}}
@@ -25,7 +27,7 @@ IMAGES = {"gpu": {"reference": GPU, "tag": "src-0123456789abcdef", "built": True
 
 def _spec():
     pools = validate_worker_pool_specs(list(Config().vertex.worker_pool_specs)).specs
-    return custom_job_spec(pools, IMAGES,
+    return custom_job_spec(parse_pools(pools), IMAGES,
                            dataset_path="/gcs/b/root/run/prepare-dataset/dataset",
                            output_uri="gs://b/root/run/vertex-training-spec/training_job",
                            output_path="/gcs/b/root/run/vertex-training-spec/training_job",
@@ -60,7 +62,7 @@ def test_pools_parse_as_aiplatform_types():
 def test_unused_pool_stays_empty():
     pools = [{"machine_spec": {"machine_type": "n1-standard-8"}, "replica_count": 1}, {},
              {"machine_spec": {"machine_type": "n1-highmem-8"}, "replica_count": 2}]
-    spec = custom_job_spec(pools, IMAGES, dataset_path="/d", output_uri="gs://b/o",
+    spec = custom_job_spec(parse_pools(pools), IMAGES, dataset_path="/d", output_uri="gs://b/o",
                            output_path="/gcs/b/o")
     assert spec["worker_pool_specs"][1] == {}
     assert aiplatform_v1.WorkerPoolSpec(spec["worker_pool_specs"][2]).replica_count == 2
@@ -68,17 +70,17 @@ def test_unused_pool_stays_empty():
 
 def test_refuses_without_images_or_chief():
     with pytest.raises(TrainingSpecError, match="images has no reference for gpu, cpu"):
-        custom_job_spec([{"replica_count": 1}], {}, dataset_path="/d", output_uri="gs://b",
+        custom_job_spec([N1], {}, dataset_path="/d", output_uri="gs://b",
                         output_path="/gcs/b")
     with pytest.raises(TrainingSpecError, match="no chief pool"):
-        custom_job_spec([{}], IMAGES, dataset_path="/d", output_uri="gs://b",
+        custom_job_spec([None], IMAGES, dataset_path="/d", output_uri="gs://b",
                         output_path="/gcs/b")
 
 
 def test_display_name_is_the_job_name_made_unique():
     import re
 
-    spec = custom_job_spec([{"machine_spec": {"machine_type": "n1-standard-8"}}], IMAGES,
+    spec = custom_job_spec([N1], IMAGES,
                            dataset_path="/d", output_uri="gs://b/o", output_path="/gcs/b/o",
                            job_name="nightly")
     assert re.fullmatch(r"nightly_\d{8}_\d{6}", spec["display_name"])
@@ -86,7 +88,7 @@ def test_display_name_is_the_job_name_made_unique():
                                   CustomJobSpec(worker_pool_specs=spec["worker_pool_specs"]))
     assert job.display_name == spec["display_name"]
     with pytest.raises(TrainingSpecError, match="contains '-'"):
-        custom_job_spec([{"machine_spec": {"machine_type": "n1-standard-8"}}], IMAGES,
+        custom_job_spec([N1], IMAGES,
                         dataset_path="/d", output_uri="gs://b/o", output_path="/gcs/b/o",
                         job_name="night-ly")
 
@@ -98,7 +100,7 @@ def test_every_role_runs_the_trainer_gpu_pools_in_the_gpu_image_and_a_reduction_
     pools = [{**gpu, "replica_count": 1}, {**gpu, "replica_count": 2},
              {**cpu, "replica_count": 1}, {**cpu, "replica_count": 1}]
     args = to_flags(TrainingOptions(epochs=2))
-    spec = custom_job_spec(pools, IMAGES, dataset_path="/d", output_uri="gs://b/o",
+    spec = custom_job_spec(parse_pools(pools), IMAGES, dataset_path="/d", output_uri="gs://b/o",
                            output_path="/gcs/b/o", trainer_args=args)
     parsed = [aiplatform_v1.WorkerPoolSpec(p) for p in spec["worker_pool_specs"]]
     assert [p.container_spec.image_uri for p in parsed] == [GPU, GPU, CPU, CPU]
@@ -117,7 +119,7 @@ def test_every_role_runs_the_trainer_gpu_pools_in_the_gpu_image_and_a_reduction_
     # servers): one decision, stage 1's, which the flags only carry.
     checked = check_pools(pools[:2] + [reduction], training=TrainingOptions(epochs=2))
     assert checked.ok and checked.plan.reduction_server
-    spec = custom_job_spec(checked.specs, IMAGES, dataset_path="/d", output_uri="gs://b/o",
+    spec = custom_job_spec(checked.pools, IMAGES, dataset_path="/d", output_uri="gs://b/o",
                            output_path="/gcs/b/o",
                            trainer_args=trainer_flags(TrainingOptions(epochs=2),
                                                       checked.plan.to_dict()))

@@ -349,6 +349,7 @@ def test_parallel_trials_are_bounded_by_the_cores():
 
 
 def test_a_trial_is_measured_by_its_last_or_best_report_as_the_study_says(tmp_path):
+    from components.gpu.worker_pool import WorkerPool
     from components.tuning.vertex_study import tuning_job_spec
 
     metrics = tmp_path / "output.metrics"
@@ -360,7 +361,7 @@ def test_a_trial_is_measured_by_its_last_or_best_report_as_the_study_says(tmp_pa
     assert final_measurement(str(metrics), study(measurement="best", metric="val_loss",
                                                  goal="MINIMIZE")) == pytest.approx(0.1)
     images = {k: {"reference": f"r/{k}@sha256:" + "0" * 64} for k in ("gpu", "cpu")}
-    pools = [{"machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1}]
+    pools = [WorkerPool(0, "n1-standard-4")]
     for measurement, sent in (("last", "LAST_MEASUREMENT"), ("best", "BEST_MEASUREMENT")):
         spec = tuning_job_spec(pools, images, dataset_path="/d", output_uri="gs://b/o",
                                output_path="/gcs/b/o", trainer_args=[],

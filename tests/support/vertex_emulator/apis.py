@@ -362,9 +362,10 @@ class FakeGoogleApis:
         """The quota metrics a new job in `region` would take above their limits, counting
         what the region's active jobs hold."""
         from components.capacity import quotas
+        from components.gpu.worker_pool import parse_pools
 
         def needs(job_spec: dict[str, Any]) -> dict[str, int]:
-            pools = [aiplatform_pool(p) for p in job_spec.get("workerPoolSpecs", [])]
+            pools = parse_pools(map(aiplatform_pool, job_spec.get("workerPoolSpecs", [])))
             strategy = enum_name("strategy", job_spec.get("scheduling", {}).get("strategy")) \
                 or "STANDARD"
             return {n.metric: n.amount for n in quotas.needs(pools, region, strategy)}

@@ -20,6 +20,7 @@ from components.gpu.pools import (
     check_reduction_server,
     plan_for_pools,
 )
+from components.gpu.worker_pool import parse_pools
 from tests.support.paths import ROOT
 from trainer.cluster.accelerators import ACCELERATORS
 from trainer.cluster.roles import ClusterConfigError, Layout
@@ -75,8 +76,9 @@ def test_the_plan_of_each_gpu_family(gpu):
     assert set(plan.reasons) == {"strategy", "all_reduce", "mixed_precision", "xla"}
     assert all(plan.reasons.values())
     # Under parameter servers: no all-reduce, no XLA, and no float16 (loss scaling).
-    ps = plan_for_pools([pool(machine, gpu, count), pool(machine, gpu, count, replicas=2),
-                         pool("n1-highmem-8")])
+    ps = plan_for_pools(parse_pools([pool(machine, gpu, count),
+                                     pool(machine, gpu, count, replicas=2),
+                                     pool("n1-highmem-8")]))
     bf16 = ACCELERATORS[gpu].bfloat16
     assert (ps.strategy, ps.all_reduce, ps.mixed_precision, ps.xla) == \
         ("parameter_server", "none", "bfloat16" if bf16 else "off", False)
@@ -104,21 +106,22 @@ def test_blackwell_gets_no_xla_even_in_the_plan_itself():
 def test_the_seeds_layouts():
     t4 = pool("n1-highcpu-16", cat.T4, 4)
     # 000/002: master + 9 workers with 4 x T4, 3 CPU parameter servers.
-    seeds = plan_for_pools([t4, {**t4, "replica_count": 9}, pool("n1-highmem-8", replicas=3)])
+    seeds = plan_for_pools(parse_pools([t4, {**t4, "replica_count": 9},
+                                        pool("n1-highmem-8", replicas=3)]))
     assert (seeds.strategy, seeds.all_reduce, seeds.mixed_precision, seeds.xla) == \
         ("parameter_server", "none", "off", False)
     assert "float16 needs loss scaling" in seeds.reasons["mixed_precision"]
     # 003: the multi-worker lab, chief + 1 worker with a V100 each; and its CPU variant.
     v100 = pool("n1-standard-8", cat.V100, 1)
-    lab = plan_for_pools([v100, v100])
+    lab = plan_for_pools(parse_pools([v100, v100]))
     assert (lab.strategy, lab.all_reduce, lab.mixed_precision, lab.xla) == \
         ("multi_worker_mirrored", "nccl", "float16", True)
-    cpu = plan_for_pools([pool("n1-standard-8"), pool("n1-standard-8")])
+    cpu = plan_for_pools(parse_pools([pool("n1-standard-8"), pool("n1-standard-8")]))
     assert (cpu.all_reduce, cpu.mixed_precision, cpu.xla) == ("ring", "off", False)
     # One machine: MirroredStrategy over its GPUs with NCCL, or nothing to reduce.
-    single = plan_for_pools([pool("a2-highgpu-8g", cat.A100, 8)])
+    single = plan_for_pools(parse_pools([pool("a2-highgpu-8g", cat.A100, 8)]))
     assert (single.strategy, single.all_reduce, single.xla) == ("single", "nccl", True)
-    assert plan_for_pools([pool("n1-standard-8", cat.T4, 1)]).all_reduce == "none"
+    assert plan_for_pools(parse_pools([pool("n1-standard-8", cat.T4, 1)])).all_reduce == "none"
 
 
 @pytest.mark.parametrize("pools,options,message", [
@@ -162,15 +165,15 @@ def test_the_reduction_server_reduces_through_nccl_and_is_sized_by_bandwidth(mon
     assert "through the Reduction Server" in result.plan.summary()
     # Too few reducers: advice with the numbers.
     pools[2] = pool("n1-highcpu-16", replicas=8, image=RS_IMAGE)
-    assert check_reduction_server(pools) == [
+    assert check_reduction_server(parse_pools(pools)) == [
         "worker_pool_specs[2] (Reduction Server): 8 x n1-highcpu-16 reducers give 256 Gbps, "
         "less than the training machines' 500 Gbps; Vertex AI's Reduction Server docs ask for "
         "at least as much: use 16 x n1-highcpu-16 (or a machine with more bandwidth, such as "
         "n1-highcpu-16 at 32 Gbps)"]
     # The docs' other example: 8 a2-megagpu-16g workers need 25 n1-highcpu-16 reducers.
     mega = pool("a2-megagpu-16g", cat.A100, 16)
-    advice = check_reduction_server([mega, {**mega, "replica_count": 7},
-                                     pool("n1-highcpu-16", replicas=20, image=RS_IMAGE)])
+    advice = check_reduction_server(parse_pools([mega, {**mega, "replica_count": 7},
+                                     pool("n1-highcpu-16", replicas=20, image=RS_IMAGE)]))
     assert "use 25 x n1-highcpu-16" in advice[0]
 
 
@@ -248,7 +251,7 @@ def test_a_training_replica_given_a_reduction_server_plan_stops_without_the_plug
 
 
 def test_a_plan_travels_as_json_and_is_checked_when_read():
-    plan = plan_for_pools([pool("a2-highgpu-2g", cat.A100, 2)] * 2)
+    plan = plan_for_pools(parse_pools([pool("a2-highgpu-2g", cat.A100, 2)] * 2))
     assert TrainingPlan.from_json(plan.to_json()) == plan
     with pytest.raises(PlanError, match="all_reduce is 'mpi'; expected one of nccl, ring, none"):
         TrainingPlan.from_dict({**plan.to_dict(), "all_reduce": "mpi"})
@@ -267,11 +270,12 @@ def test_the_trainer_applies_the_plan_given_and_refuses_one_for_another_cluster(
 
     mwms = cluster_from_env({"TF_CONFIG": json.dumps({
         "cluster": {"chief": ["h:1"], "worker": ["h:2"]}, "task": {"type": "chief"}})})
-    given = plan_for_pools([pool("n1-standard-8", cat.V100, 1)] * 2)
+    given = plan_for_pools(parse_pools([pool("n1-standard-8", cat.V100, 1)] * 2))
     # The chief sees no GPU here: the plan given is applied all the same, not re-decided.
     applied = training_plan(_args("--training-plan", given.to_json()), mwms, 0, None)
     assert applied == given and applied.mixed_precision == "float16"
-    ps = plan_for_pools([pool("n1-standard-8", cat.T4, 1)] * 2 + [pool("n1-highmem-8")])
+    ps = plan_for_pools(parse_pools([pool("n1-standard-8", cat.T4, 1)] * 2
+                                    + [pool("n1-highmem-8")]))
     with pytest.raises(ClusterConfigError, match="--training-plan is for parameter_server, "
                                                  "but TF_CONFIG's cluster"):
         training_plan(_args("--training-plan", ps.to_json()), mwms, 0, None)
@@ -291,7 +295,7 @@ def test_the_strategy_all_reduces_as_the_plan_says(pools, hint):
     ring over gRPC), `ring` on CPUs. Traced, not run, so no GPU is needed."""
     from components.training.local_cluster import free_ports
 
-    plan = plan_for_pools(pools)
+    plan = plan_for_pools(parse_pools(pools))
     ports = free_ports(2)
     cluster = {"chief": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}"]}
     procs = []
@@ -359,20 +363,21 @@ def test_training_machines_that_differ_only_in_gpu_type_train_as_the_weakest_car
         "NVIDIA_TESLA_T4+NVIDIA_TESLA_V100", "float16", True)
     # With an A100 beside the T4 the plan follows the T4: no bfloat16.
     mixed = [pool("a2-highgpu-1g", cat.A100, 1), pool("n1-standard-8", cat.T4, 1, replicas=2)]
-    plan = plan_for_pools(mixed)
+    plan = plan_for_pools(parse_pools(mixed))
     assert (plan.accelerator, plan.mixed_precision) == ("NVIDIA_TESLA_T4+NVIDIA_TESLA_A100",
                                                         "float16")
     assert plan.reasons["mixed_precision"].startswith("NVIDIA_TESLA_T4 (compute capability 7.5)")
     with pytest.raises(PlanError, match=r"bfloat16, but NVIDIA_TESLA_T4 \(compute capability "
                                         r"7\.5\) has no bfloat16"):
-        plan_for_pools(mixed, mixed_precision="bfloat16")
+        plan_for_pools(parse_pools(mixed), mixed_precision="bfloat16")
     # A different number of GPUs per training machine stays refused.
     with pytest.raises(PlanError, match="needs the same number of GPUs"):
-        plan_for_pools([pool("n1-standard-8", cat.T4, 1), pool("n1-standard-16", cat.T4, 2)])
+        plan_for_pools(parse_pools([pool("n1-standard-8", cat.T4, 1),
+                                    pool("n1-standard-16", cat.T4, 2)]))
     # Under parameter servers only the workers train: the chief's GPU does not count.
     ps = [pool("n1-standard-8", cat.T4, 1), pool("n1-standard-8", cat.V100, 1),
           pool("n1-highmem-8")]
-    assert plan_for_pools(ps).accelerator == cat.V100
+    assert plan_for_pools(parse_pools(ps)).accelerator == cat.V100
 
 
 @pytest.mark.parametrize("host", ["us-docker.pkg.dev", "europe-docker.pkg.dev",
@@ -381,7 +386,7 @@ def test_the_reduction_server_is_recognised_under_any_artifact_registry_host(hos
     pools = [pool("a2-highgpu-8g", cat.A100, 8), pool("a2-highgpu-8g", cat.A100, 8, 3),
              pool("n1-highcpu-16", replicas=8, image=f"{host}/vertex-ai-restricted/training/"
                                                       "reductionserver:latest")]
-    plan = plan_for_pools(pools)
+    plan = plan_for_pools(parse_pools(pools))
     # NCCL through the reducers, not parameter servers (which would turn off mixed
     # precision and XLA and replace the reducer image by the trainer).
     assert (plan.strategy, plan.all_reduce, plan.reduction_server, plan.mixed_precision,
@@ -389,4 +394,4 @@ def test_the_reduction_server_is_recognised_under_any_artifact_registry_host(hos
     # A look-alike elsewhere is not Vertex AI's image.
     pools[2]["container_spec"]["image_uri"] = \
         "europe-docker.pkg.dev/my-proj/training/reductionserver:latest"
-    assert plan_for_pools(pools).strategy == "parameter_server"
+    assert plan_for_pools(parse_pools(pools)).strategy == "parameter_server"
