@@ -102,7 +102,7 @@ def measure(args: argparse.Namespace, cores: int) -> tuple[dict, dict[str, float
 def source_row(name: str, med: dict[str, float], stored: dict[str, float],
                cores: int) -> dict:
     """One source's figures: per process count, and its shards at ImageNet's scale."""
-    from components.dataset.shard_plan import estimated_bytes, plan_shards
+    from components.dataset.splits import estimated_bytes, plan_shards
 
     kind, size, image_format = SOURCES[name]
     row = {}

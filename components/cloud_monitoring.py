@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.common.remote import remote_call
+from trainer.common.cloud_calls import remote_call
 
 
 def metrics_client() -> Any:

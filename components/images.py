@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from components import project
+from components import identity
 from trainer.run.gpu_check import APT_RECORD
 
 #: TensorFlow version of both images: the lock files and the pyproject bound agree with it
@@ -153,13 +153,13 @@ class ProjectImage:
     build_args: tuple[tuple[str, str], ...]
 
 
-GPU = ProjectImage("gpu", f"{project.NAME}-gpu", "docker/gpu.Dockerfile",
+GPU = ProjectImage("gpu", f"{identity.NAME}-gpu", "docker/gpu.Dockerfile",
                    "requirements/gpu.lock",
                    "the trainer on GPU machines (TensorFlow with CUDA 12 and cuDNN 9, and "
                    "Reduction Server's NCCL plugin)",
                    (("PYTHON_BASE", PYTHON_BASE_IMAGE),
                     ("APT_KEY_FINGERPRINTS", ",".join(GOOGLE_APT_KEY_FINGERPRINTS))))
-CPU = ProjectImage("cpu", f"{project.NAME}-cpu", "docker/cpu.Dockerfile",
+CPU = ProjectImage("cpu", f"{identity.NAME}-cpu", "docker/cpu.Dockerfile",
                    "requirements/cpu.lock",
                    "the pipeline's components, CPU-only worker pools, the model server and "
                    "Dataflow workers",
@@ -183,4 +183,4 @@ def pipeline_image(repository: str = DEFAULT_IMAGE_REPOSITORY) -> str:
     """The image the pipeline's lightweight components run in, tagged with the project's
     release: the placeholder of the committed spec, which `submit` and `publish` replace
     with the run's CPU image by digest."""
-    return tagged(repository, CPU, project.version())
+    return tagged(repository, CPU, identity.version())

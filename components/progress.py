@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from components.stage import say
+from components.stage_messages import say
 
 
 def _duration(seconds: float) -> str:

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from components import project
+from components import identity
 from pipelines.commands import (
     batch_predict,
     compile,
@@ -52,7 +52,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The `gpu-pipeline` argument parser: every command's own."""
-    parser = _Parser(prog=project.NAME, description=__doc__.split("\n")[0])
+    parser = _Parser(prog=identity.NAME, description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for module in COMMANDS.values():
         module.add_parser(commands, _Parser)

@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from components import project
+from components import identity
+from components.identity import LOG_PREFIX
 from components.ops import names
-from components.project import LOG_PREFIX
 from components.training.local_cluster import TENSORFLOW_CHATTER
 from pipelines.config import Config
 from pipelines.process_tree import stop_descendants
@@ -70,7 +70,7 @@ _OTHER_EPOCH = re.compile(r"^\s*\[trainer (?!chief:)[^\]]+\] epoch \d+/")
 # What KFP's executor says of itself when it starts a task, and the next task's start.
 _EXECUTOR = re.compile(r"^\s*\[KFP Executor .*\]: (Looking for component|Loading KFP component)")
 _TASK_START = re.compile(r"Executing task '")
-# The first line of a stage's error (`components.stage.stage_errors`).
+# The first line of a stage's error (`components.stage_messages.stage_errors`).
 _STAGE_FAILED = re.compile(r"^" + re.escape(LOG_PREFIX) + r" \S[^:]* failed: ")
 # KFP's executor logs its whole input as indented JSON: "Got executor_input:" ... "    }".
 _INPUT_START = re.compile(r"Got executor_input:$")
@@ -172,7 +172,7 @@ def _contained(root: Path) -> Iterator[None]:
     cache = root / ".kfp_cache"
     before = {p for p in root.iterdir()} | ({p for p in cache.iterdir()} if cache.is_dir()
                                             else set())
-    private = tempfile.mkdtemp(prefix=f"{project.NAME}-run-")
+    private = tempfile.mkdtemp(prefix=f"{identity.NAME}-run-")
     saved = os.environ.get("TMPDIR")
     os.environ["TMPDIR"] = private
     try:

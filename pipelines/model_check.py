@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 
-from components.stage import say
+from components.stage_messages import say
 from pipelines.config import Config
 from trainer.models.user_model import UserModelError, is_reference
 

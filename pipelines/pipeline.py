@@ -22,7 +22,7 @@ from typing import NamedTuple
 from kfp import dsl
 from kfp.dsl import Model
 
-from components import project
+from components import identity
 from components.ops import batch_predict as batch_ops
 from components.ops import deploy as deploy_ops
 from components.ops import export as export_ops
@@ -31,7 +31,7 @@ from components.ops import training as training_ops
 from components.serving.batch import KEY as BATCH_KEY
 from pipelines.config import Config
 
-PIPELINE_NAME = project.PIPELINE_NAME
+PIPELINE_NAME = identity.PIPELINE_NAME
 LOCAL_PIPELINE_NAME = f"{PIPELINE_NAME}-local"
 _DESCRIPTION = ("Validates the GPU worker pools, prepares a sharded TFRecord dataset, "
                 "builds the trainer image, trains on several workers and exports the "

@@ -13,9 +13,9 @@ from typing import Any
 from components import images
 from components.build import cloud_build
 from components.build.context import content_tag, write_build_context
-from components.stage import say
+from components.stage_messages import say
+from trainer.common.cloud_calls import remote_call
 from trainer.common.gcs import split_gcs_uri, storage_client
-from trainer.common.remote import remote_call
 
 
 def run_build_stage(context_dir: str, context_uri: str, image_repository: str, *, push: bool,

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from components import images, project
-from components.stage import say
+from components import identity, images
+from components.stage_messages import say
 from trainer.common.errors import InputError, StageError
 from trainer.common.gcs import split_gcs_uri
 
@@ -172,7 +172,7 @@ def build_request(repository: Repository, tag: str, source_uri: str,
         queue_ttl=duration_pb2.Duration(seconds=QUEUE_TTL_SECONDS),
         options=cloudbuild_v1.BuildOptions(
             machine_type=cloudbuild_v1.BuildOptions.MachineType[settings.machine_type]),
-        tags=[project.NAME, tag, *(image.key for image in wanted)],
+        tags=[identity.NAME, tag, *(image.key for image in wanted)],
     )
     if settings.service_account:
         # Build.service_account is a resource name, and a build run as a user-specified

@@ -191,7 +191,7 @@ def estimate_run(record: Mapping[str, Any], prices: Mapping[str, float], job_dir
     from google.protobuf import json_format
 
     from trainer.common import files
-    from trainer.common.remote import remote_call
+    from trainer.common.cloud_calls import remote_call
     from trainer.run.history import REPORT_FILE
 
     jobs = []

@@ -32,9 +32,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from components.dataset.dataflow import DataflowJob, run_on_dataflow
 from components.dataset.encode import _encode
-from components.dataset.shard_plan import DatasetPlan, shard_names
 from components.dataset.sources import DatasetError, kind_named
-from components.dataset.written import Shard, Written
+from components.dataset.splits import DatasetPlan, shard_names
+from components.dataset.written_shards import Shard, Written
 from trainer.common import contract, tfrecord
 from trainer.common.gcs import mounted_gcs_uri
 

@@ -31,8 +31,8 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from components import project
-from components.stage import say
+from components import identity
+from components.stage_messages import say
 from trainer.common.errors import InputError, StageError, first_line
 
 #: Seconds between two looks at the job's state.
@@ -95,7 +95,7 @@ class DataflowJob:
             # The SDK and our code come from the image: nothing is installed at start-up.
             f"--sdk_container_image={self.sdk_image}", "--sdk_location=container",
             f"--max_num_workers={self.max_workers}", f"--machine_type={self.machine_type}",
-            f"--labels=pipeline={project.NAME}",
+            f"--labels=pipeline={identity.NAME}",
         ]
         for flag, value in (("service_account_email", self.service_account),
                             ("network", self.network), ("subnetwork", self.subnetwork),
@@ -111,7 +111,7 @@ def job_name_for(output_uri: str) -> str:
     """A Dataflow job name for the dataset written to `output_uri`: Dataflow's form
     (`[a-z]([-a-z0-9]*[a-z0-9])?`), one per pipeline task's output."""
     digest = hashlib.sha256(output_uri.encode()).hexdigest()[:12]
-    return f"{project.NAME}-dataset-{digest}"
+    return f"{identity.NAME}-dataset-{digest}"
 
 
 def launch_settings(project_id: str, region: str, service_account: str,

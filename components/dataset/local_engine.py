@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from components.dataset.encode import results
-from components.dataset.shard_plan import DatasetPlan, shard_names
-from components.dataset.written import Shard, Written
+from components.dataset.splits import DatasetPlan, shard_names
+from components.dataset.written_shards import Shard, Written
 from components.progress import Progress
 from trainer.common import contract, tfrecord
 

@@ -22,8 +22,8 @@ from components.dataset.dataflow import DataflowJob
 from components.dataset.dataset_options import DatasetOptions
 from components.dataset.dataset_report import REPORT_NAME, markdown_report
 from components.dataset.local_engine import write_locally
-from components.dataset.shard_plan import plan_dataset
 from components.dataset.sources import DatasetError
+from components.dataset.splits import plan_dataset
 from trainer.common import contract, files
 from trainer.common.schema import OptionsError, validate
 

@@ -25,9 +25,9 @@ from components.export.saved_models import (
 from components.training.efficiency import FILE as EFFICIENCY_FILE
 from components.training.efficiency import load as load_efficiency
 from components.training.efficiency import summary
+from trainer.common.cloud_calls import remote_call
 from trainer.common.contract import load_manifest
 from trainer.common.gcs import to_mount_path
-from trainer.common.remote import remote_call
 
 
 def vertex_champion(parent_model: str, region: str) -> str:
@@ -173,8 +173,8 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
         training_job_dir: The training job's directory (its efficiency figures).
     """
     from components.export.lineage import description, labels
-    from components.project import version
-    from components.stage import say
+    from components.identity import version
+    from components.stage_messages import say
     from components.vertex_options import VertexOptions
     from trainer.common import files
     from trainer.common.schema import validate

@@ -4,7 +4,8 @@ It mirrors what Vertex AI's Model Registry keeps: numbered versions, one of them
 default (the champion), each with its metrics, its lineage and the gate's decision:
 
     registry.json                 {"default": "2", "versions": [{"version": "1", ...}, ...]}
-    versions/<n>/COMMITTED.json   each version's SavedModel, committed (`trainer.common.commit`)
+    versions/<n>/COMMITTED.json   each version's SavedModel, committed
+                                  (`trainer.common.committed_dirs`)
     versions/<n>/v-.../
     .runs/<pipeline job>.json     each run's decision, read by the run's summary
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.common import files
-from trainer.common.commit import commit_directory, committed
+from trainer.common.committed_dirs import commit_directory, committed
 from trainer.common.errors import InputError
 
 INDEX = "registry.json"

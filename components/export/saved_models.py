@@ -4,7 +4,7 @@ The model's metrics are those its serving signature scores on the dataset's enco
 images (`trainer.serving.measure`): measured by the trainer before it committed the model, and
 measured here (with TensorFlow) only for a model that was measured on other data, such
 as a champion from before the dataset changed. The model is then committed to the
-exported model location with its metrics (`trainer.common.commit`: a fresh directory and a
+exported model location with its metrics (`trainer.common.committed_dirs`: a fresh directory and a
 marker written last, as Cloud Storage FUSE cannot rename directories).
 """
 
@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from trainer.common.commit import MARKER, commit_directory, committed
+from trainer.common.committed_dirs import MARKER, commit_directory, committed
 from trainer.common.contract import load_manifest
 from trainer.common.errors import StageError
 from trainer.serving import measure
@@ -92,7 +92,7 @@ def publish_model(model_dir: str | os.PathLike, destination: str | os.PathLike,
 
     Args:
         model_dir: Trained SavedModel directory (or where the trainer committed it).
-        destination: Exported model location (`trainer.common.commit` layout).
+        destination: Exported model location (`trainer.common.committed_dirs` layout).
         metrics: The model's metrics (`model_metrics`).
         dataset_dir: The dataset they were measured on (named in `evaluation.json`).
         extra: More JSON files for the copy, by name (e.g. `lineage.json`).

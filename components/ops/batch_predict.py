@@ -22,7 +22,7 @@ def batch_instances(vertex: dict, promoted: bool, instances: Output[Dataset]) ->
     and the BatchPredictionJob's settings; `run` is False when there is nothing to score
     (no source, or the run promoted no model)."""
     from components.serving.batch import prepare_vertex_job
-    from components.stage import say, stage_errors
+    from components.stage_messages import say, stage_errors
     from components.vertex_options import VertexOptions
     from trainer.common.schema import validate
 
@@ -41,7 +41,7 @@ def batch_predict_locally(vertex: dict, registry_root: str, job_name: str) -> st
     """The batch step of a local run: `vertex.batch_predict.source` scored by the model the
     run promoted, with the serving container's predictor; returns the outcome in a line."""
     from components.serving.batch import score_local_run
-    from components.stage import say, stage_errors
+    from components.stage_messages import say, stage_errors
     from components.vertex_options import VertexOptions
     from trainer.common.schema import validate
 

@@ -23,7 +23,7 @@ def deploy_on_vertex_ai(project: str, vertex: dict, model: Input[VertexModel], m
     the rollout is written beside the exported SavedModel (`model_uri`). Returns the
     outcome in one line, and whether the new model serves all the traffic now."""
     from components.serving.deploy_stage import deploy_on_vertex, record_beside_model
-    from components.stage import say, stage_errors
+    from components.stage_messages import say, stage_errors
     from components.vertex_options import VertexOptions
     from trainer.common.gcs import to_mount_path
     from trainer.common.schema import validate
@@ -44,7 +44,7 @@ def deploy_locally(vertex: dict, registry_root: str, job_name: str,
     sent through; promoted (made the registry's default) or rolled back; every server
     stopped afterwards. Returns the outcome in one line."""
     from components.serving.deploy_stage import deploy_locally as roll_out_here
-    from components.stage import say, stage_errors
+    from components.stage_messages import say, stage_errors
     from components.vertex_options import VertexOptions
     from trainer.common.schema import validate
 

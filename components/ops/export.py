@@ -36,7 +36,7 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model], training:
     from collections import namedtuple
 
     from components.export.export_model import run_export_stage
-    from components.stage import stage_errors
+    from components.stage_messages import stage_errors
 
     with stage_errors("export"):
         done = run_export_stage(
@@ -64,7 +64,7 @@ def registration_plan(vertex: dict, register: bool, default: bool, images: dict)
     from collections import namedtuple
 
     from components.export.registration import Registration, registration
-    from components.stage import say, stage_errors
+    from components.stage_messages import say, stage_errors
     from components.vertex_options import VertexOptions
     from trainer.common.schema import validate
 
@@ -87,7 +87,7 @@ def summarize_run(status: dsl.PipelineTaskFinalStatus, registry_root: str, job_n
     from pathlib import Path
 
     from components.export.run_summary import summarize
-    from components.stage import say, stage_errors
+    from components.stage_messages import say, stage_errors
     from components.vertex_options import VertexOptions
     from trainer.common.schema import validate
 

@@ -32,7 +32,7 @@ def validate_gpu_config(vertex: dict, training: dict, local_cluster: dict) -> Na
     from collections import namedtuple
 
     from components.gpu.configuration import check_configuration
-    from components.stage import say, stage_errors
+    from components.stage_messages import say, stage_errors
     from components.vertex_options import VertexOptions
     from trainer.cluster.roles import Layout
     from trainer.common.schema import validate
@@ -59,7 +59,7 @@ def fingerprint_dataset_source(options: dict) -> str:
     """Stage 2, first part: a cheap key of the source's state (never cached itself)."""
     from components.dataset.dataset_options import DatasetOptions
     from components.dataset.sources import source_fingerprint
-    from components.stage import say, stage_errors
+    from components.stage_messages import say, stage_errors
     from trainer.common.schema import validate
 
     with stage_errors("dataset"):
@@ -75,7 +75,7 @@ def dataflow_launch(project: str, vertex: dict, images: dict) -> dict:
     stage needs to start its Dataflow job (the run's project, region and service account,
     and the CPU image by digest, which the Dataflow workers run)."""
     from components.dataset.dataflow import launch_settings
-    from components.stage import say, stage_errors
+    from components.stage_messages import say, stage_errors
     from components.vertex_options import VertexOptions
     from trainer.common.schema import validate
 
@@ -101,7 +101,7 @@ def prepare_dataset(options: dict, source_fingerprint: str, min_shards: int,
     from components.dataset.dataflow import dataflow_job
     from components.dataset.dataset_options import DatasetOptions
     from components.dataset.prepare import prepare_dataset as prepare
-    from components.stage import say, stage_errors
+    from components.stage_messages import say, stage_errors
     from trainer.common.schema import validate
 
     with stage_errors("dataset"):
@@ -136,7 +136,7 @@ def build_images(vertex: dict, training: dict, push: bool, trainer_source_uri: s
     in the environment.
     """
     from components.build.build_images import run_build_stage
-    from components.stage import stage_errors
+    from components.stage_messages import stage_errors
     from components.vertex_options import VertexOptions
     from trainer.common.schema import validate
 

@@ -20,7 +20,7 @@ def train_on_local_workers(dataset: Input[Dataset], training: dict, local_cluste
     """Stage 4 (local): the trainer as one process per replica of `local_cluster` (workers,
     parameter servers, evaluators besides the chief) on localhost, each applying stage 1's
     `training_plan` for this local cluster."""
-    from components.stage import say, stage_errors
+    from components.stage_messages import say, stage_errors
     from components.training.local_cluster import replica_names, run_local_cluster
     from trainer.cluster.roles import Layout
     from trainer.cluster.training_plan import TrainingPlan
@@ -51,7 +51,7 @@ def tune_on_local_workers(dataset: Input[Dataset], training: dict, tuning: dict,
     trial's parameters (unchanged without a study) and the study's record."""
     from collections import namedtuple
 
-    from components.stage import say, stage_errors
+    from components.stage_messages import say, stage_errors
     from components.tuning.trials import trials_table
     from components.tuning.tune_locally import tune_on_local_workers as tune
     from components.tuning.tuning_options import TuningOptions
@@ -91,7 +91,7 @@ def vertex_tuning_spec(worker_pool_specs: list, images: dict, dataset: Input[Dat
     from collections import namedtuple
 
     from components.gpu.worker_pool import parse_pools
-    from components.stage import stage_errors
+    from components.stage_messages import stage_errors
     from components.training.vertex_job import trainer_flags
     from components.tuning.tuning_options import TuningOptions
     from components.tuning.vertex_study import tuning_job_spec
@@ -123,7 +123,7 @@ def best_vertex_trial(gcp_resources: str, training: dict, tuning: dict, vertex: 
     from collections import namedtuple
 
     from components.capacity.cost import prices_of, tuning_line
-    from components.stage import say, stage_errors
+    from components.stage_messages import say, stage_errors
     from components.tuning.trials import trials_table
     from components.tuning.tuning_options import TuningOptions
     from components.tuning.vertex_study import finished_study, job_name_of, read_tuning_job
@@ -160,7 +160,7 @@ def train_on_vertex_ai(project: str, alternatives: list, images: dict, dataset: 
 
     from components.capacity.cost import tell_cost
     from components.capacity.launcher import run_training_job, summary
-    from components.stage import say, stage_errors
+    from components.stage_messages import say, stage_errors
     from components.training import job_utilization
     from components.training.vertex_job import MODEL_SUBDIR
 
@@ -185,7 +185,7 @@ def train_on_vertex_ai(project: str, alternatives: list, images: dict, dataset: 
 def report_training(training_job: Input[Artifact], metrics: Output[Metrics],
                     curves: Output[HTML]):
     """Stage 4 (both targets), last part: the trainer's curves and final metrics."""
-    from components.stage import say, stage_errors
+    from components.stage_messages import say, stage_errors
     from components.training import efficiency
     from components.training.training_report import publish_training_report
 

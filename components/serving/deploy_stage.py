@@ -30,7 +30,7 @@ def serving_quota_refusals(project: str, options: Any, client: Any = None) -> li
     """What the project's serving quota refuses of the canary's replicas (Cloud Quotas),
     each in words; a quota the project does not list is not checked."""
     from components.capacity import quotas
-    from trainer.common.remote import remote_call
+    from trainer.common.cloud_calls import remote_call
 
     needed = canary_needs(options)
     with remote_call("reading the project's Vertex AI quotas"):

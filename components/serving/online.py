@@ -17,8 +17,8 @@ import json
 from typing import Any
 
 from components.cloud_names import vertex_endpoint
+from trainer.common.cloud_calls import remote_call
 from trainer.common.errors import InputError, StageError
-from trainer.common.remote import remote_call
 from trainer.serving.container import encoded_instance
 
 

@@ -28,8 +28,8 @@ from components import cloud_monitoring
 from components.cloud_names import vertex_endpoint
 from components.serving.deploy_options import DeployOptions, endpoint_region
 from components.serving.rollout import Figures
+from trainer.common.cloud_calls import remote_call
 from trainer.common.errors import StageError
-from trainer.common.remote import remote_call
 
 METRICS = "aiplatform.googleapis.com/prediction/online/"
 #: Marks the deployed models a run deployed (a DeployedModel has no labels): the exit

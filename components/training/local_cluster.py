@@ -23,7 +23,7 @@ from typing import TextIO
 from trainer.cluster.local import LOCAL_CLUSTER_ENV, LOCAL_CORES_ENV
 from trainer.cluster.roles import ROLES, Layout
 from trainer.cluster.tf_config import vertex_tf_config
-from trainer.cluster.training_plan import TrainingPlan, choose_strategy
+from trainer.cluster.training_plan import TrainingPlan, plan_training
 from trainer.common.errors import StageError
 
 #: Seconds the replicas that do not decide the outcome (parameter servers, PS workers,
@@ -166,7 +166,7 @@ def run_local_cluster(layout: Layout, trainer_args: Sequence[str], strategy: str
     Args:
         layout: Replicas of each role (the chief is always one).
         trainer_args: Arguments for trainer.task.
-        strategy: The `training.strategy` option (`trainer.cluster.training_plan.choose_strategy`).
+        strategy: The `training.strategy` option, for replicas without a `plan`.
         timeout_seconds: Stop everything after this long.
         out: Where the processes' output lines go (default: stdout).
         cores: The cores the cluster may use (default: all this process may); clusters
@@ -183,7 +183,8 @@ def run_local_cluster(layout: Layout, trainer_args: Sequence[str], strategy: str
         LocalTrainingError: A process failed or the timeout passed.
         ClusterStopped: `stop` was set before training ended.
     """
-    chosen = plan.strategy if plan is not None else choose_strategy(layout, strategy)
+    # Without a plan the replicas each make the same one; its strategy says whose end counts.
+    chosen = (plan or plan_training(layout, strategy=strategy)).strategy
     if plan is not None:
         trainer_args = [*trainer_args, "--training-plan", plan.to_json()]
     replicas = _start(layout, trainer_args, out, cores, environ or {})

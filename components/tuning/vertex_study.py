@@ -24,8 +24,8 @@ from components.tuning.tuning_options import (
     TuningOptions,
     vertex_problems,
 )
+from trainer.common.cloud_calls import remote_call
 from trainer.common.errors import InputError, StageError
-from trainer.common.remote import remote_call
 
 _SCALES = {"UNIT_LINEAR_SCALE": "linear", "UNIT_LOG_SCALE": "log",
            "UNIT_REVERSE_LOG_SCALE": "reverse_log"}

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from components.stage import say
+from components.stage_messages import say
 from pipelines.commands.common import (
     DEFAULT_SPEC,
     UsageError,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from components.stage import say
+from components.stage_messages import say
 from pipelines.commands.common import (
     add_config_flags,
     add_vertex_flags,
@@ -29,7 +29,7 @@ def add_parser(commands: Any, parser_class: type) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Publishes the spec of the configuration where other teams read it."""
-    from components.project import version
+    from components.identity import version
     from pipelines.vertex.publishing import check_target, publish_run
 
     tags = args.tags or [f"v{version()}", "latest"]

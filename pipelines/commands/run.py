@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from components.stage import say
+from components.stage_messages import say
 from pipelines.commands.common import (
     DEFAULT_LOCAL_ROOT,
     UsageError,

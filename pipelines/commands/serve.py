@@ -22,7 +22,7 @@ def add_parser(commands: Any, parser_class: type) -> None:
 def run(args: argparse.Namespace) -> int:
     """Starts the server, says how to call it, and waits."""
     from components.serving.model_server import model_server
-    from components.stage import say
+    from components.stage_messages import say
     from trainer.serving.container import HEALTH_ROUTE, PREDICT_ROUTE
 
     entry, saved = local_model(args)

@@ -17,7 +17,7 @@ from components.gpu.alternatives import Alternative
 from components.serving.deploy_stage import canary_needs
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients
-from trainer.common.remote import remote_call
+from trainer.common.cloud_calls import remote_call
 
 
 def planned_needs(config: Config) -> list[tuple[Alternative, list[quotas.Need]]]:

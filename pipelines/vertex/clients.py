@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from trainer.common.cloud_calls import remote_call
 from trainer.common.gcs import storage_client
-from trainer.common.remote import remote_call
 
 #: The IAM API (testIamPermissions of service accounts).
 IAM_ENDPOINT = "https://iam.googleapis.com"

@@ -27,11 +27,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from components.stage import say
+from components.stage_messages import say
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients
+from trainer.common.cloud_calls import remote_call
 from trainer.common.errors import InputError
-from trainer.common.remote import remote_call
 
 #: The caller's permissions on Vertex AI's project: `submit` reads the Vertex AI quotas
 #: (Cloud Quotas' ListQuotaInfos) and the active CustomJobs, and creates the pipeline run.

@@ -8,7 +8,7 @@ from components.cloud_names import vertex_endpoint
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients
 from pipelines.vertex.preflight import VertexSettingsError
-from trainer.common.remote import remote_call
+from trainer.common.cloud_calls import remote_call
 
 
 def list_request(config: Config) -> Any:

@@ -9,9 +9,9 @@ from components.dataset.sources import kind_of
 from components.tuning.tuning_options import vertex_problems
 from pipelines.config import Config
 from pipelines.config_loading import is_local_file
+from trainer.common.cloud_calls import remote_call
 from trainer.common.errors import InputError
 from trainer.common.gcs import mounted_gcs_uri, split_gcs_uri
-from trainer.common.remote import remote_call
 from trainer.models.user_model import is_reference
 
 

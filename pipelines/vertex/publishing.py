@@ -13,15 +13,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from components import project
+from components import identity
 from components.cloud_names import TAG, gcs_uri_problem
-from components.stage import say
+from components.stage_messages import say
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients
 from pipelines.vertex.runs import prepared_run
+from trainer.common.cloud_calls import remote_call
 from trainer.common.errors import InputError
 from trainer.common.gcs import split_gcs_uri, storage_client
-from trainer.common.remote import remote_call
 from trainer.common.schema import short
 
 #: Artifact Registry Kubeflow Pipelines repositories, or a registry on loopback (tests, a
@@ -118,7 +118,7 @@ def publish(spec: Path, destination: str, tags: Sequence[str], *, storage: Any =
         data = spec.read_bytes()
         written = []
         for tag in tags:
-            name = f"{prefix}{project.PIPELINE_NAME}/{tag}.yaml"
+            name = f"{prefix}{identity.PIPELINE_NAME}/{tag}.yaml"
             with remote_call(f"uploading the spec to gs://{bucket}"):
                 storage.bucket(bucket).blob(name).upload_from_string(
                     data, content_type="application/yaml")

@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from components import images, project
+from components import identity, images
 from components.build import cloud_build
 from components.build.context import USER_CODE_DIR, user_code_files, write_build_context
+from components.identity import LOG_PREFIX
 from components.ops import names
-from components.project import LOG_PREFIX
-from components.stage import say
+from components.stage_messages import say
 from components.tuning.tuning_options import MEASUREMENT_SELECTION
 from pipelines.config import Config
 from pipelines.vertex.capacity import check_capacity
@@ -27,7 +27,7 @@ from pipelines.vertex.dry_run import NOTHING_SENT, document, show, show_text
 from pipelines.vertex.iam import check_permissions
 from pipelines.vertex.preflight import require_vertex_settings
 from pipelines.vertex.spec import compile_for_vertex
-from trainer.common.remote import remote_call
+from trainer.common.cloud_calls import remote_call
 from trainer.models.user_model import USER_CODE_IN_IMAGE
 
 
@@ -47,7 +47,7 @@ def pipeline_job(config: Config, template_path: Path, trainer_source_uri: str = 
         # None keeps the compiled spec's per-task settings, where only the dataset
         # preparation is cacheable (aiplatform PipelineJob._set_enable_caching_value).
         enable_caching=None if config.vertex.enable_caching else False,
-        labels={"app": project.NAME, **config.vertex.labels},
+        labels={"app": identity.NAME, **config.vertex.labels},
         project=config.vertex.project, location=config.vertex.region,
         credentials=credentials)
 
@@ -130,7 +130,7 @@ def prepared_run(config: Config, dry_run: bool, clients: Clients, credentials: A
                  log: Callable[[str], None]) -> Iterator[tuple[Prepared, Any]]:
     """A prepared run (in a temporary directory) and the credentials it was built with."""
     credentials = credentials or _dry_run_credentials(dry_run)
-    with tempfile.TemporaryDirectory(prefix=f"{project.NAME}-") as work:
+    with tempfile.TemporaryDirectory(prefix=f"{identity.NAME}-") as work:
         yield prepare_run(config, Path(work), dry_run=dry_run, clients=clients,
                           credentials=credentials, log=log), credentials
 
@@ -227,7 +227,7 @@ def dataflow_preview(config: Config, found: dict[str, dict[str, Any]], job_id: s
     output = (f"{config.vertex.pipeline_root.rstrip('/')}/PROJECT_NUMBER/{job_id}/"
               f"{names.PREPARE_DATASET}_TASK_ID/{names.DATASET}")
     job = dataflow_job(config.dataset, output_uri=output, **launch)
-    return dataclasses.replace(job, job_name=f"{project.NAME}-dataset-HASH_OF_THE_OUTPUT_URI")
+    return dataclasses.replace(job, job_name=f"{identity.NAME}-dataset-HASH_OF_THE_OUTPUT_URI")
 
 
 def dataflow_summary(job: Any) -> list[str]:

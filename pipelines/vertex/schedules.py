@@ -7,13 +7,13 @@ from collections.abc import Callable
 from typing import Any
 
 from components.cloud_names import vertex_endpoint
-from components.stage import say
+from components.stage_messages import say
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients
 from pipelines.vertex.dry_run import NOTHING_SENT, show
 from pipelines.vertex.preflight import VertexSettingsError
 from pipelines.vertex.runs import prepared_run, summary
-from trainer.common.remote import remote_call
+from trainer.common.cloud_calls import remote_call
 from trainer.common.schema import short
 
 

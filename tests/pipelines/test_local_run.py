@@ -18,7 +18,7 @@ from components import images
 from components.build.context import write_build_context
 from pipelines.config import Config
 from pipelines.local_run import LocalRunError, run_local
-from trainer.common.commit import committed
+from trainer.common.committed_dirs import committed
 
 # Exercised here without an import, through the command line: `pipelines.commands.predict`
 # and `pipelines.commands.serve` (the demo's champion classified and served); through
@@ -256,8 +256,8 @@ import tf_keras as keras
 # Exercised here without an import, by KFP's local runner in subprocesses: the
 # components (`components.ops.setup`, `components.ops.training`, `components.ops.export`,
 # `components.ops.deploy`, `components.ops.batch_predict`) and what they call
-# (`components.export.export_model`, `components.stage`, `components.project`), and through
-# the configuration (`vertex.batch_predict`): `components.serving.batch_options`.
+# (`components.export.export_model`, `components.stage_messages`, `components.identity`),
+# and through the configuration (`vertex.batch_predict`): `components.serving.batch_options`.
 
 
 def build(image_size, num_classes):

@@ -9,8 +9,8 @@ import os
 import tempfile
 from collections.abc import Iterator
 
+from trainer.common.cloud_calls import remote_call
 from trainer.common.gcs import GCS_MOUNT, read_bytes, to_mount_path
-from trainer.common.remote import remote_call
 from trainer.models.backbones import IMAGENET
 
 

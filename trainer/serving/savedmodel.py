@@ -1,5 +1,5 @@
 """SavedModel export with serving signatures, committed by the chief only
-(`trainer.common.commit`)."""
+(`trainer.common.committed_dirs`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from trainer.common.commit import commit_directory
+from trainer.common.committed_dirs import commit_directory
 from trainer.models.factory import PIXEL_MAX
 from trainer.serving import measure
 from trainer.serving.container import METADATA_FILE, SIGNATURE_BYTES, SIGNATURE_IMAGES
@@ -55,7 +55,7 @@ def save_model(tf: Any, model: Any, destination: str, *, is_chief: bool, image_s
 
     Every worker saves (saving can run collective ops that need all of them), the
     non-chief ones to a unique temporary directory that is deleted afterwards. The chief
-    commits its copy under `destination` (`trainer.common.commit`): readers find a complete
+    commits its copy under `destination` (`trainer.common.committed_dirs`): readers find a complete
     SavedModel through the marker, or none; no directory is ever renamed, which Cloud
     Storage FUSE would refuse.
 

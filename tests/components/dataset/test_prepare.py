@@ -16,8 +16,8 @@ import pytest
 from components.dataset.encode import bounded_imap
 from components.dataset.prepare import prepare_source
 from components.dataset.shapes import generate_shapes
-from components.dataset.shard_plan import plan_shards, split_of
 from components.dataset.sources import BUILTIN_SHAPES, DatasetError, source_fingerprint
+from components.dataset.splits import plan_shards, split_of
 from tests.support import tfds_fixture
 from tests.support.paths import ROOT
 from trainer.common.contract import load_manifest, shard_paths
@@ -371,7 +371,7 @@ from components.dataset.prepare import prepare_source
 from trainer.common.errors import ProjectError
 
 # Exercised here without an import, through `prepare_source`/`prepare_dataset`:
-# `components.dataset.local_engine`, `components.dataset.written`,
+# `components.dataset.local_engine`, `components.dataset.written_shards`,
 # `components.dataset.dataset_report`.
 if __name__ == "__main__":
     try:

@@ -16,7 +16,7 @@ from pipelines.cli import main
 from pipelines.config_loading import load_config
 from pipelines.vertex import model_registry as models
 from pipelines.vertex.clients import Clients
-from trainer.common.commit import committed
+from trainer.common.committed_dirs import committed
 
 BETTER = {"test_accuracy": 0.95, "accuracy": 0.9}
 CHAMPION = {"test_accuracy": 0.93, "accuracy": 0.92}

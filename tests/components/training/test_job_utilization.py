@@ -13,7 +13,7 @@ from components import cloud_monitoring
 from components.training import efficiency, job_utilization
 from tests.support.google_fakes import monitoring_client
 from tests.support.vertex_emulator.apis import CustomJob, FakeGoogleApis
-from trainer.common.remote import CloudCallError
+from trainer.common.cloud_calls import CloudCallError
 
 NAME = "projects/my-proj/locations/us-central1/customJobs/4411643896526798848"
 START = "2026-11-26T10:00:00Z"

@@ -19,7 +19,7 @@ from components.training.local_cluster import cluster_environments, run_local_cl
 from components.training.training_report import publish_training_report
 from tests.support.paths import ROOT
 from trainer.cluster.roles import Layout
-from trainer.common.commit import MARKER, require_committed
+from trainer.common.committed_dirs import MARKER, require_committed
 
 # Exercised here without an import, in the trainer's processes: `trainer.run.ps_server`
 # (parameter servers and workers of ParameterServerStrategy), `trainer.run.sidecar` (the

@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.trainer_processes import EPOCH_LINE, finish, kill_after_epoch, start
 from trainer.cluster.roles import Layout
-from trainer.common.commit import MARKER, committed, require_committed
+from trainer.common.committed_dirs import MARKER, committed, require_committed
 
 pytestmark = pytest.mark.slow
 EPOCHS = 8

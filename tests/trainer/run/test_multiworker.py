@@ -13,7 +13,7 @@ import pytest
 from components.export.saved_models import ExportError, model_metrics, publish_model
 from components.training.local_cluster import LocalTrainingError, run_local_cluster
 from trainer.cluster.roles import Layout
-from trainer.common.commit import MARKER, committed, require_committed
+from trainer.common.committed_dirs import MARKER, committed, require_committed
 
 # Exercised here without an import, in the `python -m trainer.task` processes: `trainer.task`,
 # `trainer.run.callbacks` (epoch checkpoints, backups), `trainer.serving.savedmodel` (the

@@ -13,7 +13,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("tf_keras")
 
-from trainer.common.commit import (  # noqa: E402
+from trainer.common.committed_dirs import (  # noqa: E402
     MARKER,
     NotCommittedError,
     commit_directory,

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.trainer_processes import EPOCH_LINE, finish, kill_after_epoch, start
 from trainer.cluster.roles import Layout
-from trainer.common.commit import require_committed
+from trainer.common.committed_dirs import require_committed
 from trainer.serving.container import METADATA_FILE
 
 pytestmark = pytest.mark.slow

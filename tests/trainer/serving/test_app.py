@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.serving import held_out_images
-from trainer.common.commit import require_committed
+from trainer.common.committed_dirs import require_committed
 from trainer.serving import app as serving
 from trainer.serving import container as serving_container
 

@@ -7,7 +7,7 @@ import contextlib
 import sys
 from collections.abc import Iterator
 
-from components.project import LOG_PREFIX
+from components.identity import LOG_PREFIX
 from trainer.common.errors import ProjectError
 
 

@@ -8,8 +8,8 @@ import google.auth.exceptions as auth
 import pytest
 import requests
 
+from trainer.common.cloud_calls import CloudCallError, CredentialsError, remote_call
 from trainer.common.errors import InputError, StageError
-from trainer.common.remote import CloudCallError, CredentialsError, remote_call
 
 
 def test_missing_credentials_say_how_to_get_them():
