@@ -17,7 +17,7 @@ each importing only those listed before it:
 - `serving`: the SavedModel export (`savedmodel`), its measurement (`measure`), how the
   registered model is served (`container`) and the online prediction server (`app`).
 - `run`: one replica's training run (`replica`): its options (`training_options`), its
-  plan (`run_plan`), the plan applied to TensorFlow (`distribution`), input pipeline
+  plan (`replica_setup`), the plan applied to TensorFlow (`distribution`), input pipeline
   (`data`), callbacks, history, sidecar evaluator,
   parameter-server processes (`ps_server`), GPU check, per-step logs and output paths.
 """

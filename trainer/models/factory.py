@@ -137,23 +137,24 @@ def unfreeze_for_fine_tuning(keras: Any, model: Any, fraction: float, learning_r
     return unfrozen
 
 
-def model_for(keras: Any, plan: Any, *, pretrained: bool = True) -> Any:
-    """The compiled model of a run plan (`trainer.run.run_plan.RunPlan`) for its first phase; call
-    it inside the strategy's scope.
+def model_for(keras: Any, setup: Any, *, pretrained: bool = True) -> Any:
+    """The compiled model of a replica's setup for its first phase; call it inside the
+    strategy's scope.
 
     Args:
         keras: The tf_keras module.
-        plan: The run plan.
+        setup: The replica's setup (`trainer.run.replica_setup.ReplicaSetup`, of the layer
+            above this one).
         pretrained: Load a backbone's `training.weights` (False where checkpoints replace
             them at once: the sidecar evaluator).
     """
     from trainer.models.learning_rate import learning_rate
     from trainer.models.weights import local_weights
 
-    opts = plan.options
+    opts = setup.options
     wanted = opts.weights if pretrained or is_reference(opts.model) else ""
     with local_weights(wanted) as weights:
-        return build_model(keras, opts.model, plan.image_size, len(plan.classes),
-                           learning_rate(plan.phases[0]), weights=weights,
-                           freeze_base=plan.freeze_base, jit_compile=plan.xla,
+        return build_model(keras, opts.model, setup.image_size, len(setup.classes),
+                           learning_rate(setup.phases[0]), weights=weights,
+                           freeze_base=setup.freeze_base, jit_compile=setup.xla,
                            user_code=opts.user_code)

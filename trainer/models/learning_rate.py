@@ -51,8 +51,8 @@ class PhaseSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def learning_rate(phase: Any) -> Any:
-    """The optimizer's learning rate for a `trainer.run.run_plan.Phase`: a plain number when it is
-    constant (as before schedules existed), else a `PhaseSchedule`."""
+    """The optimizer's learning rate for a `trainer.run.replica_setup.Phase`: a plain number
+    when it is constant (as before schedules existed), else a `PhaseSchedule`."""
     if not phase.warmup_steps and not phase.cosine:
         return phase.learning_rate
     return PhaseSchedule(phase.learning_rate, phase.start_step, phase.steps,

@@ -1,7 +1,7 @@
 """One replica's training run (`replica`, started by `python -m trainer.task`).
 
 - `training_options`: the training options, declared once.
-- `run_plan`: everything a replica decides before it trains; `paths`: where it writes.
+- `replica_setup`: everything a replica decides before it trains; `paths`: where it writes.
 - `distribution`: the training plan applied to TensorFlow (strategy, all-reduce,
   precision).
 - `data`: the input pipeline; `callbacks`, `history`: checkpoints, epoch logs, reports.

@@ -10,13 +10,16 @@ import contextlib
 import logging
 import os
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tf_keras as keras
 
 from trainer.common import files
 from trainer.run import history
 from trainer.run.paths import EPOCHS_DIR, PLAN_FILE
+
+if TYPE_CHECKING:
+    from trainer.run.replica_setup import ReplicaSetup
 
 log = logging.getLogger("trainer")
 
@@ -32,9 +35,9 @@ class EpochLog(keras.callbacks.Callback):
         epochs_run: Epochs this process completed.
     """
 
-    def __init__(self, plan: Any):
+    def __init__(self, setup: ReplicaSetup):
         super().__init__()
-        self.plan = plan
+        self.setup = setup
         self.first_epoch: int | None = None
         self.epochs_run = 0
 
@@ -49,15 +52,15 @@ class EpochLog(keras.callbacks.Callback):
         logs = logs or {}
         self.epochs_run += 1
         log.info("epoch %d/%d: loss %.4f accuracy %.4f val_loss %.4f val_accuracy %.4f",
-                 epoch + 1, self.plan.options.total_epochs, logs.get("loss", float("nan")),
+                 epoch + 1, self.setup.options.total_epochs, logs.get("loss", float("nan")),
                  logs.get("accuracy", float("nan")), logs.get("val_loss", float("nan")),
                  logs.get("val_accuracy", float("nan")))
-        if self.plan.info.is_chief:
-            history.record_epoch(self.plan.where.job_dir, epoch, logs)
+        if self.setup.info.is_chief:
+            history.record_epoch(self.setup.where.job_dir, epoch, logs)
 
     def resumed_from(self) -> int:
         """The epoch training resumed from (all of them when no epoch ran)."""
-        return self.plan.options.total_epochs if self.first_epoch is None else self.first_epoch
+        return self.setup.options.total_epochs if self.first_epoch is None else self.first_epoch
 
 
 class PruneCheckpoints(keras.callbacks.Callback):
@@ -122,7 +125,7 @@ class ReportMetric(keras.callbacks.Callback):
             global_step=epoch + 1)
 
 
-def for_phase(plan: Any, phase: Any, progress: EpochLog) -> list[Any]:
+def for_phase(setup: ReplicaSetup, phase: Any, progress: EpochLog) -> list[Any]:
     """The callbacks of a phase's `fit`: the phase's restart backup first (an epoch's
     backup exists before anything reports the epoch as done), weights after every epoch
     as `ckpt-<epoch>` (what the sidecar evaluator reads), the progress log, early stopping
@@ -131,7 +134,7 @@ def for_phase(plan: Any, phase: Any, progress: EpochLog) -> list[Any]:
     A phase followed by another keeps its backup when it ends: a restarted job restores
     it as finished and goes on with the next phase, whose own backup holds its progress.
     """
-    where = plan.where
+    where = setup.where
     epochs_dir = os.path.join(where.checkpoint_dir, EPOCHS_DIR)
     callbacks = [
         keras.callbacks.BackupAndRestore(
@@ -141,27 +144,27 @@ def for_phase(plan: Any, phase: Any, progress: EpochLog) -> list[Any]:
                                         save_weights_only=True),
         progress,
     ]
-    if plan.options.early_stopping_patience:
+    if setup.options.early_stopping_patience:
         # Validation metrics are the cluster's on every worker, so all stop together.
         callbacks.append(keras.callbacks.EarlyStopping(
             monitor="val_accuracy", mode="max", restore_best_weights=True,
-            patience=plan.options.early_stopping_patience))
-    if plan.info.is_chief:
+            patience=setup.options.early_stopping_patience))
+    if setup.info.is_chief:
         os.makedirs(epochs_dir, exist_ok=True)
         files.write_json(os.path.join(epochs_dir, PLAN_FILE), {
-            "epochs": plan.options.total_epochs, "steps_per_epoch": plan.steps_per_epoch})
+            "epochs": setup.options.total_epochs, "steps_per_epoch": setup.steps_per_epoch})
         callbacks.insert(2, PruneCheckpoints(epochs_dir))
-        if plan.strategy != "parameter_server":  # not supported under that strategy
+        if setup.strategy != "parameter_server":  # not supported under that strategy
             callbacks.append(keras.callbacks.TensorBoard(log_dir=where.tensorboard_dir,
                                                          write_graph=False, profile_batch=0))
     return callbacks
 
 
-def drop_kept_backups(plan: Any) -> None:
+def drop_kept_backups(setup: ReplicaSetup) -> None:
     """After the last phase, the chief removes the backups earlier phases kept for a
     restart (a later run with the same checkpoint directory must not find them)."""
-    if plan.info.is_chief:
-        for phase in plan.phases:
+    if setup.info.is_chief:
+        for phase in setup.phases:
             if phase.keep_backup:
-                shutil.rmtree(os.path.join(plan.where.checkpoint_dir, phase.backup),
+                shutil.rmtree(os.path.join(setup.where.checkpoint_dir, phase.backup),
                               ignore_errors=True)

@@ -228,12 +228,11 @@ def _options(tf: Any, threads: int | None, files: int, training_machines: int) -
     return options
 
 
-def build_inputs(tf: Any, keras: Any, plan: Any, split: str) -> Any:
-    """The input of `fit` for a split of a run plan (`trainer.run.run_plan.RunPlan`): a dataset, or
+def build_inputs(tf: Any, keras: Any, spec: InputSpec, strategy: str) -> Any:
+    """The input of `fit` for a split read as `spec` under `strategy`: a dataset, or
     under ParameterServerStrategy a dataset function that every worker runs on its own
     share of the files."""
-    spec = plan.input_spec(split)
-    if plan.strategy != "parameter_server":
+    if strategy != "parameter_server":
         return make_dataset(tf, spec)
 
     def dataset_fn(context: Any) -> Any:

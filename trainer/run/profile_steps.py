@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tf_keras as keras
+
+if TYPE_CHECKING:
+    from trainer.run.replica_setup import ReplicaSetup
 
 log = logging.getLogger(__name__)
 
@@ -66,15 +69,15 @@ class ProfileSteps(keras.callbacks.Callback):
                  self.start_at + 1, self.stop_at, self.logdir)
 
 
-def for_replica(tf: Any, plan: Any) -> list[ProfileSteps]:
-    """The profiler callback of this replica (`plan`: its `trainer.run.run_plan.RunPlan`):
+def for_replica(tf: Any, setup: ReplicaSetup) -> list[ProfileSteps]:
+    """The profiler callback of this replica (`setup`: its `ReplicaSetup`):
     on the chief and the first worker when `training.profile_steps` asks for steps."""
-    steps = plan.options.profile_steps
-    info = plan.info
+    steps = setup.options.profile_steps
+    info = setup.info
     # Worker 0 is the chief of a cluster without one: then the first worker is worker 1.
     first_worker = ("worker", 0 if "chief" in info.cluster else 1)
     if not steps or (not info.is_chief and (info.task_type, info.task_index) != first_worker):
         return []
-    where = plan.where.tensorboard_dir if info.is_chief else \
-        os.path.join(plan.where.tensorboard_dir, f"worker-{info.task_index}")
-    return [ProfileSteps(tf, where, steps, plan.steps_per_epoch)]
+    where = setup.where.tensorboard_dir if info.is_chief else \
+        os.path.join(setup.where.tensorboard_dir, f"worker-{info.task_index}")
+    return [ProfileSteps(tf, where, steps, setup.steps_per_epoch)]

@@ -36,7 +36,14 @@ from trainer.cluster.training_plan import (
 from trainer.common import schema
 from trainer.common.errors import ProjectError
 from trainer.run.distribution import apply_precision, create_strategy
-from trainer.run.run_plan import SPLITS, Locations, RunPlan, locations, make_plan, training_report
+from trainer.run.replica_setup import (
+    SPLITS,
+    Locations,
+    ReplicaSetup,
+    locations,
+    set_up,
+    training_report,
+)
 from trainer.run.training_options import REPORTED_METRICS, TrainingOptions
 
 log = logging.getLogger("trainer")
@@ -134,15 +141,15 @@ def _start_tensorflow(environ: dict[str, str]) -> Any:
     return tf
 
 
-def _log_plan(tf: Any, plan: RunPlan) -> None:
-    info = plan.info
+def _log_setup(tf: Any, setup: ReplicaSetup) -> None:
+    info = setup.info
     log.info("cluster: task %s of %s, %s with %d training machine(s), %d parameter "
              "server(s); %d replica(s) in sync, chief=%s", info.name,
-             dict(info.cluster) or "single machine", plan.strategy, info.training_machines,
-             info.layout.parameter_servers, plan.replicas, info.is_chief)
+             dict(info.cluster) or "single machine", setup.strategy, info.training_machines,
+             info.layout.parameter_servers, setup.replicas, info.is_chief)
     log.info("devices: %s; GPUs: %s", ", ".join(d.name for d in tf.config.list_logical_devices()),
-             ", ".join(f"/gpu:{i}" for i in range(plan.gpus)) or "none")
-    log.info("data: %s", plan.describe())
+             ", ".join(f"/gpu:{i}" for i in range(setup.gpus)) or "none")
+    log.info("data: %s", setup.describe())
 
 
 def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
@@ -165,37 +172,38 @@ def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
     from trainer.run.sampler import Sampler, load_nvml
     from trainer.run.step_split import for_replica, stamp_arrivals
 
-    plan = make_plan(args.options, info, training, _locations(args, environ), environ,
-                     gpus=len(tf.config.list_physical_devices("GPU")),
-                     replicas=strategy.num_replicas_in_sync)
-    _log_plan(tf, plan)
+    setup = set_up(args.options, info, training, _locations(args, environ), environ,
+                   gpus=len(tf.config.list_physical_devices("GPU")),
+                   replicas=strategy.num_replicas_in_sync)
+    _log_setup(tf, setup)
     apply_precision(keras, training)
-    keras.utils.set_random_seed(plan.options.seed)
-    train_input, validation_input = (build_inputs(tf, keras, plan, s) for s in SPLITS)
+    keras.utils.set_random_seed(setup.options.seed)
+    train_input, validation_input = (build_inputs(tf, keras, setup.input_spec(s), setup.strategy)
+                                       for s in SPLITS)
     with strategy.scope():
-        model = model_for(keras, plan)
+        model = model_for(keras, setup)
     reporting = [callbacks.ReportMetric(args.hypertune_metric)] \
         if args.hypertune_metric and info.is_chief else []
-    series, timing = for_replica(tf, plan)
+    series, timing = for_replica(tf, setup)
     if timing.arrivals is not None:
         train_input = stamp_arrivals(tf, train_input, timing.arrivals)
     nvml, nvml_missing = load_nvml()
     started = time.monotonic()
     with Sampler(series, nvml=nvml, nvml_missing=nvml_missing):
-        progress = _fit_phases(tf, keras, strategy, model, plan,
+        progress = _fit_phases(tf, keras, strategy, model, setup,
                                (train_input, validation_input),
-                               reporting + [timing] + profile_steps.for_replica(tf, plan))
-    report = training_report(plan, resumed_from_epoch=progress.resumed_from(),
+                               reporting + [timing] + profile_steps.for_replica(tf, setup))
+    report = training_report(setup, resumed_from_epoch=progress.resumed_from(),
                              epochs_run=progress.epochs_run, seconds=time.monotonic() - started,
                              weights_sha256=weights_digest(model))
     log.info("trained %d epoch(s) in %.1f s; weights digest %s",
              report["epochs_run"], report["train_seconds"],
              report["weights_sha256"])
-    _export(tf, model, plan, report)
+    _export(tf, model, setup, report)
     return report
 
 
-def _fit_phases(tf: Any, keras: Any, strategy: Any, model: Any, plan: RunPlan,
+def _fit_phases(tf: Any, keras: Any, strategy: Any, model: Any, setup: ReplicaSetup,
                 inputs: tuple[Any, Any], reporting: list[Any]) -> Any:
     """Runs `fit` for each phase of the plan (phase 2 unfreezes the backbone's top and
     re-compiles first); returns the progress log that followed them."""
@@ -203,29 +211,29 @@ def _fit_phases(tf: Any, keras: Any, strategy: Any, model: Any, plan: RunPlan,
     from trainer.models.learning_rate import learning_rate
     from trainer.run import callbacks
 
-    progress = callbacks.EpochLog(plan)
-    for phase in plan.phases:
+    progress = callbacks.EpochLog(setup)
+    for phase in setup.phases:
         if phase.name == "fine_tune":
             with strategy.scope():
                 unfrozen = unfreeze_for_fine_tuning(
-                    keras, model, plan.options.fine_tune_fraction, learning_rate(phase),
-                    jit_compile=plan.xla)
+                    keras, model, setup.options.fine_tune_fraction, learning_rate(phase),
+                    jit_compile=setup.xla)
             log.info("fine-tuning: %d layer(s) of the backbone unfrozen, learning rate %g",
                      unfrozen, phase.learning_rate)
-        if plan.strategy == "multi_worker_mirrored":
+        if setup.strategy == "multi_worker_mirrored":
             from trainer.run.step_logs import keep_step_logs_local
 
             keep_step_logs_local(tf, model)  # the epoch logs stay the cluster's
         model.fit(inputs[0], initial_epoch=phase.first_epoch, epochs=phase.end_epoch,
-                  steps_per_epoch=plan.steps_per_epoch, validation_data=inputs[1],
-                  validation_steps=plan.validation_steps,
-                  callbacks=callbacks.for_phase(plan, phase, progress) + reporting,
+                  steps_per_epoch=setup.steps_per_epoch, validation_data=inputs[1],
+                  validation_steps=setup.validation_steps,
+                  callbacks=callbacks.for_phase(setup, phase, progress) + reporting,
                   verbose=0)
-    callbacks.drop_kept_backups(plan)
+    callbacks.drop_kept_backups(setup)
     return progress
 
 
-def _export(tf: Any, model: Any, plan: RunPlan, report: dict[str, Any]) -> None:
+def _export(tf: Any, model: Any, setup: ReplicaSetup, report: dict[str, Any]) -> None:
     """Saves the model (every worker; only the chief's copy is committed), measured through
     its serving signature before it is committed, and the chief's reports."""
     from trainer.run import history
@@ -235,7 +243,7 @@ def _export(tf: Any, model: Any, plan: RunPlan, report: dict[str, Any]) -> None:
     def evaluate_staged(staged: str) -> dict[str, Any]:
         # The model as a prediction client sees it (the export stage then reuses these
         # figures instead of loading TensorFlow again).
-        measured = measure.evaluate(tf, staged, plan.where.data_dir, plan.manifest)
+        measured = measure.evaluate(tf, staged, setup.where.data_dir, setup.manifest)
         metrics = measured["metrics"]
         log.info("exported model through its serving signature: validation accuracy %.4f "
                  "on %d examples%s", metrics["accuracy"], metrics["examples"],
@@ -246,11 +254,11 @@ def _export(tf: Any, model: Any, plan: RunPlan, report: dict[str, Any]) -> None:
     training = {k: report[k] for k in ("model", "strategy", "num_workers", "parameter_servers",
                                        "replicas_in_sync", "global_batch_size", "epochs",
                                        "phases")}
-    saved = save_model(tf, model, plan.where.model_dir, is_chief=plan.info.is_chief,
-                       image_size=plan.image_size, class_names=plan.classes,
+    saved = save_model(tf, model, setup.where.model_dir, is_chief=setup.info.is_chief,
+                       image_size=setup.image_size, class_names=setup.classes,
                        evaluate=evaluate_staged, extra_metadata={"training": training})
     if saved:
-        history.write_reports(plan.where.job_dir, report)
+        history.write_reports(setup.where.job_dir, report)
         log.info("model written to %s", saved)
 
 
@@ -265,13 +273,13 @@ def evaluate_beside(args: argparse.Namespace, info: ClusterInfo,
     from trainer.run.sidecar import run_sidecar
 
     # The chief's model, layer for layer (the policy decides the layers' compute types).
-    plan = make_plan(args.options, info, training, _locations(args, environ), environ,
-                     gpus=len(tf.config.list_physical_devices("GPU")), replicas=1)
+    setup = set_up(args.options, info, training, _locations(args, environ), environ,
+                   gpus=len(tf.config.list_physical_devices("GPU")), replicas=1)
     apply_precision(keras, training)
-    model = model_for(keras, plan, pretrained=False)  # each checkpoint replaces the weights
-    spec = dataclasses.replace(plan.input_spec("validation"), training=False, cache=False,
+    model = model_for(keras, setup, pretrained=False)  # each checkpoint replaces the weights
+    spec = dataclasses.replace(setup.input_spec("validation"), training=False, cache=False,
                                training_machines=1)
-    where = plan.where
+    where = setup.where
     evaluations = run_sidecar(keras, model, make_dataset(tf, spec), where.checkpoint_dir,
                               where.job_dir, where.tensorboard_dir, info)
     log.info("sidecar evaluator done after %d evaluation(s)", evaluations)

@@ -20,11 +20,14 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tf_keras as keras
 
 from trainer.run.efficiency_log import SeriesFile
+
+if TYPE_CHECKING:
+    from trainer.run.replica_setup import ReplicaSetup
 
 
 def stamp_arrivals(tf: Any, dataset: Any, arrivals: list[float]) -> Any:
@@ -150,17 +153,17 @@ class StepTimer(keras.callbacks.Callback):
         self._steps += len(self._ends)
 
 
-def for_replica(tf: Any, plan: Any) -> tuple[SeriesFile, StepTimer]:
-    """This replica's efficiency series (`plan`: its `trainer.run.run_plan.RunPlan`) and
+def for_replica(tf: Any, setup: ReplicaSetup) -> tuple[SeriesFile, StepTimer]:
+    """This replica's efficiency series (`setup`: its `ReplicaSetup`) and
     the callback that times its steps; the batches' arrivals are to be stamped
     (`stamp_arrivals` with `timer.arrivals`) except under ParameterServerStrategy, whose
     workers build their datasets where this process cannot see them."""
     from trainer.run.efficiency_log import replica_name, replica_path
 
-    info = plan.info
-    series = SeriesFile(replica_path(plan.where.job_dir,
+    info = setup.info
+    series = SeriesFile(replica_path(setup.where.job_dir,
                                      replica_name(info.task_type, info.task_index)))
-    arrivals: list[float] | None = [] if plan.strategy != "parameter_server" else None
+    arrivals: list[float] | None = [] if setup.strategy != "parameter_server" else None
     gpus = tf.config.list_logical_devices("GPU")
 
     def peak_memory() -> int | None:
@@ -174,5 +177,5 @@ def for_replica(tf: Any, plan: Any) -> tuple[SeriesFile, StepTimer]:
         return int(peak)
 
     # Each training machine takes its share of the global batch per step.
-    images = plan.global_batch // max(1, info.training_machines)
+    images = setup.global_batch // max(1, info.training_machines)
     return series, StepTimer(series, arrivals, images, memory=peak_memory)

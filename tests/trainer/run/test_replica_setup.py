@@ -1,4 +1,4 @@
-"""The trainer's run plan: decided once from the options, the cluster and the manifest,
+"""The trainer's replica setup: decided once from the options, the cluster and the manifest,
 without TensorFlow."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from trainer.cluster.accelerators import ACCELERATORS
 from trainer.cluster.tf_config import cluster_from_env
 from trainer.cluster.training_plan import plan_training
-from trainer.run.run_plan import locations, make_plan
+from trainer.run.replica_setup import locations, set_up
 from trainer.run.training_options import TrainingOptions
 
 
@@ -36,7 +36,7 @@ def _plan(dataset, environ=None, gpus=0, replicas=2, **options):
     opts = TrainingOptions(**options)
     training = plan_training(info.layout, mixed_precision=opts.mixed_precision, xla=opts.xla,
                              gpu=ACCELERATORS["NVIDIA_TESLA_T4"] if gpus else None, gpus=gpus)
-    return make_plan(opts, info, training, where, environ, gpus=gpus, replicas=replicas)
+    return set_up(opts, info, training, where, environ, gpus=gpus, replicas=replicas)
 
 
 def test_batches_and_steps_follow_the_replicas_in_sync(dataset):

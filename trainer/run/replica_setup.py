@@ -1,10 +1,10 @@
-"""The run plan: everything a replica decides before it trains, decided once.
+"""A replica's setup: everything it decides before it trains, decided once.
 
 Taken from TFX's `FnArgs`: a frozen record built from the options, the cluster and the
 dataset manifest (devices, precision, batch sizes, steps, directories, what to cache and
 augment), which every later step reads instead of deciding again. Pure Python: the caller
 passes in what only TensorFlow can tell (the GPUs it sees, the replicas in sync), so the
-plan is tested without TensorFlow.
+setup is tested without TensorFlow.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class Phase:
 
 
 @dataclasses.dataclass(frozen=True)
-class RunPlan:
+class ReplicaSetup:
     """What one replica does, decided once.
 
     Attributes:
@@ -181,7 +181,7 @@ class RunPlan:
             threads=self.threads)
 
     def describe(self) -> str:
-        """The plan in one log line."""
+        """The setup in one log line."""
         return (f"{self.count('train')} train / {self.count('validation')} validation "
                 f"examples, {len(self.classes)} classes, {self.image_format}; global batch "
                 f"{self.global_batch} ({self.options.batch_size} per replica x "
@@ -204,10 +204,10 @@ def locations(job_dir: str, data_dir: str, environ: Mapping[str, str], *,
                      model_dir=paths.model_dir(job, environ, model_dir))
 
 
-def make_plan(options: TrainingOptions, info: ClusterInfo, training: TrainingPlan,
+def set_up(options: TrainingOptions, info: ClusterInfo, training: TrainingPlan,
               where: Locations, environ: Mapping[str, str], *, gpus: int,
-              replicas: int) -> RunPlan:
-    """The plan of a replica (reads the dataset's manifest)."""
+              replicas: int) -> ReplicaSetup:
+    """A replica's setup (reads the dataset's manifest)."""
     manifest = load_manifest(where.data_dir)
     size = int(manifest["image_size"][0])
     examples = sum(int(manifest["splits"][s]["count"]) for s in SPLITS)
@@ -215,29 +215,29 @@ def make_plan(options: TrainingOptions, info: ClusterInfo, training: TrainingPla
         examples, size, options.cache_budget_mb))
     augment = options.augment == "on" or (options.augment == "auto"
                                           and image_format(manifest) == "jpeg")
-    return RunPlan(options=options, info=info, training=training, where=where,
+    return ReplicaSetup(options=options, info=info, training=training, where=where,
                    manifest=manifest, gpus=gpus, threads=len(local_cores(environ)) or None,
                    replicas=replicas, cache=cache, augment=augment)
 
 
-def training_report(plan: RunPlan, *, resumed_from_epoch: int, epochs_run: int, seconds: float,
-           weights_sha256: str) -> dict[str, Any]:
+def training_report(setup: ReplicaSetup, *, resumed_from_epoch: int, epochs_run: int,
+                    seconds: float, weights_sha256: str) -> dict[str, Any]:
     """The training report of the finished phases (`trainer.run.history`)."""
-    opts = plan.options
+    opts = setup.options
     return {
-        "task": plan.info.name, "strategy": plan.strategy,
-        "num_workers": plan.info.training_machines,
-        "parameter_servers": plan.info.layout.parameter_servers,
-        "replicas_in_sync": plan.replicas, "global_batch_size": plan.global_batch,
+        "task": setup.info.name, "strategy": setup.strategy,
+        "num_workers": setup.info.training_machines,
+        "parameter_servers": setup.info.layout.parameter_servers,
+        "replicas_in_sync": setup.replicas, "global_batch_size": setup.global_batch,
         "per_replica_batch_size": opts.batch_size, "model": opts.model,
         "epochs": opts.total_epochs, "epochs_run": epochs_run,
         "resumed_from_epoch": resumed_from_epoch,
         "phases": [{"name": p.name, "epochs": p.end_epoch - p.first_epoch,
-                    "learning_rate": p.learning_rate} for p in plan.phases],
-        "steps_per_epoch": plan.steps_per_epoch, "mixed_precision": plan.mixed_precision,
-        "xla": plan.xla, "training_plan": plan.training.to_dict(), "cache": plan.cache,
+                    "learning_rate": p.learning_rate} for p in setup.phases],
+        "steps_per_epoch": setup.steps_per_epoch, "mixed_precision": setup.mixed_precision,
+        "xla": setup.xla, "training_plan": setup.training.to_dict(), "cache": setup.cache,
         "train_seconds": round(seconds, 3),
-        "examples_per_second": round(plan.steps_per_epoch * epochs_run * plan.global_batch
+        "examples_per_second": round(setup.steps_per_epoch * epochs_run * setup.global_batch
                                      / max(seconds, 1e-9), 1),
-        "weights_sha256": weights_sha256, "model_dir": plan.where.model_dir,
+        "weights_sha256": weights_sha256, "model_dir": setup.where.model_dir,
     }
