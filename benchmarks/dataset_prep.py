@@ -82,7 +82,7 @@ def measure(args: argparse.Namespace, cores: int) -> tuple[dict, dict[str, float
             kind, size, image_format = SOURCES[name]
             started = time.perf_counter()
             manifest = prepare_source(str(folders[kind]), work / f"out-{next(runs)}",
-                                      image_size=size, test_fraction=0.1, min_shards=2,
+                                      image_size=size, test_fraction=0.1, input_pipelines=2,
                                       processes=processes, image_format=image_format)
             rate = len(paths[kind]) / (time.perf_counter() - started)
             shards = [s for split in manifest["splits"].values() for s in split["shards"]]
@@ -102,7 +102,7 @@ def measure(args: argparse.Namespace, cores: int) -> tuple[dict, dict[str, float
 def source_row(name: str, med: dict[str, float], stored: dict[str, float],
                cores: int) -> dict:
     """One source's figures: per process count, and its shards at ImageNet's scale."""
-    from components.dataset.splits import estimated_bytes, plan_shards
+    from components.dataset.splits import estimated_bytes, shard_count
 
     kind, size, image_format = SOURCES[name]
     row = {}
@@ -113,8 +113,8 @@ def source_row(name: str, med: dict[str, float], stored: dict[str, float],
             "per_core": round(med[key] / processes, 1),
             "ratio_to_floor": round(med[f"floor {kind} source, {processes} proc"] / med[key],
                                     2)}
-    planned = plan_shards(IMAGENET_TRAIN, estimated_bytes(IMAGENET_TRAIN, size, image_format),
-                          min_shards=8)
+    planned = shard_count(IMAGENET_TRAIN, estimated_bytes(IMAGENET_TRAIN, size, image_format),
+                          input_pipelines=8)
     shard_mb = IMAGENET_TRAIN * stored[name] / planned / 2**20
     row["imagenet_scale"] = {"shards": planned, "mb_per_shard": round(shard_mb, 1),
                              "within_guide": GUIDE_MB[0] <= shard_mb <= GUIDE_MB[1]}

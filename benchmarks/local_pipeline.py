@@ -93,7 +93,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
         work = Path(tmp)
         data = work / "dataset"  # what the pipeline's dataset stage makes by default
-        prepare_dataset(DatasetOptions(), data, min_shards=2)
+        prepare_dataset(DatasetOptions(), data, input_pipelines=2)
         samples = common.interleaved({
             "run --local": lambda: pipeline_run(binary, pipeline_runs),
             "2-worker trainer alone": lambda: trainer_run(data, work, trainer_runs),

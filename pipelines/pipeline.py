@@ -61,7 +61,7 @@ def prepare(dataset: dict, input_pipelines, gpu, resources: "Resources | None" =
     # fingerprint must look at the source every time, and a retraining must retrain.
     fingerprint.set_caching_options(False)
     data = setup_ops.prepare_dataset(options=dataset, source_fingerprint=fingerprint.output,
-                                     min_shards=input_pipelines,
+                                     input_pipelines=input_pipelines,
                                      **({} if dataflow is None else {"dataflow": dataflow.output}))
     data.set_display_name("2 prepare dataset").after(gpu)
     # Decoding uses every core it is given, unless Dataflow's workers decode.
@@ -163,11 +163,11 @@ def register_if_better(project_id, vertex: dict, export, image):
 
     from trainer.serving.container import container_spec
 
-    plan = export_ops.registration_plan(vertex=vertex, register=export.outputs["register"],
-                                        default=export.outputs["default"],
-                                        images=image.outputs["Output"])
-    plan.set_display_name("5a registration plan").set_caching_options(False)
-    decision = plan.outputs
+    decided = export_ops.decide_registration(vertex=vertex, register=export.outputs["register"],
+                                             default=export.outputs["default"],
+                                             images=image.outputs["Output"])
+    decided.set_display_name("5a registration decision").set_caching_options(False)
+    decision = decided.outputs
     with dsl.If(decision["register"] == True, name="gate-registers"):  # noqa: E712 - KFP DSL
         serving = dsl.importer(
             artifact_uri=export.outputs["model_uri"],

@@ -7,13 +7,13 @@ Modules, in the order the stage uses them:
   folders, CSV/JSONL manifests, TFDS, the builtin shapes) beside `base`, what they share:
   their checks, what a source holds and its fingerprint, and how an image is read.
 - `shapes`: the builtin dataset, drawn on the fly.
-- `shard_plan`: the plan both engines carry out: each example's split and shard, the
+- `splits`: the shard assignment both engines carry out: each example's split and shard, the
   number of shards per split.
 - `encode`: the per-image work (read, decode, resize, re-encode) and the local decoding pool.
 - `local_engine`, `beam_engine`: the two engines (`dataset.engine`): a process pool here,
   or an Apache Beam pipeline, in process or as a Dataflow job (`dataflow`).
 - `written`: what an engine wrote (shards with counts, sizes, hashes; skipped images).
-- `prepare`: the stage itself (`prepare_dataset(options, ...)`): the plan, an engine, then
+- `prepare`: the stage itself (`prepare_dataset(options, ...)`): the assignment, an engine, then
   the skipped-images rule, the report and the manifest last.
 - `dataset_report`: the Markdown report shown in the KFP and Vertex AI UIs.
 

@@ -1,7 +1,7 @@
-"""The Beam engine (`dataset.engine: beam`): the dataset plan carried out by an Apache Beam
+"""The Beam engine (`dataset.engine: beam`): the shard assignment carried out by an Apache Beam
 pipeline, in this process or as a Dataflow job (`components.dataset.dataflow`).
 
-The plan (splits, shard counts, each example's shard) is made here, as for the local
+The assignment (splits, shard counts, each example's shard) is made here, as for the local
 engine, and written as JSON lines beside the job's temporary files; the pipeline reads it,
 spreads the examples over the workers, encodes each with the local engine's own function
 (`encode._encode`), groups them by shard and writes each shard with the project's TFRecord
@@ -33,21 +33,21 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from components.dataset.dataflow import DataflowJob, run_on_dataflow
 from components.dataset.encode import _encode
 from components.dataset.sources import DatasetError, kind_named
-from components.dataset.splits import DatasetPlan, shard_names
+from components.dataset.splits import ShardAssignment, shard_names
 from components.dataset.written_shards import Shard, Written
 from trainer.common import contract, tfrecord
 from trainer.common.gcs import mounted_gcs_uri
 
-#: Examples per plan file: the pipeline's reads split there at least.
+#: Examples per assignment file: the pipeline's reads split there at least.
 PLAN_LINES_PER_FILE = 50_000
 
 
-def write_with_beam(plan: DatasetPlan, out: Path, processes: int,
+def write_with_beam(assignment: ShardAssignment, out: Path, processes: int,
                     dataflow: DataflowJob | None = None) -> Written:
-    """Writes the plan's shards into `out` with a Beam pipeline.
+    """Writes the assignment's shards into `out` with a Beam pipeline.
 
     Args:
-        plan: The splits and shards.
+        assignment: The splits and shards.
         out: The output directory (exists, empty); with `dataflow`, on Vertex AI's Cloud
             Storage mount, which the workers write through its `gs://` URI.
         processes: Local SDK worker processes (without `dataflow`).
@@ -57,25 +57,25 @@ def write_with_beam(plan: DatasetPlan, out: Path, processes: int,
         DatasetError: The source cannot be read by a pipeline.
         DataflowJobFailed: The Dataflow job failed or was cancelled.
     """
-    kind = kind_named(plan.listing.kind)
+    kind = kind_named(assignment.listing.kind)
     if kind.one_stream:
         raise DatasetError(f"dataset.engine is 'beam', but a {kind.name} source is read in "
                            "one stream; expected engine 'local' for it")
     if dataflow is None:
-        target, work = str(out), tempfile.mkdtemp(prefix="beam-plan-")
+        target, work = str(out), tempfile.mkdtemp(prefix="beam-assignment-")
         refs = {}
     else:
         target = mounted_gcs_uri(str(out))
         if target is None:
             raise DatasetError(f"a Dataflow job writes to Cloud Storage, but the output "
                                f"directory {str(out)!r} is not on the /gcs/ mount")
-        refs = _worker_refs(plan) if kind.reads_files else {}
-        work = f"{dataflow.temp_location}/{dataflow.job_name}-{uuid.uuid4().hex[:8]}-plan"
-    names = {split: shard_names(split, n) for split, n in plan.shards.items()}
+        refs = _worker_refs(assignment) if kind.reads_files else {}
+        work = f"{dataflow.temp_location}/{dataflow.job_name}-{uuid.uuid4().hex[:8]}-assignment"
+    names = {split: shard_names(split, n) for split, n in assignment.shards.items()}
     try:
-        _write_plan(plan, work, refs)
+        _write_assignment(assignment, work, refs)
         pipeline = beam.Pipeline(**_runner(processes, dataflow))
-        _build(pipeline, work, target, plan, names)
+        _build(pipeline, work, target, assignment, names)
         if dataflow is None:
             pipeline.run().wait_until_finish()
         else:
@@ -100,7 +100,7 @@ def _runner(processes: int, dataflow: DataflowJob | None) -> dict[str, Any]:
                                        direct_num_workers=max(1, processes))}
 
 
-def _worker_refs(plan: DatasetPlan) -> dict[str, str]:
+def _worker_refs(assignment: ShardAssignment) -> dict[str, str]:
     """Where Dataflow's workers read each image: its `gs://` URI. Paths on Vertex AI's
     Cloud Storage mount, which the workers do not have, become their URIs.
 
@@ -108,7 +108,7 @@ def _worker_refs(plan: DatasetPlan) -> dict[str, str]:
         DatasetError: Some images are on no Cloud Storage.
     """
     refs, local = {}, []
-    for example in plan.listing.examples:
+    for example in assignment.listing.examples:
         uri = example.ref if example.ref.startswith("gs://") else mounted_gcs_uri(example.ref)
         if uri is None:
             local.append(example.ref)
@@ -116,38 +116,38 @@ def _worker_refs(plan: DatasetPlan) -> dict[str, str]:
             refs[example.ref] = uri
     if local:
         raise DatasetError(f"a Dataflow job reads images from Cloud Storage, but {len(local)} "
-                           f"of {len(plan.listing.examples)} images are paths on this "
+                           f"of {len(assignment.listing.examples)} images are paths on this "
                            f"machine (first: {local[0]!r}); expected gs:// URIs or /gcs/ "
                            "paths, or dataset.engine 'local'")
     return refs
 
 
-def _write_plan(plan: DatasetPlan, work: str, refs: dict[str, str]) -> None:
+def _write_assignment(assignment: ShardAssignment, work: str, refs: dict[str, str]) -> None:
     """Every example with its split and shard (and where to read it, `refs`, if not at
-    its own ref), as JSON lines in files of the plan."""
+    its own ref), as JSON lines in files of the assignment."""
     lines = [json.dumps({"ref": refs.get(ex.ref, ex.ref), "identity": ex.identity,
                          "label": ex.label, "split": split, "shard": shard}).encode() + b"\n"
-             for ex, split, shard in plan.assignments()]
+             for ex, split, shard in assignment.assignments()]
     for number, start in enumerate(range(0, len(lines), PLAN_LINES_PER_FILE)):
-        with FileSystems.create(FileSystems.join(work, f"plan-{number:05d}.jsonl")) as f:
+        with FileSystems.create(FileSystems.join(work, f"assignment-{number:05d}.jsonl")) as f:
             f.write(b"".join(lines[start:start + PLAN_LINES_PER_FILE]))
 
 
-def _build(pipeline: Any, work: str, target: str, plan: DatasetPlan,
+def _build(pipeline: Any, work: str, target: str, assignment: ShardAssignment,
            names: dict[str, list[str]]) -> None:
-    """The pipeline's steps: read the plan, encode, group by shard, write; results."""
+    """The pipeline's steps: read the assignment, encode, group by shard, write; results."""
     encoded = (
         pipeline
-        | "Read plan" >> beam.io.ReadFromText(f"{work}/plan-*.jsonl")
-        # The plan is read in a few large pieces; decoding is what needs the workers.
+        | "Read assignment" >> beam.io.ReadFromText(f"{work}/assignment-*.jsonl")
+        # The assignment is read in a few large pieces; decoding is what needs the workers.
         | "Spread" >> beam.Reshuffle()
-        | "Encode" >> beam.ParDo(EncodeFn(plan.image_size, plan.image_format,
-                                          plan.listing.kind)).with_outputs(
+        | "Encode" >> beam.ParDo(EncodeFn(assignment.image_size, assignment.image_format,
+                                          assignment.listing.kind)).with_outputs(
             "skipped", main="examples"))
     shards = (encoded.examples
               | "Group by shard" >> beam.GroupByKey()
               | "Write shards" >> beam.ParDo(WriteShardFn(target, names,
-                                                          len(plan.listing.classes))))
+                                                          len(assignment.listing.classes))))
     _ = ((shards, encoded.skipped)
          | "Results" >> beam.Flatten()
          | "Write results" >> beam.io.WriteToText(f"{work}/results",
@@ -155,7 +155,7 @@ def _build(pipeline: Any, work: str, target: str, plan: DatasetPlan,
 
 
 class EncodeFn(beam.DoFn):
-    """Reads, decodes, resizes and encodes one planned example (the local engine's
+    """Reads, decodes, resizes and encodes one assigned example (the local engine's
     `_encode`); emits ((split, shard), (label, record)), or a skipped image's JSON to the
     `skipped` output."""
 
@@ -222,7 +222,7 @@ def _delete(target: str, names: list[str]) -> None:
 
 
 def _delete_tree(work: str) -> None:
-    """Removes the plan and result files."""
+    """Removes the assignment and result files."""
     if "://" not in work:
         shutil.rmtree(work, ignore_errors=True)
         return

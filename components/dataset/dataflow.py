@@ -8,7 +8,7 @@ Why the stage submits with Beam's DataflowRunner and waits, rather than gcpc's
   code. gcpc's op runs the launching script in gcpc's own image after `pip install -r` of a
   requirements file at run time (`dataflow_python_job_remote_runner.install_requirements`):
   another Beam version, unpinned packages, and the internet needed at run time;
-- the stage's contract stays in one task for both engines: the plan before the job, then
+- the stage's contract stays in one task for both engines: the shard assignment before the job, then
   the skipped-images threshold, the report and the manifest last, and the cleanup when the
   job fails;
 - a cancelled pipeline run cancels the job: Vertex AI stops a task's container with

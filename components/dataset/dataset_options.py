@@ -64,7 +64,7 @@ class DatasetOptions(pydantic.BaseModel):
     test_fraction: float = Field(0.1, ge=0, lt=1, description=(
         "Fraction of the examples in the held-out test split (0 for none)."))
     num_shards: int = Field(0, ge=0, le=4096, description=(
-        "Shards per split; 0 plans them from the worker count and the data size."))
+        "Shards per split; 0 sizes them from the input pipelines and the data size."))
     image_format: Literal["auto", "png", "jpeg"] = Field("auto", description=(
         "How the shards store images: jpeg (quality 95) or lossless png; auto: jpeg for "
         f"photos of {JPEG_MIN_SIZE}x{JPEG_MIN_SIZE} and up, png for smaller or builtin images."))

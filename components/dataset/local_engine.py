@@ -7,36 +7,36 @@ from pathlib import Path
 from typing import Any
 
 from components.dataset.encode import results
-from components.dataset.splits import DatasetPlan, shard_names
+from components.dataset.splits import ShardAssignment, shard_names
 from components.dataset.written_shards import Shard, Written
 from components.progress import Progress
 from trainer.common import contract, tfrecord
 
 
-def write_locally(plan: DatasetPlan, out: Path, processes: int) -> Written:
+def write_locally(assignment: ShardAssignment, out: Path, processes: int) -> Written:
     """Encodes every example in one ordered stream over the splits and writes each into
-    its planned shard; a shard whose images were all skipped is removed.
+    its assigned shard; a shard whose images were all skipped is removed.
 
     Args:
-        plan: The splits and shards.
+        assignment: The splits and shards.
         out: The output directory (exists, empty).
         processes: Decoding processes (1: in this process).
     """
-    assigned = list(plan.assignments())
-    classes = len(plan.listing.classes)
-    names = {split: shard_names(split, n) for split, n in plan.shards.items()}
+    assigned = list(assignment.assignments())
+    classes = len(assignment.listing.classes)
+    names = {split: shard_names(split, n) for split, n in assignment.shards.items()}
     writers: dict[tuple[str, int], Any] = {}
     per_class = {key: [0] * classes for key in
-                 ((split, i) for split, n in plan.shards.items() for i in range(n))}
+                 ((split, i) for split, n in assignment.shards.items() for i in range(n))}
     skipped: list[dict[str, str]] = []
     progress = Progress("dataset: images encoded", len(assigned))
     try:
         for split, split_names in names.items():
             for i, name in enumerate(split_names):
                 writers[split, i] = tfrecord.Writer(out / name)
-        for index, data, error, label in results(plan.listing, [a[0] for a in assigned],
-                                                 plan.image_size, processes,
-                                                 plan.image_format):
+        for index, data, error, label in results(assignment.listing, [a[0] for a in assigned],
+                                                 assignment.image_size, processes,
+                                                 assignment.image_format):
             ex, split, shard = assigned[index]
             progress.advance()
             if data is None:

@@ -1,7 +1,7 @@
 """The dataset stage: a source -> sharded TFRecords per split, a manifest and a report.
 
-One plan (`shard_plan.plan_dataset`: the split and shard of every example), two engines
-that carry it out with the same per-image work (`encode`): `local`, a pool of processes on
+One shard assignment (`splits.assign_shards`: the split and shard of every example), two
+engines that carry it out with the same per-image work (`encode`): `local`, a pool of processes on
 this machine's cores (`local_engine`), and `beam`, an Apache Beam pipeline, in this process
 or as a Dataflow job (`beam_engine`, `dataflow`). Undecodable images are skipped and
 listed; above a threshold the stage fails.
@@ -23,12 +23,12 @@ from components.dataset.dataset_options import DatasetOptions
 from components.dataset.dataset_report import REPORT_NAME, markdown_report
 from components.dataset.local_engine import write_locally
 from components.dataset.sources import DatasetError
-from components.dataset.splits import plan_dataset
+from components.dataset.splits import assign_shards
 from trainer.common import contract, files
 from trainer.common.schema import OptionsError, validate
 
 #: `prepare_source`'s keyword values that are the run's, not dataset options.
-_RUN_VALUES = ("min_shards", "processes", "builtin_images_per_class", "report_path",
+_RUN_VALUES = ("input_pipelines", "processes", "builtin_images_per_class", "report_path",
                "dataflow")
 
 
@@ -53,7 +53,7 @@ def prepare_source(source: str, output_dir: str | os.PathLike, **values: Any) ->
 
 
 def prepare_dataset(options: DatasetOptions, output_dir: str | os.PathLike, *,
-                    min_shards: int = 1, processes: int = 0,
+                    input_pipelines: int = 1, processes: int = 0,
                     builtin_images_per_class: int = 400,
                     report_path: str | os.PathLike | None = None,
                     dataflow: DataflowJob | None = None) -> dict[str, Any]:
@@ -63,7 +63,8 @@ def prepare_dataset(options: DatasetOptions, output_dir: str | os.PathLike, *,
         options: What to prepare (source, image size, split fractions, shards, bad-image
             threshold, stored format), as declared in `DatasetOptions`.
         output_dir: Directory to create; must not exist or be empty.
-        min_shards: Training workers; planned shard counts are multiples of it.
+        input_pipelines: Stage 1's input pipelines (the processes that read the training
+            data); shard counts are multiples of it.
         processes: Decoding processes; 0 uses every core.
         builtin_images_per_class: Images per class drawn for `builtin://shapes`.
         report_path: Also write the Markdown report here (for a KFP Markdown artifact).
@@ -76,16 +77,16 @@ def prepare_dataset(options: DatasetOptions, output_dir: str | os.PathLike, *,
     Raises:
         DatasetError: A parameter or the source is unusable, or too many images are bad.
     """
-    if min_shards < 1:
-        raise DatasetError(f"min_shards is {min_shards!r}; expected the number of training "
-                           "workers, >= 1")
+    if input_pipelines < 1:
+        raise DatasetError(f"input_pipelines is {input_pipelines!r}; expected the number of "
+                           "processes that read the training data, >= 1")
     out = Path(output_dir)
     if out.exists() and any(out.iterdir()):
         raise DatasetError(f"output directory {str(out)!r} is not empty")
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
-        return _prepare(options, out, min_shards, processes or os.cpu_count() or 1,
+        return _prepare(options, out, input_pipelines, processes or os.cpu_count() or 1,
                         builtin_images_per_class, report_path, dataflow)
     except BaseException:
         # Nothing half-written stays: the directory was empty (or absent) before.
@@ -97,12 +98,12 @@ def prepare_dataset(options: DatasetOptions, output_dir: str | os.PathLike, *,
         raise
 
 
-def _prepare(options: DatasetOptions, out: Path, min_shards: int, processes: int,
+def _prepare(options: DatasetOptions, out: Path, input_pipelines: int, processes: int,
              builtin_images_per_class: int, report_path: str | os.PathLike | None,
              dataflow: DataflowJob | None) -> dict[str, Any]:
     """`prepare_dataset` once its parameters are checked: shards straight into `out` (on
     Vertex, a Cloud Storage FUSE path) by the chosen engine, the manifest last."""
-    plan = plan_dataset(options, min_shards, builtin_images_per_class)
+    assignment = assign_shards(options, input_pipelines, builtin_images_per_class)
     if options.engine == "beam":
         try:
             from components.dataset.beam_engine import write_with_beam
@@ -112,16 +113,16 @@ def _prepare(options: DatasetOptions, out: Path, min_shards: int, processes: int
             raise DatasetError("dataset.engine is 'beam', but Apache Beam is not installed: "
                                "install the project with the [beam] extra "
                                "(pip install -e '.[beam]')") from None
-        written = write_with_beam(plan, out, processes, dataflow)
+        written = write_with_beam(assignment, out, processes, dataflow)
     else:
-        written = write_locally(plan, out, processes)
-    written.check(list(plan.by_split), plan.total, options.max_bad_fraction)
-    listing = plan.listing
+        written = write_locally(assignment, out, processes)
+    written.check(list(assignment.by_split), assignment.total, options.max_bad_fraction)
+    listing = assignment.listing
     manifest: dict[str, Any] = {
         "format_version": contract.FORMAT_VERSION,
         "classes": listing.classes,
-        "image_size": [plan.image_size, plan.image_size, 3],
-        "image_format": plan.image_format,
+        "image_size": [assignment.image_size, assignment.image_size, 3],
+        "image_format": assignment.image_format,
         "features": {"image": contract.FEATURE_IMAGE, "label": contract.FEATURE_LABEL,
                      "id": contract.FEATURE_ID},
         "source": options.source,
@@ -129,11 +130,11 @@ def _prepare(options: DatasetOptions, out: Path, min_shards: int, processes: int
         "source_fingerprint": listing.fingerprint,
         "validation_fraction": options.validation_fraction,
         "test_fraction": options.test_fraction,
-        "examples": plan.total,
+        "examples": assignment.total,
         "skipped": written.skipped,
-        "bad_fraction": len(written.skipped) / plan.total if plan.total else 0.0,
+        "bad_fraction": len(written.skipped) / assignment.total if assignment.total else 0.0,
         "splits": {split: written.split_entry(split, listing.classes)
-                   for split in plan.by_split},
+                   for split in assignment.by_split},
     }
     report = markdown_report(manifest)
     files.write_text(out / REPORT_NAME, report)

@@ -1,5 +1,5 @@
-"""Planning, shared by both engines: which split and shard each example goes to, and how
-many shards each split gets (`plan_dataset`)."""
+"""The shard assignment both engines carry out: which split and shard each example goes
+to, and how many shards each split gets (`assign_shards`)."""
 
 from __future__ import annotations
 
@@ -42,16 +42,16 @@ def split_of(identity: str, validation_fraction: float, test_fraction: float = 0
     return "train"
 
 
-def plan_shards(examples: int, estimated_bytes: int, min_shards: int,
+def shard_count(examples: int, estimated_bytes: int, input_pipelines: int,
                 target_bytes: int = TARGET_SHARD_BYTES) -> int:
     """Shards for a split: a multiple of the input pipelines, about `target_bytes` each.
 
-    At least `min_shards` (stage 1's input pipelines: the processes that read the data),
+    At least `input_pipelines` (stage 1's input pipelines: the processes that read the data),
     so each reads its own files; a multiple of it, so they read equal shares; never more
     than there are examples.
     """
     by_size = max(1, math.ceil(estimated_bytes / target_bytes))
-    shards = max(min_shards, math.ceil(by_size / min_shards) * min_shards)
+    shards = max(input_pipelines, math.ceil(by_size / input_pipelines) * input_pipelines)
     return max(1, min(shards, examples))
 
 
@@ -61,7 +61,7 @@ def shard_names(split: str, shards: int) -> list[str]:
 
 
 @dataclasses.dataclass(frozen=True)
-class DatasetPlan:
+class ShardAssignment:
     """What both engines write, decided before any image is read.
 
     Attributes:
@@ -91,9 +91,9 @@ class DatasetPlan:
                 yield example, split, position % self.shards[split]
 
 
-def plan_dataset(options: DatasetOptions, min_shards: int,
-                 builtin_images_per_class: int) -> DatasetPlan:
-    """Lists the source and plans the splits and shards.
+def assign_shards(options: DatasetOptions, input_pipelines: int,
+                 builtin_images_per_class: int) -> ShardAssignment:
+    """Lists the source and assigns every example its split and shard.
 
     Raises:
         DatasetError: The source is unusable, or a split would be empty.
@@ -102,10 +102,10 @@ def plan_dataset(options: DatasetOptions, min_shards: int,
     listing = list_source(options.source, options.image_size, builtin_images_per_class)
     by_split = _split(listing, options.validation_fraction, options.test_fraction)
     shards = {split: min(options.num_shards, len(items)) if options.num_shards else
-              plan_shards(len(items), estimated_bytes(len(items), options.image_size,
-                                                      image_format), min_shards)
+              shard_count(len(items), estimated_bytes(len(items), options.image_size,
+                                                      image_format), input_pipelines)
               for split, items in by_split.items()}
-    return DatasetPlan(listing, by_split, shards, options.image_size, image_format)
+    return ShardAssignment(listing, by_split, shards, options.image_size, image_format)
 
 
 def _split(listing: SourceListing, validation_fraction: float,

@@ -159,9 +159,9 @@ def replicas_in_sync(alternative: Alternative) -> int:
     return gpus
 
 
-def shard_multiple(alternatives: Sequence[Alternative]) -> int:
-    """The dataset's shard multiple: the least common multiple of every alternative's
-    input pipelines, so that each of its readers gets its own files whichever trains."""
+def input_pipelines_of(alternatives: Sequence[Alternative]) -> int:
+    """The input pipelines the dataset is sharded for: the least common multiple of every
+    alternative's, so that each of its pipelines gets its own files whichever trains."""
     counts = [layout_of(a.pools).input_pipelines(a.plan.strategy)
               for a in alternatives if a.plan is not None]
     return math.lcm(*counts) if counts else 1

@@ -15,7 +15,7 @@ from components.gpu.alternatives import (
     Checked,
     batch_lines,
     check_alternatives,
-    shard_multiple,
+    input_pipelines_of,
 )
 from trainer.cluster.roles import Layout
 from trainer.cluster.training_plan import TrainingPlan, plan_training, requested
@@ -67,7 +67,7 @@ def check_configuration(vertex: Any, training: Any = None,
     checked = check_alternatives(vertex, training)
     if not checked.ok:
         return Configuration(checked, None, 0, local)
-    plan, pipelines = checked.primary.plan, shard_multiple(checked.alternatives)
+    plan, pipelines = checked.primary.plan, input_pipelines_of(checked.alternatives)
     if local is not None:
         from trainer.run.training_options import TrainingOptions
 

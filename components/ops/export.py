@@ -54,7 +54,7 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model], training:
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def registration_plan(vertex: dict, register: bool, default: bool, images: dict) -> NamedTuple(
+def decide_registration(vertex: dict, register: bool, default: bool, images: dict) -> NamedTuple(
         "RegistrationPlan", [("register", bool), ("region", str), ("display_name", str),
                              ("parent_model", str), ("parent_model_uri", str),
                              ("serving_image", str), ("version_aliases", list)]):

@@ -17,6 +17,7 @@ TRAIN_LOCALLY = "train-on-local-workers"
 TRAIN_ON_VERTEX = "train-on-vertex-ai"
 REPORT_TRAINING = "report-training"
 EXPORT_MODEL = "export-model"
+DECIDE_REGISTRATION = "decide-registration"
 SUMMARIZE_RUN = "summarize-run"
 
 # Outputs.

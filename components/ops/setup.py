@@ -88,12 +88,12 @@ def dataflow_launch(project: str, vertex: dict, images: dict) -> dict:
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
-def prepare_dataset(options: dict, source_fingerprint: str, min_shards: int,
+def prepare_dataset(options: dict, source_fingerprint: str, input_pipelines: int,
                     dataset: Output[Dataset], report: Output[Markdown], dataflow: dict = None):
     """Stage 2: image sources -> sharded TFRecords per split, manifest and report.
 
     `source_fingerprint` is not used here: it is an input so that KFP's cache key changes
-    exactly when the source does. `min_shards` is stage 1's `input_pipelines`,
+    exactly when the source does. `input_pipelines` is stage 1's `input_pipelines`,
     the processes that read the training data (a multiple of every alternative's).
     `dataflow` (`dataflow_launch`'s output), with `dataset.engine: beam`, runs the Beam
     pipeline as a Dataflow job; empty, it runs here.
@@ -108,7 +108,7 @@ def prepare_dataset(options: dict, source_fingerprint: str, min_shards: int,
         settings = validate(DatasetOptions, options, prefix="dataset", strict=False)
         job = dataflow_job(settings, output_uri=dataset.uri, **dataflow) \
             if dataflow and settings.engine == "beam" else None
-        manifest = prepare(settings, dataset.path, min_shards=min_shards,
+        manifest = prepare(settings, dataset.path, input_pipelines=input_pipelines,
                            report_path=report.path, dataflow=job)
     dataset.metadata.update({
         "classes": manifest["classes"],

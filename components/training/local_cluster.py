@@ -91,7 +91,7 @@ def cluster_environments(layout: Layout, base_env: dict[str, str]
     return envs
 
 
-def core_plan(names: Sequence[str], cores: Sequence[int]) -> dict[str, list[int]]:
+def core_sets(names: Sequence[str], cores: Sequence[int]) -> dict[str, list[int]]:
     """Disjoint sets of cores for the training processes (the chief and the workers).
 
     Each TensorFlow process sizes its thread pools for every core it may run on, so
@@ -222,7 +222,7 @@ def _start(layout: Layout, trainer_args: Sequence[str], out: TextIO | None,
             "PYTHONUNBUFFERED": "1", **environ}
     environments = cluster_environments(layout, base)
     usable = sorted(cores if cores is not None else os.sched_getaffinity(0))
-    pinned = core_plan([name for name, _ in environments], usable) \
+    pinned = core_sets([name for name, _ in environments], usable) \
         if len(environments) > 1 or cores is not None else {}
     replicas = []
     for name, env in environments:

@@ -100,12 +100,14 @@ def _alternatives(vertex: dict, region: str, training: Any) -> Any:
 
 def _report_alternatives(checked: Any, source: str, as_json: bool, training: Any) -> int:
     """Prints every alternative, each with its index, pools and plan, or its problems."""
-    from components.gpu.alternatives import batch_lines, shard_multiple
+    from components.gpu.alternatives import batch_lines, input_pipelines_of
 
+    pipelines = input_pipelines_of(checked.alternatives)
     if as_json:
         print(json.dumps({
             "ok": checked.ok, "errors": checked.errors, "warnings": checked.warnings,
-            "input": source, "shard_multiple": shard_multiple(checked.alternatives),
+            "input": source, "input_pipelines": pipelines,
+            "shard_multiple": pipelines,  # its former name, kept for scripts that read it
             "alternatives": [{**a.to_dict(), "ok": r.ok, "errors": r.errors}
                              for a, r in zip(checked.alternatives, checked.results,
                                              strict=True)]}, indent=2))
@@ -124,7 +126,7 @@ def _report_alternatives(checked: Any, source: str, as_json: bool, training: Any
         return 1
     print(f"valid ({source}): {len(checked.alternatives)} alternatives, tried in this order "
           "when Vertex AI has no capacity; the dataset's shards come in multiples of "
-          f"{shard_multiple(checked.alternatives)}")
+          f"{pipelines}")
     for line in batch_lines(checked.alternatives, training):
         print(f"  {line}")
     return 0

@@ -15,6 +15,7 @@ COMPONENTS = [
     (names.TRAIN_ON_VERTEX, training.train_on_vertex_ai, [names.TRAINING_JOB]),
     (names.REPORT_TRAINING, training.report_training, [names.CURVES]),
     (names.EXPORT_MODEL, export.export_model, [names.EXPORTED_MODEL]),
+    (names.DECIDE_REGISTRATION, export.decide_registration, []),
     (names.SUMMARIZE_RUN, export.summarize_run, [names.SUMMARY]),
 ]
 

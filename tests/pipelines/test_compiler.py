@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from components.ops import names
 from pipelines.compiler import compile_pipeline, normalised_spec
 from tests.support.paths import ROOT
 
@@ -99,9 +100,9 @@ def test_with_the_beam_engine_the_dataset_stage_starts_dataflow_on_the_built_ima
     assert "dataflow" not in _stages(local)["prepare-dataset"]["inputs"]["parameters"]
 
 
-def test_the_shard_multiple_comes_from_the_validated_pools_at_run_time(fresh):
+def test_the_input_pipelines_come_from_the_validated_pools_at_run_time(fresh):
     tasks = _stages(yaml.safe_load(fresh.read_text()))
-    assert tasks["prepare-dataset"]["inputs"]["parameters"]["min_shards"] == {
+    assert tasks["prepare-dataset"]["inputs"]["parameters"]["input_pipelines"] == {
         "taskOutputParameter": {"outputParameterKey": "input_pipelines",
                                 "producerTask": "validate-gpu-config"}}
 
@@ -179,10 +180,10 @@ def test_the_model_is_registered_as_the_gate_decided(fresh):
     condition = stages["condition-2"]
     assert condition["taskInfo"]["name"] == "gate-registers"
     assert condition["triggerPolicy"]["condition"] == (
-        "inputs.parameter_values['pipelinechannel--registration-plan-register'] == true")
-    plan = stages["registration-plan"]["inputs"]["parameters"]
+        "inputs.parameter_values['pipelinechannel--decide-registration-register'] == true")
+    decision = stages[names.DECIDE_REGISTRATION]["inputs"]["parameters"]
     for decided in ("register", "default"):
-        assert plan[decided] == {"taskOutputParameter": {
+        assert decision[decided] == {"taskOutputParameter": {
             "outputParameterKey": decided, "producerTask": "export-model"}}
     components = spec["components"]
     assert {"comp-model-upload", "comp-model-upload-2"} <= set(components)  # new model / version

@@ -28,8 +28,8 @@ from components.capacity.launcher import (
 from components.gpu.alternatives import (
     batch_lines,
     check_alternatives,
+    input_pipelines_of,
     replicas_in_sync,
-    shard_multiple,
 )
 from components.gpu.worker_pool import parse_pools
 from pipelines.cli import main
@@ -58,7 +58,7 @@ def test_a_fallback_keeps_what_it_leaves_out_and_gets_its_own_plan():
         ("NVIDIA_TESLA_T4", "float16")
     assert (l4.plan.accelerator, l4.plan.mixed_precision) == ("NVIDIA_L4", "bfloat16")
     # 2 training machines, then 3: shards in multiples of 6 serve both.
-    assert shard_multiple(checked.alternatives) == 6
+    assert input_pipelines_of(checked.alternatives) == 6
     assert [replicas_in_sync(a) for a in checked.alternatives] == [2, 3, 2]
     assert batch_lines(checked.alternatives, cfg.training)[:2] == [
         "primary: global batch 32 x 2 replica(s) in sync = 64, learning rate 0.003",
@@ -90,6 +90,8 @@ def test_an_invalid_alternative_is_refused_naming_its_index(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert [a["ok"] for a in report["alternatives"]] == [True, True, False]
     assert report["alternatives"][1]["training_plan"]["accelerator"] == "NVIDIA_TESLA_A100"
+    # The valid ones' input pipelines (2 training machines each), also under the old key.
+    assert report["input_pipelines"] == report["shard_multiple"] == 2
     with pytest.raises(ConfigError, match=r"vertex\.fallbacks\[1\]: worker_pool_specs\[0\]"):
         load_config(path)
 

@@ -65,7 +65,7 @@ def tfrecord_records(path: Path) -> list[bytes]:
 @pytest.mark.slow
 def test_beam_engine_writes_the_local_engines_dataset(tmp_path):
     source = _photos(tmp_path / "photos")
-    common = dict(image_size=32, validation_fraction=0.25, test_fraction=0.1, min_shards=2,
+    common = dict(image_size=32, validation_fraction=0.25, test_fraction=0.1, input_pipelines=2,
                   max_bad_fraction=0.05)
     local = prepare_source(str(source), tmp_path / "local", engine="local", processes=2,
                            **common)
@@ -157,7 +157,7 @@ def test_dataflow_job_request_and_its_success(dataflow_world):
     out = dataflow_world / "bkt/root/run/task/dataset"
     with FakeDataflow("run") as fake:
         manifest = prepare_source("builtin://shapes", out, engine="beam",
-                                  builtin_images_per_class=30, min_shards=2,
+                                  builtin_images_per_class=30, input_pipelines=2,
                                   dataflow=_job(fake))
     assert fake.run_error is None
     [body] = fake.created()
@@ -253,11 +253,11 @@ def test_dataflow_workers_read_mounted_images_through_cloud_storage(dataflow_wor
         bucket.blob(str(path.relative_to(dataflow_world / "bkt"))).upload_from_filename(
             str(path))
     local = prepare_source(str(photos), dataflow_world.parent / "local-copy", image_size=32,
-                           min_shards=2)
+                           input_pipelines=2)
     out = dataflow_world / "bkt/root/run/task/dataset"
     with FakeDataflow("run") as fake:
         manifest = prepare_source(str(photos), out, engine="beam", image_size=32,
-                                  min_shards=2, dataflow=_job(fake))
+                                  input_pipelines=2, dataflow=_job(fake))
     assert fake.run_error is None
     assert [s["file"] for s in manifest["skipped"]] == \
         ["gs://bkt/photos/class1/broken.jpg"]

@@ -17,7 +17,7 @@ from components.dataset.encode import bounded_imap
 from components.dataset.prepare import prepare_source
 from components.dataset.shapes import generate_shapes
 from components.dataset.sources import BUILTIN_SHAPES, DatasetError, source_fingerprint
-from components.dataset.splits import plan_shards, split_of
+from components.dataset.splits import shard_count, split_of
 from tests.support import tfds_fixture
 from tests.support.paths import ROOT
 from trainer.common.contract import load_manifest, shard_paths
@@ -122,7 +122,7 @@ def test_split_is_stable_when_images_are_added():
     (10**6, 1000, 2, 8), (10**6, 1000, 3, 9), (10**6, 151, 1, 2),
 ])
 def test_shard_plan(examples, size_mb, workers, expected):
-    assert plan_shards(examples, size_mb * 2**20, workers) == expected
+    assert shard_count(examples, size_mb * 2**20, workers) == expected
 
 
 def test_decoding_pool_reads_at_most_a_window_ahead_of_the_writer():
@@ -157,9 +157,9 @@ def test_decoding_pool_reads_at_most_a_window_ahead_of_the_writer():
 def test_folder_source_parallel_equals_serial(tmp_path):
     src = make_folder(tmp_path / "src", per_class=12)
     serial = prepare_source(str(src), tmp_path / "serial", image_size=16, processes=1,
-                             validation_fraction=0.25, min_shards=2)
+                             validation_fraction=0.25, input_pipelines=2)
     parallel = prepare_source(str(src), tmp_path / "parallel", image_size=16, processes=2,
-                               validation_fraction=0.25, min_shards=2)
+                               validation_fraction=0.25, input_pipelines=2)
     assert serial["classes"] == ["circle", "square"] and serial["source_kind"] == "folder"
     assert serial["splits"] == parallel["splits"]  # same shards, byte for byte
     assert len(serial["splits"]["train"]["shards"]) == 2

@@ -37,6 +37,7 @@ from google.cloud.devtools import cloudbuild_v1
 from google.oauth2.credentials import Credentials
 
 from components import images
+from components.ops import names
 from pipelines.config_loading import load_config
 from pipelines.vertex import runs
 from pipelines.vertex.clients import Clients
@@ -194,7 +195,7 @@ def test_every_stage_ran_from_the_compiled_spec(emulated_run):
     ran = {name for name, task in tasks.items() if task.state == "SUCCEEDED"}
     assert {"validate-gpu-config", "fingerprint-dataset-source", "prepare-dataset",
             "build-images", "train-on-vertex-ai", "importer",
-            "report-training", "export-model", "registration-plan", "importer-2",
+            "report-training", "export-model", names.DECIDE_REGISTRATION, "importer-2",
             "model-upload", "exit-handler-1", "summarize-run"} <= ran
     # A new model (no parent_model): the new-version branch did not run.
     branches = {t.display_name: t.state for t in tasks.values() if t.name.startswith("condition")}
@@ -221,7 +222,7 @@ def test_every_stage_ran_from_the_compiled_spec(emulated_run):
     assert prepared["uri"].startswith("gs://pipelines/root/") and \
         prepared["uri"].endswith("/prepare-dataset/dataset")
     assert tasks["prepare-dataset"].executor_input["inputs"]["parameterValues"][
-        "min_shards"] == 2  # from the validation stage's output, at run time
+        "input_pipelines"] == 2  # from the validation stage's output, at run time
 
 
 def test_the_promoted_model_scores_the_batch_source_as_a_batch_prediction_job(emulated_run):
@@ -624,7 +625,7 @@ def test_a_parameter_server_layout_trains_with_tf_config_as_vertex_sets_it(tmp_p
         assert "epoch 1/2:" in chief_log and "fine-tuning: " in chief_log
         assert "epoch 2/2:" in chief_log
         assert "serving at" in record.replicas[3].log.read_text()
-        assert tasks["registration-plan"].parameters["register"] is False
+        assert tasks[names.DECIDE_REGISTRATION].parameters["register"] is False
         assert "vertex.promotion is never" in tasks["export-model"].parameters["decision"]
         assert tasks["condition-2"].state == "SKIPPED" and "model-upload" not in tasks
         assert apis.recorded(r"/models:upload$") == []

@@ -146,13 +146,13 @@ def test_local_cluster_environments_follow_vertex_roles():
 
 
 def test_core_plan_gives_training_processes_their_own_cores():
-    from components.training.local_cluster import core_plan
+    from components.training.local_cluster import core_sets
 
-    assert core_plan(["chief", "worker-0"], [0, 1]) == {"chief": [0], "worker-0": [1]}
-    assert core_plan(["chief", "worker-0"], [0, 1, 2, 3, 4]) == {
+    assert core_sets(["chief", "worker-0"], [0, 1]) == {"chief": [0], "worker-0": [1]}
+    assert core_sets(["chief", "worker-0"], [0, 1, 2, 3, 4]) == {
         "chief": [0, 1], "worker-0": [2, 3]}
     # Parameter servers and the evaluator mostly wait: they run unpinned.
-    assert core_plan(["chief", "worker-0", "ps-0", "evaluator-0"], [2, 3]) == {
+    assert core_sets(["chief", "worker-0", "ps-0", "evaluator-0"], [2, 3]) == {
         "chief": [2], "worker-0": [3]}
     # More training processes than cores: nothing pinned (sharing beats queueing).
-    assert core_plan(["chief", "worker-0", "worker-1"], [0, 1]) == {}
+    assert core_sets(["chief", "worker-0", "worker-1"], [0, 1]) == {}
