@@ -74,7 +74,7 @@ def overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return {
         "dataset": schema.given(args, derived.get("dataset", {})),
         "training": schema.given(args, derived.get("training", {})),
-        "local": {"training_machines": getattr(args, "workers", None),
+        "local": {"training_machines": training_machines(args),
                   "parameter_servers": getattr(args, "parameter_servers", None),
                   "evaluator": getattr(args, "evaluator", None)},
         "vertex": {"region": getattr(args, "region", None),
@@ -85,6 +85,18 @@ def overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         "schedule": {"cron": getattr(args, "cron", None),
                      "max_concurrent_run_count": getattr(args, "max_concurrent_runs", None)},
     }
+
+
+def training_machines(args: argparse.Namespace) -> int | None:
+    """`--training-machines`, or its deprecated name `--workers` (with a warning)."""
+    given = getattr(args, "training_machines", None)
+    old = getattr(args, "workers", None)
+    if old is not None:
+        print("warning: --workers is deprecated: it counts the training machines (the chief "
+              "and the workers), so it is now --training-machines"
+              + (f"; --training-machines {given} wins" if given is not None else
+                 f"; read as --training-machines {old}"), file=sys.stderr)
+    return given if given is not None else old
 
 
 def load(args: argparse.Namespace):

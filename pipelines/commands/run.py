@@ -30,10 +30,12 @@ def add_parser(commands: Any, parser_class: type) -> None:
     parser.add_argument("--pipeline-root", type=Path, default=DEFAULT_LOCAL_ROOT,
                         help=f"Where run artifacts go (default: {DEFAULT_LOCAL_ROOT}/ in the "
                              "current directory).")
-    parser.add_argument("--workers", type=positive_int,
+    parser.add_argument("--training-machines", type=positive_int,
                         help="Training machines as processes: the chief and the workers "
                              "(config local.training_machines; default: as the Vertex AI "
                              "pools 0 and 1).")
+    # Its former name, which counted the chief among the workers: still read, with a warning.
+    parser.add_argument("--workers", type=positive_int, help=argparse.SUPPRESS)
     parser.add_argument("--parameter-servers", type=int,
                         help="Parameter-server processes: parameter-server training (config "
                              "local.parameter_servers; default: as Vertex AI pool 2).")
@@ -147,7 +149,7 @@ def _local_layout(config):
         raise UsageError(
             f"a local run would start {layout.training_machines} training machine(s) and "
             f"{layout.parameter_servers} parameter server(s) (as the Vertex AI pools); this "
-            "machine runs at most 8 and 4: give --workers and --parameter-servers")
+            "machine runs at most 8 and 4: give --training-machines and --parameter-servers")
     try:
         return layout, config.local_plan()
     except PlanError as exc:

@@ -37,8 +37,28 @@ def test_every_command_is_a_module_the_cli_assembles():
     assert first.format_help() == second.format_help()
     from pipelines.commands.common import overrides
 
-    given = overrides(first.parse_args(["run", "--local", "--epochs", "3", "--workers", "3"]))
+    given = overrides(first.parse_args(["run", "--local", "--epochs", "3",
+                                        "--training-machines", "3"]))
     assert given["training"] == {"epochs": 3} and given["local"]["training_machines"] == 3
+
+
+def test_the_former_name_of_a_flag_still_works_with_a_warning(capsys):
+    """`--workers` counted the training machines, while a layout's workers are one fewer:
+    it is `--training-machines` now, and the old name is read as it with a warning."""
+    from pipelines import cli
+    from pipelines.commands.common import overrides
+
+    parser = cli.build_parser()
+    given = overrides(parser.parse_args(["run", "--local", "--workers", "3"]))
+    assert given["local"]["training_machines"] == 3
+    assert "warning: --workers is deprecated: it counts the training machines (the chief and " \
+        "the workers), so it is now --training-machines; read as --training-machines 3" in \
+        capsys.readouterr().err
+    both = overrides(parser.parse_args(["run", "--local", "--workers", "3",
+                                        "--training-machines", "2"]))
+    assert both["local"]["training_machines"] == 2
+    assert "--training-machines 2 wins" in capsys.readouterr().err
+    assert "--workers" not in parser.format_help()
 
 
 def run(*args, cwd=None):
@@ -54,7 +74,7 @@ def run(*args, cwd=None):
     (["run", "--local", "--config", "/no/such.yaml"], "--config '/no/such.yaml' is not a "
                                                       "readable file"),
     (["run", "--local", "--dataset-source", "/no/such/dir"], "dataset.source is '/no/such/dir'"),
-    (["run", "--local", "--workers", "9"], "local.training_machines is 9; expected an "
+    (["run", "--local", "--training-machines", "9"], "local.training_machines is 9; expected an "
                                            "integer from 1 to 8"),
     (["compile", "--region", "mars-1"], "region is 'mars-1', which offers no GPUs"),
     (["run", "--local", "--pipeline-root", "/dev/null/runs"],

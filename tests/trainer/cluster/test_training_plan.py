@@ -324,7 +324,8 @@ def test_the_strategy_all_reduces_as_the_plan_says(pools, hint):
      "training.xla is on, but under ParameterServerStrategy"),
     (["--parameter-servers", "1", "--mixed-precision", "on"],
      "training.mixed_precision is float16, which cannot work under ParameterServerStrategy"),
-    (["--workers", "2", "--xla", "on"], "training.xla is on, but XLA has no collectives on CPUs"),
+    (["--training-machines", "2", "--xla", "on"],
+     "training.xla is on, but XLA has no collectives on CPUs"),
 ])
 def test_local_clusters_refuse_what_their_cpus_cannot_run_before_any_work(tmp_path, flags,
                                                                          message):
