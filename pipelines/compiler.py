@@ -6,11 +6,14 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from trainer.common import files
+
+if TYPE_CHECKING:
+    from pipelines.config import Config
 
 #: Fields that change between builds without a change of the pipeline.
 _VOLATILE = ("sdkVersion",)
@@ -48,7 +51,7 @@ def compile_pipeline(output: str | os.PathLike, parameters: dict[str, Any] | Non
     return path
 
 
-def compile_config(config: Any, output: str | os.PathLike,
+def compile_config(config: Config, output: str | os.PathLike,
                    trainer_source_uri: str | None = None) -> Path:
     """Compiles the Vertex AI pipeline for a configuration (`pipelines.config.Config`): its
     values as the parameters' defaults and its component resources.

@@ -29,11 +29,14 @@ import hashlib
 import signal
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components import identity
 from components.stage_messages import say
 from trainer.common.errors import InputError, StageError, first_line
+
+if TYPE_CHECKING:
+    from components.dataset.dataset_options import DatasetOptions
 
 #: Seconds between two looks at the job's state.
 POLL_SECONDS = 10.0
@@ -137,7 +140,7 @@ def launch_settings(project_id: str, region: str, service_account: str,
             "sdk_image": reference}
 
 
-def dataflow_job(options: Any, *, project_id: str, region: str, service_account: str,
+def dataflow_job(options: DatasetOptions, *, project_id: str, region: str, service_account: str,
                  sdk_image: str, output_uri: str) -> DataflowJob:
     """The job that prepares `options`' dataset into `output_uri` (`gs://`), with temp and
     staging files beside it, under the pipeline root.

@@ -10,7 +10,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.cloud_names import vertex_endpoint
 from components.export import local_registry as local
@@ -28,6 +28,9 @@ from components.training.efficiency import summary
 from trainer.common.cloud_calls import remote_call
 from trainer.common.contract import load_manifest
 from trainer.common.gcs import to_mount_path
+
+if TYPE_CHECKING:
+    from components.vertex_options import VertexOptions
 
 
 def vertex_champion(parent_model: str, region: str) -> str:
@@ -54,8 +57,9 @@ def comparison_markdown(decision: Decision, challenger: Mapping[str, Any],
 
 
 def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.PathLike,
-                    destination: str | os.PathLike, *, vertex: Any, training: Mapping[str, Any],
-                    cluster: Mapping[str, Any], images: Mapping[str, Any], version: str,
+                    destination: str | os.PathLike, *, vertex: VertexOptions,
+                    training: Mapping[str, Any], cluster: Mapping[str, Any],
+                    images: Mapping[str, Any], version: str,
                     registry_root: str = "",
                     tuning: Mapping[str, Any] | None = None,
                     efficiency: Mapping[str, Any] | None = None,

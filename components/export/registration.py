@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.cloud_names import vertex_resource_uri
+
+if TYPE_CHECKING:
+    from components.vertex_options import VertexOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +41,7 @@ class Registration:
                 f"registration: served by {self.serving_image}"]
 
 
-def registration(options: Any, register: bool, default: bool,
+def registration(options: VertexOptions, register: bool, default: bool,
                  images: Mapping[str, Any]) -> Registration:
     """The registration of the gate's decision (`register`, `default`) under the run's
     `VertexOptions`, served by the run's CPU image from stage 3's `images` unless

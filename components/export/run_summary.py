@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from components.vertex_options import VertexOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +31,7 @@ class RunSummary:
 
 
 def summarize(state: str, error: str, *, registry_root: str, job_name: str, project: str,
-              vertex: Any) -> RunSummary:
+              vertex: VertexOptions) -> RunSummary:
     """The run's summary; `registry_root` is the local run's registry ("" on Vertex AI,
     where a run that did not succeed has its canary rolled back here)."""
     from components.export.local_registry import run_record

@@ -9,7 +9,7 @@ call `check_configuration`; what each shows of it is theirs.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING
 
 from components.gpu.alternatives import (
     Checked,
@@ -19,6 +19,10 @@ from components.gpu.alternatives import (
 )
 from trainer.cluster.roles import Layout
 from trainer.cluster.training_plan import TrainingPlan, plan_training, requested
+
+if TYPE_CHECKING:
+    from components.vertex_options import VertexOptions
+    from trainer.run.training_options import TrainingOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +44,7 @@ class Configuration:
     input_pipelines: int
     local: Layout | None = None
 
-    def lines(self, training: Any, region: str) -> list[str]:
+    def lines(self, training: TrainingOptions, region: str) -> list[str]:
         """What stage 1 says once the configuration is valid."""
         primary = self.checked.primary
         found = [f"GPU configuration valid for {region}: {primary.describe()}",
@@ -55,7 +59,7 @@ class Configuration:
         return found
 
 
-def check_configuration(vertex: Any, training: Any = None,
+def check_configuration(vertex: VertexOptions, training: TrainingOptions | None = None,
                         local: Layout | None = None) -> Configuration:
     """Checks `vertex` (`VertexOptions`: pools, region, scheduling, fallbacks) with the
     `training` options (`TrainingOptions`; None for the defaults); with `local`, the plan

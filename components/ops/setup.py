@@ -22,12 +22,12 @@ def validate_gpu_config(vertex: dict, training: dict, local_cluster: dict) -> Na
     alternative of `vertex.fallbacks`.
 
     Returns the primary configuration's normalised pools, strategy and training plan
-    (strategy, all-reduce, mixed precision, XLA, with reasons), the number of processes
-    that read the training data (the dataset's shard multiple: a multiple of every
-    alternative's), and every alternative with its own pools and plan, in the order the
-    training step tries them. `local_cluster` (workers, parameter servers, evaluators) is
-    the layout of a local run, whose CPU processes train with a plan of their own; empty
-    on Vertex AI.
+    (strategy, all-reduce, mixed precision, XLA, with reasons), the input pipelines (the
+    processes that read the training data, a multiple of every alternative's: the
+    dataset's shards come in multiples of it), and every alternative with its own pools
+    and plan, in the order the training step tries them. `local_cluster` (workers,
+    parameter servers, evaluators) is the layout of a local run, whose CPU processes
+    train with a plan of their own; empty on Vertex AI.
     """
     from collections import namedtuple
 

@@ -22,10 +22,14 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainer.common.errors import InputError
 from trainer.serving.container import encoded_instance
+
+if TYPE_CHECKING:
+    from components.serving.batch_options import BatchPredictOptions
+    from components.vertex_options import VertexOptions
 
 #: Files a batch source's folder is searched for: what the serving signature's
 #: `tf.io.decode_image` decodes (not the dataset stage's IMAGE_EXTENSIONS: it reads WebP
@@ -107,8 +111,8 @@ def write_instances(paths: Sequence[str], destination: str | Path) -> int:
     return count
 
 
-def prepare_vertex_job(options: Any, promoted: bool, instances_path: str, instances_uri: str,
-                       log: Callable[[str], None]) -> str:
+def prepare_vertex_job(options: BatchPredictOptions, promoted: bool, instances_path: str,
+                       instances_uri: str, log: Callable[[str], None]) -> str:
     """The batch step's first half on Vertex AI: the instances of `options.source`
     (`vertex.batch_predict`) written to the step's artifact for the BatchPredictionJob.
     Returns the predictions' destination prefix, or "" when there is nothing to score (no
@@ -126,7 +130,7 @@ def prepare_vertex_job(options: Any, promoted: bool, instances_path: str, instan
     return destination
 
 
-def score_local_run(registry_root: str, options: Any, job_name: str,
+def score_local_run(registry_root: str, options: VertexOptions, job_name: str,
                     log: Callable[[str], None]) -> dict[str, Any] | None:
     """The batch step of a local run: when the run promoted its model (the gate's new
     default, or the deploy stage's promotion), `vertex.batch_predict.source` scored by it.

@@ -9,13 +9,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.serving.rollout import Rollout, roll_out
 from trainer.common import files
 
+if TYPE_CHECKING:
+    from components.capacity.quotas import Need
+    from components.vertex_options import VertexOptions
 
-def canary_needs(options: Any) -> list[Any]:
+
+def canary_needs(options: VertexOptions) -> list[Need]:
     """What the canary's replicas hold of the serving quota (`vertex` options; none
     without an endpoint): `components.capacity.quotas.Need`s."""
     from components.capacity import quotas
@@ -26,7 +30,7 @@ def canary_needs(options: Any) -> list[Any]:
     return quotas.serving_needs(rule.machine_spec(), rule.max_replica_count, options.region)
 
 
-def serving_quota_refusals(project: str, options: Any, client: Any = None) -> list[str]:
+def serving_quota_refusals(project: str, options: VertexOptions, client: Any = None) -> list[str]:
     """What the project's serving quota refuses of the canary's replicas (Cloud Quotas),
     each in words; a quota the project does not list is not checked."""
     from components.capacity import quotas
@@ -38,7 +42,7 @@ def serving_quota_refusals(project: str, options: Any, client: Any = None) -> li
     return [q.describe(project) for q in quotas.check(needed, infos) if q.refused]
 
 
-def deploy_on_vertex(project: str, options: Any, model: str, job_name: str,
+def deploy_on_vertex(project: str, options: VertexOptions, model: str, job_name: str,
                      log: Callable[[str], None], clients: Any = None,
                      quotas: Any = None) -> Rollout:
     """Rolls `model` (`projects/.../models/ID@VERSION`) out on `options.deploy.endpoint`.
@@ -67,7 +71,7 @@ def deploy_on_vertex(project: str, options: Any, model: str, job_name: str,
     return roll_out(target, options.deploy, log=log)
 
 
-def restore_on_vertex(project: str, options: Any, job_name: str,
+def restore_on_vertex(project: str, options: VertexOptions, job_name: str,
                       clients: Any = None) -> str | None:
     """The exit handler's part on Vertex AI: a canary the run left behind (the deploy
     step killed mid-canary) is undeployed and the champion given all the traffic back.
@@ -82,7 +86,7 @@ def restore_on_vertex(project: str, options: Any, job_name: str,
     return vertex.restore_champion(clients, endpoint, job_name) if endpoint else None
 
 
-def deploy_locally(registry_root: str, options: Any, job_name: str, dataset_dir: str,
+def deploy_locally(registry_root: str, options: VertexOptions, job_name: str, dataset_dir: str,
                    log: Callable[[str], None]) -> Rollout | None:
     """The local run's rollout of the version its export stage registered, when the gate
     made it the default and `vertex.deploy.endpoint` is set; None when there is nothing to

@@ -7,7 +7,7 @@ see `pipelines.pipeline`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.durations import duration_seconds
 from components.gpu.worker_pool import WorkerPool
@@ -19,6 +19,10 @@ from components.training.job_names import (
 )
 from trainer.common.errors import InputError
 
+if TYPE_CHECKING:
+    from components.vertex_options import VertexOptions
+    from trainer.run.training_options import TrainingOptions
+
 #: Vertex AI sets AIP_MODEL_DIR to `<base_output_directory>/model`.
 MODEL_SUBDIR = "model"
 
@@ -27,7 +31,7 @@ class TrainingSpecError(InputError):
     """The worker pools or image cannot make a CustomJob."""
 
 
-def trainer_flags(options: Any, training_plan: Mapping[str, Any]) -> list[str]:
+def trainer_flags(options: TrainingOptions, training_plan: Mapping[str, Any]) -> list[str]:
     """The trainer's flags: the training options (`TrainingOptions`) with the strategy
     stage 1's plan chose (the one decision: the replica's `--strategy` agrees with its
     `--training-plan`, a Reduction Server's pool 2 included), and the plan itself."""
@@ -103,7 +107,7 @@ def _seconds(value: str) -> Any:
     return duration_pb2.Duration(seconds=int(duration_seconds(value) or 0))
 
 
-def custom_job(spec: Mapping[str, Any], options: Any, scheduling: str,
+def custom_job(spec: Mapping[str, Any], options: VertexOptions, scheduling: str,
                labels: Mapping[str, str] | None = None) -> Any:
     """The `aiplatform_v1.CustomJob` of `custom_job_spec`'s output, with the run's
     settings (`VertexOptions`) and a scheduling strategy; the fields gcpc's

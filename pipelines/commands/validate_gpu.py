@@ -9,11 +9,15 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipelines.commands.common import positive_int
 from trainer.common.errors import InputError
 from trainer.common.schema import short
+
+if TYPE_CHECKING:
+    from components.gpu.alternatives import Checked
+    from trainer.run.training_options import TrainingOptions
 
 
 def add_parser(commands: Any, parser_class: type) -> None:
@@ -85,7 +89,7 @@ def validate_file(path: Path, region: str | None):
                      "list, or worker_pool_specs: [...]), or a gpu-pipeline config (vertex: ...)")
 
 
-def _alternatives(vertex: dict, region: str, training: Any) -> Any:
+def _alternatives(vertex: dict, region: str, training: TrainingOptions | None) -> Checked:
     """A config's primary configuration and fallbacks checked (`Checked`)."""
     from components.gpu.configuration import check_configuration
     from components.vertex_options import VertexOptions
@@ -98,7 +102,8 @@ def _alternatives(vertex: dict, region: str, training: Any) -> Any:
     return check_configuration(options, training).checked
 
 
-def _report_alternatives(checked: Any, source: str, as_json: bool, training: Any) -> int:
+def _report_alternatives(checked: Checked, source: str, as_json: bool,
+                         training: TrainingOptions | None) -> int:
     """Prints every alternative, each with its index, pools and plan, or its problems."""
     from components.gpu.alternatives import batch_lines, input_pipelines_of
 
