@@ -19,6 +19,7 @@ from components.gpu.pools import check_pools, layout_of
 from components.gpu.validation import ValidationResult
 from components.gpu.worker_pool import WorkerPool, api_specs, parse_pools
 from components.vertex_options import VertexOptions
+from trainer.cluster.roles import Layout
 from trainer.cluster.training_plan import TrainingPlan
 from trainer.common.errors import InputError
 
@@ -52,6 +53,11 @@ class Alternative:
     def label(self) -> str:
         """How messages and records name it."""
         return label(self.index)
+
+    @property
+    def layout(self) -> Layout:
+        """The roles its pools hold."""
+        return layout_of(self.pools)
 
     @property
     def worker_pool_specs(self) -> list[dict[str, Any]]:
@@ -155,14 +161,14 @@ def replicas_in_sync(alternative: Alternative) -> int:
     plan = alternative.plan
     gpus = max(1, plan.gpus_per_machine if plan else 0)
     if plan is not None and plan.strategy == "multi_worker_mirrored":
-        return layout_of(alternative.pools).training_machines * gpus
+        return alternative.layout.training_machines * gpus
     return gpus
 
 
 def input_pipelines_of(alternatives: Sequence[Alternative]) -> int:
     """The input pipelines the dataset is sharded for: the least common multiple of every
     alternative's, so that each of its pipelines gets its own files whichever trains."""
-    counts = [layout_of(a.pools).input_pipelines(a.plan.strategy)
+    counts = [a.layout.input_pipelines(a.plan.strategy)
               for a in alternatives if a.plan is not None]
     return math.lcm(*counts) if counts else 1
 
