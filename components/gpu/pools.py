@@ -294,8 +294,9 @@ def with_role_checks(result: ValidationResult, training: TrainingOptions | None 
     pools = result.pools
     errors, advice, problems = check_layout(pools), [], []
     plan = None
-    try:
-        plan = plan_for_pools(pools, **requested(training))
+    try:  # An evaluator pool of several replicas is told once, by check_layout.
+        plan = plan_for_pools(pools, **requested(training)) if replicas(pools, 3) <= 1 \
+            else None
     except StrategyError as exc:
         name = POOL_NAMES[2] if layout_of(pools).parameter_servers else POOL_NAMES[1]
         errors += [f"{name}: {problem}" for problem in exc.problems]

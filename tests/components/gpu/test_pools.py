@@ -97,6 +97,7 @@ def test_layouts_the_strategy_cannot_run_are_refused_naming_the_pool(layout, str
                                                                       message):
     errors, _ = roles(layout, strategy)
     assert any(message in e for e in errors), errors
+    assert len(errors) == len(set(errors)) and not any("2 evaluators" in e for e in errors)
     assert check_pools(layout, training=TrainingOptions(strategy=strategy)).plan is None
 
 
