@@ -6,9 +6,10 @@ with and without XLA, on synthetic batches and through the trainer's input pipel
 
 Each case runs in its own process (Keras's precision policy is global, XLA's compilation is
 per process), most important first, as long as `--budget` allows: the plan's own choice
-(synthetic, then the TFRecords), then without XLA, then float32, then float16. A case is
-timed over `--steps` steps after `--warmup` steps (XLA compilation and cuDNN's autotuning fall
-in the warm-up, which is timed apart): images/s, step time, peak GPU memory
+(synthetic, then the TFRecords), then without XLA (synthetic, then the TFRecords), then
+float32, then float16, then bfloat16. A case is timed over `--steps` steps after `--warmup`
+steps (XLA compilation and cuDNN's autotuning fall in the warm-up, which is timed apart):
+images/s, step time, peak GPU memory
 (`tf.config.experimental.get_memory_info`) and the GPU's utilisation, sampled every 0.25 s
 with NVML through the trainer's sampler (`trainer.run.sampler.read_gpus`), or nvidia-smi.
 
@@ -41,12 +42,19 @@ import common
 
 #: The cases, most important first: (name, precision or "plan", XLA or None for the
 #: plan's, input). `all` runs them in this order while the budget lasts.
-CASES = (("plan", "plan", None, "synthetic"), ("plan-tfrecords", "plan", None, "tfrecords"),
-         ("plan-no-xla", "plan", False, "synthetic"), ("float32-xla", "off", True, "synthetic"),
-         ("float32", "off", False, "synthetic"), ("float16-xla", "float16", True, "synthetic"),
-         ("float16", "float16", False, "synthetic"), ("bfloat16-xla", "bfloat16", True,
-                                                      "synthetic"),
-         ("bfloat16", "bfloat16", False, "synthetic"))
+CASES = (
+    ("plan", "plan", None, "synthetic"),
+    ("plan-tfrecords", "plan", None, "tfrecords"),
+    ("plan-no-xla", "plan", False, "synthetic"),
+    # The input pipeline apart from XLA's compile time (which ran out the H100 run's cases).
+    ("plan-no-xla-tfrecords", "plan", False, "tfrecords"),
+    ("float32-xla", "off", True, "synthetic"),
+    ("float32", "off", False, "synthetic"),
+    ("float16-xla", "float16", True, "synthetic"),
+    ("float16", "float16", False, "synthetic"),
+    ("bfloat16-xla", "bfloat16", True, "synthetic"),
+    ("bfloat16", "bfloat16", False, "synthetic"),
+)
 #: NVIDIA's device names -> the catalog's accelerator types (the plan's GPU facts).
 DEVICE_TYPES = (("H200", "NVIDIA_H200_141GB"), ("H100", "NVIDIA_H100_80GB"),
                 ("A100", "NVIDIA_TESLA_A100"), ("L4", "NVIDIA_L4"), ("T4", "NVIDIA_TESLA_T4"),
