@@ -11,7 +11,7 @@ float32, then float16, then bfloat16. A case is timed over `--steps` steps after
 steps (XLA compilation and cuDNN's autotuning fall in the warm-up, which is timed apart):
 images/s, step time, peak GPU memory
 (`tf.config.experimental.get_memory_info`) and the GPU's utilisation, sampled every 0.25 s
-with NVML through the trainer's sampler (`trainer.run.sampler.read_gpus`), or nvidia-smi.
+with NVML by the trainer's sampler (`trainer.run.sampler.Sampler`).
 
 Before the cases, `check` proves what TensorFlow reports: the GPU registered (its build's
 CUDA and cuDNN, the device's name and compute capability), small matmul, convolution and
@@ -28,13 +28,15 @@ On a machine without a GPU, `--allow-cpu` runs the same code (tests, tiny sizes)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import subprocess
 import sys
-import threading
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -133,55 +135,30 @@ def check(allow_cpu: bool) -> dict[str, Any]:
     return found
 
 
-class GpuSampler:
-    """The GPU's utilisation and memory in use, sampled until stopped: NVML through the
-    trainer's sampler, else nvidia-smi, else nothing."""
+@contextlib.contextmanager
+def gpu_sampled(found: dict[str, Any]) -> Iterator[None]:
+    """The trainer's sampler (`trainer.run.sampler.Sampler`, NVML) every 0.25 s while the
+    block runs; then the GPU's utilisation and memory in use go into `found`."""
+    from trainer.run.efficiency_log import SeriesFile, read_series, replica_path
+    from trainer.run.sampler import Sampler, load_nvml
 
-    def __init__(self, interval: float = 0.25):
-        from trainer.run.sampler import load_nvml
-
-        self.interval, self.samples = interval, []
-        self.nvml, self.missing = load_nvml()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _read(self) -> tuple[float, float] | None:
-        if self.nvml is not None:
-            from trainer.run.sampler import read_gpus
-
-            gpu = read_gpus(self.nvml)[0]
-            return gpu["utilization_percent"], gpu["memory_used_bytes"] / 2**30
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used",
-                                  "--format=csv,noheader,nounits"], capture_output=True,
-                                 text=True, timeout=5).stdout.splitlines()[0]
-        except (OSError, IndexError, subprocess.SubprocessError):
-            return None
-        busy, used = (float(v) for v in out.split(","))
-        return busy, used / 1024
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            sample = self._read()
-            if sample is not None:
-                self.samples.append(sample)
-
-    def __enter__(self) -> GpuSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def figures(self) -> dict[str, Any]:
-        if not self.samples:
-            return {"gpu_utilization": None, "sampled_by": self.missing or "nothing"}
-        busy = [b for b, _ in self.samples]
-        return {"gpu_utilization_mean": round(sum(busy) / len(busy), 1),
-                "gpu_utilization_min": min(busy), "gpu_memory_used_gib_max":
-                round(max(m for _, m in self.samples), 2), "samples": len(busy),
-                "sampled_by": "NVML" if self.nvml is not None else "nvidia-smi"}
+    nvml, missing = load_nvml()
+    with tempfile.TemporaryDirectory() as job:
+        with Sampler(SeriesFile(replica_path(job, "benchmark")), interval=0.25,
+                     flush_every=3600.0, nvml=nvml, nvml_missing=missing):
+            yield
+        gpus = [line["gpus"][0] for line in read_series(job).get("benchmark", [])
+                if line.get("kind") == "sample" and isinstance(line.get("gpus"), list)
+                and line["gpus"]]
+    if not gpus:
+        found.update(gpu_utilization=None, sampled_by=missing or "nothing")
+        return
+    busy = [gpu["utilization_percent"] for gpu in gpus]
+    found.update(gpu_utilization_mean=round(sum(busy) / len(busy), 1),
+                 gpu_utilization_min=min(busy),
+                 gpu_memory_used_gib_max=round(max(g["memory_used_bytes"] for g in gpus)
+                                               / 2**30, 2),
+                 samples=len(busy), sampled_by="NVML")
 
 
 def inputs(tf: Any, source: str, data: str, batch: int, size: int, classes: int) -> Any:
@@ -226,7 +203,8 @@ def case(name: str, data: str, batch: int, size: int, classes: int, warmup: int,
     gpu = "GPU:0" if tf.config.list_physical_devices("GPU") else None
     if gpu:
         tf.config.experimental.reset_memory_stats(gpu)
-    with GpuSampler() as sampler:
+    utilization: dict[str, Any] = {}
+    with gpu_sampled(utilization):
         started = time.perf_counter()
         history = model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
         seconds = time.perf_counter() - started
@@ -238,7 +216,7 @@ def case(name: str, data: str, batch: int, size: int, classes: int, warmup: int,
             "step_ms": round(seconds / steps * 1e3, 2),
             "images_per_second": round(batch * steps / seconds, 1),
             "peak_memory_gib": round(peak, 2) if peak is not None else None,
-            "loss": round(float(history.history["loss"][-1]), 4), **sampler.figures()}
+            "loss": round(float(history.history["loss"][-1]), 4), **utilization}
 
 
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
@@ -309,8 +287,6 @@ def _line(found: dict[str, Any]) -> str:
 
 def prepare(out: Path, images: int, size: int) -> dict[str, Any]:
     """The dataset stage's TFRecords of photo-like JPEGs (10 classes), to carry along."""
-    import tempfile
-
     from components.dataset.prepare import prepare_source
 
     with tempfile.TemporaryDirectory() as work:
