@@ -19,11 +19,10 @@ from components.gpu.validation import (
     POOL_ROLES,
     GpuConfigError,
     ValidationResult,
-    as_int,
-    is_int,
     listed,
     validate_worker_pool_specs,
 )
+from components.gpu.worker_pool import as_int, is_int
 from trainer.cluster.roles import POOLS
 from trainer.common.schema import short
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from components.gpu import catalog as cat
 from components.gpu.image_support import image_cannot_serve
-from components.gpu.worker_pool import WorkerPool, parse_pools
+from components.gpu.worker_pool import WorkerPool, as_int, is_int, parse_pools
 from trainer.cluster.roles import POOLS
 from trainer.cluster.training_plan import TrainingPlan
 from trainer.common.errors import InputError
@@ -144,21 +144,6 @@ def _shortfall(machine_type: str, gpu: str, count: int) -> str:
     vcpus, memory = cat.GPU_BACKING[gpu].limits(count)
     return (f" ({count} x {gpu} back at most {vcpus:g} vCPUs and {_gb(memory)}; {machine_type} "
             f"has {machine.vcpus} vCPUs and {_gb(machine.memory_gb)})")
-
-
-def as_int(value: Any) -> Any:
-    """Integral floats and digit strings become ints: KFP passes list parameters through
-    protobuf Struct, whose numbers are all doubles (1 arrives as 1.0), and JSON APIs send
-    int64 values as strings. Anything else is returned as is."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 19:
-        return int(value)
-    return value
-
-
-def is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_machine(name: str, machine_type: Any, accelerator_type: str | None,

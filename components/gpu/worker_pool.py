@@ -139,11 +139,21 @@ def _field(mapping: Mapping[str, Any] | None, name: str, default: Any = None) ->
 
 
 def _count(value: Any) -> int:
-    """A count as int: JSON APIs send int64 as strings, protobuf Struct as doubles."""
-    if isinstance(value, bool):
-        return 0
+    """A count as int (`as_int`), 0 when it is not one."""
+    value = as_int(value)
+    return value if is_int(value) else 0
+
+
+def as_int(value: Any) -> Any:
+    """Integral floats and digit strings become ints: KFP passes list parameters through
+    protobuf Struct, whose numbers are all doubles (1 arrives as 1.0), and JSON APIs send
+    int64 values as strings. Anything else is returned as is."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 19:
         return int(value)
-    return value if isinstance(value, int) else 0
+    return value
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
