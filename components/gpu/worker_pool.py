@@ -82,10 +82,6 @@ class WorkerPool:
         host)."""
         return bool(_REDUCTION_SERVER_PATH.fullmatch(self.image))
 
-    def with_image(self, image: str) -> WorkerPool:
-        """The same pool running `image`."""
-        return dataclasses.replace(self, image=image)
-
     def describe(self) -> str:
         """`2 x n1-standard-8 + 1 x NVIDIA_TESLA_T4`."""
         gpus = f" + {self.gpus_per_machine} x {self.accelerator}" if self.accelerator else ""

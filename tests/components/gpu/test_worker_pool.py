@@ -3,6 +3,8 @@ from REST job resources) read into `WorkerPool` and written back unchanged."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from google.cloud import aiplatform_v1
 from google.protobuf import json_format
 
@@ -36,7 +38,7 @@ def test_a_checked_pool_is_read_once_and_written_back_as_it_was():
 def test_the_trainer_image_joins_what_the_container_already_had():
     pool = WorkerPool.from_api({"machine_spec": {"machine_type": "n1-standard-4"},
                                 "container_spec": {"env": [{"name": "A", "value": "1"}]}}, 0)
-    running = pool.with_image("r/trainer@sha256:" + "0" * 64)
+    running = dataclasses.replace(pool, image="r/trainer@sha256:" + "0" * 64)
     assert running.to_api()["container_spec"] == {
         "image_uri": "r/trainer@sha256:" + "0" * 64, "env": [{"name": "A", "value": "1"}]}
     assert pool.to_api() == {"machine_spec": {"machine_type": "n1-standard-4"},
