@@ -4,11 +4,14 @@
 # extraction, installs the wheels carried in .whl/ (what the trainer's modules import beyond
 # the payload: google-crc32c, nvidia-ml-py), then runs benchmarks/gpu.py: the check (with
 # TensorFlow's library-loading log, to show that no "Cannot dlopen" stops the GPU) and the
-# cases, within BUDGET seconds. Everything it writes goes to $OUT (default ./gpu-out).
+# cases, within BUDGET seconds; further arguments go to gpu.py (--cases, --case-timeout, ...).
+# Everything it writes goes to $OUT (default ./gpu-out): gpu.json after every case, each
+# part's log, the GPU's name and driver.
 #
-# Usage, from the repository root: bash benchmarks/gpu_on_device.sh DATA_DIR [BUDGET]
+# Usage, from the repository root: bash benchmarks/gpu_on_device.sh DATA_DIR [BUDGET [ARGS...]]
 set -uo pipefail
 DATA=${1:?the dataset stage output (benchmarks/gpu.py prepare)}; BUDGET=${2:-420}
+shift; [ $# -gt 0 ] && shift
 G=${GP_ROOT:-/tmp/gp}; OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 for _ in $(seq 1 600); do
   [ -f "$G/extract.done" ] || [ -f "$G/extract.failed" ] && break; sleep 0.2
@@ -21,7 +24,6 @@ source "$G/bin/env.sh"
 export PYTHONPATH=$PWD:/tmp/site:$PYTHONPATH PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 "$PY" benchmarks/gpu.py all --data "$DATA" --budget "$BUDGET" --output "$OUT/gpu.json" \
-  --logs /tmp/gpu-logs; code=$?
-cp /tmp/gpu-logs/check.log "$OUT/" 2> /dev/null
-grep -E "Successfully opened|Could not load|Cannot dlopen" /tmp/gpu-logs/check.log | cut -c1-200
+  --logs "$OUT/logs" "$@"; code=$?
+grep -E "Successfully opened|Could not load|Cannot dlopen" "$OUT/logs/check.log" | cut -c1-200
 exit $code

@@ -58,7 +58,8 @@ def _backbone_body(keras: Any, name: str, inputs: Any, weights: str | None,
 
 def build_model(keras: Any, name: str, image_size: int, num_classes: int,
                 learning_rate: Any, *, weights: str | None = None, freeze_base: bool = False,
-                jit_compile: bool = False, user_code: str = "") -> Any:
+                jit_compile: bool = False, user_code: str = "",
+                steps_per_execution: int = 1) -> Any:
     """Builds and compiles a classifier of images with pixel values in [0, 255] (`PIXEL_MAX`:
     uint8 batches, or floats).
 
@@ -74,6 +75,8 @@ def build_model(keras: Any, name: str, image_size: int, num_classes: int,
         freeze_base: For backbones, train only the new head (phase 1 of transfer learning).
         jit_compile: Compile the training step with XLA.
         user_code: Directory put first on the import path for a user's model.
+        steps_per_execution: Training steps each call of the compiled step runs (Keras
+            runs them in one `tf.function` call: fewer returns to Python per step).
 
     Returns:
         The compiled tf_keras model, with the input `image` and the output
@@ -109,15 +112,17 @@ def build_model(keras: Any, name: str, image_size: int, num_classes: int,
         outputs = keras.layers.Dense(num_classes, activation="softmax", dtype="float32",
                                      name="probabilities")(features)
         model = keras.Model(inputs, outputs, name=name)
-    compile_model(keras, model, learning_rate, jit_compile=jit_compile)
+    compile_model(keras, model, learning_rate, jit_compile=jit_compile,
+                  steps_per_execution=steps_per_execution)
     return model
 
 
-def compile_model(keras: Any, model: Any, learning_rate: Any, *, jit_compile: bool) -> None:
+def compile_model(keras: Any, model: Any, learning_rate: Any, *, jit_compile: bool,
+                  steps_per_execution: int = 1) -> None:
     """(Re-)compiles with Adam at `learning_rate` (a number or a schedule)."""
     model.compile(optimizer=keras.optimizers.Adam(learning_rate),
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"],
-                  jit_compile=jit_compile)
+                  jit_compile=jit_compile, steps_per_execution=steps_per_execution)
 
 
 def unfreeze_for_fine_tuning(keras: Any, model: Any, fraction: float, learning_rate: Any, *,

@@ -1,0 +1,245 @@
+"""The cases of the GPU benchmark (`benchmarks/gpu.py`): what one case is, and one case run
+in this process.
+
+A case is named `PRECISION[-xla|-noxla][+OPTION]...`:
+- PRECISION: `plan` (what the training plan chooses for the GPU, XLA included), `float32`,
+  `float16` (with dynamic loss scaling) or `bfloat16`;
+- `-xla` / `-noxla`: XLA on the training step, or not (the plan's choice when left out);
+- options: `bN` (batch N per step), `speN` (Keras's `steps_per_execution`), `nvenv`
+  (the environment NVIDIA's TensorFlow ResNet-50 sets), `prefetch` (batches prefetched to the
+  GPU through a one-device strategy), `tfrecords` (after the synthetic batches, the same
+  model through the trainer's input pipeline), `profile` (a TensorFlow profiler trace of
+  `PROFILE_STEPS` steps, summarised by `trainer.run.profile_summary`), `parallel` (XLA
+  compiles its LLVM modules in parallel) and `autotuneN` (XLA's autotuning level N, 0-4;
+  4 is its default).
+
+A case prints one `RESULT {...}` line per phase as soon as the phase ends (warm-up and
+synthetic batches, the profile, the TFRecords), so a case stopped by its time limit keeps
+the phases it finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+RESULT = "RESULT "
+PRECISIONS = ("plan", "float32", "float16", "bfloat16")
+#: The trainer's precision word for each of the benchmark's.
+TRAINER_PRECISION = {"float32": "off", "float16": "float16", "bfloat16": "bfloat16"}
+#: What NVIDIA's TensorFlow ResNet-50 sets (DeepLearningExamples, TensorFlow/Classification/
+#: ConvNets/runtime/runner.py).
+NVIDIA_ENVIRONMENT = {"TF_GPU_THREAD_MODE": "gpu_private", "TF_GPU_THREAD_COUNT": "2",
+                      "TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT": "1",
+                      "TF_AUTOTUNE_THRESHOLD": "2"}
+PROFILE_STEPS = 5
+#: Steps through the TFRecords before they are timed (the pipeline fills its buffers).
+TFRECORDS_WARMUP = 3
+
+
+class CaseError(ValueError):
+    """A case name that does not parse."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One way to run the trainer's step (see the module docstring)."""
+
+    name: str
+    precision: str = "plan"
+    xla: bool | None = None
+    batch: int | None = None
+    steps_per_execution: int = 1
+    nvidia_environment: bool = False
+    prefetch: bool = False
+    tfrecords: bool = False
+    profile: bool = False
+    parallel: bool = False
+    autotune: int | None = None
+
+
+def parse(name: str) -> Case:
+    """The case a name describes.
+
+    Raises:
+        CaseError: naming the part that is not valid and what is.
+    """
+    head, *options = name.split("+")
+    precision, _, compiled = head.partition("-")
+    if precision not in PRECISIONS or compiled not in ("", "xla", "noxla"):
+        raise CaseError(f"case {name!r}: {head!r} is not PRECISION[-xla|-noxla] with "
+                        f"PRECISION one of {', '.join(PRECISIONS)}")
+    fields: dict[str, Any] = {"xla": {"": None, "xla": True, "noxla": False}[compiled]}
+    for option in options:
+        number = re.fullmatch(r"(b|spe|autotune)(\d+)", option)
+        if number and (int(number.group(2)) > 0 or number.group(1) == "autotune") \
+                and (number.group(1) != "autotune" or int(number.group(2)) <= 4):
+            key = {"b": "batch", "spe": "steps_per_execution"}.get(number.group(1), "autotune")
+            fields[key] = int(number.group(2))
+        elif option in ("nvenv", "prefetch", "tfrecords", "profile", "parallel"):
+            fields[{"nvenv": "nvidia_environment"}.get(option, option)] = True
+        else:
+            raise CaseError(f"case {name!r}: option {option!r} is not one of bN, speN, nvenv, "
+                            "prefetch, tfrecords, profile, parallel, autotuneN (N 0-4)")
+    return Case(name, precision, **fields)
+
+
+def environment(case: Case, xla: bool, gpus: int) -> dict[str, str]:
+    """The variables a case sets before TensorFlow starts: the trainer's own
+    (`trainer.run.gpu_environment.prepare`), NVIDIA's with `nvenv`, and XLA's log of its
+    compiler choice."""
+    from trainer.run import gpu_environment
+
+    changed: dict[str, str] = {}
+    if xla:
+        changed["TF_CPP_MIN_LOG_LEVEL"] = "0"
+        changed["TF_CPP_VMODULE"] = f"{gpu_environment.COMPILER_LOG_MODULE}=4"
+    view = {**os.environ, **changed}
+    gpu_environment.prepare(view, xla=xla, gpus=gpus)
+    changed.update({k: v for k, v in view.items() if os.environ.get(k) != v})
+    if case.nvidia_environment:
+        changed.update(NVIDIA_ENVIRONMENT)
+    extra = (["--xla_gpu_enable_llvm_module_compilation_parallelism=true"] if case.parallel
+             else []) + ([f"--xla_gpu_autotune_level={case.autotune}"]
+                         if case.autotune is not None else [])
+    if extra:
+        changed["XLA_FLAGS"] = " ".join([view.get("XLA_FLAGS", ""), *extra]).strip()
+    return changed
+
+
+def emit(found: dict[str, Any]) -> None:
+    print(RESULT + json.dumps(found), flush=True)
+
+
+def run(case: Case, plan: Any, data: str, batch: int, size: int, classes: int, warmup: int,
+        steps: int) -> None:
+    """Runs one case in this process (TensorFlow not yet imported), printing each phase."""
+    xla = plan.xla if case.xla is None else case.xla
+    precision = plan.mixed_precision if case.precision == "plan" else \
+        TRAINER_PRECISION[case.precision]
+    plan = dataclasses.replace(plan, xla=xla, mixed_precision=precision)
+    os.environ.update(environment(case, xla, plan.gpus_per_machine))
+    from trainer.run import gpu_environment
+
+    compiler = gpu_environment.compiler(os.environ) if xla and plan.gpus_per_machine else None
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from trainer.models.factory import build_model
+    from trainer.run.distribution import apply_precision
+
+    batch = case.batch or batch
+    gpu = "GPU:0" if tf.config.list_physical_devices("GPU") else None
+    strategy = tf.distribute.OneDeviceStrategy("/gpu:0" if gpu else "/cpu:0") \
+        if case.prefetch else tf.distribute.get_strategy()
+    apply_precision(keras, plan)
+    with strategy.scope():
+        model = build_model(keras, "resnet50", size, classes, 1e-3, jit_compile=plan.xla,
+                            steps_per_execution=case.steps_per_execution)
+    common = {"case": case.name, "mixed_precision": plan.mixed_precision,
+              "policy": keras.mixed_precision.global_policy().name, "xla": plan.xla,
+              "batch": batch, "image_size": size, "classes": classes,
+              "steps_per_execution": case.steps_per_execution,
+              "nvidia_environment": case.nvidia_environment, "prefetch": case.prefetch,
+              "xla_flags": os.environ.get("XLA_FLAGS", ""),
+              **({"xla_compiler": compiler} if compiler else {})}
+    synthetic = inputs(tf, "synthetic", data, batch, size, classes)
+    started = time.perf_counter()
+    model.fit(synthetic, steps_per_epoch=warmup, epochs=1, verbose=0)
+    warm = time.perf_counter() - started
+    emit({**common, "phase": "warmup", "warmup_steps": warmup,
+          "warmup_seconds": round(warm, 1)})
+    emit({**common, "phase": "timed", "input": "synthetic", "warmup_steps": warmup,
+          "warmup_seconds": round(warm, 1), **timed(tf, model, synthetic, steps, batch, gpu)})
+    if case.tfrecords:
+        records = inputs(tf, "tfrecords", data, batch, size, classes)
+        model.fit(records, steps_per_epoch=TFRECORDS_WARMUP, epochs=1, verbose=0)
+        emit({**common, "phase": "timed", "input": "tfrecords",
+              **timed(tf, model, records, steps, batch, gpu)})
+    if case.profile:  # last: a profiler that fails takes no figure with it
+        emit({**common, "phase": "profile", **profiled(tf, model, synthetic)})
+
+
+def timed(tf: Any, model: Any, dataset: Any, steps: int, batch: int,
+          gpu: str | None) -> dict[str, Any]:
+    """`steps` steps of `fit`, timed, with the GPU's utilisation and peak memory."""
+    if gpu:
+        tf.config.experimental.reset_memory_stats(gpu)
+    utilization: dict[str, Any] = {}
+    with gpu_sampled(utilization):
+        started = time.perf_counter()
+        history = model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
+        seconds = time.perf_counter() - started
+    peak = tf.config.experimental.get_memory_info(gpu)["peak"] / 2**30 if gpu else None
+    return {"steps": steps, "step_ms": round(seconds / steps * 1e3, 2),
+            "images_per_second": round(batch * steps / seconds, 1),
+            "peak_memory_gib": round(peak, 2) if peak is not None else None,
+            "loss": round(float(history.history["loss"][-1]), 4), **utilization}
+
+
+def profiled(tf: Any, model: Any, dataset: Any) -> dict[str, Any]:
+    """A trace of PROFILE_STEPS steps by the trainer's profiler callback, summarised."""
+    from trainer.run.profile_steps import WARMUP, ProfileSteps
+    from trainer.run.profile_summary import summarize_trace, trace_files
+
+    with tempfile.TemporaryDirectory() as logdir:
+        total = WARMUP + PROFILE_STEPS
+        callback = ProfileSteps(tf, logdir, PROFILE_STEPS, total)
+        model.fit(dataset, steps_per_epoch=total, epochs=1, verbose=0, callbacks=[callback])
+        traces = trace_files(logdir)
+        if not traces:
+            return {"profile": {"error": "the profiler wrote no trace"}}
+        summary = summarize_trace(traces[-1], PROFILE_STEPS)
+        summary.pop("trace", None)
+        return {"profile": {"steps": PROFILE_STEPS, **summary}}
+
+
+@contextlib.contextmanager
+def gpu_sampled(found: dict[str, Any]) -> Iterator[None]:
+    """The trainer's sampler (`trainer.run.sampler.Sampler`, NVML) every 0.25 s while the
+    block runs; then the GPU's utilisation and memory in use go into `found`."""
+    from trainer.run.efficiency_log import SeriesFile, read_series, replica_path
+    from trainer.run.sampler import Sampler, load_nvml
+
+    nvml, missing = load_nvml()
+    with tempfile.TemporaryDirectory() as job:
+        with Sampler(SeriesFile(replica_path(job, "benchmark")), interval=0.25,
+                     flush_every=3600.0, nvml=nvml, nvml_missing=missing):
+            yield
+        gpus = [line["gpus"][0] for line in read_series(job).get("benchmark", [])
+                if line.get("kind") == "sample" and isinstance(line.get("gpus"), list)
+                and line["gpus"]]
+    if not gpus:
+        found.update(gpu_utilization=None, sampled_by=missing or "nothing")
+        return
+    busy = [gpu["utilization_percent"] for gpu in gpus]
+    found.update(gpu_utilization_mean=round(sum(busy) / len(busy), 1),
+                 gpu_utilization_min=min(busy),
+                 gpu_memory_used_gib_max=round(max(g["memory_used_bytes"] for g in gpus)
+                                               / 2**30, 2),
+                 samples=len(busy), sampled_by="NVML")
+
+
+def inputs(tf: Any, source: str, data: str, batch: int, size: int, classes: int) -> Any:
+    """Synthetic uint8 batches (what the input pipeline hands the model), or the dataset
+    stage's TFRecords through the trainer's input pipeline (JPEG crops, flips), repeated."""
+    if source == "synthetic":
+        images = tf.cast(tf.random.uniform((batch, size, size, 3), maxval=256, dtype=tf.int32),
+                         tf.uint8)
+        labels = tf.random.uniform((batch,), maxval=classes, dtype=tf.int64)
+        return tf.data.Dataset.from_tensors((images, labels)).repeat().prefetch(2)
+    from trainer.common.contract import image_format, load_manifest, shard_paths
+    from trainer.run.data import InputSpec, make_dataset
+
+    manifest = load_manifest(data)
+    spec = InputSpec(tuple(shard_paths(data, manifest, "train")), size, batch, training=True,
+                     cache=False, image_format=image_format(manifest), augment=True)
+    return make_dataset(tf, spec)
