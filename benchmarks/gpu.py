@@ -106,8 +106,7 @@ def check(allow_cpu: bool) -> dict[str, Any]:
     name, capability = device(tf)
     found["device"], found["compute_capability"] = name, capability
     found["unloadable"] = sorted(unloadable_libraries())
-    found["xla_compilers"] = {"nvjitlink": gpu_environment.nvjitlink_version(),
-                              "ptxas": gpu_environment.ptxas_version(os.environ)[1]}
+    found["xla_compiler"] = gpu_environment.compiler(os.environ)
     if not found["gpus"] and not allow_cpu:
         return found
     a = tf.random.normal((1024, 1024), dtype=tf.float16)

@@ -91,26 +91,25 @@ def parse(name: str) -> Case:
     return Case(name, precision, **fields)
 
 
-def environment(case: Case, xla: bool, gpus: int) -> dict[str, str]:
-    """The variables a case sets before TensorFlow starts: the trainer's own
-    (`trainer.run.gpu_environment.prepare`), NVIDIA's with `nvenv`, and XLA's log of its
-    compiler choice."""
+def environment(case: Case, xla: bool) -> dict[str, str]:
+    """The variables a case sets before TensorFlow starts: XLA's log of its compiler
+    choice, NVIDIA's environment with `nvenv`, XLA's flags of `parallel` and `autotuneN`."""
     from trainer.run import gpu_environment
 
     changed: dict[str, str] = {}
     if xla:
         changed["TF_CPP_MIN_LOG_LEVEL"] = "0"
         changed["TF_CPP_VMODULE"] = f"{gpu_environment.COMPILER_LOG_MODULE}=4"
-    view = {**os.environ, **changed}
-    gpu_environment.prepare(view, xla=xla, gpus=gpus)
-    changed.update({k: v for k, v in view.items() if os.environ.get(k) != v})
     if case.nvidia_environment:
         changed.update(NVIDIA_ENVIRONMENT)
-    extra = (["--xla_gpu_enable_llvm_module_compilation_parallelism=true"] if case.parallel
-             else []) + ([f"--xla_gpu_autotune_level={case.autotune}"]
-                         if case.autotune is not None else [])
+    # Parallel compilation needs nvlink or, without it (the image: the nvcc wheel has none),
+    # the driver's linker (assemble_compilation_provider.cc).
+    extra = (["--xla_gpu_enable_llvm_module_compilation_parallelism=true",
+              "--xla_gpu_unsafe_fallback_to_driver_on_ptxas_not_found=true"]
+             if case.parallel else []) + ([f"--xla_gpu_autotune_level={case.autotune}"]
+                                          if case.autotune is not None else [])
     if extra:
-        changed["XLA_FLAGS"] = " ".join([view.get("XLA_FLAGS", ""), *extra]).strip()
+        changed["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *extra]).strip()
     return changed
 
 
@@ -125,7 +124,7 @@ def run(case: Case, plan: Any, data: str, batch: int, size: int, classes: int, w
     precision = plan.mixed_precision if case.precision == "plan" else \
         TRAINER_PRECISION[case.precision]
     plan = dataclasses.replace(plan, xla=xla, mixed_precision=precision)
-    os.environ.update(environment(case, xla, plan.gpus_per_machine))
+    os.environ.update(environment(case, xla))
     from trainer.run import gpu_environment
 
     compiler = gpu_environment.compiler(os.environ) if xla and plan.gpus_per_machine else None

@@ -7,8 +7,9 @@ the environment the Dockerfile builds, from the same lock file (`pip install
 sets (its site-packages mapped onto the virtualenv's):
 
 - GPU image: loads every CUDA library TensorFlow opens, by the soname TensorFlow asks for
-  (`trainer.run.gpu_check.CUDA_LIBRARIES`, and cuDNN's parts), and runs `ptxas`, which XLA
-  compiles with;
+  (`trainer.run.gpu_check.CUDA_LIBRARIES`, and cuDNN's parts), runs the `ptxas` XLA would
+  run (`trainer.run.gpu_environment`) and refuses one below 12.6.85, and reads nvJitLink's
+  version;
   checks that the lock provides the CUDA and cuDNN majors of TensorFlow's build
   (`tf.sysconfig.get_build_info()`), and that its cuBLAS and cuDNN meet the needs of every
   GPU architecture the validator accepts (`locks.architecture_problems`: a table with
@@ -183,14 +184,36 @@ def _check_cuda(report: dict, failures: list[str]) -> None:
               if soname not in failed}
     loaded["cudnn parts"] = f"{len(CUDNN_PARTS)} libcudnn_*.so.9 beside libcudnn.so.9"
     report["cuda_libraries"] = loaded
-    ptxas = shutil.which("ptxas")
-    if ptxas is None:
+    # XLA's compiler, found as XLA finds it (trainer.run.gpu_environment), at a release XLA
+    # does not warn about on Hopper; nvJitLink (cuSPARSE's and cuFFT's) at the same one.
+    from trainer.run.gpu_environment import compiler, describe
+
+    found = compiler(os.environ)
+    report["ptxas"] = describe(found)
+    if found["compiler"] != "ptxas":
         failures.append("ptxas is not on PATH (XLA compiles GPU kernels with it)")
-    else:
-        version = subprocess.run([ptxas, "--version"], capture_output=True, text=True)
-        report["ptxas"] = version.stdout.strip().splitlines()[-1]
+    elif found.get("miscompiles") or found["version"] == "unknown":
+        failures.append(f"ptxas {found['version']}: {found.get('miscompiles', 'no version')}")
+    report["nvjitlink"] = _nvjitlink_version()
+    linker = report["nvjitlink"]
+    if not re.fullmatch(r"\d+\.\d+", linker) or tuple(map(int, linker.split("."))) < (12, 6):
+        failures.append(f"nvJitLink {linker or 'does not load'}: the GPU lock pins 12.9")
     report["driver"] = (f"{DRIVER_LIBRARY} absent (the driver Vertex AI mounts; none here)"
                         if DRIVER_LIBRARY in failed else f"{DRIVER_LIBRARY} found")
+
+
+def _nvjitlink_version() -> str:
+    """`major.minor` of the nvJitLink the library path loads ("" when none loads)."""
+    import ctypes
+
+    try:
+        library = ctypes.CDLL("libnvJitLink.so.12")
+    except OSError:
+        return ""
+    major, minor = ctypes.c_uint(), ctypes.c_uint()
+    if library.nvJitLinkVersion(ctypes.byref(major), ctypes.byref(minor)) != 0:
+        return "unknown"
+    return f"{major.value}.{minor.value}"
 
 
 def _check_beam(report: dict, failures: list[str]) -> None:

@@ -27,9 +27,9 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
-from typing import Any
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from components import images
 from components.build import apt_lock, apt_repository

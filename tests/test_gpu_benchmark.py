@@ -1,12 +1,14 @@
 """The GPU benchmark (`benchmarks/gpu.py`) on this CPU machine, at tiny sizes, so that on a GPU
-machine nothing but the GPU is new: the plan it makes for an H100 (bfloat16 and XLA), the
-trainer's ResNet-50 compiled that way, the dataset stage's TFRecords through the trainer's
-input pipeline, the trainer's GPU check, and the result file."""
+machine nothing but the GPU is new: the plan it makes for an H100 (what measured fastest
+there), its variants by name, the trainer's ResNet-50 compiled each way, the dataset stage's
+TFRecords through the trainer's input pipeline, the profile's phase, the trainer's GPU check,
+and the result file, rewritten after each case."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -33,10 +35,31 @@ def test_the_plan_is_the_one_stage_1_makes_for_the_gpu_tensorflow_names(gpu_modu
     assert gpu_module.accelerator_type("NVIDIA H200") == "NVIDIA_H200_141GB"
     assert gpu_module.accelerator_type("Tesla T4") == "NVIDIA_TESLA_T4"
     hopper = gpu_module.plan_for("NVIDIA H100 80GB HBM3", (9, 0))
-    assert (hopper.mixed_precision, hopper.xla, hopper.strategy) == ("bfloat16", True, "single")
+    assert (hopper.mixed_precision, hopper.xla, hopper.strategy) == ("off", False, "single")
     assert gpu_module.plan_for("Tesla T4", (7, 5)).mixed_precision == "float16"
     # A GPU the catalog does not name is planned from what TensorFlow reports of it.
-    assert gpu_module.plan_for("NVIDIA Future GPU", (9, 0)).mixed_precision == "bfloat16"
+    assert gpu_module.plan_for("NVIDIA Future GPU", (8, 0)).mixed_precision == "bfloat16"
+
+
+def test_case_names_parse_into_variants_and_bad_ones_name_what_is_valid(gpu_module):
+    import gpu_cases
+
+    case = gpu_cases.parse("bfloat16-xla+b512+spe4+nvenv+prefetch+parallel+autotune2")
+    assert (case.precision, case.xla, case.batch, case.steps_per_execution) == (
+        "bfloat16", True, 512, 4)
+    assert case.nvidia_environment and case.prefetch and case.parallel and case.autotune == 2
+    assert gpu_cases.parse("plan").xla is None  # the plan's own choice
+    env = gpu_cases.environment(case, xla=True)
+    assert env["TF_GPU_THREAD_MODE"] == "gpu_private"
+    assert "--xla_gpu_enable_llvm_module_compilation_parallelism=true" in env["XLA_FLAGS"]
+    assert env["TF_CPP_VMODULE"] == "assemble_compilation_provider=4"
+    for bad, says in (("fp8-xla", "PRECISION one of plan, float32"),
+                      ("plan+autotune9", "autotuneN (N 0-4)"), ("plan+b0", "option 'b0'")):
+        with pytest.raises(gpu_cases.CaseError, match=re.escape(says)):
+            gpu_cases.parse(bad)
+    done = subprocess.run([sys.executable, str(BENCHMARK), "all", "--cases", "plan+turbo"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "option 'turbo' is not one of" in done.stderr
     cpu = gpu_module.plan_for("cpu", None)
     assert (cpu.mixed_precision, cpu.xla) == ("off", False)
 
@@ -50,7 +73,8 @@ def test_the_benchmark_runs_the_trainers_step_as_planned_for_an_h100(tmp_path):
     done = subprocess.run(
         [sys.executable, str(BENCHMARK), "all", "--data", str(data), "--allow-cpu",
          "--size", "32", "--batch", "4", "--classes", "10", "--warmup", "1", "--steps", "2",
-         "--cases", "plan-tfrecords", "--output", str(output), "--logs", str(tmp_path / "logs")],
+         "--cases", "plan+tfrecords+profile,bfloat16-xla+b8", "--output", str(output),
+         "--logs", str(tmp_path / "logs")],
         capture_output=True, text=True, timeout=600,
         env={**os.environ, "BENCH_AS_DEVICE": "NVIDIA H100 80GB HBM3"})
     assert done.returncode == 0, done.stdout + done.stderr
@@ -61,12 +85,24 @@ def test_the_benchmark_runs_the_trainers_step_as_planned_for_an_h100(tmp_path):
     # The trainer's GPU check passes with the GPUs there are and refuses one more.
     assert check["gpu_check_passes"] and check["gpu_check_refuses"]
     assert "--expected-gpus 1" in check["gpu_check_message"]
-    assert "mixed precision bfloat16; XLA on" in check["plan"]
-    [case] = results["cases"]
-    assert (case["case"], case["input"], case["policy"], case["xla"]) == (
-        "plan-tfrecords", "tfrecords", "mixed_bfloat16", True)
-    assert case["images_per_second"] > 0 and case["step_ms"] > 0 and case["steps"] == 2
-    assert case["peak_memory_gib"] is None  # no GPU: no allocator to read
+    assert "mixed precision off; XLA off" in check["plan"]
+    assert check["xla_compiler"]["compiler"] in ("ptxas", "driver")
+    phases = [(c["case"], c["phase"], c.get("input")) for c in results["cases"]]
+    assert phases == [
+        ("plan+tfrecords+profile", "warmup", None),
+        ("plan+tfrecords+profile", "timed", "synthetic"),
+        ("plan+tfrecords+profile", "timed", "tfrecords"),
+        ("plan+tfrecords+profile", "profile", None),
+        ("bfloat16-xla+b8", "warmup", None), ("bfloat16-xla+b8", "timed", "synthetic")]
+    plan, records = results["cases"][1], results["cases"][2]
+    assert (plan["policy"], plan["xla"], plan["batch"]) == ("float32", False, 4)
+    assert records["images_per_second"] > 0 and records["step_ms"] > 0 and records["steps"] == 2
+    assert plan["peak_memory_gib"] is None  # no GPU: no allocator to read
+    # The profile ran the trainer's profiler; on a CPU it says there are no GPU kernels.
+    assert results["cases"][3]["profile"]["error"].startswith("no GPU kernels in the trace")
+    variant = results["cases"][5]
+    assert (variant["policy"], variant["xla"], variant["batch"]) == ("mixed_bfloat16", True, 8)
+    assert "xla_compiler" in variant  # planned for an H100: XLA's compiler is read
     assert results["skipped"] == [] and results["machine"]["commit"]
     assert (tmp_path / "logs" / "check.log").exists()
-    assert "plan-tfrecords: " in done.stdout and "images/s" in done.stdout
+    assert "plan+tfrecords+profile: " in done.stdout and "images/s" in done.stdout

@@ -105,6 +105,9 @@ def replica_figures(lines: list[dict[str, Any]]) -> dict[str, Any]:
     wait = _weighted(epochs, "input_seconds")
     gpu = _gpu_figures(samples)
     images = _weighted(epochs, "images_per_second")
+    warmups = [{k: x[k] for k in ("fit", "epoch", "first_step_seconds", "steady_step_seconds",
+                                  "warmup_seconds", "compiler") if k in x}
+               for x in lines if x.get("kind") == "warmup"]
     return {
         "epochs": epochs, "step_seconds": round(step, 6) if step is not None else None,
         "input_seconds": round(wait, 6) if wait is not None else None,
@@ -112,6 +115,9 @@ def replica_figures(lines: list[dict[str, Any]]) -> dict[str, Any]:
         "images_per_second": round(images, 2) if images is not None else None,
         "images_per_second_per_gpu": round(images / gpu["count"], 2)
         if images is not None and gpu.get("count") else None,
+        "warmups": warmups,
+        "warmup_seconds": round(sum(w["warmup_seconds"] for w in warmups), 3)
+        if warmups else None,
         "gpu": gpu, "host": _host_figures(samples), "samples": len(samples),
         "timeline": _timeline(samples)}
 
@@ -267,9 +273,12 @@ def lines(figures: dict[str, Any]) -> list[str]:
         gpu_text = f"GPU unavailable ({gpu['unavailable']})" if "unavailable" in gpu else \
             f"{gpu['count']} GPU(s) {gpu['utilization_percent']:.0f}% busy"
         cpu = r["host"].get("cpu_percent")
+        warm = r.get("warmup_seconds")
         out.append(f"efficiency: {name}: {r['images_per_second'] or 0:.0f} images/s, step "
                    f"{(r['step_seconds'] or 0) * 1000:.1f} ms, input {share} of the step; "
-                   f"{gpu_text}" + (f"; CPU {cpu:.0f}%" if cpu is not None else ""))
+                   f"{gpu_text}" + (f"; CPU {cpu:.0f}%" if cpu is not None else "")
+                   + (f"; warm-up {warm:.1f} s (the first steps' tracing and compilation)"
+                      if warm is not None else ""))
     cluster = figures["cluster"]
     gpu_time = f"{cluster['gpu_hours']:.3f} GPU-hours" if cluster["gpus"] else "no GPU seen"
     out.append(f"efficiency: cluster {cluster['images_per_second']:.0f} images/s, {gpu_time}"

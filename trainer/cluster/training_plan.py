@@ -2,6 +2,10 @@
 whole cluster from its layout and the training replicas' GPUs, with the reason for each.
 The one place that chooses the distribution strategy (`choose_strategy`).
 
+Where the training GPUs' architecture has figures measured on a real GPU
+(`trainer.cluster.measured_steps`), mixed precision and XLA are what measured fastest there,
+and the reason cites the figure; elsewhere the rules below decide.
+
 Stage 1 (GPU-config validation) makes it from the validated worker pools; it travels to
 every replica as `--training-plan` and the trainer applies it (`trainer.run.distribution`)
 instead of deciding from what one replica sees. A trainer started without one (by hand, on a
@@ -38,6 +42,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from trainer.cluster.accelerators import Accelerator
+from trainer.cluster.measured_steps import describe, fastest, measured_on, xla_unmeasured
 from trainer.cluster.roles import STRATEGIES, ClusterConfigError, Layout
 from trainer.common.errors import InputError
 
@@ -221,8 +226,9 @@ def plan_training(layout: Layout, *, strategy: str = "auto", mixed_precision: st
     problems: list[str] = []
     reasons = {"strategy": _strategy_reason(chosen, layout, gpus)}
     all_reduce, reasons["all_reduce"] = _all_reduce(chosen, gpus, reduction_server, problems)
-    precision, reasons["mixed_precision"] = _precision(mixed_precision, chosen, gpu, problems)
     compiled, reasons["xla"] = _xla(xla, chosen, gpu, all_reduce, problems)
+    precision, reasons["mixed_precision"] = _precision(mixed_precision, chosen, gpu, problems,
+                                                       compiled)
     if problems:
         raise PlanError(problems)
     return TrainingPlan(chosen, all_reduce, precision, compiled, reasons,
@@ -266,7 +272,7 @@ def _all_reduce(chosen: str, gpus: int, reduction_server: bool,
 
 
 def _precision(requested: str, chosen: str, gpu: Accelerator | None,
-               problems: list[str]) -> tuple[str, str]:
+               problems: list[str], compiled: bool) -> tuple[str, str]:
     requested = "float16" if requested == "on" else requested
     ps = chosen == "parameter_server"
     if requested == "off":
@@ -291,6 +297,12 @@ def _precision(requested: str, chosen: str, gpu: Accelerator | None,
         slow = "" if gpu.tensor_cores else (f"; {where} has no tensor cores, where float16 "
                                             "runs slower than float32")
         return requested, "asked for" + slow
+    rows = measured_on(gpu.architecture)
+    allowed = tuple(p for p in PRECISIONS if not (p == "float16" and ps)
+                    and not (p == "bfloat16" and not gpu.bfloat16))
+    best = fastest(rows, precisions=allowed, xla=compiled)
+    if best is not None:
+        return best.precision, describe(best, rows)
     if gpu.bfloat16:
         return "bfloat16", f"{where} computes bfloat16 on its tensor cores, without loss scaling"
     if ps:
@@ -326,6 +338,15 @@ def _xla(requested: str, chosen: str, gpu: Accelerator | None, all_reduce: str,
                                     if gpu is None else "")
     if gpu is None:
         return False, "CPUs: XLA's compile time outweighs what it saves on this work"
+    rows = measured_on(gpu.architecture)
+    with_xla = fastest(rows, precisions=PRECISIONS, xla=True)
+    without = fastest(rows, precisions=PRECISIONS, xla=False)
+    if without is not None and (with_xla is None or (without.images_per_second or 0)
+                                > (with_xla.images_per_second or 0)):
+        return False, (xla_unmeasured(rows) or "XLA off measured faster: "
+                       + describe(without, rows))
+    if with_xla is not None:
+        return True, "XLA on measured fastest: " + describe(with_xla, rows)
     return True, ("GPUs: the step and its all-reduce are compiled together; XLA runs the "
                   "all-reduce with NCCL" if all_reduce == "nccl" else
                   "GPUs: XLA fuses the step's kernels")

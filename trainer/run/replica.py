@@ -184,7 +184,7 @@ def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
         model = model_for(keras, setup)
     reporting = [callbacks.ReportMetric(args.hypertune_metric)] \
         if args.hypertune_metric and info.is_chief else []
-    series, timing = for_replica(tf, setup)
+    series, timing = for_replica(tf, setup, _xla_compiler(setup))
     if timing.arrivals is not None:
         train_input = stamp_arrivals(tf, train_input, timing.arrivals)
     nvml, nvml_missing = load_nvml()
@@ -201,6 +201,17 @@ def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
              report["weights_sha256"])
     _export(tf, model, setup, report)
     return report
+
+
+def _xla_compiler(setup: ReplicaSetup) -> str:
+    """Says once which PTX compiler XLA will run (GPU replicas with XLA on); the line."""
+    if not (setup.xla and setup.gpus):
+        return ""
+    from trainer.run import gpu_environment
+
+    line = gpu_environment.describe(gpu_environment.compiler(os.environ))
+    log.info("xla: %s", line)
+    return line
 
 
 def _fit_phases(tf: Any, keras: Any, strategy: Any, model: Any, setup: ReplicaSetup,

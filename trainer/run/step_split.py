@@ -75,6 +75,20 @@ def epoch_split(begins: Sequence[float], ends: Sequence[float],
     return figures
 
 
+def warmup_figures(begins: Sequence[float], ends: Sequence[float]) -> dict[str, Any] | None:
+    """What the first step of a `fit` cost beyond a steady one (tracing the step function,
+    XLA's compilation, cuDNN's autotuning): `first_step_seconds`, `steady_step_seconds`
+    (the median of the others) and `warmup_seconds` (their difference), or None without
+    a step."""
+    durations = [e - b for b, e in zip(begins, ends, strict=False)]
+    if not durations:
+        return None
+    steady = statistics.median(durations[1:]) if len(durations) > 1 else 0.0
+    return {"first_step_seconds": round(durations[0], 3),
+            "steady_step_seconds": round(steady, 6),
+            "warmup_seconds": round(max(0.0, durations[0] - steady), 3)}
+
+
 def step_waits(begins: Sequence[float], first_step: int, arrivals: Sequence[float],
                steps_per_batch: int) -> list[float] | None:
     """How long each step (the fit's steps `first_step`, `first_step + 1`, ... beginning at
@@ -104,10 +118,15 @@ class StepTimer(keras.callbacks.Callback):
             could not be stamped.
         images_per_step: Training images this replica processes per step.
         memory: Called at each epoch's end: the accelerator's peak memory then, or None.
+        compiler: What compiles the step (XLA's PTX compiler, a line), kept with the
+            warm-up.
+
+    The first epoch of each `fit` also writes a `warmup` line (`warmup_figures`): each
+    `fit` (a phase) traces and compiles its step again.
     """
 
     def __init__(self, series: SeriesFile, arrivals: list[float] | None,
-                 images_per_step: int, memory: Any = lambda: None):
+                 images_per_step: int, memory: Any = lambda: None, compiler: str = ""):
         super().__init__()
         # Keras then passes the step's logs on as tensors instead of copying them to the
         # host after every step (a synchronisation the timer does not need).
@@ -118,9 +137,12 @@ class StepTimer(keras.callbacks.Callback):
         self._ends: list[float] = []
         self._base = 0  # the first arrival of this fit's iterator
         self._steps = 0  # steps of this fit before the epoch's
+        self.compiler = compiler
+        self._fits = 0
 
     def on_train_begin(self, logs=None):
         self._steps = 0
+        self._fits += 1
 
     def on_train_end(self, logs=None):
         # The next `fit` (the next phase) reads through a new iterator: batches this one
@@ -146,6 +168,10 @@ class StepTimer(keras.callbacks.Callback):
             # dataset splits each of this worker's batches between several steps.
             per_batch = max(1, round(done / len(stamped))) if stamped else 1
             waits = step_waits(self._begins, self._steps, stamped, per_batch)
+        warmup = warmup_figures(self._begins, self._ends) if self._steps == 0 else None
+        if warmup is not None:
+            self.series.add("warmup", fit=self._fits, epoch=epoch + 1, at=time.time(),
+                            **warmup, **({"compiler": self.compiler} if self.compiler else {}))
         self.series.add("epoch", epoch=epoch + 1, at=time.time(),
                         peak_memory_bytes=self.memory(),
                         **epoch_split(self._begins, self._ends, waits, self.images_per_step))
@@ -153,9 +179,11 @@ class StepTimer(keras.callbacks.Callback):
         self._steps += len(self._ends)
 
 
-def for_replica(tf: Any, setup: ReplicaSetup) -> tuple[SeriesFile, StepTimer]:
+def for_replica(tf: Any, setup: ReplicaSetup,
+                compiler: str = "") -> tuple[SeriesFile, StepTimer]:
     """This replica's efficiency series (`setup`: its `ReplicaSetup`) and
-    the callback that times its steps; the batches' arrivals are to be stamped
+    the callback that times its steps (`compiler`: the line `trainer.run.gpu_environment`
+    says of XLA's compiler, kept with the warm-up); the batches' arrivals are to be stamped
     (`stamp_arrivals` with `timer.arrivals`) except under ParameterServerStrategy, whose
     workers build their datasets where this process cannot see them."""
     from trainer.run.efficiency_log import replica_name, replica_path
@@ -178,4 +206,4 @@ def for_replica(tf: Any, setup: ReplicaSetup) -> tuple[SeriesFile, StepTimer]:
 
     # Each training machine takes its share of the global batch per step.
     images = setup.global_batch // max(1, info.training_machines)
-    return series, StepTimer(series, arrivals, images, memory=peak_memory)
+    return series, StepTimer(series, arrivals, images, memory=peak_memory, compiler=compiler)

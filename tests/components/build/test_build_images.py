@@ -149,10 +149,26 @@ def test_the_gpu_lock_provides_the_cuda_and_cudnn_tensorflow_was_built_for():
     assert locks.required_cuda(info) == {"cuda": "12", "cudnn": "9"}
     pins = locks.pinned(_lock(images.GPU))
     assert locks.cuda_problems(pins, info) == []
-    # ...at the versions TensorFlow declares (its and-cuda extra's minimum), kept in sync.
+    # ...at the versions TensorFlow declares (its and-cuda extra's minimum), kept in sync,
+    # but XLA's compilers past the Hopper miscompile, inside TensorFlow's declared range.
     assert (ROOT / locks.GPU_CONSTRAINTS).read_text() == locks.gpu_constraints()
     for package, version in locks.cuda_minimums().items():
-        assert pins[package] == version
+        assert pins[package] == locks.XLA_COMPILERS.get(package, version)
+    assert locks.compiler_problems(pins) == []
+    declared = locks.cuda_requirements()
+    for package, version in locks.XLA_COMPILERS.items():
+        assert pins[package] == version and declared[package].contains(version)
+
+
+def test_xla_compilers_below_12_6_85_or_outside_tensorflows_range_are_refused(monkeypatch):
+    pins = {**locks.pinned(_lock(images.GPU)), "nvidia-cuda-nvcc-cu12": "12.5.82"}
+    assert locks.compiler_problems(pins) == [
+        "nvidia-cuda-nvcc-cu12: the GPU lock pins 12.5.82; XLA needs >= 12.6.85 on Hopper "
+        "(NVIDIA bug 4826023)"]
+    monkeypatch.setitem(locks.XLA_COMPILERS, "nvidia-nvjitlink-cu12", "13.0.88")
+    with pytest.raises(ValueError, match=r"XLA_COMPILERS pins nvidia-nvjitlink-cu12==13\.0\.88, "
+                                         r"outside TensorFlow's declared <13\.0,>=12\.5\.82"):
+        locks.gpu_pins()
 
 
 def test_a_lock_with_the_old_images_cudnn_8_is_refused():

@@ -43,7 +43,8 @@ def pool(machine, gpu=None, count=0, replicas=1, image=None):
 
 
 #: A machine of each GPU family the catalog accepts, and what the plan chooses for two of
-#: them under MultiWorkerMirroredStrategy: (all-reduce, mixed precision, XLA).
+#: them under MultiWorkerMirroredStrategy: (all-reduce, mixed precision, XLA). Hopper's is
+#: what measured fastest there (`trainer.cluster.measured_steps`), the others' the rules'.
 FAMILIES = {
     cat.P4: (("n1-standard-8", 1), ("nccl", "off", True)),
     cat.P100: (("n1-standard-8", 1), ("nccl", "off", True)),
@@ -52,9 +53,9 @@ FAMILIES = {
     cat.A100: (("a2-highgpu-1g", 1), ("nccl", "bfloat16", True)),
     cat.A100_80GB: (("a2-ultragpu-1g", 1), ("nccl", "bfloat16", True)),
     cat.L4: (("g2-standard-8", 1), ("nccl", "bfloat16", True)),
-    cat.H100_80GB: (("a3-highgpu-8g", 8), ("nccl", "bfloat16", True)),
-    cat.H100_MEGA: (("a3-megagpu-8g", 8), ("nccl", "bfloat16", True)),
-    cat.H200: (("a3-ultragpu-8g", 8), ("nccl", "bfloat16", True)),
+    cat.H100_80GB: (("a3-highgpu-8g", 8), ("nccl", "off", False)),
+    cat.H100_MEGA: (("a3-megagpu-8g", 8), ("nccl", "off", False)),
+    cat.H200: (("a3-ultragpu-8g", 8), ("nccl", "off", False)),
 }
 
 
@@ -79,9 +80,44 @@ def test_the_plan_of_each_gpu_family(gpu):
     ps = plan_for_pools(parse_pools([pool(machine, gpu, count),
                                      pool(machine, gpu, count, replicas=2),
                                      pool("n1-highmem-8")]))
-    bf16 = ACCELERATORS[gpu].bfloat16
+    bf16 = ACCELERATORS[gpu].bfloat16 and ACCELERATORS[gpu].architecture != "Hopper"
     assert (ps.strategy, ps.all_reduce, ps.mixed_precision, ps.xla) == \
         ("parameter_server", "none", "bfloat16" if bf16 else "off", False)
+
+
+def test_on_hopper_the_plan_takes_what_measured_fastest_and_cites_it():
+    plan = plan_training(Layout(), gpu=ACCELERATORS[cat.H100_80GB], gpus=1)
+    assert (plan.mixed_precision, plan.xla) == ("off", False)
+    # The reason names the figures it chose by and the results file they come from.
+    assert plan.reasons["mixed_precision"].startswith(
+        "float32 measured fastest on an NVIDIA H200: 1,786 images/s against float16 1,636, "
+        "bfloat16 1,554")
+    assert "benchmarks/measured/gpu-h200-2026-11-26.json" in plan.reasons["mixed_precision"]
+    assert plan.reasons["xla"].startswith("no XLA step has been measured on Hopper: on an "
+                                          "NVIDIA H200, XLA's warm-up did not end within 88 s")
+    # Asked for, XLA is on; no XLA figure exists, so the precision is the rules' again.
+    compiled = plan_training(Layout(), gpu=ACCELERATORS[cat.H200], gpus=1, xla="on")
+    assert (compiled.mixed_precision, compiled.xla) == ("bfloat16", True)
+    assert "computes bfloat16 on its tensor cores" in compiled.reasons["mixed_precision"]
+    # A precision asked for is kept; without figures (Ampere) the rules decide as before.
+    asked = plan_training(Layout(), gpu=ACCELERATORS[cat.H200], gpus=1,
+                          mixed_precision="float16")
+    assert (asked.mixed_precision, asked.reasons["mixed_precision"]) == ("float16", "asked for")
+    ampere = plan_training(Layout(), gpu=ACCELERATORS[cat.A100], gpus=1)
+    assert (ampere.mixed_precision, ampere.xla) == ("bfloat16", True)
+
+
+def test_the_measured_table_picks_the_fastest_of_one_gpu():
+    from trainer.cluster.measured_steps import MeasuredStep, fastest, xla_unmeasured
+
+    rows = [MeasuredStep("G2", "Arch", "off", False, 900.0, "", "b.json"),
+            MeasuredStep("G2", "Arch", "bfloat16", True, 2000.0, "", "b.json"),
+            MeasuredStep("G1", "Arch", "off", False, 5000.0, "", "a.json")]
+    # The first GPU listed with figures is the one compared: never a mix of two GPUs.
+    assert fastest(rows, precisions=("off", "bfloat16"), xla=None).images_per_second == 2000
+    assert fastest(rows, precisions=("off",), xla=None).gpu == "G2"
+    assert fastest(rows, precisions=("float16",), xla=None) is None
+    assert xla_unmeasured(rows) == ""  # an XLA step was measured
 
 
 @pytest.mark.parametrize("gpu,machine,why", [

@@ -1,0 +1,55 @@
+"""XLA's PTX compiler as a replica reads it (`trainer.run.gpu_environment`): ptxas from
+`--xla_gpu_cuda_data_dir`'s bin/ before PATH, as XLA looks for it, its version from the tool
+itself, nvlink's presence (parallel compilation), and a ptxas XLA warns about on Hopper."""
+
+from __future__ import annotations
+
+import os
+
+from trainer.run import gpu_environment
+
+
+def _tool(folder, name, version):
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {version[:4]}, "
+                    f"V{version}'\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_the_data_dirs_ptxas_comes_before_the_one_on_path(tmp_path):
+    data_dir = tmp_path / "cuda_nvcc"
+    ours = _tool(data_dir / "bin", "ptxas", "12.9.86")
+    _tool(tmp_path / "elsewhere", "ptxas", "12.5.82")
+    environ = {"XLA_FLAGS": f"--xla_gpu_cuda_data_dir={data_dir} --xla_gpu_autotune_level=4",
+               "PATH": str(tmp_path / "elsewhere")}
+    found = gpu_environment.compiler(environ)
+    assert found == {"compiler": "ptxas", "version": "12.9.86", "path": str(ours),
+                     "parallel": "no"}
+    assert gpu_environment.describe(found) == (
+        f"XLA compiles PTX with ptxas 12.9.86 ({ours}), one module at a time")
+
+
+def test_an_old_ptxas_is_named_as_one_xla_warns_about_and_nvlink_allows_parallel(tmp_path):
+    tools = tmp_path / "bin"
+    _tool(tools, "ptxas", "12.5.82")
+    _tool(tools, "nvlink", "12.5.82")
+    found = gpu_environment.compiler({"PATH": str(tools)})
+    assert found["version"] == "12.5.82" and found["parallel"] == "possible (nvlink found)"
+    line = gpu_environment.describe(found)
+    assert "in parallel" in line and "NVIDIA bug 4826023" in line
+
+
+def test_without_ptxas_the_driver_compiles(tmp_path):
+    found = gpu_environment.compiler({"PATH": str(tmp_path), "XLA_FLAGS": ""})
+    assert found["compiler"] == "driver"
+    assert gpu_environment.describe(found).startswith("XLA compiles PTX with the CUDA driver")
+
+
+def test_a_tool_that_says_no_version_is_unknown(tmp_path):
+    silent = tmp_path / "ptxas"
+    silent.write_text("#!/bin/sh\necho nothing\n")
+    silent.chmod(0o755)
+    assert gpu_environment.tool_version(str(silent)) == "unknown"
+    assert gpu_environment.tool_version(os.devnull) == "unknown"
