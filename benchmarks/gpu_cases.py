@@ -5,13 +5,14 @@ A case is named `PRECISION[-xla|-noxla][+OPTION]...`:
 - PRECISION: `plan` (what the training plan chooses for the GPU, XLA included), `float32`,
   `float16` (with dynamic loss scaling) or `bfloat16`;
 - `-xla` / `-noxla`: XLA on the training step, or not (the plan's choice when left out);
-- options: `bN` (batch N per step), `speN` (Keras's `steps_per_execution`), `nvenv`
-  (the environment NVIDIA's TensorFlow ResNet-50 sets), `prefetch` (batches prefetched to the
-  GPU through a one-device strategy), `tfrecords` (after the synthetic batches, the same
-  model through the trainer's input pipeline), `profile` (a TensorFlow profiler trace of
-  `PROFILE_STEPS` steps, summarised by `trainer.run.profile_summary`), `parallel` (XLA
-  compiles its LLVM modules in parallel) and `autotuneN` (XLA's autotuning level N, 0-4;
-  4 is its default).
+- options: `bN` (batch N per step), `speN` (Keras's `steps_per_execution`), `nvenv` (the
+  environment NVIDIA's TensorFlow ResNet-50 sets: `training.nvidia_environment`), `prefetch`
+  (batches prefetched to the GPU: `training.prefetch_to_gpu`), `tfrecords` (after the
+  synthetic batches, the same model through the trainer's input pipeline), `profile` (a
+  TensorFlow profiler trace of `PROFILE_STEPS` steps, summarised by
+  `trainer.run.profile_summary`), `parallel` (XLA compiles its LLVM modules in parallel,
+  linking with nvlink or the driver) and `autotuneN` (XLA's autotuning level N, 0-4; 4 is
+  its default).
 
 A case prints one `RESULT {...}` line per phase as soon as the phase ends (warm-up and
 synthetic batches, the profile, the TFRecords), so a case stopped by its time limit keeps
@@ -34,11 +35,6 @@ RESULT = "RESULT "
 PRECISIONS = ("plan", "float32", "float16", "bfloat16")
 #: The trainer's precision word for each of the benchmark's.
 TRAINER_PRECISION = {"float32": "off", "float16": "float16", "bfloat16": "bfloat16"}
-#: What NVIDIA's TensorFlow ResNet-50 sets (DeepLearningExamples, TensorFlow/Classification/
-#: ConvNets/runtime/runner.py).
-NVIDIA_ENVIRONMENT = {"TF_GPU_THREAD_MODE": "gpu_private", "TF_GPU_THREAD_COUNT": "2",
-                      "TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT": "1",
-                      "TF_AUTOTUNE_THRESHOLD": "2"}
 PROFILE_STEPS = 5
 #: Steps through the TFRecords before they are timed (the pipeline fills its buffers).
 TFRECORDS_WARMUP = 3
@@ -100,8 +96,8 @@ def environment(case: Case, xla: bool) -> dict[str, str]:
     if xla:
         changed["TF_CPP_MIN_LOG_LEVEL"] = "0"
         changed["TF_CPP_VMODULE"] = f"{gpu_environment.COMPILER_LOG_MODULE}=4"
-    if case.nvidia_environment:
-        changed.update(NVIDIA_ENVIRONMENT)
+    if case.nvidia_environment:  # as training.nvidia_environment sets it
+        changed.update(gpu_environment.set_nvidia_environment({}))
     # Parallel compilation needs nvlink or, without it (the image: the nvcc wheel has none),
     # the driver's linker (assemble_compilation_provider.cc).
     extra = (["--xla_gpu_enable_llvm_module_compilation_parallelism=true",
@@ -133,12 +129,13 @@ def run(case: Case, plan: Any, data: str, batch: int, size: int, classes: int, w
     import tf_keras as keras
 
     from trainer.models.factory import build_model
-    from trainer.run.distribution import apply_precision
 
     batch = case.batch or batch
+    from trainer.run.distribution import apply_precision, create_strategy
+
     gpu = "GPU:0" if tf.config.list_physical_devices("GPU") else None
-    strategy = tf.distribute.OneDeviceStrategy("/gpu:0" if gpu else "/cpu:0") \
-        if case.prefetch else tf.distribute.get_strategy()
+    # The trainer's own strategy for the plan (`training.prefetch_to_gpu` with `prefetch`).
+    strategy = create_strategy(tf, plan, prefetch_to_gpu=case.prefetch)
     apply_precision(keras, plan)
     with strategy.scope():
         model = build_model(keras, "resnet50", size, classes, 1e-3, jit_compile=plan.xla,

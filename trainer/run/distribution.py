@@ -20,17 +20,23 @@ def communication_options(tf: Any, plan: TrainingPlan) -> Any:
         else implementation.RING)
 
 
-def create_strategy(tf: Any, plan: TrainingPlan) -> Any:
-    """The plan's strategy; must run before any other TF op."""
+def create_strategy(tf: Any, plan: TrainingPlan, *, prefetch_to_gpu: bool = False) -> Any:
+    """The plan's strategy; must run before any other TF op. With `prefetch_to_gpu`, a
+    machine with one GPU trains under a one-device strategy, whose distributed dataset
+    copies the next batches to the GPU while a step runs (the default strategy hands Keras
+    the host's batches, copied inside each step)."""
     if plan.strategy == "parameter_server":
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         return tf.distribute.ParameterServerStrategy(resolver)
     if plan.strategy == "multi_worker_mirrored":
         return tf.distribute.MultiWorkerMirroredStrategy(
             communication_options=communication_options(tf, plan))
-    if len(tf.config.list_physical_devices("GPU")) > 1:
+    gpus = len(tf.config.list_physical_devices("GPU"))
+    if gpus > 1:
         # Its default all-reduce between one machine's GPUs is NCCL (NcclAllReduce).
         return tf.distribute.MirroredStrategy()
+    if gpus == 1 and prefetch_to_gpu:
+        return tf.distribute.OneDeviceStrategy("/gpu:0")
     return tf.distribute.get_strategy()
 
 

@@ -1,5 +1,6 @@
-"""XLA's PTX compiler on a GPU replica: which one XLA will run, read as XLA decides it, so
-that each replica can say it once. Pure Python (a subprocess for the tools' versions).
+"""What a GPU replica's TensorFlow runs with: XLA's PTX compiler, read as XLA decides it so
+that each replica can say it once, and NVIDIA's environment when asked for
+(`training.nvidia_environment`). Pure Python (a subprocess for the tools' versions).
 
 XLA compiles each kernel's PTX to machine code with the first of these it can use
 (xla/stream_executor/cuda/assemble_compilation_provider.cc): libnvptxcompiler with
@@ -25,14 +26,25 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 
-#: The library XLA's flag would ask for, which TensorFlow 2.21's XLA cannot use.
-NVJITLINK_LIBRARY = "libnvJitLink.so.12"
+#: What NVIDIA's TensorFlow ResNet-50 sets before TensorFlow starts (DeepLearningExamples,
+#: TensorFlow/Classification/ConvNets/runtime/runner.py); `training.nvidia_environment`.
+NVIDIA_ENVIRONMENT = {"TF_GPU_THREAD_MODE": "gpu_private", "TF_GPU_THREAD_COUNT": "2",
+                      "TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT": "1",
+                      "TF_AUTOTUNE_THRESHOLD": "2"}
 #: XLA's log of its choice (VLOG 3 and 4 in assemble_compilation_provider.cc).
 COMPILER_LOG_MODULE = "assemble_compilation_provider"
 #: The first ptxas XLA does not warn about on Hopper.
 PTXAS_MINIMUM = (12, 6, 85)
+
+
+def set_nvidia_environment(environ: MutableMapping[str, str]) -> dict[str, str]:
+    """Sets `NVIDIA_ENVIRONMENT` in `environ` (before TensorFlow starts), keeping any of
+    the variables already set; returns what it set."""
+    added = {k: v for k, v in NVIDIA_ENVIRONMENT.items() if k not in environ}
+    environ.update(added)
+    return added
 
 
 def _tool(name: str, environ: Mapping[str, str]) -> str:

@@ -35,6 +35,7 @@ from trainer.cluster.training_plan import (
 )
 from trainer.common import schema
 from trainer.common.errors import ProjectError
+from trainer.run import gpu_environment
 from trainer.run.distribution import apply_precision, create_strategy
 from trainer.run.replica_setup import (
     SPLITS,
@@ -158,12 +159,15 @@ def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
 
     Under ParameterServerStrategy only the chief runs this (it coordinates the workers).
     """
+    if args.options.nvidia_environment and training.gpus_per_machine:
+        log.info("nvidia_environment: %s", gpu_environment.set_nvidia_environment(os.environ))
     tf = _start_tensorflow(environ)
     from trainer.cluster.watch import formation_watch
 
     wait = cluster_wait_seconds(args.options.cluster_wait, environ)
     with formation_watch(info, wait, environ):
-        strategy = create_strategy(tf, training)  # First TensorFlow op, as collectives need.
+        # First TensorFlow op, as collectives need.
+        strategy = create_strategy(tf, training, prefetch_to_gpu=args.options.prefetch_to_gpu)
     import tf_keras as keras
 
     from trainer.models.factory import model_for
@@ -184,7 +188,11 @@ def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
         model = model_for(keras, setup)
     reporting = [callbacks.ReportMetric(args.hypertune_metric)] \
         if args.hypertune_metric and info.is_chief else []
-    series, timing = for_replica(tf, setup, _xla_compiler(setup))
+    compiler = gpu_environment.describe(gpu_environment.compiler(os.environ)) \
+        if setup.xla and setup.gpus else ""
+    if compiler:
+        log.info("xla: %s", compiler)  # once per replica
+    series, timing = for_replica(tf, setup, compiler)
     if timing.arrivals is not None:
         train_input = stamp_arrivals(tf, train_input, timing.arrivals)
     nvml, nvml_missing = load_nvml()
@@ -201,17 +209,6 @@ def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
              report["weights_sha256"])
     _export(tf, model, setup, report)
     return report
-
-
-def _xla_compiler(setup: ReplicaSetup) -> str:
-    """Says once which PTX compiler XLA will run (GPU replicas with XLA on); the line."""
-    if not (setup.xla and setup.gpus):
-        return ""
-    from trainer.run import gpu_environment
-
-    line = gpu_environment.describe(gpu_environment.compiler(os.environ))
-    log.info("xla: %s", line)
-    return line
 
 
 def _fit_phases(tf: Any, keras: Any, strategy: Any, model: Any, setup: ReplicaSetup,

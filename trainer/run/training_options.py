@@ -82,11 +82,20 @@ class TrainingOptions(pydantic.BaseModel):
     mixed_precision: Precision = Field("auto", description=(
         "Compute type of the training replicas: float16 (tensor cores, loss scaling), "
         "bfloat16 (compute capability 8.0+, no loss scaling) or off; auto: the training plan "
-        "chooses from the training replicas' GPUs and the strategy; on: float16."))
+        "chooses from the training replicas' GPUs and the strategy (on a GPU architecture "
+        "measured on a real GPU, what measured fastest); on: float16."))
     xla: Switch = Field("auto", description=(
-        "XLA-compile the training step; auto: on for GPU clusters under "
-        "MultiWorkerMirroredStrategy or on one machine, off under parameter servers, on "
-        "CPUs and on GPUs TensorFlow's XLA cannot target."))
+        "XLA-compile the training step; auto: off where a real GPU of the architecture "
+        "measured it no faster (Hopper), under parameter servers, on CPUs and on GPUs "
+        "TensorFlow's XLA cannot target; else on for GPU clusters."))
+    nvidia_environment: bool = Field(False, description=(
+        "GPU replicas start TensorFlow with the environment NVIDIA's TensorFlow ResNet-50 "
+        "sets (TF_GPU_THREAD_MODE=gpu_private, TF_GPU_THREAD_COUNT=2, "
+        "TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT=1, TF_AUTOTUNE_THRESHOLD=2); off until a "
+        "GPU measures it faster."))
+    prefetch_to_gpu: bool = Field(False, description=(
+        "A machine with one GPU copies the next batches to it while a step runs (a "
+        "one-device strategy); off until a GPU measures it faster."))
     cache: Switch = Field("auto", description=(
         "Keep decoded images in memory; auto: when they fit cache_budget_mb."))
     cache_budget_mb: float = Field(2048.0, gt=0, le=2**20, description=(

@@ -5,6 +5,7 @@ itself, nvlink's presence (parallel compilation), and a ptxas XLA warns about on
 from __future__ import annotations
 
 import os
+import types
 
 from trainer.run import gpu_environment
 
@@ -53,3 +54,37 @@ def test_a_tool_that_says_no_version_is_unknown(tmp_path):
     silent.chmod(0o755)
     assert gpu_environment.tool_version(str(silent)) == "unknown"
     assert gpu_environment.tool_version(os.devnull) == "unknown"
+
+
+def test_nvidias_environment_is_set_without_overriding_what_is_there():
+    environ = {"TF_GPU_THREAD_COUNT": "4"}
+    added = gpu_environment.set_nvidia_environment(environ)
+    assert environ == {"TF_GPU_THREAD_MODE": "gpu_private", "TF_GPU_THREAD_COUNT": "4",
+                       "TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT": "1",
+                       "TF_AUTOTUNE_THRESHOLD": "2"}
+    assert "TF_GPU_THREAD_COUNT" not in added and len(added) == 3
+
+
+def _fake_tf(gpus):
+    made = []
+    strategies = types.SimpleNamespace(
+        MirroredStrategy=lambda: made.append("mirrored") or "mirrored",
+        OneDeviceStrategy=lambda device: made.append(device) or f"one device {device}",
+        get_strategy=lambda: "default")
+    return types.SimpleNamespace(
+        config=types.SimpleNamespace(list_physical_devices=lambda kind: ["gpu"] * gpus),
+        distribute=strategies)
+
+
+def test_prefetch_to_gpu_trains_one_gpu_under_a_one_device_strategy():
+    from trainer.cluster.roles import Layout
+    from trainer.cluster.training_plan import plan_training
+    from trainer.run.distribution import create_strategy
+
+    plan = plan_training(Layout())
+    assert create_strategy(_fake_tf(1), plan, prefetch_to_gpu=True) == "one device /gpu:0"
+    assert create_strategy(_fake_tf(1), plan) == "default"
+    # Nothing to prefetch to on a CPU; several GPUs keep MirroredStrategy, which already
+    # prefetches to each of them.
+    assert create_strategy(_fake_tf(0), plan, prefetch_to_gpu=True) == "default"
+    assert create_strategy(_fake_tf(2), plan, prefetch_to_gpu=True) == "mirrored"
