@@ -43,10 +43,13 @@ import common
 import gpu_cases
 
 #: The cases `all` runs, most important first (`gpu_cases` reads the names): the plan's own,
-#: with its profile and through the TFRecords, then the other precisions with XLA, then
-#: without (float32 without XLA is the first H100 run's figure, to set machines side by side).
-CASES = ("plan+profile+tfrecords", "float16-xla", "float32-noxla", "float32-xla",
-         "bfloat16-noxla", "float16-noxla")
+#: through the TFRecords and profiled; XLA in each precision, compiled in parallel (one
+#: module at a time its warm-up ran past 88 s on an H200), the bfloat16 one profiled; the
+#: trainer's GPU options and a larger batch; float16 without XLA, profiled; the other
+#: precisions without XLA, which an earlier run measured.
+CASES = ("plan+tfrecords+profile", "bfloat16-xla+parallel+profile", "float16-xla+parallel",
+         "float32-xla+parallel", "plan+prefetch", "plan+nvenv", "plan+b512",
+         "float16-noxla+profile", "bfloat16-noxla", "float32-noxla")
 #: NVIDIA's device names -> the catalog's accelerator types (the plan's GPU facts).
 DEVICE_TYPES = (("H200", "NVIDIA_H200_141GB"), ("H100", "NVIDIA_H100_80GB"),
                 ("A100", "NVIDIA_TESLA_A100"), ("L4", "NVIDIA_L4"), ("T4", "NVIDIA_TESLA_T4"),

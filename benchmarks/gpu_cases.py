@@ -129,10 +129,9 @@ def run(case: Case, plan: Any, data: str, batch: int, size: int, classes: int, w
     import tf_keras as keras
 
     from trainer.models.factory import build_model
-
-    batch = case.batch or batch
     from trainer.run.distribution import apply_precision, create_strategy
 
+    batch = case.batch or batch
     gpu = "GPU:0" if tf.config.list_physical_devices("GPU") else None
     # The trainer's own strategy for the plan (`training.prefetch_to_gpu` with `prefetch`).
     strategy = create_strategy(tf, plan, prefetch_to_gpu=case.prefetch)
