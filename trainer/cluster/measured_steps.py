@@ -22,6 +22,7 @@ class MeasuredStep:
 
     Attributes:
         gpu: The GPU it ran on (NVIDIA's name).
+        accelerator: Its Vertex AI accelerator type.
         architecture: Its architecture (`trainer.cluster.accelerators`), which the plan
             matches.
         precision: `off`, `float16` or `bfloat16` (the plan's words).
@@ -32,6 +33,7 @@ class MeasuredStep:
     """
 
     gpu: str
+    accelerator: str
     architecture: str
     precision: str
     xla: bool
@@ -41,29 +43,31 @@ class MeasuredStep:
 
 
 MEASURED = (
-    MeasuredStep("NVIDIA H200", "Hopper", "off", False, 1785.5,
+    MeasuredStep("NVIDIA H200", "NVIDIA_H200_141GB", "Hopper", "off", False, 1785.5,
                  "warm-up 45.9 s for 5 steps", H200_RUN),
-    MeasuredStep("NVIDIA H200", "Hopper", "float16", False, 1636.1,
+    MeasuredStep("NVIDIA H200", "NVIDIA_H200_141GB", "Hopper", "float16", False, 1636.1,
                  "warm-up 47.2 s for 5 steps", H200_RUN),
-    MeasuredStep("NVIDIA H200", "Hopper", "bfloat16", False, 1553.8,
+    MeasuredStep("NVIDIA H200", "NVIDIA_H200_141GB", "Hopper", "bfloat16", False, 1553.8,
                  "warm-up 45.9 s for 5 steps", H200_RUN),
-    MeasuredStep("NVIDIA H200", "Hopper", "bfloat16", True, None,
+    MeasuredStep("NVIDIA H200", "NVIDIA_H200_141GB", "Hopper", "bfloat16", True, None,
                  "XLA's warm-up did not end within 88 s (ptxas 12.9.86, one module at a "
                  "time)", H200_RUN),
-    MeasuredStep("NVIDIA H100 80GB HBM3", "Hopper", "off", False, 1525.2,
+    MeasuredStep("NVIDIA H100 80GB HBM3", "NVIDIA_H100_80GB", "Hopper", "off", False, 1525.2,
                  "warm-up 42.8 s for 5 steps", H100_RUN),
-    MeasuredStep("NVIDIA H100 80GB HBM3", "Hopper", "bfloat16", False, 1476.8,
+    MeasuredStep("NVIDIA H100 80GB HBM3", "NVIDIA_H100_80GB", "Hopper", "bfloat16", False, 1476.8,
                  "warm-up 40.3 s for 5 steps", H100_RUN),
-    MeasuredStep("NVIDIA H100 80GB HBM3", "Hopper", "bfloat16", True, None,
+    MeasuredStep("NVIDIA H100 80GB HBM3", "NVIDIA_H100_80GB", "Hopper", "bfloat16", True, None,
                  "XLA's warm-up did not end within 200 s (ptxas 12.5.82)", H100_RUN),
 )
 
 WORDS = {"off": "float32", "float16": "float16", "bfloat16": "bfloat16"}
 
 
-def measured_on(architecture: str) -> list[MeasuredStep]:
-    """The rows of one architecture, newest GPU first (as listed)."""
-    return [row for row in MEASURED if row.architecture == architecture]
+def measured_on(architecture: str, accelerator: str = "") -> list[MeasuredStep]:
+    """The rows of one architecture: the `accelerator`'s own first, then the others as
+    listed (the newest GPU first)."""
+    rows = [row for row in MEASURED if row.architecture == architecture]
+    return sorted(rows, key=lambda row: row.accelerator != accelerator)
 
 
 def fastest(rows: list[MeasuredStep], *, precisions: tuple[str, ...],

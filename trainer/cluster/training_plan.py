@@ -297,7 +297,7 @@ def _precision(requested: str, chosen: str, gpu: Accelerator | None,
         slow = "" if gpu.tensor_cores else (f"; {where} has no tensor cores, where float16 "
                                             "runs slower than float32")
         return requested, "asked for" + slow
-    rows = measured_on(gpu.architecture)
+    rows = measured_on(gpu.architecture, gpu.name)
     allowed = tuple(p for p in PRECISIONS if not (p == "float16" and ps)
                     and not (p == "bfloat16" and not gpu.bfloat16))
     best = fastest(rows, precisions=allowed, xla=compiled)
@@ -338,7 +338,7 @@ def _xla(requested: str, chosen: str, gpu: Accelerator | None, all_reduce: str,
                                     if gpu is None else "")
     if gpu is None:
         return False, "CPUs: XLA's compile time outweighs what it saves on this work"
-    rows = measured_on(gpu.architecture)
+    rows = measured_on(gpu.architecture, gpu.name)
     with_xla = fastest(rows, precisions=PRECISIONS, xla=True)
     without = fastest(rows, precisions=PRECISIONS, xla=False)
     if without is not None and (with_xla is None or (without.images_per_second or 0)

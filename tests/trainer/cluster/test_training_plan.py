@@ -86,7 +86,7 @@ def test_the_plan_of_each_gpu_family(gpu):
 
 
 def test_on_hopper_the_plan_takes_what_measured_fastest_and_cites_it():
-    plan = plan_training(Layout(), gpu=ACCELERATORS[cat.H100_80GB], gpus=1)
+    plan = plan_training(Layout(), gpu=ACCELERATORS[cat.H200], gpus=1)
     assert (plan.mixed_precision, plan.xla) == ("off", False)
     # The reason names the figures it chose by and the results file they come from.
     assert plan.reasons["mixed_precision"].startswith(
@@ -95,6 +95,13 @@ def test_on_hopper_the_plan_takes_what_measured_fastest_and_cites_it():
     assert "benchmarks/measured/gpu-h200-2026-11-26.json" in plan.reasons["mixed_precision"]
     assert plan.reasons["xla"].startswith("no XLA step has been measured on Hopper: on an "
                                           "NVIDIA H200, XLA's warm-up did not end within 88 s")
+    # An H100 is decided by its own figures; an H100 Mega, never measured, by the H200's.
+    h100 = plan_training(Layout(), gpu=ACCELERATORS[cat.H100_80GB], gpus=1)
+    assert h100.reasons["mixed_precision"].startswith(
+        "float32 measured fastest on an NVIDIA H100 80GB HBM3: 1,525 images/s against "
+        "bfloat16 1,477")
+    mega = plan_training(Layout(), gpu=ACCELERATORS[cat.H100_MEGA], gpus=1)
+    assert "on an NVIDIA H200: 1,786" in mega.reasons["mixed_precision"]
     # Asked for, XLA is on; no XLA figure exists, so the precision is the rules' again.
     compiled = plan_training(Layout(), gpu=ACCELERATORS[cat.H200], gpus=1, xla="on")
     assert (compiled.mixed_precision, compiled.xla) == ("bfloat16", True)
@@ -110,9 +117,9 @@ def test_on_hopper_the_plan_takes_what_measured_fastest_and_cites_it():
 def test_the_measured_table_picks_the_fastest_of_one_gpu():
     from trainer.cluster.measured_steps import MeasuredStep, fastest, xla_unmeasured
 
-    rows = [MeasuredStep("G2", "Arch", "off", False, 900.0, "", "b.json"),
-            MeasuredStep("G2", "Arch", "bfloat16", True, 2000.0, "", "b.json"),
-            MeasuredStep("G1", "Arch", "off", False, 5000.0, "", "a.json")]
+    rows = [MeasuredStep("G2", "T2", "Arch", "off", False, 900.0, "", "b.json"),
+            MeasuredStep("G2", "T2", "Arch", "bfloat16", True, 2000.0, "", "b.json"),
+            MeasuredStep("G1", "T1", "Arch", "off", False, 5000.0, "", "a.json")]
     # The first GPU listed with figures is the one compared: never a mix of two GPUs.
     assert fastest(rows, precisions=("off", "bfloat16"), xla=None).images_per_second == 2000
     assert fastest(rows, precisions=("off",), xla=None).gpu == "G2"
