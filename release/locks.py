@@ -35,6 +35,7 @@ from components import images
 from components.build import apt_lock, apt_repository
 from components.build.context import project_root
 from trainer.run.gpu_check import CUDA_LIBRARIES
+from trainer.run.gpu_environment import PTXAS_MINIMUM
 
 #: The generated constraints that hold the CUDA libraries at TensorFlow's own versions.
 GPU_CONSTRAINTS = "requirements/gpu-constraints.txt"
@@ -46,8 +47,9 @@ CPU_OVERRIDES = "requirements/cpu-overrides.txt"
 
 #: XLA's PTX compilers, pinned past the Hopper miscompile (the module docstring).
 XLA_COMPILERS = {"nvidia-cuda-nvcc-cu12": "12.9.86", "nvidia-nvjitlink-cu12": "12.9.86"}
-#: The first CUDA release whose ptxas and nvJitLink XLA does not warn about on Hopper.
-XLA_COMPILER_MINIMUM = "12.6.85"
+#: The first CUDA release whose ptxas and nvJitLink XLA does not warn about on Hopper (the
+#: trainer's own reading of ptxas holds the same number).
+XLA_COMPILER_MINIMUM = ".".join(map(str, PTXAS_MINIMUM))
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)", re.MULTILINE)
 

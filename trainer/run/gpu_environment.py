@@ -85,8 +85,9 @@ def compiler(environ: Mapping[str, str]) -> dict[str, str]:
              "parallel": "possible (nvlink found)" if _tool("nvlink", environ) else "no"}
     numbers = tuple(int(p) for p in version.split(".")) if version != "unknown" else None
     if numbers is not None and numbers < PTXAS_MINIMUM:
-        found["miscompiles"] = ("below 12.6.85: XLA warns of miscompiled clamping edge "
-                                "cases on Hopper (NVIDIA bug 4826023)")
+        found["miscompiles"] = (f"below {'.'.join(map(str, PTXAS_MINIMUM))}: XLA warns of "
+                                "miscompiled clamping edge cases on Hopper (NVIDIA bug "
+                                "4826023)")
     return found
 
 
