@@ -176,7 +176,8 @@ def _save(results: dict[str, Any], output: Path | None) -> Path:
 def _child(command: list[str], timeout: float, logs: Path | None, name: str,
            environ: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """A part run in its own process: its RESULT lines (one per phase it finished), then
-    why it stopped if it did not end well; with `logs`, its output is kept as `<name>.log`."""
+    why it stopped if it did not end well; with `logs`, its output is kept as `<name>.log`
+    (`+` and other characters outside letters, digits, `.`, `_` and `-` as `_`)."""
     started = time.monotonic()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
@@ -186,7 +187,8 @@ def _child(command: list[str], timeout: float, logs: Path | None, name: str,
     output = done.stdout + done.stderr
     if logs is not None:
         logs.mkdir(parents=True, exist_ok=True)
-        (logs / f"{name}.log").write_text(output)
+        # Plain names: the GPU machine's transfer drops files named with a `+`.
+        (logs / (re.sub(r"[^A-Za-z0-9._-]", "_", name) + ".log")).write_text(output)
     compiler_log = list(dict.fromkeys(line.strip()[:300] for line in output.splitlines()
                                       if COMPILER_LOG.search(line)
                                       and not line.startswith(RESULT)))[:16]

@@ -105,4 +105,5 @@ def test_the_benchmark_runs_the_trainers_step_as_planned_for_an_h100(tmp_path):
     assert "xla_compiler" in variant  # planned for an H100: XLA's compiler is read
     assert results["skipped"] == [] and results["machine"]["commit"]
     assert (tmp_path / "logs" / "check.log").exists()
+    assert (tmp_path / "logs" / "plan_tfrecords_profile.log").exists()
     assert "plan+tfrecords+profile: " in done.stdout and "images/s" in done.stdout
