@@ -158,10 +158,9 @@ def train_on_vertex_ai(project: str, alternatives: list, images: dict, dataset: 
     trained, and the capacity record (which alternative trained and why not the others)."""
     from collections import namedtuple
 
-    from components.capacity.cost import tell_cost
     from components.capacity.launcher import run_training_job, summary
     from components.stage_messages import say, stage_errors
-    from components.training import job_utilization
+    from components.training.after_job import record_all
     from components.training.vertex_job import MODEL_SUBDIR
 
     with stage_errors("training"):
@@ -171,8 +170,7 @@ def train_on_vertex_ai(project: str, alternatives: list, images: dict, dataset: 
                                 gcp_resources_path=gcp_resources, log=say)
     record = done.record()
     say(f"training: {summary(record)}")
-    tell_cost(record, vertex, training_job.path, log=say)
-    job_utilization.tell(done.job, training_job.path, log=say)
+    record_all(record, done.job, vertex, training_job.path, log=say)
     training_job.metadata.update({"capacity": summary(record), "custom_job": done.job.name})
     outputs = namedtuple("VertexTraining", ["model_uri", "worker_pool_specs", "strategy",
                                             "training_plan", "capacity"])

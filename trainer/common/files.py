@@ -30,6 +30,9 @@ def replaced(path: str | os.PathLike, *, sync: bool = False) -> Iterator[Path]:
         The temporary path; it keeps `path`'s suffix (tools pick formats by it).
     """
     target = Path(path)
+    # A directory nobody created yet (on Cloud Storage FUSE one exists only once an object
+    # is under it: a job that wrote nothing leaves its job directory absent).
+    target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.stem}.{uuid.uuid4().hex[:12]}.partial{target.suffix}")
     try:
         yield partial

@@ -113,3 +113,39 @@ def test_a_reading_that_fails_is_told_and_never_fails_the_step(tmp_path):
     assert job_utilization.tell(proto, str(tmp_path), said.append, client=Unreachable()) is None
     assert said[0].startswith("Cloud Monitoring: the job's accelerator use not read (")
     assert not (tmp_path / job_utilization.FILE).exists()
+
+
+def test_records_after_the_job_are_written_where_no_directory_was_or_named_in_a_line(
+        apis, tmp_path):
+    """After a job SUCCEEDED: its directory absent (it wrote nothing) is created for the
+    records; a directory that cannot exist costs one line per record, never the step."""
+    from google.auth.credentials import AnonymousCredentials
+
+    from components.training.after_job import record_all
+
+    job = _job("2026-11-26T10:02:30Z")
+    apis.jobs[NAME] = CustomJob(NAME, job, [], state="JOB_STATE_SUCCEEDED")
+    jobs = aiplatform_v1.JobServiceClient(
+        transport="rest", client_options={"api_endpoint": apis.url},
+        credentials=AnonymousCredentials())
+    finished = aiplatform_v1.CustomJob.from_json(json.dumps(job))
+    record = {"attempts": [{"job": NAME, "region": "us-central1", "outcome": "trained"}]}
+    lines: list[str] = []
+
+    def records(job_dir):
+        return record_all(record, finished, {}, str(job_dir), lines.append,
+                          cost_client=lambda region: jobs,
+                          monitoring_client=monitoring_client(apis))
+
+    made = records(tmp_path / "nothing-written" / "training_job")
+    assert set(made) == {"cost", "accelerator use"} and None not in made.values()
+    written = sorted(p.name for p in (tmp_path / "nothing-written" / "training_job").iterdir())
+    assert written == ["cloud_monitoring.json", "cost.json"]
+    lines.clear()
+    (tmp_path / "a-file").write_text("")
+    made = records(tmp_path / "a-file" / "training_job")
+    assert made == {"cost": None, "accelerator use": None}
+    assert [line.split(" (")[0] for line in lines] == [
+        f"training: the cost record of {NAME} was not written",
+        f"training: the accelerator use record of {NAME} was not written"]
+    assert all(line.endswith("the job's outcome stands") for line in lines)

@@ -456,6 +456,30 @@ def test_the_training_step_run_again_trains_nothing_twice(emulated_run):
     assert "the job an earlier run of this step created" in again.log.read_text()
 
 
+def test_a_job_that_succeeds_having_written_nothing_leaves_its_step_green(emulated_run):
+    """Another run's training step whose CustomJob ends SUCCEEDED having written nothing
+    (its container wrote elsewhere): no job directory exists on the mount, and the step
+    still writes its records there and exits 0 with the job's outputs."""
+    apis, pipelines, mount = emulated_run["apis"], emulated_run["pipelines"], \
+        emulated_run["mount"]
+    under = f"{pipelines.job_root}-nothing-written/train-on-vertex-ai"
+    apis.replica_command = ["true"]  # ends at once, writing nothing
+    try:
+        again = pipelines.rerun("train-on-vertex-ai", artifacts_under=under, run_labels={
+            "vertex-ai-pipelines-run-billing-id": "4242"})  # finds no earlier job
+    finally:
+        apis.replica_command = None
+    (resource,) = json.loads(again.parameters["gcp_resources"])["resources"]
+    job = apis.jobs[resource["resourceUri"].split("/v1/", 1)[1]]
+    assert job.state == "JOB_STATE_SUCCEEDED" and job.resource["jobSpec"][
+        "baseOutputDirectory"]["outputUriPrefix"] == f"{under}/training_job"
+    assert again.parameters["model_uri"] == f"{under}/training_job/model"
+    cost = json.loads((mount.path(f"{under}/training_job") / "cost.json").read_text())
+    assert [j["state"] for j in cost["jobs"]] == ["JOB_STATE_SUCCEEDED"]
+    log = again.log.read_text()
+    assert "not written" not in log and "Traceback" not in log
+
+
 def test_the_build_stage_found_the_images_submit_built(emulated_run):
     apis = emulated_run["apis"]
     (build,) = apis.recorded(r"/builds$")  # once, by submit; the stage did not rebuild

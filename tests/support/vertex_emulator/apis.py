@@ -205,6 +205,9 @@ class FakeGoogleApis:
         self.queued: set[tuple[str, str]] = set()
         self.flex_expiry = "EXPIRED"
         self.get_faults: list[str] = []  # the next CustomJob GETs' faults, in order
+        # What every replica runs instead of its container's command and args (None: its
+        # own), e.g. ["true"]: a container that ends at once, having written nothing.
+        self.replica_command: list[str] | None = None
         self.fault_delay = 3.0
         from tests.support.vertex_emulator.endpoints import EndpointService
 
@@ -763,8 +766,10 @@ class FakeGoogleApis:
             problem = self.image_problem(container["imageUri"])
             if problem:
                 raise LookupError(problem)
-            command = list(container.get("command") or self._command(container["imageUri"]))
-            args, expected_gpus = _without_gpu_expectation(container.get("args", []))
+            command = list(self.replica_command or container.get("command")
+                           or self._command(container["imageUri"]))
+            args, expected_gpus = _without_gpu_expectation(
+                [] if self.replica_command else container.get("args", []))
             args, plan = _on_cpus(args)
             for index in range(len(hosts)):
                 env = {**self.environment, **(trial_env or {}),

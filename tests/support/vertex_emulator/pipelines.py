@@ -299,9 +299,18 @@ class EmulatedPipelines:
                             command=command, env=env, definition=definition,
                             **self._outputs(definition, executor_input, local))
 
-    def rerun(self, name: str) -> Task:
+    def rerun(self, name: str, *, artifacts_under: str = "",
+              run_labels: dict[str, str] | None = None) -> Task:
         """Starts a finished task's container again in a new pod (its local output files
-        gone), as a retry or a resumed run would; returns what it did this time."""
+        gone), as a retry or a resumed run would; returns what it did this time.
+
+        Args:
+            name: The task.
+            artifacts_under: A new URI for the task's output artifacts (as another run's
+                task would have: nothing is there yet); "" keeps the first run's.
+            run_labels: Vertex AI Pipelines' run labels this time (another run's: its
+                billing ID finds none of the first run's jobs); None keeps the first's.
+        """
         import shutil
 
         task = self.tasks[name]
@@ -309,16 +318,26 @@ class EmulatedPipelines:
         shutil.rmtree(local / "outputs", ignore_errors=True)
         (local / "executor_output.json").unlink(missing_ok=True)
         log = local / "rerun-log.txt"
+        executor_input, command, env = task.executor_input, task.command, task.env
+        if artifacts_under:
+            executor_input = json.loads(json.dumps(executor_input))
+            for key, value in executor_input["outputs"].get("artifacts", {}).items():
+                value["artifacts"][0]["uri"] = f"{artifacts_under.rstrip('/')}/{key}"
+            # The executor input is one argument of the command (KFP's `{{$}}`).
+            command = [json.dumps(executor_input) if _parsed(part) == task.executor_input
+                       else part for part in task.command]
+        if run_labels is not None:
+            env = {**env, "VERTEX_AI_PIPELINES_RUN_LABELS": json.dumps(run_labels)}
         self.mount.pull()
         with open(log, "w") as out:
-            code = subprocess.run(task.command, env=task.env, cwd=local, stdout=out,
+            code = subprocess.run(command, env=env, cwd=local, stdout=out,
                                   stderr=subprocess.STDOUT, timeout=self.timeout).returncode
         self.mount.push()
         if code != 0:
             raise TaskFailed(f"task {name} run again exited with {code}:\n"
                              + log.read_text()[-4000:])
-        return dataclasses.replace(task, log=log, **self._outputs(
-            task.definition, task.executor_input, local))
+        return dataclasses.replace(task, log=log, command=command, env=env, **self._outputs(
+            task.definition, executor_input, local))
 
     @staticmethod
     def _outputs(definition: dict[str, Any], executor_input: dict[str, Any],
@@ -342,6 +361,14 @@ class EmulatedPipelines:
             artifact["metadata"] = {**artifact.get("metadata", {}), **update.get("metadata", {})}
             artifacts[key] = artifact
         return {"parameters": parameters, "artifacts": artifacts}
+
+
+def _parsed(text: str) -> Any:
+    """`text` as JSON, or None when it is not."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def _in_order(tasks: dict[str, Any]) -> list[str]:
