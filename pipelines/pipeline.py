@@ -181,7 +181,7 @@ def register_if_better(project_id, vertex: dict, export, image):
                                    labels=export.outputs["labels"],
                                    unmanaged_container_model=serving.output)
             upload.set_display_name("5c register model").set_caching_options(False)
-            deploy_on_vertex(project_id, vertex, export, upload, decision["region"])
+            deploy_on_vertex(project_id, vertex, export, upload, decision)
         with dsl.Else(name="new-version"):
             # gcpc's VertexModel convention: the URI is the resource's API URL, the
             # metadata its resource name (google_cloud_pipeline_components.types.
@@ -198,50 +198,55 @@ def register_if_better(project_id, vertex: dict, export, image):
                 version_aliases=decision["version_aliases"],
                 unmanaged_container_model=serving.output, parent_model=parent.output)
             version.set_display_name("5d register model version").set_caching_options(False)
-            deploy_on_vertex(project_id, vertex, export, version, decision["region"])
+            deploy_on_vertex(project_id, vertex, export, version, decision)
 
 
-def deploy_on_vertex(project_id, vertex: dict, export, upload, region):
+def deploy_on_vertex(project_id, vertex: dict, export, upload, decision):
     """Stage 6 on Vertex AI, when the gate made the new model the default and
     `vertex.deploy.endpoint` is set: the registered version as a canary, then promoted or
     rolled back. The batch step follows a promotion (the deploy stage's, or the gate's
-    when there is no endpoint)."""
+    when there is no endpoint) when `vertex.batch_predict.source` is set (`decision`: the
+    registration's)."""
     with dsl.If(export.outputs["deploy"] == True, name="gate-deploys"):  # noqa: E712
         task = deploy_ops.deploy_on_vertex_ai(
             project=project_id, vertex=vertex, model=upload.outputs["model"],
             model_uri=export.outputs["model_uri"], job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
         task.set_display_name("6 deploy").set_caching_options(False)
-        batch_on_vertex(project_id, vertex, upload, region, task.outputs["promoted"])
+        batch_on_vertex(project_id, vertex, upload, decision, task.outputs["promoted"])
     # Two conditions, not an Elif: KFP would take an Elif here for the Else that follows
     # the caller's own condition.
     with dsl.If(export.outputs["deploy"] == False, name="no-endpoint"):  # noqa: E712
         with dsl.If(export.outputs["default"] == True, name="gate-promotes"):  # noqa: E712
-            batch_on_vertex(project_id, vertex, upload, region, True)
+            batch_on_vertex(project_id, vertex, upload, decision, True)
 
 
-def batch_on_vertex(project_id, vertex: dict, upload, region, promoted):
-    """The batch step: `vertex.batch_predict.source` scored by the promoted version as a
-    BatchPredictionJob (gcpc's ModelBatchPredictOp; JSONL instances keyed by their image,
+def batch_on_vertex(project_id, vertex: dict, upload, decision, promoted):
+    """The batch step, only with a batch source (no pod starts otherwise):
+    `vertex.batch_predict.source` scored by the promoted version as a BatchPredictionJob
+    (gcpc's ModelBatchPredictOp; JSONL instances keyed by their image,
     `components.serving.batch`)."""
     from google_cloud_pipeline_components.v1.batch_predict_job import ModelBatchPredictOp
 
-    inputs = batch_ops.batch_instances(vertex=vertex, promoted=promoted)
-    inputs.set_display_name("7a batch instances").set_caching_options(False)
-    job = inputs.outputs
-    with dsl.If(job["run"] == True, name="batch-configured"):  # noqa: E712
-        scored = ModelBatchPredictOp(
-            project=project_id, location=region, job_display_name="batch of the champion",
-            model=upload.outputs["model"], instances_format="jsonl",
-            predictions_format="jsonl", gcs_source_uris=job["uris"], instance_type="object",
-            key_field=BATCH_KEY, gcs_destination_output_uri_prefix=job["destination"],
-            machine_type=job["machine_type"],
-            starting_replica_count=job["starting_replica_count"],
-            max_replica_count=job["max_replica_count"],
-            manual_batch_tuning_parameters_batch_size=job["batch_size"],
-            service_account=job["service_account"])
-        # Never cached: a cached batch step would return last run's predictions
-        # (kubeflow/pipelines#8252).
-        scored.set_display_name("7b batch predict").set_caching_options(False)
+    with dsl.If(decision["batch"] == True, name="batch-source-set"):  # noqa: E712
+        inputs = batch_ops.batch_instances(vertex=vertex, promoted=promoted)
+        inputs.set_display_name("7a batch instances").set_caching_options(False)
+        job = inputs.outputs
+        with dsl.If(job["run"] == True, name="batch-configured"):  # noqa: E712
+            scored = ModelBatchPredictOp(
+                project=project_id, location=decision["region"],
+                job_display_name="batch of the champion",
+                model=upload.outputs["model"], instances_format="jsonl",
+                predictions_format="jsonl", gcs_source_uris=job["uris"],
+                instance_type="object", key_field=BATCH_KEY,
+                gcs_destination_output_uri_prefix=job["destination"],
+                machine_type=job["machine_type"],
+                starting_replica_count=job["starting_replica_count"],
+                max_replica_count=job["max_replica_count"],
+                manual_batch_tuning_parameters_batch_size=job["batch_size"],
+                service_account=job["service_account"])
+            # Never cached: a cached batch step would return last run's predictions
+            # (kubeflow/pipelines#8252).
+            scored.set_display_name("7b batch predict").set_caching_options(False)
 
 
 def deploy_locally(vertex: dict, registry_root, export, data):
@@ -259,23 +264,41 @@ def deploy_locally(vertex: dict, registry_root, export, data):
     batch.set_display_name("7 batch predict").set_caching_options(False).after(task)
 
 
-def notify(emails: tuple[str, ...], registry_root: str, project_id="", vertex: dict = None):
-    """The exit handler's task: it runs whatever the outcome. Vertex AI's email notification
-    (status and links) when addresses are configured; otherwise a summary in the run, which
-    also takes back the traffic of a canary a failed or cancelled run left (with emails,
-    only the deploy step itself does that: KFP allows one exit handler)."""
-    if emails:
-        from google_cloud_pipeline_components.v1.vertex_notification_email import (
-            VertexNotificationEmailOp,
-        )
+def summarize(registry_root: str, project_id="", vertex: dict = None):
+    """The run's last task: how it ended, and on Vertex AI the champion given back the
+    traffic of a canary a failed or cancelled run left."""
+    task = export_ops.summarize_run(registry_root=registry_root,
+                                    job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+                                    project=project_id, vertex=vertex or {})
+    return task.set_display_name("notify").set_caching_options(False)
 
-        task = VertexNotificationEmailOp(recipients=list(emails))
-    else:
-        task = export_ops.summarize_run(registry_root=registry_root,
-                                        job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
-                                        project=project_id, vertex=vertex or {})
-    task.set_display_name("notify").set_caching_options(False)
-    return task
+
+def exit_task(emails: tuple[str, ...], registry_root: str, project_id="", vertex: dict = None):
+    """The exit handler's task: it runs whatever the outcome. Vertex AI's email
+    notification (status and links) when addresses are configured, which works only as an
+    exit handler's exit task (gcpc's `vertex_pipelines_notification_email`); otherwise the
+    summary."""
+    if not emails:
+        return summarize(registry_root, project_id, vertex)
+    from google_cloud_pipeline_components.v1.vertex_notification_email import (
+        VertexNotificationEmailOp,
+    )
+
+    return VertexNotificationEmailOp(recipients=list(emails)).set_display_name(
+        "email").set_caching_options(False)
+
+
+def summarize_beside_emails(run, emails: tuple[str, ...], registry_root: str, project_id="",
+                            vertex: dict = None) -> None:
+    """With emails, the summary (and the champion's protection) after the exit handler's
+    group `run` as well, whatever its outcome.
+
+    kfp 2.17 refuses nested exit handlers and takes one exit task per handler; a task after
+    the group that ignores its failure compiles as an exit task does: `triggerPolicy:
+    ALL_UPSTREAM_TASKS_COMPLETED` on the group, with the group's `taskFinalStatus`.
+    """
+    if emails:
+        summarize(registry_root, project_id, vertex).after(run).ignore_upstream_failure()
 
 
 class Resources(NamedTuple):
@@ -334,7 +357,7 @@ def tune_on_vertex(project_id, training: dict, tuning: dict, vertex: dict, gpu, 
 def _vertex_run(resources: Resources, project, dataset: dict, training: dict, vertex: dict,
                 trainer_source_uri, tuning=None):
     """The Vertex AI pipeline's tasks, with or without a study."""
-    with dsl.ExitHandler(notify(resources.emails, "", project, vertex), name="run"):
+    with dsl.ExitHandler(exit_task(resources.emails, "", project, vertex), name="run") as run:
         gpu = validate(vertex, training, {})
         # The image is built (Cloud Build) while the dataset is prepared; both need only
         # stage 1, unless Dataflow's workers run the image.
@@ -351,6 +374,7 @@ def _vertex_run(resources: Resources, project, dataset: dict, training: dict, ve
                                    registry_root="", tuning=record,
                                    capacity=trained.outputs["capacity"], resources=resources)
         register_if_better(project, vertex, export, image)
+    summarize_beside_emails(run, resources.emails, "", project, vertex)
 
 
 def make_vertex_pipeline(resources: Resources):
@@ -402,7 +426,7 @@ vertex_pipeline = make_vertex_pipeline(resources_of(_DEFAULTS))
 def _local_run(dataset: dict, training: dict, vertex: dict, local_cluster: dict,
                registry_root, tuning=None):
     """The local pipeline's tasks, with the study first when there is one."""
-    with dsl.ExitHandler(notify((), registry_root, "", vertex), name="run"):
+    with dsl.ExitHandler(summarize(registry_root, "", vertex), name="run"):
         gpu = validate(vertex, training, local_cluster)
         data = prepare(dataset, gpu.outputs["input_pipelines"], gpu)
         image = build(vertex, training, push=False, trainer_source_uri="").after(data)

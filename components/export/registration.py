@@ -31,6 +31,9 @@ class Registration:
     parent_model_uri: str
     serving_image: str
     version_aliases: list[str]
+    #: The batch step follows a promotion (`vertex.batch_predict.source` is set); without
+    #: it no batch pod starts at all.
+    batch: bool = False
 
     def lines(self, default: bool) -> list[str]:
         """What the step says."""
@@ -51,4 +54,5 @@ def registration(options: VertexOptions, register: bool, default: bool,
     return Registration(
         register, options.region, options.model_display_name, options.parent_model,
         vertex_resource_uri(options.region, options.parent_model) if options.parent_model
-        else "", options.serving_image or images["cpu"]["reference"], aliases)
+        else "", options.serving_image or images["cpu"]["reference"], aliases,
+        bool(options.batch_predict.source))

@@ -57,7 +57,8 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model], training:
 def decide_registration(vertex: dict, register: bool, default: bool, images: dict) -> NamedTuple(
         "RegistrationPlan", [("register", bool), ("region", str), ("display_name", str),
                              ("parent_model", str), ("parent_model_uri", str),
-                             ("serving_image", str), ("version_aliases", list)]):
+                             ("serving_image", str), ("version_aliases", list),
+                             ("batch", bool)]):
     """Stage 5 (Vertex), part 2: how the gate's decision is registered
     (`components.export.registration`)."""
     import dataclasses

@@ -166,6 +166,14 @@ class LocalEndpoint:
     def retire(self) -> None:
         self._stop("champion")
 
+    def keep_old(self, seconds: float) -> str:
+        """No one else calls these servers: the old one stops now, as at 0s."""
+        self.retire()
+        return ""
+
+    def retire_expired(self) -> list[str]:
+        return []  # every server of an earlier run stopped with it
+
     def roll_back(self) -> None:
         self.router.weights = {"champion": 100, "canary": 0}
         self._stop("canary")

@@ -122,7 +122,16 @@ class Target(Protocol):
         registry's default alias moved)."""
 
     def retire(self) -> None:
-        """Undeploys the old model (after the grace period)."""
+        """Undeploys the old model now (a grace period of 0s)."""
+
+    def keep_old(self, seconds: float) -> str:
+        """Keeps the old model at 0 % for `seconds`, recorded where a later rollout finds
+        it (`retire_expired`); no process waits for it. Returns when it ends, in words
+        ("" when the target undeployed it at once instead)."""
+
+    def retire_expired(self) -> list[str]:
+        """Undeploys the old models an earlier rollout kept whose grace period is over;
+        returns what was done, in words."""
 
     def roll_back(self) -> None:
         """All the traffic back to the champion; the canary undeployed."""
@@ -166,6 +175,9 @@ def roll_out(target: Target, rule: DeployOptions, *, log: Callable[[str], None],
     or rolls it back (see the module's docstring). A canary still deployed when this
     raises (a failure, or the step being stopped) is rolled back first."""
     record = Rollout()
+    for retired in target.retire_expired():
+        record.step("old model undeployed", deployment=retired)
+        log(f"deploy: {retired}")
     serving = target.champion()
     if serving is None:
         deployed = target.deploy(100)
@@ -198,11 +210,18 @@ def roll_out(target: Target, rule: DeployOptions, *, log: Callable[[str], None],
         target.promote()
         record.step("promoted", traffic=100, reason=verdict.reason)
         log(f"deploy: promoted, {verdict.reason}; the new model has all the traffic and is "
-            f"the default version; the old one stays at 0% for {rule.grace_period}")
-        sleep(seconds(rule.grace_period) or 0)
-        target.retire()
-        record.step("old model undeployed")
-        log("deploy: the old model is undeployed")
+            "the default version")
+        # Nothing waits out the grace period (a pod would be billed for it): the next
+        # rollout on the endpoint undeploys the old model once it is over.
+        grace = seconds(rule.grace_period) or 0
+        until = target.keep_old(grace) if grace else target.retire()
+        if until:
+            record.step("old model kept", until=until)
+            log(f"deploy: the old model stays at 0% until {until} (deploy.grace_period "
+                f"{rule.grace_period}); the next run's deploy step undeploys it after that")
+        else:
+            record.step("old model undeployed")
+            log("deploy: the old model is undeployed")
         record.outcome, record.reason = "promoted", verdict.reason
     else:
         target.roll_back()

@@ -35,6 +35,11 @@ METRICS = "aiplatform.googleapis.com/prediction/online/"
 #: Marks the deployed models a run deployed (a DeployedModel has no labels): the exit
 #: handler finds a run's canary by it.
 CANARY_PREFIX = "canary of "
+#: The endpoint's label that keeps an old model at 0 % after a promotion: its key names the
+#: deployed model, its value the Unix second its grace period ends. Labels are the
+#: endpoint's own (Endpoint.labels: keys and values at most 64 characters of lowercase
+#: letters, digits, underscores and dashes, keys starting with a letter).
+KEPT_LABEL = "gpu-pipeline-retire-"
 
 
 class EndpointError(StageError):
@@ -143,6 +148,38 @@ class VertexEndpoint:
         if self.champion_id:
             self._undeploy(self.champion_id, {self.canary_id: 100})
 
+    def keep_old(self, seconds: float) -> str:
+        until = int(self.clock() + seconds)
+        if self.champion_id:
+            self._set_labels({**self._labels(), f"{KEPT_LABEL}{self.champion_id}": str(until)})
+        return _utc(until)
+
+    def retire_expired(self) -> list[str]:
+        labels, done = self._labels(), []
+        deployed = {d.id: d for d in self.endpoint.deployed_models}
+        split = dict(self.endpoint.traffic_split)
+        for key, value in sorted(labels.items()):
+            if not key.startswith(KEPT_LABEL):
+                continue
+            deployed_id = key[len(KEPT_LABEL):]
+            until = int(value) if value.isdigit() else 0
+            if deployed_id in deployed and until > self.clock():
+                continue  # still in its grace period
+            del labels[key]
+            if deployed_id not in deployed:
+                continue  # undeployed by someone else meanwhile
+            model = model_version(deployed[deployed_id])
+            if split.get(deployed_id, 0) > 0:
+                done.append(f"deployed model {deployed_id} ({model}) serves "
+                            f"{split[deployed_id]}% of the traffic again: kept")
+                continue
+            self._undeploy(deployed_id, {})  # it has no traffic: the split stays
+            done.append(f"the old model {deployed_id} ({model}) is undeployed, its grace "
+                        f"period over since {_utc(until)}")
+        if labels != self._labels():
+            self._set_labels(labels)
+        return done
+
     def roll_back(self) -> None:
         if self.canary_id:
             self._undeploy(self.canary_id, {self.champion_id: 100})
@@ -155,6 +192,18 @@ class VertexEndpoint:
             self.clients.endpoints.update_endpoint(
                 endpoint=aiplatform_v1.Endpoint(name=self.name, traffic_split=split),
                 update_mask=field_mask_pb2.FieldMask(paths=["traffic_split"]))
+
+    def _labels(self) -> dict[str, str]:
+        return dict(self.endpoint.labels)
+
+    def _set_labels(self, labels: dict[str, str]) -> None:
+        from google.cloud import aiplatform_v1
+        from google.protobuf import field_mask_pb2
+
+        with remote_call(f"setting the labels of {self.name}"):
+            self.endpoint = self.clients.endpoints.update_endpoint(
+                endpoint=aiplatform_v1.Endpoint(name=self.name, labels=labels),
+                update_mask=field_mask_pb2.FieldMask(paths=["labels"]))
 
     def _undeploy(self, deployed_id: str, split: dict[str, int]) -> None:
         with remote_call(f"undeploying deployed model {deployed_id} from {self.name}"):
@@ -203,6 +252,10 @@ class _SeriesReader:
         values = [cloud_monitoring.number(point.value) for series in
                   self._series(metric, "ALIGN_PERCENTILE_95", extra) for point in series.points]
         return max(values) if values else None
+
+
+def _utc(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 def serving_id(endpoint: Any) -> str:

@@ -154,12 +154,20 @@ def test_notification_emails_compile_to_vertex_email_notifications(tmp_path):
     spec = yaml.safe_load(compile_pipeline(tmp_path / "spec.yaml",
                                            resources=resources_of(config)).read_text())
     tasks = spec["root"]["dag"]["tasks"]
-    assert set(tasks) == {"exit-handler-1", "vertex-pipelines-notification-email"}
+    assert set(tasks) == {"exit-handler-1", "vertex-pipelines-notification-email",
+                          "summarize-run"}
     email = tasks["vertex-pipelines-notification-email"]
     assert email["triggerPolicy"] == {"strategy": "ALL_UPSTREAM_TASKS_COMPLETED"}
     assert email["inputs"]["parameters"]["recipients"] == {"runtimeValue": {"constant": [
         "ml-team@example.com", "oncall@example.com"]}}
     assert email["inputs"]["parameters"]["pipeline_task_final_status"] == {
+        "taskFinalStatus": {"producerTask": "exit-handler-1"}}
+    # The summary, which gives the champion back a canary's traffic, runs beside it as an
+    # exit task would: after the run's group whatever its outcome, with its final status.
+    summary = tasks["summarize-run"]
+    assert summary["triggerPolicy"] == email["triggerPolicy"]
+    assert summary["dependentTasks"] == email["dependentTasks"] == ["exit-handler-1"]
+    assert summary["inputs"]["parameters"]["status"] == {
         "taskFinalStatus": {"producerTask": "exit-handler-1"}}
 
 

@@ -394,8 +394,40 @@ def test_an_a100_pool_is_refused_where_the_region_has_no_a100s(region):
 
 
 def test_a_gpu_type_the_zone_data_does_not_cover_is_a_warning_not_a_refusal():
-    l4 = pools(("g2-standard-8", cat.L4, 1))
-    result = gv.validate_worker_pool_specs(l4, region="us-west2")
-    assert result.ok
-    assert any(w.startswith("region us-west2: where Vertex AI offers NVIDIA_L4 is not recorded "
-                            "here") for w in result.warnings)
+    gb200 = pools(("a4x-highgpu-4g", cat.GB200, 4))
+    result = gv.validate_worker_pool_specs(gb200, region="us-west2")
+    assert not any("not offered" in e for e in result.errors)
+    assert any(w.startswith("region us-west2: where Vertex AI offers NVIDIA_GB200 is not "
+                            "recorded here") for w in result.warnings)
+
+
+@pytest.mark.parametrize(("machine", "gpu", "count", "offered", "not_offered"), [
+    ("g2-standard-8", cat.L4, 1, "europe-west4", "southamerica-east1"),
+    ("a3-highgpu-8g", cat.H100_80GB, 8, "us-east5", "us-east1"),
+    ("a3-ultragpu-8g", cat.H200, 8, "us-south1", "asia-east1"),
+    ("a2-ultragpu-1g", cat.A100_80GB, 1, "us-east5", "us-west1"),
+])
+def test_accelerator_optimized_gpus_are_refused_where_compute_engine_lacks_them(
+        machine, gpu, count, offered, not_offered):
+    from components.gpu import optimized_zones
+
+    assert gv.validate_worker_pool_specs(pools((machine, gpu, count)), offered).ok
+    refused = gv.validate_worker_pool_specs(pools((machine, gpu, count)), not_offered)
+    assert f"{gpu} is not offered in region {not_offered}; regions offering it: " \
+           f"{', '.join(optimized_zones.regions_of(gpu))}" in refused.errors[0]
+    assert "2026-11-26" in refused.errors[0]
+
+
+def test_b200_where_nothing_is_recorded_is_a_warning():
+    result = gv.validate_worker_pool_specs(pools(("a4-highgpu-8g", cat.B200, 8)), "us-east1")
+    assert "where Vertex AI offers NVIDIA_B200 is not recorded here" in result.warnings[0]
+
+
+def test_optimized_zone_snapshot_is_consistent():
+    from components.gpu import optimized_zones
+
+    for gpu, regions in optimized_zones.ZONES.items():
+        assert gpu in cat.ACCELERATOR_TYPES
+        for region, zones in regions.items():
+            assert zones and all(z.startswith(region + "-") and len(z) == len(region) + 2
+                                 for z in zones)

@@ -92,7 +92,7 @@ def test_a_healthy_canary_is_promoted_and_the_old_model_undeployed(apis):
     assert deploy["deployedModel"]["dedicatedResources"]["machineSpec"] == {
         "machineType": "n1-standard-4"}
     # Watched for the whole window, read every minute, from Cloud Monitoring per model.
-    assert clock.slept == [60.0] * 10 + [0.0]
+    assert clock.slept == [60.0] * 10
     reads = [r.query["filter"][0] for r in apis.recorded(r"/timeSeries$", "GET")]
     assert any(f'metric.labels.deployed_model_id="{canary_id}"' in f
                and "prediction/online/error_count" in f for f in reads)
@@ -105,6 +105,54 @@ def test_a_healthy_canary_is_promoted_and_the_old_model_undeployed(apis):
     assert undeploy == {"deployedModelId": champion, "trafficSplit": {canary_id: 100}}
     assert [d.id for d in endpoint.deployed_models] == [canary_id]
     assert dict(endpoint.traffic_split) == {canary_id: 100}
+
+
+def test_no_step_waits_out_the_grace_period_the_next_rollout_undeploys_the_old_model(apis):
+    """A promotion with a grace period keeps the old model at 0 % and records until when in
+    the endpoint's labels; the step ends at once. A later rollout undeploys it only once
+    the grace period is over."""
+    clients = _clients(apis)
+    name, champion = _serving_champion(apis, clients)
+    apis.models.append({"model": MODEL, "version": "3", "request": {"model": {}}})
+    for version in ("2", "3"):
+        apis.endpoints.behaviour[f"{MODEL}@{version}"] = Behaviour(100, 0.0, 42.0)
+    rule = RULE.model_copy(update={"grace_period": "3600s"})
+    record, lines, endpoint, clock = _roll_out(apis, clients, rule)
+    assert record.outcome == "promoted" and clock.slept == [60.0] * 10
+    assert not apis.recorded(r":undeployModel$")
+    until = int(clock.now) + 3600
+    assert dict(endpoint.labels) == {f"gpu-pipeline-retire-{champion}": str(until)}
+    assert apis.recorded(rf"{name}$", "PATCH")[-1].query["updateMask"] == ["labels"]
+    assert record.steps[-1]["step"] == "old model kept"
+    assert lines[-1].startswith("deploy: the old model stays at 0% until 2027-01-15T09:10:00Z ")
+    assert lines[-1].endswith("(deploy.grace_period 3600s); the next run's deploy step "
+                              "undeploys it after that")
+
+    def next_rollout(at: float, version: str):
+        clock = Clock(apis)
+        clock.now = at
+        found = find_or_create(clients, "my-proj", "us-central1", "serving")
+        target = VertexEndpoint(clients, found, f"{MODEL}@{version}", RULE, "run-2",
+                                clock=clock.time)
+        seen: list[str] = []
+        done = roll_out(target, RULE, log=seen.append, sleep=clock.sleep, clock=clock.time)
+        return done, seen, clients.endpoints.get_endpoint(name=name)
+
+    done, seen, endpoint = next_rollout(until - 10, "3")  # still in its grace period
+    assert champion in [d.id for d in endpoint.deployed_models]
+    assert f"gpu-pipeline-retire-{champion}" in dict(endpoint.labels)
+    assert not any("grace period over" in line for line in seen)
+    undeployed = [r.body for r in apis.recorded(r":undeployModel$")]
+    assert all(u["deployedModelId"] != champion for u in undeployed)
+    done, seen, endpoint = next_rollout(until + 10, "2")
+    assert done.steps[0]["step"] == "old model undeployed"
+    assert seen[0] == (f"deploy: the old model {champion} ({MODEL}@1) is undeployed, its "
+                       f"grace period over since {done.steps[0]['deployment'].split()[-1]}")
+    assert champion not in [d.id for d in endpoint.deployed_models]
+    assert {"deployedModelId": champion} in [r.body for r in
+                                             apis.recorded(r":undeployModel$")]
+    assert not any(k.startswith("gpu-pipeline-retire-") and k.endswith(f"-{champion}")
+                   for k in dict(endpoint.labels))
 
 
 def test_a_canary_with_30_percent_errors_is_rolled_back_at_the_first_reading(apis):

@@ -47,7 +47,7 @@ from tests.support.paths import ROOT
 from tests.support.vertex_emulator.apis import FakeGoogleApis, image_entrypoints
 from tests.support.vertex_emulator.endpoints import Behaviour
 from tests.support.vertex_emulator.mount import StandInMount
-from tests.support.vertex_emulator.pipelines import EmulatedPipelines, environment
+from tests.support.vertex_emulator.pipelines import EmulatedPipelines, TaskFailed, environment
 
 pytestmark = pytest.mark.slow
 REPO = "us-central1-docker.pkg.dev/my-proj/ml-images"
@@ -115,7 +115,8 @@ def emulated_vertex(work: Path):
             clients = _clients(storage, apis.url)
 
             def run(vertex: dict, training: dict, tuning: dict | None = None,
-                    dataset: dict | None = None, faults: tuple[str, ...] = ()) -> dict:
+                    dataset: dict | None = None, faults: tuple[str, ...] = (),
+                    kill_when: dict | None = None, fails: bool = False) -> dict:
                 config = load_config(overrides={
                     "vertex": {"project": "my-proj", "region": "us-central1",
                                "pipeline_root": "gs://pipelines/root",
@@ -128,9 +129,16 @@ def emulated_vertex(work: Path):
                 apis.get_faults = list(faults)  # what the training step's looks meet
                 started = time.monotonic()
                 emulated = EmulatedPipelines(work / f"run{len(clients.pipeline_api.calls)}",
-                                             mount, env, image_problem=apis.image_problem)
-                tasks = emulated.run(request)
-                return {"tasks": tasks, "pipelines": emulated, "apis": apis,
+                                             mount, env, image_problem=apis.image_problem,
+                                             kill_when=kill_when)
+                failure = ""
+                try:
+                    tasks = emulated.run(request)
+                except TaskFailed as exc:
+                    if not fails:
+                        raise
+                    tasks, failure = emulated.tasks, str(exc)
+                return {"tasks": tasks, "failure": failure, "pipelines": emulated, "apis": apis,
                         "request": request, "mount": mount,
                         "storage": storage, "env": env, "work": work, "clients": clients,
                         "dataflow": dataflow, "seconds": time.monotonic() - started}
@@ -204,7 +212,8 @@ def test_every_stage_ran_from_the_compiled_spec(emulated_run):
     assert branches == {"gate-registers": "SUCCEEDED", "condition-branches-3": "SUCCEEDED",
                         "new-model": "SUCCEEDED", "new-version": "SKIPPED",
                         "gate-deploys": "SKIPPED", "no-endpoint": "SUCCEEDED",
-                        "gate-promotes": "SUCCEEDED", "batch-configured": "SUCCEEDED"}
+                        "gate-promotes": "SUCCEEDED", "batch-source-set": "SUCCEEDED",
+                        "batch-configured": "SUCCEEDED"}
     # The exit handler's task got the run's final status as Vertex AI passes it.
     status = tasks["summarize-run"].executor_input["inputs"]["parameterValues"]["status"]
     assert status["state"] == "SUCCEEDED" and status["pipelineJobResourceName"] == \
@@ -719,6 +728,10 @@ def test_each_promotion_mode_registers_as_the_gate_decided(emulated_run):
     assert upload.parent_model == parent and list(upload.model.version_aliases) == []
     assert upload.model.labels["promoted"] == "true"
     (deployed,) = [t for t in won["tasks"].values() if t.display_name == "6 deploy"]
+    # No batch source: no batch pod at all.
+    assert {t.display_name: t.state for t in won["tasks"].values()}["batch-source-set"] == \
+        "SKIPPED"
+    assert not any(t.display_name.startswith("7") for t in won["tasks"].values())
     log = deployed.log.read_text()
     # 30 % of a count of requests that depends on the seconds it ran: 60 of 201 is 29.9 %.
     assert deployed.state == "SUCCEEDED" and re.search(
@@ -772,6 +785,46 @@ def test_each_promotion_mode_registers_as_the_gate_decided(emulated_run):
         {"b64": base64.b64encode((work / f"image{n}.png").read_bytes()).decode()}
         for n in range(2)]}
     # never: the parameter-server run below.
+
+
+def test_a_run_killed_mid_canary_with_emails_set_gives_the_champion_its_traffic_back(
+        emulated_run):
+    """With `vertex.notification_emails`, the exit task is Vertex AI's email and the
+    summary runs beside it. A run whose deploy step is killed while its canary serves (its
+    pod evicted, the run cancelled: nothing of the step's own runs) fails; the team is
+    emailed and the champion gets all the traffic back. After the promotion test: the
+    first run's model is the parent, version 2 the champion on a second endpoint."""
+    run, apis = emulated_run["run"], emulated_run["apis"]
+    parent = "projects/my-proj/locations/us-central1/models/1"
+    apis.set_default(parent, "2")
+    endpoint = apis.endpoints.add("projects/my-proj/locations/us-central1", "guarded")
+    champion_id = apis.endpoints.serve(endpoint, f"{parent}@2")
+    served = apis.endpoints.endpoints[endpoint]
+
+    def canary_serves() -> bool:
+        return any(d.get("displayName", "").startswith("canary of ")
+                   for d in served["deployedModels"])
+
+    emails = ["ml-team@example.com"]
+    deploy = {"endpoint": "guarded", "canary_percent": 20, "watch_window": "600s",
+              "check_interval": "2s", "min_requests": 50, "grace_period": "0s"}
+    killed = run({"parent_model": parent, "accuracy_threshold": 0.0, "promotion": "default",
+                  "deploy": deploy, "notification_emails": emails},
+                 {"epochs": 2, "batch_size": 32}, kill_when={"6 deploy": canary_serves},
+                 fails=True)
+    tasks = killed["tasks"]
+    (deployed,) = [t for t in tasks.values() if t.display_name == "6 deploy"]
+    assert deployed.state == "FAILED" and "exited with killed" in killed["failure"]
+    assert tasks["exit-handler-1"].state == "FAILED"
+    assert tasks["vertex-pipelines-notification-email"].state == "SUCCEEDED"
+    assert [(n["recipients"], n["state"]) for n in killed["pipelines"].notifications] == [
+        (emails, "FAILED")]
+    summary = tasks["summarize-run"]
+    assert summary.state == "SUCCEEDED"
+    assert summary.executor_input["inputs"]["parameterValues"]["status"]["state"] == "FAILED"
+    assert "has all the traffic again" in summary.log.read_text(), summary.log.read_text()
+    assert served["trafficSplit"] == {champion_id: 100}
+    assert [d["id"] for d in served["deployedModels"]] == [champion_id]
 
 
 STUDY = {"max_trials": 2, "parallel_trials": 1, "max_failed_trials": 1,

@@ -349,15 +349,18 @@ class FakeGoogleApis:
     @staticmethod
     def _not_offered(region: str, spec: dict[str, Any]) -> str:
         """A GPU type of the job that the region does not offer, by the zone data the
-        project reads (`components.gpu.catalog.ZONES`, for the regions and types it
-        records); "" if none."""
-        from components.gpu import catalog
+        project reads (`components.gpu.catalog.ZONES` for the regions and types it records,
+        `components.gpu.optimized_zones` for the accelerator-optimized types); "" if
+        none."""
+        from components.gpu import catalog, optimized_zones
+        from components.gpu.validation import offered_zones
 
-        zones = catalog.ZONES.get(region)
+        zones = offered_zones(region)
         for pool in map(aiplatform_pool, spec.get("workerPoolSpecs", [])):
             gpu = pool.get("machine_spec", {}).get("accelerator_type") if pool else ""
-            if zones and gpu in catalog.ZONED_ACCELERATORS and \
-                    not any(gpu in offered for offered in zones.values()):
+            covered = optimized_zones.regions_of(gpu) is not None or (
+                gpu in catalog.ZONED_ACCELERATORS and region in catalog.ZONES)
+            if gpu and covered and not any(gpu in offered for offered in zones.values()):
                 return gpu
         return ""
 

@@ -2,8 +2,9 @@
 
 Endpoints (REST reference, projects.locations.endpoints): create (its operation done at
 once), get, list (`display_name="..."` filters), deployModel, undeployModel, patch
-(`updateMask=traffic_split`), predict (the deployed model the traffic split picks answers
-with the project's predictor on its artifacts, as the serving container would). Refused
+(`updateMask=traffic_split`, or `labels`, checked as Vertex AI checks them), predict (the
+deployed model the traffic split picks answers with the project's predictor on its
+artifacts, as the serving container would). Refused
 as Vertex AI refuses them (400 INVALID_ARGUMENT, or FAILED_PRECONDITION): a traffic split
 whose values do not add up to 100, or that names an ID the endpoint does not hold (`"0"`
 is the model being deployed, and only in deployModel); a model or version the registry
@@ -232,6 +233,13 @@ class EndpointService:
         if endpoint is None:
             return 404, _error(404, f"Endpoint {name} not found")
         mask = (query or {}).get("updateMask", [""])[0]
+        if mask == "labels":
+            labels = dict(body.get("labels") or {})
+            problem = next(filter(None, map(_label_problem, labels.items())), None)
+            if problem:
+                return 400, _error(400, problem)
+            endpoint["labels"] = labels
+            return 200, endpoint
         if "trafficSplit" not in mask and "traffic_split" not in mask:
             return 400, _error(400, f"update_mask {mask!r} changes nothing this fake knows")
         split = {k: int(v) for k, v in (body.get("trafficSplit") or {}).items()}
@@ -338,3 +346,15 @@ class EndpointService:
                            "points": [{"interval": {"endTime": query["interval.endTime"][0]},
                                        "value": value}]})
         return 200, {"timeSeries": series}
+
+
+def _label_problem(item: tuple[str, str]) -> str | None:
+    """Why Vertex AI refuses a label (Endpoint.labels: "Label keys and values can be no
+    longer than 64 characters (Unicode codepoints), can only contain lowercase letters,
+    numeric characters, underscores and dashes. International characters are allowed";
+    keys start with a letter), or None."""
+    key, value = item
+    if not re.fullmatch(r"[^\W\d_][\w-]{0,63}", key) or \
+            not re.fullmatch(r"[\w-]{0,64}", value) or f"{key}{value}".lower() != key + value:
+        return f"Invalid label {key!r}: {value!r}"
+    return None

@@ -17,7 +17,12 @@ Every task comes from the request's compiled spec, never from Python function re
 - every task's container gets the run's labels in `VERTEX_AI_PIPELINES_RUN_LABELS`, as
   Vertex AI Pipelines sets them (the run's billing ID among them; gcpc's
   `gcp_labels_util` reads them), and `rerun` starts a task's container again as a retry
-  in a new pod would: the same executor input, none of the earlier pod's local files.
+  in a new pod would: the same executor input, none of the earlier pod's local files;
+- gcpc's email notification is sent by the service itself (its container would raise
+  NotImplementedError; "This component works only on Vertex Pipelines"): recorded in
+  `notifications`, and failed unless its status is an exit task's (`taskFinalStatus`);
+- `kill_when` kills a task's container once a condition holds (a pod evicted, or a run
+  cancelled, in the middle of its work: nothing of the step's own runs after it).
 """
 
 from __future__ import annotations
@@ -104,12 +109,17 @@ class EmulatedPipelines:
         timeout: Longest a task may take, in seconds.
         image_problem: Why an executor's image would be refused or not pulled, or None
             (`FakeGoogleApis.image_problem`); images are not checked without it.
+        kill_when: Task name or display name -> a condition; the task's container is
+            killed (SIGKILL) as soon as it holds.
     """
 
     def __init__(self, work_dir: Path, mount: StandInMount, environment: dict[str, str],
                  timeout: float = 900,
-                 image_problem: Callable[[str], str | None] | None = None):
+                 image_problem: Callable[[str], str | None] | None = None,
+                 kill_when: dict[str, Callable[[], bool]] | None = None):
         self.work_dir = work_dir
+        self.kill_when = kill_when or {}
+        self.notifications: list[dict[str, Any]] = []
         self.mount = mount
         self.environment = environment
         self.timeout = timeout
@@ -284,13 +294,12 @@ class EmulatedPipelines:
         env = {**self.environment, **{e["name"]: e["value"] for e in container.get("env", [])},
                "VERTEX_AI_PIPELINES_RUN_LABELS": json.dumps(self.run_labels)}
         log = local / "log.txt"
+        if any(EMAIL_EXECUTOR in part for part in command):
+            return self._email(name, task, values, log)
         self.mount.pull()
         with open(log, "w") as out:
-            try:
-                code = subprocess.run(command, env=env, cwd=local, stdout=out,
-                                      stderr=subprocess.STDOUT, timeout=self.timeout).returncode
-            except subprocess.TimeoutExpired:
-                code = "timeout"
+            code = self._run(command, env, local, out, self.kill_when.get(
+                name, self.kill_when.get(task["taskInfo"]["name"])))
         self.mount.push()
         if code != 0:
             raise TaskFailed(f"task {name} ({task['taskInfo']['name']}) exited with {code}:\n"
@@ -298,6 +307,45 @@ class EmulatedPipelines:
         return self._record(name, task, "SUCCEEDED", executor_input=executor_input, log=log,
                             command=command, env=env, definition=definition,
                             **self._outputs(definition, executor_input, local))
+
+    def _run(self, command: list[str], env: dict[str, str], cwd: Path, out: Any,
+             condition: Callable[[], bool] | None) -> int | str:
+        """A task's container to its end: its exit code, "timeout", or "killed" (once
+        `condition` held)."""
+        import time
+
+        process = subprocess.Popen(command, env=env, cwd=cwd, stdout=out,
+                                   stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + self.timeout
+        try:
+            while process.poll() is None:
+                if condition is not None and condition():
+                    process.kill()
+                    process.wait()
+                    return "killed"
+                if time.monotonic() > deadline:
+                    return "timeout"
+                time.sleep(0.1)
+            return process.returncode
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+    def _email(self, name: str, task: dict[str, Any], values: dict[str, Any],
+               log: Path) -> Task:
+        """Vertex AI's email notification: sent by the service, only as an exit task."""
+        source = task.get("inputs", {}).get("parameters", {}).get(
+            "pipeline_task_final_status", {})
+        if "taskFinalStatus" not in source:
+            log.write_text("The notification email component can only be used as an "
+                           "ExitHandler's exit task.\n")
+            raise TaskFailed(f"task {name}: {log.read_text()}")
+        status = values["pipeline_task_final_status"]
+        self.notifications.append({"recipients": list(values["recipients"]),
+                                   "state": status["state"], "status": status})
+        log.write_text(f"emailed {', '.join(values['recipients'])}: {status['state']}\n")
+        return self._record(name, task, "SUCCEEDED", log=log)
 
     def rerun(self, name: str, *, artifacts_under: str = "",
               run_labels: dict[str, str] | None = None) -> Task:
@@ -361,6 +409,10 @@ class EmulatedPipelines:
             artifact["metadata"] = {**artifact.get("metadata", {}), **update.get("metadata", {})}
             artifacts[key] = artifact
         return {"parameters": parameters, "artifacts": artifacts}
+
+
+#: The module of gcpc's email notification's container (Vertex AI sends the email).
+EMAIL_EXECUTOR = "google_cloud_pipeline_components.container.v1.vertex_notification_email"
 
 
 def _parsed(text: str) -> Any:
