@@ -229,7 +229,7 @@ def tell_cost(record: Mapping[str, Any], vertex: Mapping[str, Any], job_dir: str
     """The training step's last words: the estimate in one line (`vertex.prices` over the
     table). What the run cost is told, never a reason to fail the step: an estimate that
     cannot be made says why."""
-    from components.capacity.launcher import jobs_client
+    from components.capacity.vertex_launch import jobs_client
     from trainer.common.errors import ProjectError
 
     try:

@@ -1,5 +1,5 @@
 """The batch step as a KFP component: the instances a BatchPredictionJob reads (gcpc's
-ModelBatchPredictOp runs the job; `pipelines.pipeline.batch_on_vertex`)."""
+ModelBatchPredictOp runs the job; `pipelines.serving_stages.batch_on_vertex`)."""
 
 # No `from __future__ import annotations`: KFP reads the real annotation objects.
 

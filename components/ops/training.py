@@ -158,7 +158,8 @@ def train_on_vertex_ai(project: str, alternatives: list, images: dict, dataset: 
     trained, and the capacity record (which alternative trained and why not the others)."""
     from collections import namedtuple
 
-    from components.capacity.launcher import run_training_job, summary
+    from components.capacity.launcher import summary
+    from components.capacity.vertex_launch import run_training_job
     from components.stage_messages import say, stage_errors
     from components.training.after_job import record_all
     from components.training.vertex_job import MODEL_SUBDIR

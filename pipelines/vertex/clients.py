@@ -71,7 +71,7 @@ class Clients:
         if self.jobs is not None:
             return self.jobs
         if region not in self._regional:
-            from components.capacity.launcher import jobs_client
+            from components.capacity.vertex_launch import jobs_client
 
             with remote_call(f"connecting to Vertex AI in {region}"):
                 self._regional[region] = jobs_client(region)

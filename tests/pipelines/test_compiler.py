@@ -9,6 +9,9 @@ from components.ops import names
 from pipelines.compiler import compile_pipeline, normalised_spec
 from tests.support.paths import ROOT
 
+# Exercised here without an import, in every compiled spec: `pipelines.serving_stages`
+# (registration, deploy, batch and the exit handler's tasks).
+
 COMMITTED = ROOT / "compiled" / "gpu_training_pipeline.yaml"
 
 

@@ -12,7 +12,8 @@ from google.cloud import aiplatform_v1, cloudquotas_v1
 
 from components import images
 from components.capacity.job_records import job_labels
-from components.capacity.launcher import Launch, quota_checker
+from components.capacity.launcher import Launch
+from components.capacity.vertex_launch import quota_checker
 from components.gpu.alternatives import check_alternatives
 from components.training.vertex_job import custom_job, custom_job_spec, trainer_flags
 from pipelines.config_loading import load_config

@@ -1,0 +1,102 @@
+"""The training step's launch on Vertex AI, wired from the pipeline's options: each of
+stage 1's alternatives as a CustomJob of the trainer with its own training plan, the
+regions' JobServiceClients, the quota check before each try, and the jobs an earlier run
+of the step left (`components.capacity.launcher` decides; this module only assembles what
+it is given).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from components.capacity import quotas
+from components.capacity.following import (
+    POLL_SECONDS,
+    REQUEST_TIMEOUT,
+    RETRY_FIRST_DELAY,
+    Watch,
+)
+from components.capacity.launcher import Launch, Result, launch
+from components.cloud_names import vertex_endpoint
+from components.durations import duration_seconds
+from components.gpu.alternatives import Alternative
+
+
+def jobs_client(region: str) -> Any:
+    """A Vertex AI JobServiceClient of a region's endpoint, with the default credentials."""
+    from google.cloud import aiplatform_v1
+
+    return aiplatform_v1.JobServiceClient(
+        client_options={"api_endpoint": vertex_endpoint(region)})
+
+
+def quota_checker(client: Any, project: str, log: Callable[[str], None]
+                  ) -> Callable[[Alternative], str]:
+    """Why an alternative's quota is below its need ("" if not, or if the quotas cannot be
+    read: then Vertex AI decides), reading the project's quotas once per call."""
+    def check(alternative: Alternative) -> str:
+        try:
+            infos = quotas.read_quota_infos(client, project)
+        except Exception as exc:  # noqa: BLE001 - a reading problem must not stop training
+            log(f"capacity: the quotas could not be read ({exc}); trying {alternative.label}")
+            return ""
+        found = quotas.check(quotas.needs(alternative.pools, alternative.region,
+                                          alternative.scheduling_strategy), infos)
+        return "; ".join(q.describe(project) for q in found if q.refused)
+    return check
+
+
+def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
+                     images: Mapping[str, Any], *, dataset_path: str, output_uri: str,
+                     output_path: str, training: Mapping[str, Any], vertex: Mapping[str, Any],
+                     gcp_resources_path: str, log: Callable[[str], None]) -> Result:
+    """Stage 4 on Vertex AI: stage 1's alternatives, each as a CustomJob of the trainer
+    with its own training plan, tried in order until one trains (`launch`); the jobs an
+    earlier run of the step created are followed first.
+
+    Raises:
+        TrainingJobError, LostJobError, NoCapacityError: As `launch`.
+    """
+    from components.capacity.job_records import find_earlier, job_labels
+    from components.training.vertex_job import custom_job, custom_job_spec, trainer_flags
+    from components.vertex_options import VertexOptions
+    from trainer.common.schema import validate
+    from trainer.run.training_options import TrainingOptions
+
+    options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
+    trainer = validate(TrainingOptions, training, prefix="training", strict=False)
+    # One display name for every attempt: the same run's training, wherever it ran.
+    checked = [Alternative.from_dict(a) for a in alternatives]
+    name = custom_job_spec(checked[0].pools, images, dataset_path=dataset_path,
+                           output_uri=output_uri, output_path=output_path,
+                           job_name=options.job_name)["display_name"]
+
+    def make_job(alternative: Alternative) -> Any:
+        spec = custom_job_spec(alternative.pools, images,
+                               dataset_path=dataset_path, output_uri=output_uri,
+                               output_path=output_path, job_name=options.job_name,
+                               trainer_args=trainer_flags(trainer, alternative.plan.to_dict()))
+        return custom_job({**spec, "display_name": name}, options,
+                          alternative.scheduling_strategy,
+                          labels=job_labels(options.labels, alternative.index))
+
+    clients: dict[str, Any] = {}
+
+    def jobs_for(region: str) -> Any:
+        if region not in clients:
+            clients[region] = jobs_client(region)
+        return clients[region]
+
+    how = Launch(project, make_job, jobs_for,
+                 quota_checker(quotas.quotas_client(), project, log), log,
+                 rounds=options.capacity_rounds,
+                 backoff_seconds=duration_seconds(options.capacity_backoff) or 0.0,
+                 queue_limit_seconds=duration_seconds(options.queue_limit) or 0.0,
+                 find_earlier=lambda: find_earlier(project, [a.region for a in checked],
+                                                   jobs_for, gcp_resources_path, log),
+                 gcp_resources_path=gcp_resources_path,
+                 watch=Watch(log, poll_seconds=POLL_SECONDS,
+                             retry_first_delay=RETRY_FIRST_DELAY,
+                             request_timeout=REQUEST_TIMEOUT))
+    return launch(checked, how)
