@@ -5,7 +5,7 @@ The run itself is `trainer.run.replica`; this module only starts it, so that the
 in images, CustomJobs and local clusters stays the same whatever moves inside `trainer/`.
 """
 
-import logging
+import atexit
 import os
 import sys
 
@@ -13,11 +13,13 @@ from trainer.run.replica import main
 
 
 def exit_now(code: int) -> None:
-    """Ends the process with `code` once its output is flushed, skipping the interpreter's
-    teardown.
+    """Ends the process with `code` once its exit handlers ran and its output is flushed,
+    skipping the interpreter's finalization.
 
-    Every record of the run is written and closed before `main` returns. What teardown
-    would add is a race: TensorFlow's daemon threads (ParameterServerStrategy's
+    Every record of the run is written and closed before `main` returns, and the `atexit`
+    handlers still run (logging's flush, AutoGraph's removal of the modules it generated in
+    the temporary directory: `tensorflow/python/autograph/pyct/loader.py`). What
+    finalization would add is a race: TensorFlow's daemon threads (ParameterServerStrategy's
     `WorkerClosureProcessingLoop` and `WorkerPreemptionHandler`, in
     `tensorflow/python/distribute/coordinator/cluster_coordinator.py`) may still be inside
     C++ when Python finalizes, and a thread that takes the GIL back then is terminated
@@ -26,7 +28,7 @@ def exit_now(code: int) -> None:
     aborts the process ("terminate called ... FATAL: exception not rethrown", signal 6), so a
     chief that had exported its model exited -6 and failed its job.
     """
-    logging.shutdown()
+    atexit._run_exitfuncs()  # what a normal exit runs first
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

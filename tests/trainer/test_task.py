@@ -16,3 +16,14 @@ def test_exit_now_flushes_output_and_keeps_the_code():
     assert result.returncode == 3
     assert result.stdout == "model written"
     assert "last line" in result.stderr
+
+
+def test_exit_now_runs_the_exit_handlers_first(tmp_path):
+    left = tmp_path / "generated.py"
+    program = ("import atexit, os, sys; from trainer.task import exit_now; "
+               f"open({str(left)!r}, 'w').close(); "
+               f"atexit.register(os.remove, {str(left)!r}); exit_now(0)")
+    result = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert not left.exists()  # as AutoGraph removes the modules it generated
