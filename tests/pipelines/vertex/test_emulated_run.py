@@ -792,13 +792,13 @@ def test_a_run_killed_mid_canary_with_emails_set_gives_the_champion_its_traffic_
     """With `vertex.notification_emails`, the exit task is Vertex AI's email and the
     summary runs beside it. A run whose deploy step is killed while its canary serves (its
     pod evicted, the run cancelled: nothing of the step's own runs) fails; the team is
-    emailed and the champion gets all the traffic back. After the promotion test: the
-    first run's model is the parent, version 2 the champion on a second endpoint."""
+    emailed and the champion gets all the traffic back. The first run's model serves on a
+    second endpoint; the run registers a new model, which that endpoint gets as a canary
+    beside it."""
     run, apis = emulated_run["run"], emulated_run["apis"]
     parent = "projects/my-proj/locations/us-central1/models/1"
-    apis.set_default(parent, "2")
     endpoint = apis.endpoints.add("projects/my-proj/locations/us-central1", "guarded")
-    champion_id = apis.endpoints.serve(endpoint, f"{parent}@2")
+    champion_id = apis.endpoints.serve(endpoint, f"{parent}@1")
     served = apis.endpoints.endpoints[endpoint]
 
     def canary_serves() -> bool:
@@ -808,9 +808,8 @@ def test_a_run_killed_mid_canary_with_emails_set_gives_the_champion_its_traffic_
     emails = ["ml-team@example.com"]
     deploy = {"endpoint": "guarded", "canary_percent": 20, "watch_window": "600s",
               "check_interval": "2s", "min_requests": 50, "grace_period": "0s"}
-    killed = run({"parent_model": parent, "accuracy_threshold": 0.0, "promotion": "default",
-                  "deploy": deploy, "notification_emails": emails},
-                 {"epochs": 2, "batch_size": 32}, kill_when={"6 deploy": canary_serves},
+    killed = run({"accuracy_threshold": 0.0, "deploy": deploy, "notification_emails": emails},
+                 {"epochs": 1, "batch_size": 32}, kill_when={"6 deploy": canary_serves},
                  fails=True)
     tasks = killed["tasks"]
     (deployed,) = [t for t in tasks.values() if t.display_name == "6 deploy"]
