@@ -139,7 +139,6 @@ def score_local_run(registry_root: str, options: VertexOptions, job_name: str,
     from components.export import local_registry
     from components.serving.rollout import serves_new
     from trainer.common import files
-    from trainer.serving.app import SavedModelPredictor
 
     batch = options.batch_predict
     if not batch.source:
@@ -158,6 +157,9 @@ def score_local_run(registry_root: str, options: VertexOptions, job_name: str,
                        / job_name)
     log(f"batch predict: {len(paths)} images of {batch.source} with version "
         f"{entry['version']}")
+    # TensorFlow (2-3 s to import) only when there is something to score.
+    from trainer.serving.app import SavedModelPredictor
+
     predictor = SavedModelPredictor()
     predictor.load(saved)
     results, errors = score(predictor, paths, batch_size=batch.batch_size)
