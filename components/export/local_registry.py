@@ -133,6 +133,16 @@ def models(registry_root: str | os.PathLike) -> dict[str, dict[str, Any]]:
     return {d.name: load(d) for d in sorted(root.iterdir()) if (d / INDEX).is_file()}
 
 
+def latest(registry_root: str | os.PathLike) -> str | None:
+    """The model the most recent registration went to (what a user who names no model
+    means: the one their last run trained), or None with no model at all."""
+    root = Path(registry_root)
+    # A run writes its model's index last (the registration, the rollout's facts).
+    written = {name: (root / name / INDEX).stat().st_mtime_ns
+               for name, index in models(root).items() if index["versions"]}
+    return max(written, key=written.__getitem__) if written else None
+
+
 def describe(name: str, index: dict[str, Any]) -> list[str]:
     """The lines `models list` prints for one model: every version, the default marked."""
     lines = [f"{name}: {len(index['versions'])} version(s), default {index['default']}"]

@@ -20,9 +20,10 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--pipeline-root", type=Path, default=DEFAULT_LOCAL_ROOT,
                         help=f"The local runs' root (default: {DEFAULT_LOCAL_ROOT}/).")
-    parser.add_argument("--model", default=VertexOptions().model_display_name,
+    parser.add_argument("--model", default=None,
                         help="The model's name in the local registry (vertex."
-                             "model_display_name; default: %(default)s).")
+                             "model_display_name; default: the model the last local run "
+                             f"registered, {VertexOptions().model_display_name} in the demo).")
     parser.add_argument("--version", default="",
                         help="A version of it (default: the default version, the champion).")
 
@@ -30,9 +31,13 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
 def local_model(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """(the registry entry, the SavedModel directory) the flags name."""
     from components.export import local_registry as local
+    from components.vertex_options import VertexOptions
     from pipelines.local_run import REGISTRY
 
-    return local.served(args.pipeline_root / REGISTRY, args.model, args.version)
+    registry = args.pipeline_root / REGISTRY
+    if args.model is None:  # the model the user's last run trained, whatever its name
+        args.model = local.latest(registry) or VertexOptions().model_display_name
+    return local.served(registry, args.model, args.version)
 
 
 def add_parser(commands: Any, parser_class: type) -> None:

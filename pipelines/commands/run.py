@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     say(f"champion/challenger: {result.decision}" + (
         f" (registry version {result.registered_version})" if result.registered_version
         else ""))
-    _how_to_call(config, args.pipeline_root)
+    _how_to_call(config, args.pipeline_root, result.registered_version)
     for line in _open_next(result):
         print(line)
     # Each artifact is RUN_DIR/<task>/<output>, named so; a reused dataset lies elsewhere.
@@ -124,18 +124,29 @@ def _open_next(result) -> list[str]:
     return lines
 
 
-def _how_to_call(config, pipeline_root) -> None:
-    """How to call the model that serves now (the local registry's default), if any."""
+def _how_to_call(config, pipeline_root, registered: str) -> None:
+    """How to call the model that serves now (the local registry's default of the run's
+    model, `vertex.model_display_name`), or that there is none; `registered` is the
+    version this run registered ("" for none)."""
     from components.export import local_registry as local
+    from components.vertex_options import VertexOptions
+    from pipelines.commands.common import DEFAULT_LOCAL_ROOT
     from pipelines.commands.serve import request_example
     from pipelines.local_run import REGISTRY
 
     name = config.vertex.model_display_name
     default = local.load(pipeline_root / REGISTRY / name)["default"]
     if default is None:
+        say(f"no model to call: this run registered none and the local registry has no "
+            f"{name!r}")
         return
-    say(f"call the champion ({name} version {default}): gpu-pipeline predict IMAGE..., or "
-        "gpu-pipeline serve (the model server on http://127.0.0.1:8080) and then:")
+    flags = (f" --model {name}" if name != VertexOptions().model_display_name else "") + \
+        (f" --pipeline-root {pipeline_root}" if Path(pipeline_root) != DEFAULT_LOCAL_ROOT
+         else "")
+    if not registered:
+        say(f"this run registered no model: the champion is still {name} version {default}")
+    say(f"call the champion ({name} version {default}): gpu-pipeline predict IMAGE...{flags}, "
+        f"or gpu-pipeline serve{flags} (the model server on http://127.0.0.1:8080) and then:")
     print(request_example("http://127.0.0.1:8080"))
 
 

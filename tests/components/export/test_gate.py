@@ -148,6 +148,52 @@ def test_the_local_registry_keeps_versions_and_the_default(tmp_path):
     assert lines[3].startswith(" * version 3") and lines[1].startswith("   version 1")
 
 
+def test_predict_without_a_model_name_calls_the_model_the_last_run_registered(tmp_path):
+    import argparse
+    import os
+
+    from pipelines.commands.predict import local_model
+    from pipelines.local_run import REGISTRY
+
+    registry = tmp_path / "local_runs" / REGISTRY
+    assert local.latest(registry) is None
+    made = {"metric": "test_accuracy", "challenger": 0.9, "reason": "first", "promoted": True}
+    for name in ("gpu-pipeline-model", "shapes3"):
+        local.register(registry / name, _saved_model(tmp_path / name, name),
+                       {"test_accuracy": 0.9}, _record(), made, default=True)
+    index = registry / "gpu-pipeline-model" / local.INDEX
+    os.utime(index, ns=(1, 1))  # the demo's model, registered long before
+    assert local.latest(registry) == "shapes3"
+    args = argparse.Namespace(pipeline_root=tmp_path / "local_runs", model=None, version="")
+    entry, saved = local_model(args)
+    assert args.model == "shapes3" and Path(saved, "saved_model.pb").read_text() == "shapes3"
+    named = argparse.Namespace(pipeline_root=tmp_path / "local_runs",
+                               model="gpu-pipeline-model", version="")
+    assert Path(local_model(named)[1], "saved_model.pb").read_text() == "gpu-pipeline-model"
+
+
+def test_the_runs_hint_calls_the_runs_own_model_or_says_there_is_none(tmp_path, capsys):
+    from pipelines.commands.run import _how_to_call
+    from pipelines.local_run import REGISTRY
+
+    root = tmp_path / "runs"
+    config = load_config(overrides={"vertex": {"model_display_name": "shapes3"}})
+    _how_to_call(config, root, registered="")
+    assert "no model to call: this run registered none and the local registry has no " \
+           "'shapes3'" in capsys.readouterr().out
+    made = {"metric": "test_accuracy", "challenger": 0.9, "reason": "first", "promoted": True}
+    local.register(root / REGISTRY / "shapes3", _saved_model(tmp_path / "s", "s"),
+                   {"test_accuracy": 0.9}, _record(), made, default=True)
+    _how_to_call(config, root, registered="1")
+    out = capsys.readouterr().out
+    assert f"call the champion (shapes3 version 1): gpu-pipeline predict IMAGE... --model " \
+           f"shapes3 --pipeline-root {root}, or gpu-pipeline serve --model shapes3 " \
+           f"--pipeline-root {root} (the model server" in out
+    _how_to_call(config, root, registered="")  # a run the gate turned down
+    assert "this run registered no model: the champion is still shapes3 version 1" in \
+        capsys.readouterr().out
+
+
 def test_a_damaged_registry_is_a_clear_error(tmp_path, capsys):
     model_dir = tmp_path / "local_runs" / "registry" / "m"
     model_dir.mkdir(parents=True)
