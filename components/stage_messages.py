@@ -4,11 +4,17 @@ as its message alone (no traceback) with exit code 1."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 
 from components.identity import LOG_PREFIX
 from trainer.common.errors import ProjectError
+
+#: A local run's file where each failed stage writes its first line, for the run's summary:
+#: the local runner gives the exit handler only "Task exit-handler-1 failed." (set by
+#: `pipelines.local_run` for its tasks, which all run on this machine).
+FAILURES_ENV = "GPU_PIPELINE_STAGE_FAILURES"
 
 
 def say(message: str) -> None:
@@ -29,6 +35,28 @@ def stage_errors(stage: str) -> Iterator[None]:
     except ProjectError as exc:
         first, *rest = str(exc).splitlines() or [""]
         say(f"{stage} failed: {first}")  # the line a run's summary names as its reason
+        _note_failure(f"{stage} failed: {first}")
         for line in rest:
             say(f"{stage}: {line}")
         sys.exit(1)
+
+
+def _note_failure(line: str) -> None:
+    """Appends a failed stage's line to the run's failures file, when there is one."""
+    path = os.environ.get(FAILURES_ENV)
+    if path:
+        try:
+            with open(path, "a") as f:
+                f.write(line + "\n")
+        except OSError:
+            pass  # the log has the line all the same
+
+
+def first_failure() -> str:
+    """The first failed stage's line of this run ("" when none, or outside a local run)."""
+    path = os.environ.get(FAILURES_ENV)
+    try:
+        with open(path or "") as f:
+            return f.readline().strip()
+    except OSError:
+        return ""

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 from components import identity
 from components.identity import LOG_PREFIX
 from components.ops import names
+from components.stage_messages import FAILURES_ENV
 from components.training.local_cluster import TENSORFLOW_CHATTER
 from pipelines.config import Config
 from pipelines.process_tree import stop_descendants
@@ -164,7 +165,9 @@ def _contained(root: Path) -> Iterator[None]:
     """Keeps what a run leaves to what it is for.
 
     Temporary files (KFP's runner writes each component's source to a temporary directory)
-    go to a private directory that is removed afterwards. An interruption (SIGINT, or
+    go to a private directory that is removed afterwards, and so does the file where a
+    failed stage writes its first line for the run's summary
+    (`components.stage_messages.FAILURES_ENV`). An interruption (SIGINT, or
     SIGTERM turned into one by the CLI) stops every process the run started, stage
     processes and trainer workers alike, and removes what the run added under the
     pipeline root (its run directory, its cache entries): it leaves no partial artifact.
@@ -173,8 +176,9 @@ def _contained(root: Path) -> Iterator[None]:
     before = {p for p in root.iterdir()} | ({p for p in cache.iterdir()} if cache.is_dir()
                                             else set())
     private = tempfile.mkdtemp(prefix=f"{identity.NAME}-run-")
-    saved = os.environ.get("TMPDIR")
+    saved = {name: os.environ.get(name) for name in ("TMPDIR", FAILURES_ENV)}
     os.environ["TMPDIR"] = private
+    os.environ[FAILURES_ENV] = os.path.join(private, "stage-failures.txt")
     try:
         yield
     except KeyboardInterrupt:
@@ -185,10 +189,11 @@ def _contained(root: Path) -> Iterator[None]:
                 else added.unlink(missing_ok=True)
         raise
     finally:
-        if saved is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         shutil.rmtree(private, ignore_errors=True)
 
 

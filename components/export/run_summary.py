@@ -35,7 +35,12 @@ def summarize(state: str, error: str, *, registry_root: str, job_name: str, proj
     """The run's summary; `registry_root` is the local run's registry ("" on Vertex AI,
     where a run that did not succeed has its canary rolled back here)."""
     from components.export.local_registry import run_record
+    from components.stage_messages import first_failure
 
+    # The stage's own words first: the runner's error names only the group that failed.
+    cause = first_failure() if state != "SUCCEEDED" else ""
+    if cause and cause not in error:
+        error = f"{cause} ({error})" if error else cause
     facts = [("state", state)] + ([("error", error)] if error else [])
     if not registry_root and state != "SUCCEEDED":
         from components.serving.deploy_stage import restore_on_vertex

@@ -416,6 +416,10 @@ def test_a_dataset_the_stage_cannot_use_fails_the_run_with_its_message(tmp_path)
     # The reason comes first in the error, before KFP's own words.
     assert str(raised.value).startswith("dataset failed: dataset source")
     assert "Traceback" not in log and "executor_input" not in log
+    # The exit handler's summary and the run's kept record name it too, not only the group.
+    assert "[gpu-pipeline] run error: dataset failed: dataset source" in log
+    summary, = (tmp_path / "runs").glob("*/summarize-run/summary")
+    assert "- error: dataset failed: dataset source" in summary.read_text()
 
 
 def _failing_model(directory: Path) -> Path:

@@ -34,3 +34,20 @@ def test_a_failed_run_without_a_record_says_its_state_and_error(tmp_path):
     assert ended.facts == [("state", "FAILED"), ("error", "stage 4 failed")]
     assert ended.trials == "" and ended.lines() == ["run state: FAILED",
                                                     "run error: stage 4 failed"]
+
+
+def test_a_failed_run_s_summary_names_the_failed_stage_s_own_words(tmp_path, monkeypatch,
+                                                                    capsys):
+    import pytest
+
+    from components.stage_messages import FAILURES_ENV, stage_errors
+    from trainer.common.errors import InputError
+
+    monkeypatch.setenv(FAILURES_ENV, str(tmp_path / "failures.txt"))
+    with pytest.raises(SystemExit), stage_errors("dataset"):
+        raise InputError("1 of 61 images (1.6%) could not be decoded\nsecond line")
+    ended = summarize("FAILED", "Task exit-handler-1 failed.", registry_root=str(tmp_path),
+                      job_name="run-9", project="", vertex=VertexOptions())
+    assert ended.facts[1] == ("error", "dataset failed: 1 of 61 images (1.6%) could not be "
+                                       "decoded (Task exit-handler-1 failed.)")
+    assert "[gpu-pipeline] dataset failed: 1 of 61" in capsys.readouterr().out
