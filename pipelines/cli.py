@@ -53,6 +53,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The `gpu-pipeline` argument parser: every command's own."""
     parser = _Parser(prog=identity.NAME, description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {identity.version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for module in COMMANDS.values():
         module.add_parser(commands, _Parser)

@@ -162,8 +162,10 @@ def _check_machine(name: str, machine_type: Any, accelerator_type: str | None,
                       f"equivalent {legacy.equivalent}{carries}")
         return
     if not _MACHINE_TYPE.match(machine_type):
-        errors.append(f"{name}: machine_spec.machine_type is {short(machine_type)}; expected a "
-                      "Compute Engine machine type such as n1-standard-8")
+        known = [*VALID_GPU_COUNTS, *cat.A2_MACHINES, *cat.MODERN_MACHINES]
+        errors.append(f"{name}: machine_spec.machine_type is {short(machine_type)}"
+                      f"{did_you_mean(machine_type, known)}; expected a Compute Engine machine "
+                      "type such as n1-standard-8")
         return
     row = VALID_GPU_COUNTS.get(machine_type)
     fixed = (cat.A2_MACHINES.get(machine_type) or cat.MODERN_MACHINES.get(machine_type))
@@ -182,8 +184,13 @@ def _check_machine(name: str, machine_type: Any, accelerator_type: str | None,
         return
     if row is None:
         accepting = machine_types_accepting(accelerator_type, accelerator_count)
-        errors.append(f"{name}: machine_spec.machine_type is {short(machine_type)}, which takes no "
-                      f"GPUs; machine types taking {accelerator_count} x {accelerator_type}: "
+        # A machine of a series no known type has (n1-standrd-8) is likely a typo.
+        series = {t.rsplit("-", 1)[0] for t in [*VALID_GPU_COUNTS, *cat.N1_MACHINES]}
+        typo = "" if machine_type.rsplit("-", 1)[0] in series else \
+            did_you_mean(machine_type, accepting)
+        errors.append(f"{name}: machine_spec.machine_type is {short(machine_type)}{typo}"
+                      ", which takes no GPUs; machine "
+                      f"types taking {accelerator_count} x {accelerator_type}: "
                       f"{listed(accepting) or 'none'}")
     elif accelerator_type not in row:
         reason = ""
@@ -260,8 +267,9 @@ def _validate_pool(name: str, index: int, pool: Mapping[str, Any], errors: list[
         errors.append(f"{name}: machine_spec.accelerator_type is {short(accelerator_type)} but "
                       f"accelerator_count {given}; give at least 1 GPU, or neither field")
     elif accelerator_type is not None and accelerator_type not in ACCELERATOR_TYPES:
-        errors.append(f"{name}: machine_spec.accelerator_type is {short(accelerator_type)}; valid "
-                      f"types are {listed(ACCELERATOR_TYPES)}")
+        errors.append(f"{name}: machine_spec.accelerator_type is {short(accelerator_type)}"
+                      f"{did_you_mean(accelerator_type, ACCELERATOR_TYPES)}; valid types are "
+                      f"{listed(ACCELERATOR_TYPES)}")
     else:
         _check_machine(name, machine_type, accelerator_type, accelerator_count, errors, warnings)
 
@@ -275,6 +283,21 @@ def _validate_pool(name: str, index: int, pool: Mapping[str, Any], errors: list[
         if key not in ("machine_spec", "replica_count"):
             normalised[key] = copy.deepcopy(value)
     return normalised
+
+
+def did_you_mean(value: str, choices: Iterable[str]) -> str:
+    """` (did you mean X?)` for the closest of `choices` to a mistyped `value` ("" if none
+    is close), case and `-`/`_` aside."""
+    import difflib
+
+    def key(text: str) -> str:  # a GPU type by its model: NVIDIA_TESLA_T4 -> T4
+        return text.upper().replace("-", "_").removeprefix("NVIDIA_").removeprefix("TESLA_")
+
+    by_key = {key(c): c for c in choices}
+    wanted = key(value)
+    same_model = [k for k in by_key if k == wanted or k.startswith(wanted + "_")]
+    found = same_model or difflib.get_close_matches(wanted, list(by_key), n=1, cutoff=0.75)
+    return f" (did you mean {by_key[found[0]]}?)" if found else ""
 
 
 def offered_zones(region: str) -> dict[str, set[str]]:
@@ -294,7 +317,7 @@ def _check_region(region: str, pools: Sequence[tuple[str, Mapping[str, Any]]],
     used: dict[str, list[str]] = {}
     for name, pool in pools:
         gpu = pool.get("machine_spec", {}).get("accelerator_type")
-        if gpu:
+        if gpu in ACCELERATOR_TYPES:  # an unknown name is an error of its own already
             used.setdefault(gpu, []).append(name)
     if not used:
         return

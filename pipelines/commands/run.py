@@ -54,8 +54,9 @@ def add_parser(commands: Any, parser_class: type) -> None:
 def run(args: argparse.Namespace) -> int:
     """Runs the pipeline on this machine; prints where everything went."""
     if not args.local:
-        raise UsageError("only local runs are available: use `gpu-pipeline run --local`; "
-                         "`gpu-pipeline compile` writes the Vertex AI spec")
+        raise UsageError("`run` runs on this machine: use `gpu-pipeline run --local`; on "
+                         "Vertex AI, `gpu-pipeline submit --config CONFIG` builds and submits "
+                         "the run")
     config = load(args)  # Pre-flight: every configuration error before any work.
     check_model(config)
     from trainer.common.gcs import mounted_gcs_uri

@@ -314,3 +314,15 @@ def test_batch_predict_mistakes(args, message, tmp_path):
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     assert not (tmp_path / "out").exists()
+
+
+def test_version_and_run_without_local_point_where_to_go(capsys):
+    from components import identity
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"gpu-pipeline {identity.version()}\n"
+    assert main(["run"]) == 2
+    err = capsys.readouterr().err
+    assert "`gpu-pipeline run --local`" in err and "gpu-pipeline submit --config CONFIG" in err

@@ -272,7 +272,8 @@ def test_pool_rules_report_every_problem_at_once():
     assert "chief pool must have exactly 1 replica" in joined
     assert "worker_pool_specs[2] (parameter server): machine_spec.accelerator_count is 2 but " \
            "accelerator_type is not set" in joined
-    assert "'NVIDIA_H200'; valid types are NVIDIA_TESLA_A100" in joined
+    assert "'NVIDIA_H200' (did you mean NVIDIA_H200_141GB?); valid types are " \
+           "NVIDIA_TESLA_A100" in joined
     assert result.specs[1] == {}  # An unused pool between used ones stays an empty entry.
 
 
@@ -431,3 +432,18 @@ def test_optimized_zone_snapshot_is_consistent():
         for region, zones in regions.items():
             assert zones and all(z.startswith(region + "-") and len(z) == len(region) + 2
                                  for z in zones)
+
+
+@pytest.mark.parametrize(("machine", "gpu", "error"), [
+    ("n1-standard-8", "NVIDIA_T4", "accelerator_type is 'NVIDIA_T4' (did you mean "
+                                   "NVIDIA_TESLA_T4?); valid types are"),
+    ("a3-highgpu-1g", "NVIDIA_H100", "accelerator_type is 'NVIDIA_H100' (did you mean "
+                                     "NVIDIA_H100_80GB?); valid types are"),
+    ("n1-standrd-8", cat.T4, "machine_type is 'n1-standrd-8' (did you mean n1-standard-8?), "
+                             "which takes no GPUs"),
+])
+def test_a_mistyped_name_gets_the_closest_valid_one_and_no_region_warning(machine, gpu,
+                                                                           error):
+    result = gv.validate_worker_pool_specs(pools((machine, gpu, 1)), "us-central1")
+    assert error in result.errors[0] and len(result.errors) == 1
+    assert result.warnings == []
