@@ -32,9 +32,10 @@ if TYPE_CHECKING:
     from components.vertex_options import VertexOptions
 
 #: Files a batch source's folder is searched for: what the serving signature's
-#: `tf.io.decode_image` decodes (not the dataset stage's IMAGE_EXTENSIONS: it reads WebP
-#: with Pillow, which the served model cannot).
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
+#: `tf.io.decode_image` decodes, WebP included (TensorFlow 2.21's DecodeImage reads it, a
+#: test checks it through the serving signature), so `batch-predict` takes what `predict`
+#: takes.
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 #: A manifest: one image per line (a path relative to the manifest, or a gs:// URI).
 MANIFEST_SUFFIX = ".txt"
 KEY = "key"

@@ -95,6 +95,28 @@ def test_health_and_encoded_images(server, small_dataset):
         assert len(p["probabilities"]) == 4 and abs(sum(p["probabilities"]) - 1) < 1e-3
 
 
+def test_lossless_webp_gets_the_classes_of_the_same_png(server, small_dataset):
+    """WebP, which `batch-predict` lists as `predict` takes it: the model server decodes it
+    (TensorFlow's DecodeImage) to the PNG's own pixels."""
+    from PIL import Image
+
+    from components.serving.batch import IMAGE_SUFFIXES
+
+    assert ".webp" in IMAGE_SUFFIXES
+    images = held_out_images(small_dataset, count=4)
+    webps = []
+    for png, _ in images:
+        buffer = io.BytesIO()
+        Image.open(io.BytesIO(png)).convert("RGB").save(buffer, format="WEBP", lossless=True)
+        webps.append({"b64": base64.b64encode(buffer.getvalue()).decode()})
+    status, by_png = _post(server, {"instances": [
+        {"b64": base64.b64encode(png).decode()} for png, _ in images]})
+    status_webp, by_webp = _post(server, {"instances": webps})
+    assert (status, status_webp) == (200, 200), by_webp
+    assert [p["class_index"] for p in by_webp["predictions"]] == \
+        [p["class_index"] for p in by_png["predictions"]]
+
+
 def test_jpeg_and_float_images_get_the_same_classes(server, small_dataset):
     from PIL import Image
 
