@@ -28,6 +28,8 @@ from trainer.common import files
 from trainer.run.efficiency_log import read_series
 
 FILE = "efficiency.json"
+#: Fewer measured steps per replica than this are no ground for a verdict.
+MIN_STEPS = 5
 #: The share of the step spent waiting for input from which a run is input-bound.
 INPUT_BOUND = 0.25
 #: How much worse than the median replica a replica must be to be named.
@@ -139,7 +141,7 @@ def _timeline(samples: list[dict[str, Any]], points: int = 200) -> list[list[flo
 
 
 def merge(job_dir: str, expected: list[str], train_seconds: float, *, model: str = "",
-          mixed_precision: str = "off") -> dict[str, Any]:
+          mixed_precision: str = "off", cache: bool = False) -> dict[str, Any]:
     """Every replica's figures, the cluster's, the verdict and the advice; for a `model`
     NVIDIA measured on the GPUs seen, NVIDIA's figure beside the run's."""
     series = read_series(job_dir)
@@ -161,7 +163,7 @@ def merge(job_dir: str, expected: list[str], train_seconds: float, *, model: str
     verdict, evidence = _verdict(measured, len(replicas))
     return {"replicas": replicas, "cluster": cluster, "verdict": verdict,
             "evidence": evidence, "slow_replicas": _slow(measured),
-            "advice": _advice(verdict, measured),
+            "advice": _advice(verdict, measured, cache),
             "reference": reference(model, gpu_name, mixed_precision)}
 
 
@@ -169,6 +171,10 @@ def _verdict(measured: dict[str, dict[str, Any]], machines: int) -> tuple[str, s
     shares = [r["input_share"] for r in measured.values() if r["input_share"] is not None]
     if not shares:
         return "unknown", "no replica's steps were split (none measured, or parameter servers)"
+    steps = statistics.median(sum(e["steps"] for e in r["epochs"]) for r in measured.values())
+    if steps < MIN_STEPS:  # an epoch of a step or two is mostly its own start
+        return "unknown", (f"only {steps:g} measured step(s) per replica (at least "
+                           f"{MIN_STEPS} to judge): a training split of a few global batches")
     share = statistics.fmean(shares)
     if share >= INPUT_BOUND:
         return "input-bound", (f"the steps wait for their batches {share:.0%} of their time "
@@ -204,11 +210,13 @@ def _slow(measured: dict[str, dict[str, Any]]) -> list[str]:
     return named
 
 
-def _advice(verdict: str, measured: dict[str, dict[str, Any]]) -> str:
+def _advice(verdict: str, measured: dict[str, dict[str, Any]], cache: bool = False) -> str:
     if verdict == "input-bound":
-        return ("feed the steps faster: cache the decoded images (training.cache: on, with "
-                "training.cache_budget_mb for them), give the input more CPU (a machine with "
-                "more vCPUs), or keep the data in the job's region")
+        return ("feed the steps faster: " + (
+            "" if cache else "cache the decoded images (training.cache: on, with "
+            "training.cache_budget_mb for them), ")
+            + "give the input more CPU (a machine with more vCPUs), or keep the data in the "
+            "job's region" + (" (the decoded images are cached already)" if cache else ""))
     if verdict == "communication-bound":
         return ("shorten the all-reduce: a Reduction Server pool (pool 2, Vertex AI's "
                 "reductionserver image) for NCCL across machines, a larger training.batch_size "

@@ -54,7 +54,8 @@ def publish_training_report(job_dir: str, curves_path: str) -> dict[str, Any]:
     evaluations = load_evaluations(job_dir)
     usage = efficiency.merge(job_dir, efficiency.expected_replicas(
         report.get("strategy", ""), report["num_workers"]), report.get("train_seconds", 0.0),
-        model=report.get("model", ""), mixed_precision=report.get("mixed_precision", "off"))
+        model=report.get("model", ""), mixed_precision=report.get("mixed_precision", "off"),
+        cache=bool(report.get("cache")))
     # Vertex AI's training step writes both.
     cost = read_json(os.path.join(job_dir, COST_FILE))
     if cost:

@@ -150,7 +150,8 @@ def _log_setup(tf: Any, setup: ReplicaSetup) -> None:
              info.layout.parameter_servers, setup.replicas, info.is_chief)
     log.info("devices: %s; GPUs: %s", ", ".join(d.name for d in tf.config.list_logical_devices()),
              ", ".join(f"/gpu:{i}" for i in range(setup.gpus)) or "none")
-    log.info("data: %s", setup.describe())
+    for line in setup.lines():
+        log.info("%s", line)
 
 
 def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,

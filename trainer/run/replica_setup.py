@@ -24,6 +24,8 @@ from trainer.run.training_options import TrainingOptions
 
 #: The splits a run reads: training, then validation (seeds `seed` and `seed + 1`).
 SPLITS = ("train", "validation")
+#: Fewer steps per epoch than this learn little and cannot be timed: the run says so.
+FEW_STEPS = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +181,19 @@ class ReplicaSetup:
             seed=self.options.seed + SPLITS.index(split), cache=self.cache,
             image_format=self.image_format, augment=self.augment and split == "train",
             threads=self.threads)
+
+    def lines(self) -> list[str]:
+        """The setup for the log: one line, and what to change when the training split is
+        a few global batches at most."""
+        steps, train = self.steps_per_epoch, self.count("train")
+        if steps >= FEW_STEPS:
+            return [f"data: {self.describe()}"]
+        fits = max(1, train // (FEW_STEPS * self.replicas))
+        return [f"data: {self.describe()}",
+                f"data: warning: {steps} step(s) per epoch ({train} training examples, global "
+                f"batch {self.global_batch}): too few updates to learn much or to time the "
+                f"steps; a training.batch_size of {fits} gives {FEW_STEPS} or more, or add "
+                "images"]
 
     def describe(self) -> str:
         """The setup in one log line."""

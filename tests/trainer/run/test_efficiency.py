@@ -122,6 +122,25 @@ def test_the_merge_keeps_a_restarted_replicas_last_epoch_and_names_a_missing_one
         "compute-bound"
 
 
+def test_an_epoch_of_one_step_gets_no_verdict_and_a_cached_run_no_cache_advice(tmp_path):
+    one_step = SeriesFile(replica_path(str(tmp_path / "small"), "chief-0"))
+    one_step.add(**{**_epoch(1, 0.10, 0.10), "steps": 1})
+    one_step.flush()
+    figures = efficiency.merge(str(tmp_path / "small"), ["chief-0"], 5.0, cache=True)
+    assert figures["verdict"] == "unknown"
+    assert figures["evidence"] == ("only 1 measured step(s) per replica (at least 5 to "
+                                   "judge): a training split of a few global batches")
+    waiting = SeriesFile(replica_path(str(tmp_path / "slow"), "chief-0"))
+    waiting.add(**_epoch(1, 0.10, 0.09))
+    waiting.flush()
+    cached = efficiency.merge(str(tmp_path / "slow"), ["chief-0"], 5.0, cache=True)
+    assert cached["verdict"] == "input-bound"
+    assert "training.cache" not in cached["advice"]
+    assert cached["advice"].endswith("(the decoded images are cached already)")
+    uncached = efficiency.merge(str(tmp_path / "slow"), ["chief-0"], 5.0)
+    assert uncached["advice"].startswith("feed the steps faster: cache the decoded images")
+
+
 class _Nvml(types.SimpleNamespace):
     """NVML's answers for one GPU, as nvidia-ml-py returns them (its ctypes structures for
     utilisation and memory; milliwatts, degrees, MHz, the clock-event bit mask)."""
