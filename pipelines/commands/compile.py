@@ -51,4 +51,22 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--output {short(str(args.output))} cannot be written "
                          f"({exc.strerror or exc}); give a writable file path") from None
     say(f"wrote {path}")
+    _say_it_is_a_template(path)
     return 0
+
+
+def _say_it_is_a_template(path: Path) -> None:
+    """A compiled spec names the project's images by a placeholder (their digests exist only
+    once they are built): says so, and what makes a spec that runs."""
+    import yaml
+
+    from components.images import pipeline_image
+
+    placeholder = pipeline_image()
+    executors = yaml.safe_load(Path(path).read_text())["deploymentSpec"]["executors"]
+    named = sum(e.get("container", {}).get("image") == placeholder for e in executors.values())
+    if named:
+        say(f"it is a template: {named} of its {len(executors)} steps run the placeholder "
+            f"image {placeholder}; `gpu-pipeline submit --config CONFIG` builds the images and "
+            "runs it on Vertex AI, and `gpu-pipeline publish DESTINATION --config CONFIG` "
+            "shares a spec that runs (its images built or found, by digest)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -112,8 +113,14 @@ def test_an_empty_config_file_is_warned_about(tmp_path, capsys):
     empty = tmp_path / "empty.yaml"
     empty.write_text("# nothing yet\n")
     assert main(["compile", "--config", str(empty), "--output", str(tmp_path / "s.yaml")]) == 0
+    out, err = capsys.readouterr()
     assert f"warning: config file {str(empty)!r} is empty: every setting is the default " \
-        "(config.example.yaml shows them)" in capsys.readouterr().err
+        "(config.example.yaml shows them)" in err
+    # The spec names the images by a placeholder: it says so, and what makes one that runs.
+    assert re.search(r"it is a template: \d+ of its \d+ steps run the placeholder image "
+                     r"us-central1-docker\.pkg\.dev/PROJECT_ID/\S+; `gpu-pipeline submit "
+                     r"--config CONFIG` builds the images .* `gpu-pipeline publish DESTINATION "
+                     r"--config CONFIG` shares a spec that runs", out)
 
 
 def test_invalid_config_refused_before_compiling(tmp_path):
