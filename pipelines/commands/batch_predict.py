@@ -11,7 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipelines.commands.common import UsageError, make_directory, positive_int
+from pipelines.commands.common import (
+    UsageError,
+    make_directory,
+    positive_int,
+    tensorflow_start_quietly,
+)
 from pipelines.commands.predict import add_model_flags, local_model
 
 
@@ -47,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"batch-predict: {len(paths)} images with {args.model} version {entry['version']} "
           f"({saved})", flush=True)
     predictor = SavedModelPredictor()
-    predictor.load(saved)
+    with tensorflow_start_quietly():
+        predictor.load(saved)
     started = time.monotonic()
     results, errors = batch.score(
         predictor, paths, batch_size=args.batch_size,

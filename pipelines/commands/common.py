@@ -4,8 +4,10 @@ them (the pre-flight), and the checks of paths the user names."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +158,34 @@ def vertex_config(args: argparse.Namespace):
         for warning in bucket_location_warnings(config, Clients().get_storage()):
             print(f"warning: {warning}", file=sys.stderr)
     return config
+
+
+@contextlib.contextmanager
+def tensorflow_start_quietly() -> Iterator[None]:
+    """Keeps TensorFlow's C++ start-up lines out of a command's output: what absl writes
+    to fd 2 before TF_CPP_MIN_LOG_LEVEL applies (oneDNN, "Could not find cuda drivers",
+    "failed call to cuInit" on a machine without a GPU). Anything else written meanwhile is
+    passed on, and everything when the block fails."""
+    import tempfile
+
+    from components.training.local_cluster import TENSORFLOW_CHATTER
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        failed = True
+        try:
+            yield
+            failed = False
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            lines = captured.read().decode(errors="replace").splitlines(keepends=True)
+            kept = "".join(line for line in lines
+                           if failed or not TENSORFLOW_CHATTER.match(line))
+            if kept:
+                sys.stderr.write(kept)
+                sys.stderr.flush()

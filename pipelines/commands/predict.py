@@ -11,7 +11,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipelines.commands.common import DEFAULT_LOCAL_ROOT, UsageError, positive_int
+from pipelines.commands.common import (
+    DEFAULT_LOCAL_ROOT,
+    UsageError,
+    positive_int,
+    tensorflow_start_quietly,
+)
 
 
 def add_model_flags(parser: argparse.ArgumentParser) -> None:
@@ -96,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     entry, saved = local_model(args)
     instances = [encoded_instance(image) for image in read_images(args.images)]
     predictor = SavedModelPredictor()
-    predictor.load(saved)
+    with tensorflow_start_quietly():
+        predictor.load(saved)
     classes = json.loads((Path(saved) / METADATA_FILE).read_text())["class_names"]
     print(f"{args.model} version {entry['version']} ({saved})")
     for path, instance in zip(args.images, instances, strict=True):

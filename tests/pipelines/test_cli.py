@@ -333,3 +333,19 @@ def test_version_and_run_without_local_point_where_to_go(capsys):
     assert main(["run"]) == 2
     err = capsys.readouterr().err
     assert "`gpu-pipeline run --local`" in err and "gpu-pipeline submit --config CONFIG" in err
+
+
+def test_tensorflow_start_up_lines_are_kept_out_of_a_commands_output(capfd):
+    import os
+
+    from pipelines.commands.common import tensorflow_start_quietly
+
+    chatter = ("E0000 00:00:1795740110.507451    7313 cuda_platform.cc:52] failed call to "
+               "cuInit: INTERNAL: CUDA error\n")
+    with tensorflow_start_quietly():
+        os.write(2, chatter.encode() + b"a line of its own\n")
+    assert capfd.readouterr().err == "a line of its own\n"
+    with pytest.raises(RuntimeError), tensorflow_start_quietly():
+        os.write(2, chatter.encode())
+        raise RuntimeError("loading failed")
+    assert capfd.readouterr().err == chatter  # a failure shows everything
