@@ -10,6 +10,7 @@ is `pipelines.config_loading`.
 
 from __future__ import annotations
 
+import datetime
 import re
 import zoneinfo
 from typing import Annotated
@@ -110,6 +111,20 @@ class ScheduleConfig(pydantic.BaseModel):
     max_concurrent_run_count: int = Field(1, ge=1, le=1000, description=(
         "Runs of the schedule allowed at once."))
     max_run_count: int = Field(0, ge=0, le=10**9, description="Runs in all; 0: no limit.")
+
+    def zone(self) -> str:
+        """The cron's time zone (Vertex AI's `TZ=` or `CRON_TZ=` prefix; UTC without)."""
+        first = self.cron.split()[0] if self.cron.split() else ""
+        return first.split("=", 1)[1] if first.startswith(("TZ=", "CRON_TZ=")) else "Etc/UTC"
+
+    def next_runs(self, count: int = 3, after: datetime.datetime | None = None
+                  ) -> list[datetime.datetime]:
+        """The schedule's next `count` run times after `after` (now), in its time zone."""
+        fields = [f for f in self.cron.split() if not f.startswith(("TZ=", "CRON_TZ="))]
+        start = (after or datetime.datetime.now(datetime.timezone.utc)).astimezone(
+            zoneinfo.ZoneInfo(self.zone()))
+        times = croniter(" ".join(fields), start)
+        return [times.get_next(datetime.datetime) for _ in range(count)]
 
     def problems(self) -> list[str]:
         fields = self.cron.split()

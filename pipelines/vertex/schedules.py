@@ -45,6 +45,9 @@ def create_schedule(config: Config, *, dry_run: bool, clients: Clients | None = 
             show(request, log, verbose=verbose)
             for line in summary(prepared, config):
                 log(line)
+            s = config.schedule
+            log(f"schedule {s.display_name}: cron {s.cron!r} in {s.zone()}; next runs "
+                + ", ".join(t.strftime("%a %Y-%m-%d %H:%M %Z") for t in s.next_runs(3)))
             log(NOTHING_SENT + ("" if verbose else " (--verbose prints the request body)"))
             return request
         schedule = aiplatform.PipelineJobSchedule(

@@ -563,6 +563,12 @@ def test_schedule_cli_dry_run(capsys):
                      r"[\d,]+ bytes \(--verbose prints it\)", short)
     assert short.rstrip().endswith(f"{NOTHING_SENT} (--verbose prints the request body)")
     assert NOTHING_SENT == "dry run: nothing was uploaded, built or submitted"
+    # When it would run: the cron, its time zone and the next three run times.
+    runs = re.search(r"schedule gpu-pipeline-weekly: cron 'TZ=Etc/UTC 0 5 \* \* \*' in "
+                     r"Etc/UTC; next runs (.*)", short)
+    times = runs[1].split(", ")
+    assert len(times) == 3 and all(re.fullmatch(r"\w{3} \d{4}-\d\d-\d\d 05:00 UTC", t)
+                                   for t in times), times
     assert main([*create, "--verbose"]) == 0
     out = capsys.readouterr().out
     body, _ = json.JSONDecoder().raw_decode(
