@@ -44,6 +44,10 @@ def _section(data: Any, key: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+#: The `vertex` fields the GPU check reads (the others are only checked for their form).
+GPU_KEYS = ("worker_pool_specs", "scheduling_strategy", "timeout", "fallbacks")
+
+
 def validate_file(path: Path, region: str | None):
     """Validates a file in any of the accepted formats by stage 1's one check
     (`check_pools`: GPU rules, roles, training plan and, in a gpu-pipeline config, the
@@ -78,10 +82,28 @@ def validate_file(path: Path, region: str | None):
         vertex = _section(data, "vertex")
         region = region or _text(vertex.get("region")) or VertexOptions().region
         current = without_deprecated_keys(data, str(path), None)  # local-run keys: not here
-        training = validate(TrainingOptions, _section(current, "training"), prefix="training",
-                            strict=False)
-        # As submit checks it: every alternative, with its scheduling strategy's rules.
-        checked = _alternatives(vertex, region, training)
+        problems = []  # every section's, at once, as `run` and `compile` report them
+        try:
+            training = validate(TrainingOptions, _section(current, "training"),
+                                prefix="training", strict=False)
+        except InputError as exc:
+            problems.append(str(exc))
+            training = defaults
+        try:  # the section's other fields (a misspelt key among them)
+            validate(VertexOptions, {k: v for k, v in vertex.items() if k not in GPU_KEYS},
+                     prefix="vertex", strict=False)
+        except InputError as exc:
+            problems.append(str(exc))
+        try:
+            # As submit checks it: every alternative, with its scheduling strategy's rules.
+            checked = _alternatives(vertex, region, training)
+        except InputError as exc:
+            problems.append(str(exc))
+        if len(problems) > 1:
+            raise InputError("invalid configuration:\n" + "\n".join(f"  - {p}"
+                                                                      for p in problems))
+        if problems:
+            raise InputError(problems[0])
         return (checked if vertex.get("fallbacks") else checked.results[0], region,
                 "gpu-pipeline config", training)
     raise InputError(f"--config {str(path)!r} is in no format validate-gpu reads: expected an AI "
@@ -95,8 +117,7 @@ def _alternatives(vertex: dict, region: str, training: TrainingOptions | None) -
     from components.vertex_options import VertexOptions
     from trainer.common.schema import validate
 
-    keys = ("worker_pool_specs", "scheduling_strategy", "timeout", "fallbacks")
-    options = validate(VertexOptions, {"region": region, **{k: vertex[k] for k in keys
+    options = validate(VertexOptions, {"region": region, **{k: vertex[k] for k in GPU_KEYS
                                                             if k in vertex}},
                        prefix="vertex", strict=False)
     return check_configuration(options, training).checked

@@ -349,3 +349,12 @@ def test_tensorflow_start_up_lines_are_kept_out_of_a_commands_output(capfd):
         os.write(2, chatter.encode())
         raise RuntimeError("loading failed")
     assert capfd.readouterr().err == chatter  # a failure shows everything
+
+
+def test_validate_gpu_reports_every_misspelt_field_at_once_as_run_does(tmp_path, capsys):
+    config = tmp_path / "typos.yaml"
+    config.write_text("vertex:\n  regon: us-central1\ntraining:\n  epocs: 3\n")
+    assert main(["validate-gpu", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: invalid configuration:\n  - unknown field training.epocs")
+    assert "\n  - unknown field vertex.regon; valid fields of vertex are" in err
