@@ -65,7 +65,10 @@ class ProfileSteps(keras.callbacks.Callback):
     def _stop(self) -> None:
         self.tf.profiler.experimental.stop()
         self.running, self.done = False, True
-        log.info("profile: steps %d-%d traced into %s (TensorBoard's Profile tab)",
+        # The Profile tab is TensorBoard's profile plugin, which the project does not
+        # install (xprof: about 50 MB with its own dependencies).
+        log.info("profile: steps %d-%d traced into %s (TensorBoard's Profile tab, after "
+                 "`pip install tensorboard-plugin-profile` in TensorBoard's environment)",
                  self.start_at + 1, self.stop_at, self.logdir)
 
 
