@@ -147,9 +147,12 @@ def test_a_cluster_that_cannot_form_fails_within_its_limit_naming_the_replica(tm
                      r"Likely causes: a replica that failed to start or died", out + err)
     assert took < 5 + 60  # the limit, TensorFlow's start and the launcher's stop
     assert "Traceback" not in err and "epoch 1/" not in out
-    # The reason first and once, in the log and in the command's last word; no chatter.
+    # The reason first and once in the log (and again in the run's summary, which names
+    # the failed stage's own words), and in the command's last word; no chatter.
     reason = "trainer: chief:0: the training cluster did not form within 5 s"
     assert err.startswith("error: the pipeline failed: training failed: training process "
                           f"chief exited with code -9: {reason}")
-    assert out.count(reason) == 1 and "cuda_platform" not in out and "oneDNN" not in out
+    summary = [line for line in out.splitlines() if line.startswith("[gpu-pipeline] run error:")]
+    assert len(summary) == 1 and reason in summary[0]
+    assert out.count(reason) == 2 and "cuda_platform" not in out and "oneDNN" not in out
     assert left == []
