@@ -261,7 +261,7 @@ def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,
         log = functools.partial(print, LOG_PREFIX, file=sys.stderr, flush=True)
         verbose = False
     require_vertex_settings(config)
-    check_permissions(config, clients, dry_run=dry_run, log=log)
+    planned = check_permissions(config, clients, dry_run=dry_run, log=log)
     check_capacity(config, clients, dry_run=dry_run, log=log, verbose=verbose, sent=sent)
     with prepared_run(config, dry_run, clients, credentials, log) as (prepared, _):
         if dry_run:
@@ -277,13 +277,18 @@ def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,
                 show_text("the Beam pipeline options",
                           json.dumps(prepared.dataflow.pipeline_args(), indent=2), log,
                           verbose=verbose)
-            for line in summary(prepared, config) + estimate_lines(config, clients):
+            cost = estimate_lines(config, clients)
+            for line in summary(prepared, config) + cost:
                 log(line)
             log(NOTHING_SENT + ("" if verbose or sent is not None
                                 else " (--verbose prints the request bodies)"))
             if sent is not None:
-                print(document(sent, dataflow_pipeline_options=prepared.dataflow.pipeline_args()
-                               if prepared.dataflow is not None else None))
+                print(document(
+                    sent, dataflow_pipeline_options=prepared.dataflow.pipeline_args()
+                    if prepared.dataflow is not None else None,
+                    iam_checks=[{"resource": c.resource, "permissions": list(c.permissions)}
+                                for c in planned],
+                    training_plan=config.vertex_plan().to_dict(), cost_estimate=cost))
             return prepared.request
         if clients.pipeline_api is not None:
             prepared.job.api_client = clients.pipeline_api

@@ -599,5 +599,12 @@ def test_submit_dry_run_json_is_one_document_of_every_request(capsys):
     assert job["body"]["pipelineJob"]["runtimeConfig"]["gcsOutputDirectory"] == \
         "gs://pipelines/root"
     assert found["sent"] is False and found["dataflow_pipeline_options"] is None
+    # What the lines say besides the requests: the permissions submit would check, the
+    # training plan every replica applies, and the cost estimate.
+    assert {c["resource"] for c in found["iam_checks"]} >= {"projects/my-proj"}
+    assert all(c["permissions"] for c in found["iam_checks"])
+    assert found["training_plan"]["strategy"] == "multi_worker_mirrored"
+    assert found["cost_estimate"][0].startswith("cost estimate: the primary configuration's "
+                                                "machines cost ")
     # The progress lines went to stderr, ending with the line that says nothing was sent.
     assert printed.err.rstrip().endswith(NOTHING_SENT)
