@@ -143,7 +143,9 @@ class LocalEndpoint:
         if percent < 100:
             self._traffic = threading.Thread(target=self._send_traffic, daemon=True)
             self._traffic.start()
-        return f"version {self.version} in a model server behind {self.router.url}"
+        # The router lives as long as this step (`gpu-pipeline serve` starts one that stays).
+        return (f"version {self.version} in a model server behind {self.router.url} (this "
+                "step's router, stopped when it ends)")
 
     def _send_traffic(self) -> None:
         sent = 0
