@@ -14,7 +14,9 @@
   module below it reads a pool mapping.
 - `image_support`: which GPU types the trainer image's CUDA libraries serve.
 - `catalog`: the GPU facts (valid counts per machine type, legacy types, regions, zones,
-  bandwidth), each with its source.
+  bandwidth), each with its source; `optimized_zones`: Compute Engine's zones of the
+  accelerator-optimized GPU types.
+- `regions`: the region and zone rules of a job's GPU types.
 - `ai_platform_pools`: AI Platform Training `config.yaml` converted to Vertex AI worker
   pools.
 

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from components.gpu import catalog as cat
-from components.gpu import optimized_zones as optimized
 from components.gpu.image_support import image_cannot_serve
+from components.gpu.regions import check_region, listed
 from components.gpu.worker_pool import WorkerPool, as_int, is_int, parse_pools
 from trainer.cluster.roles import POOLS
 from trainer.cluster.training_plan import TrainingPlan
@@ -90,11 +90,6 @@ class ValidationResult:
         if not self.ok:
             raise GpuConfigError(self.errors)
         return self
-
-
-def listed(values: Iterable[Any]) -> str:
-    """Values joined for a message: `a, b, c`."""
-    return ", ".join(str(v) for v in values)
 
 
 def _gb(value: float) -> str:
@@ -300,73 +295,6 @@ def did_you_mean(value: str, choices: Iterable[str]) -> str:
     return f" (did you mean {by_key[found[0]]}?)" if found else ""
 
 
-def offered_zones(region: str) -> dict[str, set[str]]:
-    """The GPU types each zone of `region` offers, as far as the catalog's snapshots know
-    (the GPU guide's types in the US regions they cover, the accelerator-optimized types
-    everywhere)."""
-    zones = {zone: set(offered) for zone, offered in cat.ZONES.get(region, {}).items()}
-    for gpu, regions in optimized.ZONES.items():
-        for zone in regions.get(region, ()):
-            zones.setdefault(zone, set()).add(gpu)
-    return zones
-
-
-def _check_region(region: str, pools: Sequence[tuple[str, Mapping[str, Any]]],
-                  errors: list[str], warnings: list[str]) -> None:
-    """Region and zone rules for the GPU types the pools use."""
-    used: dict[str, list[str]] = {}
-    for name, pool in pools:
-        gpu = pool.get("machine_spec", {}).get("accelerator_type")
-        if gpu in ACCELERATOR_TYPES:  # an unknown name is an error of its own already
-            used.setdefault(gpu, []).append(name)
-    if not used:
-        return
-    guide = [g for g in used if optimized.regions_of(g) is None]
-    if guide and region not in GPU_REGIONS and not any(optimized.regions_of(g) for g in used):
-        errors.append(f"region is {short(region)}, which offers no GPUs for training; GPU regions: "
-                      f"{listed(GPU_REGIONS)}")
-        return
-    zones = offered_zones(region)
-    # A type is checked where a snapshot covers it: the accelerator-optimized ones
-    # everywhere, the zone snapshot's in the regions it lists.
-    known = [g for g in used if optimized.regions_of(g) is not None or
-             (g in cat.ZONED_ACCELERATORS and region in cat.ZONES)]
-    unknown = [g for g in used if optimized.regions_of(g) is None and
-               g not in cat.ZONED_ACCELERATORS]
-    if unknown:
-        warnings.append(f"region {region}: where Vertex AI offers {listed(unknown)} is not "
-                        "recorded here; check the accelerators of the region on Vertex AI's "
-                        "locations page (https://cloud.google.com/vertex-ai/docs/general/"
-                        "locations) before the images are built")
-    for gpu in guide:
-        if gpu in cat.ZONED_ACCELERATORS and region not in GPU_REGIONS:
-            errors.append(f"{listed(used[gpu])}: {gpu} is not offered in region {region}; GPU "
-                          f"regions: {listed(GPU_REGIONS)}")
-    missing = False
-    for gpu in known:
-        if not any(gpu in offered for offered in zones.values()):
-            missing = True
-            elsewhere = optimized.regions_of(gpu) or [
-                r for r, zs in cat.ZONES.items() if any(gpu in z for z in zs.values())]
-            source = f" ({optimized.SOURCE})" if optimized.regions_of(gpu) else ""
-            errors.append(f"{listed(used[gpu])}: {gpu} is not offered in region {region}; regions "
-                          f"offering it: {listed(elsewhere) or 'none recorded'}{source}")
-    if missing:
-        return
-    if len(known) > 1:
-        together = [z for z, offered in zones.items() if set(known) <= offered]
-        if not together:
-            per_zone = "; ".join(f"{z}: {listed(sorted(g for g in o if g in known))}"
-                                 for z, o in sorted(zones.items()))
-            errors.append(f"region {region}: the job uses {listed(known)}, which no single "
-                          f"zone of {region} offers together ({per_zone}); all GPU types of a job "
-                          "must be in one zone: use one GPU type, or another region")
-    elif len(used) > 1 and region not in cat.ZONES:
-        warnings.append(f"region {region}: the GPU types {listed(used)} must all be offered in "
-                        "one zone of the region; zone data for this region is not recorded "
-                        "here, so check it on Compute Engine's GPU regions and zones page")
-
-
 def validate_worker_pool_specs(specs: Sequence[Mapping[str, Any]], region: str | None = None,
                                *, labels: Sequence[str] | None = None) -> ValidationResult:
     """Validates Vertex AI CustomJob worker pool specs against the GPU rules.
@@ -404,7 +332,7 @@ def validate_worker_pool_specs(specs: Sequence[Mapping[str, Any]], region: str |
     while normalised and not normalised[-1]:
         normalised.pop()  # Trailing empty pools carry no meaning.
     if region is not None:
-        _check_region(region, [(names[i], p) for i, p in enumerate(normalised) if p],
+        check_region(region, [(names[i], p) for i, p in enumerate(normalised) if p],
                       errors, warnings)
     return ValidationResult(not errors, errors, warnings, normalised)
 

@@ -353,7 +353,7 @@ class FakeGoogleApis:
         `components.gpu.optimized_zones` for the accelerator-optimized types); "" if
         none."""
         from components.gpu import catalog, optimized_zones
-        from components.gpu.validation import offered_zones
+        from components.gpu.regions import offered_zones
 
         zones = offered_zones(region)
         for pool in map(aiplatform_pool, spec.get("workerPoolSpecs", [])):
