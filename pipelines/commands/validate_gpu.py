@@ -56,7 +56,7 @@ def validate_file(path: Path, region: str | None):
     from components.gpu.ai_platform_pools import validate_ai_platform_config
     from components.gpu.pools import check_pools, with_role_checks
     from components.vertex_options import VertexOptions
-    from pipelines.config import SECTIONS
+    from pipelines.config import SECTIONS, VertexConfig
     from pipelines.config_loading import AI_PLATFORM_KEYS, without_deprecated_keys
     from pipelines.yaml_input import read_yaml
     from trainer.common.schema import validate
@@ -90,7 +90,7 @@ def validate_file(path: Path, region: str | None):
             problems.append(str(exc))
             training = defaults
         try:  # the section's other fields (a misspelt key among them)
-            validate(VertexOptions, {k: v for k, v in vertex.items() if k not in GPU_KEYS},
+            validate(VertexConfig, {k: v for k, v in vertex.items() if k not in GPU_KEYS},
                      prefix="vertex", strict=False)
         except InputError as exc:
             problems.append(str(exc))
