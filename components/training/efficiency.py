@@ -322,22 +322,28 @@ def html(figures: dict[str, Any]) -> str:
         gpu = r["gpu"]
         rows.append("<tr>" + "".join(f"<td>{escape.escape(str(v))}</td>" for v in (
             name, r["images_per_second"], r["images_per_second_per_gpu"] or "-",
-            r["step_seconds"], "-" if r["input_share"] is None else f"{r['input_share']:.0%}",
+            "-" if r["step_seconds"] is None else f"{1000 * r['step_seconds']:.1f}",
+            "-" if r["input_share"] is None else f"{r['input_share']:.0%}",
             gpu.get("unavailable") or f"{gpu['utilization_percent']}%",
             r["host"].get("cpu_percent", "-"))) + "</tr>")
     lines_svg = []
     colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
     longest = max((r["timeline"][-1][0] for r in figures["replicas"].values()
                    if r["timeline"]), default=0) or 1
+    legend = []
     for number, (name, r) in enumerate(sorted(figures["replicas"].items())):
+        colour = colours[number % 6]
+        legend.append(f'<text x="610" y="{24 + 16 * number}" fill="{colour}">'
+                      f"{escape.escape(name)}</text>")
         for column, dash in ((1, ""), (2, ' stroke-dasharray="4 3"')):
             points = " ".join(f"{40 + 560 * t / longest:.1f},{210 - 2 * v:.1f}"
                               for t, *values in r["timeline"]
                               for v in [values[column - 1]] if v is not None)
             if points:
-                lines_svg.append(f'<polyline fill="none" stroke="{colours[number % 6]}"'
-                                 f'{dash} points="{points}"><title>{escape.escape(name)} '
-                                 f'{"CPU" if column == 1 else "GPU"} %</title></polyline>')
+                lines_svg.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"'
+                                 f' stroke-opacity="0.8"{dash} points="{points}"><title>'
+                                 f'{escape.escape(name)} {"CPU" if column == 1 else "GPU"} %'
+                                 '</title></polyline>')
     monitored = ""
     if figures.get("cloud_monitoring"):
         from components.training.job_utilization import lines as monitored_lines
@@ -348,10 +354,15 @@ def html(figures: dict[str, Any]) -> str:
             f"<p>{escape.escape(figures['verdict'])}: {escape.escape(figures['evidence'])}"
             f"<br>advice: {escape.escape(figures['advice'])}</p>"
             "<table><tr><th>replica</th><th>images/s</th><th>images/s per GPU</th>"
-            "<th>step s</th><th>input share</th><th>GPU busy</th><th>CPU %</th></tr>"
+            "<th>step (ms)</th><th>input share</th><th>GPU busy</th><th>CPU %</th></tr>"
             + "".join(rows) + "</table>"
-            '<svg width="620" height="230" role="img"><title>CPU (solid) and GPU (dashed) use '
-            'per replica, 0-100 %, over the training time</title>'
+            "<h3>CPU (solid) and GPU (dashed) use per replica</h3>"
+            '<svg width="720" height="250" role="img" font-size="12"><title>CPU (solid) and '
+            'GPU (dashed) use per replica, 0-100 %, over the training time</title>'
             '<line x1="40" y1="210" x2="600" y2="210" stroke="#888"/>'
             '<line x1="40" y1="10" x2="40" y2="210" stroke="#888"/>'
-            + "".join(lines_svg) + "</svg>" + monitored)
+            '<text x="34" y="14" text-anchor="end">100 %</text>'
+            '<text x="34" y="214" text-anchor="end">0 %</text>'
+            f'<text x="600" y="228" text-anchor="end">{longest:.0f} s</text>'
+            '<text x="320" y="244" text-anchor="middle">seconds since the first sample</text>'
+            + "".join(lines_svg) + "".join(legend) + "</svg>" + monitored)

@@ -139,6 +139,11 @@ def test_an_epoch_of_one_step_gets_no_verdict_and_a_cached_run_no_cache_advice(t
     assert cached["advice"].endswith("(the decoded images are cached already)")
     uncached = efficiency.merge(str(tmp_path / "slow"), ["chief-0"], 5.0)
     assert uncached["advice"].startswith("feed the steps faster: cache the decoded images")
+    # The report's section: the step in milliseconds, the chart with its axes and legend.
+    page = efficiency.html(cached)
+    assert "<th>step (ms)</th>" in page and "<td>100.0</td>" in page
+    assert "<h3>CPU (solid) and GPU (dashed) use per replica</h3>" in page
+    assert "seconds since the first sample" in page and ">chief-0</text>" in page
 
 
 class _Nvml(types.SimpleNamespace):
