@@ -32,6 +32,13 @@ def offered_zones(region: str) -> dict[str, set[str]]:
     return zones
 
 
+def covers(gpu: str, region: str) -> bool:
+    """Whether a snapshot records where `gpu` is offered in `region`: the accelerator-
+    optimized types everywhere, the zone snapshot's types in the regions it lists."""
+    return optimized.regions_of(gpu) is not None or (
+        gpu in cat.ZONED_ACCELERATORS and region in cat.ZONES)
+
+
 def check_region(region: str, pools: Sequence[tuple[str, Mapping[str, Any]]],
                   errors: list[str], warnings: list[str]) -> None:
     """Region and zone rules for the GPU types the pools use."""
@@ -50,8 +57,7 @@ def check_region(region: str, pools: Sequence[tuple[str, Mapping[str, Any]]],
     zones = offered_zones(region)
     # A type is checked where a snapshot covers it: the accelerator-optimized ones
     # everywhere, the zone snapshot's in the regions it lists.
-    known = [g for g in used if optimized.regions_of(g) is not None or
-             (g in cat.ZONED_ACCELERATORS and region in cat.ZONES)]
+    known = [g for g in used if covers(g, region)]
     unknown = [g for g in used if optimized.regions_of(g) is None and
                g not in cat.ZONED_ACCELERATORS]
     if unknown:

@@ -26,7 +26,6 @@ from trainer.common.errors import InputError
 from trainer.common.schema import short
 
 ACCELERATOR_TYPES = cat.ACCELERATOR_TYPES
-GPU_REGIONS = cat.GPU_REGIONS
 
 #: Vertex AI's fixed worker pool roles, by index, in words.
 POOL_ROLES = tuple(pool.description for pool in POOLS)

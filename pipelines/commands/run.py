@@ -131,7 +131,6 @@ def _how_to_call(config, pipeline_root, registered: str) -> None:
     version this run registered ("" for none)."""
     from components.export import local_registry as local
     from components.vertex_options import VertexOptions
-    from pipelines.commands.common import DEFAULT_LOCAL_ROOT
     from pipelines.commands.serve import request_example
     from pipelines.local_run import REGISTRY
 

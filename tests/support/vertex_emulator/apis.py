@@ -352,15 +352,13 @@ class FakeGoogleApis:
         project reads (`components.gpu.catalog.ZONES` for the regions and types it records,
         `components.gpu.optimized_zones` for the accelerator-optimized types); "" if
         none."""
-        from components.gpu import catalog, optimized_zones
-        from components.gpu.regions import offered_zones
+        from components.gpu.regions import covers, offered_zones
 
         zones = offered_zones(region)
         for pool in map(aiplatform_pool, spec.get("workerPoolSpecs", [])):
             gpu = pool.get("machine_spec", {}).get("accelerator_type") if pool else ""
-            covered = optimized_zones.regions_of(gpu) is not None or (
-                gpu in catalog.ZONED_ACCELERATORS and region in catalog.ZONES)
-            if gpu and covered and not any(gpu in offered for offered in zones.values()):
+            if gpu and covers(gpu, region) and \
+                    not any(gpu in offered for offered in zones.values()):
                 return gpu
         return ""
 
