@@ -146,7 +146,9 @@ def as_int(value: Any) -> Any:
     int64 values as strings. Anything else is returned as is."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 19:
+    # ASCII digits only: str.isdigit() is also true of '²', which int() refuses.
+    text = value.strip() if isinstance(value, str) else ""
+    if text.isascii() and text.isdigit() and len(text) <= 19:
         return int(value)
     return value
 

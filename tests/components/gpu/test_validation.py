@@ -447,3 +447,9 @@ def test_a_mistyped_name_gets_the_closest_valid_one_and_no_region_warning(machin
     result = gv.validate_worker_pool_specs(pools((machine, gpu, 1)), "us-central1")
     assert error in result.errors[0] and len(result.errors) == 1
     assert result.warnings == []
+
+
+def test_a_replica_count_of_non_ascii_digits_is_an_error_not_a_crash():
+    # '²'.isdigit() is True, but int('²') raises (found by the random documents test).
+    result = gv.validate_worker_pool_specs([{"machine_spec": None, "replica_count": "²"}])
+    assert not result.ok and any("replica_count" in e for e in result.errors)
