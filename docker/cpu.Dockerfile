@@ -19,6 +19,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 TF_USE_LEGACY_KERAS=1 \
     PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY requirements/cpu.lock requirements/
 RUN pip install --require-hashes --no-deps -r requirements/cpu.lock
+# matplotlib builds its font list on first use (about a second); the reports' steps run
+# in fresh containers, so it is built here once.
+RUN python -c "import matplotlib.font_manager"
 # Dataflow starts the workers' container with its entry point, which must run Beam's boot
 # program (Dataflow docs, "Build custom container images"); the boot program starts the
 # SDK worker with the Beam installed from the lock. Everything else that runs this image

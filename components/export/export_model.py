@@ -155,7 +155,7 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
                      images: Mapping[str, Any], registry_root: str, job_name: str,
                      cluster: Mapping[str, Any], exported_uri: str,
                      comparison_path: str, tuning: Mapping[str, Any] | None = None,
-                     training_job_dir: str = "") -> ExportStage:
+                     training_job_dir: str = "", report_path: str = "") -> ExportStage:
     """Stage 5 from the component's raw parameters: options read back through their
     models, `export_and_gate`, the comparison report, the local run's record for the exit
     handler, the progress lines, and what KFP receives.
@@ -175,6 +175,7 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
         comparison_path: Where the champion/challenger Markdown goes.
         tuning: The study record of the tuning that chose the options (empty: none).
         training_job_dir: The training job's directory (its efficiency figures).
+        report_path: Where the run's report goes ("": none).
     """
     from components.export.lineage import description, labels
     from components.identity import version
@@ -186,12 +187,11 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
 
     options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
     settings = validate(TrainingOptions, training, prefix="training", strict=False)
+    usage = load_efficiency(training_job_dir) if training_job_dir else None
     outcome = export_and_gate(trained_model, dataset_dir, destination, vertex=options,
                               training=settings.model_dump(), images=images,
                               version=version(), cluster=cluster, registry_root=registry_root,
-                              tuning=tuning, log=say,
-                              efficiency=load_efficiency(training_job_dir)
-                              if training_job_dir else None)
+                              tuning=tuning, log=say, efficiency=usage)
     results, decision, champion = outcome["metrics"], outcome["decision"], outcome["champion"]
     Path(comparison_path).parent.mkdir(parents=True, exist_ok=True)
     report = comparison_markdown(decision, results, champion)
@@ -207,6 +207,10 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
     saved_model_uri = f"{exported_uri.rstrip('/')}/{os.path.basename(outcome['saved'])}"
     if registry_root:  # for the run's summary (the exit handler)
         _record_run(registry_root, job_name, outcome, tuning)
+    if report_path:
+        _write_report(report_path, outcome, dataset_dir=dataset_dir, job_name=job_name,
+                      model_name=options.model_display_name, training=settings.model_dump(),
+                      training_job_dir=training_job_dir, efficiency=usage)
     for line in _progress(outcome):
         say(line)
     made = decision.to_dict()
@@ -238,6 +242,27 @@ def _record_run(registry_root: str, job_name: str, outcome: Mapping[str, Any],
     files.write_json(record,
                      {**outcome["decision"].to_dict(), "registered_version": outcome["registered"],
                       "trials": trials_table(tuning) if tuning else ""})
+
+
+def _write_report(path: str, outcome: Mapping[str, Any], *, dataset_dir: str, job_name: str,
+                  model_name: str, training: Mapping[str, Any], training_job_dir: str,
+                  efficiency: Mapping[str, Any] | None) -> None:
+    """The run's report (`components.export.run_report`) from what this stage knows."""
+    from components.export.run_report import page
+    from trainer.common import files
+    from trainer.run.history import REPORT_FILE, load_evaluations
+    from trainer.serving import measure
+
+    manifest = load_manifest(dataset_dir)
+    trained = files.read_json(os.path.join(training_job_dir, REPORT_FILE)) \
+        if training_job_dir else None
+    files.write_text(path, page(
+        run=job_name, model_name=model_name, manifest=manifest, trained=trained or {},
+        training=training, metrics=outcome["metrics"],
+        confusion=measure.confusion(outcome["saved"], manifest),
+        decision=outcome["decision"].to_dict(), champion=outcome["champion"],
+        registered=outcome["registered"], efficiency=efficiency,
+        evaluations=load_evaluations(training_job_dir) if training_job_dir else []))
 
 
 def _check_line(check: Mapping[str, Any]) -> str:

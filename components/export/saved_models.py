@@ -106,6 +106,9 @@ def publish_model(model_dir: str | os.PathLike, destination: str | os.PathLike,
     kept = measure.reference(source, manifest)
     if kept is not None:  # the serving check compares the model server's answers with it
         measured["reference"] = kept
+    matrix = measure.confusion(source, manifest)
+    if matrix is not None:  # the run's report draws it
+        measured["confusion"] = matrix
     with commit_directory(destination, written_by="export") as staging:
         shutil.copytree(source, staging, dirs_exist_ok=True)
         for name, content in {measure.EVALUATION_FILE: measured, **(extra or {})}.items():

@@ -1,21 +1,23 @@
 """Where Compute Engine offers the accelerator-optimized GPUs, zone by zone: the machine
-families Vertex AI runs A100 80GB, H100, H100 Mega, H200 and L4 on.
+families Vertex AI runs A100 80GB, H100, H100 Mega, H200, B200 and L4 on.
 
 Source: Compute Engine's machine types per zone (`gcloud compute machine-types list`, as
 published in skypilot-org/skypilot-catalog `catalogs/v7/gcp/vms.csv`, commit 017e2502),
 read 2026-11-26: a2-ultragpu (A100 80GB), a3-highgpu (H100), a3-megagpu (H100 Mega),
-a3-ultragpu (H200) and g2-standard (L4). These are Compute Engine's zones; Vertex AI's
-training locations are at most these (its locations page's table could not be read here).
-B200 (a4-highgpu) and GB200 (a4x) are not in the snapshot: where they are offered is not
-recorded. Pure data.
+a3-ultragpu (H200) and g2-standard (L4); and `catalogs/v8/gcp/vms.csv`, commit 006059e0,
+read 2026-11-27: a4-highgpu (B200; its a3-ultragpu zones are the same as v7's). These
+are Compute Engine's zones; Vertex AI's training locations are at most these (its
+locations page's table could not be read here). GB200 (a4x) is in neither snapshot: where
+it is offered is not recorded. Pure data.
 """
 
 from __future__ import annotations
 
-from components.gpu.catalog import A100_80GB, H100_80GB, H100_MEGA, H200, L4
+from components.gpu.catalog import A100_80GB, B200, H100_80GB, H100_MEGA, H200, L4
 
 SOURCE = ("Compute Engine's machine types per zone (skypilot-org/skypilot-catalog "
-          "catalogs/v7/gcp/vms.csv, commit 017e2502), read 2026-11-26")
+          "catalogs/v7/gcp/vms.csv, commit 017e2502, read 2026-11-26; B200: catalogs/v8/gcp/"
+          "vms.csv, commit 006059e0, read 2026-11-27)")
 
 
 def _zones(text: str) -> dict[str, tuple[str, ...]]:
@@ -41,6 +43,8 @@ ZONES: dict[str, dict[str, tuple[str, ...]]] = {
                       "us-west4:a"),
     H200: _zones("asia-south1:b asia-south2:c europe-west1:b europe-west4:a us-central1:b "
                  "us-east4:b us-east5:a us-south1:b us-west1:c"),
+    B200: _zones("asia-northeast1:b asia-southeast1:b europe-north1:b europe-west4:b "
+                 "us-central1:b us-east1:b us-east4:b us-south1:b us-west2:c us-west3:bc"),
     L4: _zones("asia-east1:abc asia-northeast1:abc asia-northeast3:ab asia-south1:abc "
                "asia-southeast1:abc europe-west1:bc europe-west2:ab europe-west3:ab "
                "europe-west4:abc europe-west6:bc me-central2:ac northamerica-northeast1:b "

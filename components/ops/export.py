@@ -6,7 +6,7 @@ champion/challenger gate, how it is registered, and the run's summary."""
 from typing import NamedTuple
 
 from kfp import dsl
-from kfp.dsl import Artifact, Dataset, Input, Markdown, Metrics, Model, Output
+from kfp.dsl import HTML, Artifact, Dataset, Input, Markdown, Metrics, Model, Output
 
 from components import images
 
@@ -19,14 +19,16 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model], training:
                  images: dict,
                  registry_root: str, job_name: str, tuning: dict, capacity: dict,
                  training_job: Input[Artifact], exported_model: Output[Model],
-                 metrics: Output[Metrics], comparison: Output[Markdown]) -> NamedTuple(
+                 metrics: Output[Metrics], comparison: Output[Markdown],
+                 report: Output[HTML]) -> NamedTuple(
                      "ExportOutputs", [("accuracy", float), ("model_uri", str),
                                        ("register", bool), ("default", bool),
                                        ("deploy", bool), ("decision", str), ("labels", dict),
                                        ("description", str)]):
     """Stage 5: the new model's and the champion's metrics on the same splits (the
     trainer's own when measured on this dataset), the champion/challenger gate's decision,
-    and the new model exported with its lineage (and the training's efficiency figures).
+    and the new model exported with its lineage (and the training's efficiency figures);
+    `report` is the run's report (`components.export.run_report`).
 
     `registry_root` is the local registry (`run --local`: the model is registered there);
     "" on Vertex AI, where the champion is `vertex.parent_model`'s default version and the
@@ -45,7 +47,7 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model], training:
             cluster={"strategy": strategy, "worker_pool_specs": worker_pool_specs,
                      "training_plan": training_plan, "capacity": capacity},
             exported_uri=exported_model.uri, comparison_path=comparison.path, tuning=tuning,
-            training_job_dir=training_job.path)
+            training_job_dir=training_job.path, report_path=report.path)
     for name, value in done.metrics.items():
         metrics.log_metric(name, value)
     exported_model.metadata.update({**done.metadata, "trained_model": trained_model.uri,

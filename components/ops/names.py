@@ -24,6 +24,8 @@ SUMMARIZE_RUN = "summarize-run"
 DATASET = "dataset"
 TRAINING_JOB = "training_job"
 CURVES = "curves"
+#: The export stage's report of the run (`components.export.run_report`).
+RUN_REPORT = "report"
 EXPORTED_MODEL = "exported_model"
 SUMMARY = "summary"
 

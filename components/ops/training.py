@@ -195,7 +195,8 @@ def report_training(training_job: Input[Artifact], metrics: Output[Metrics],
         metrics.log_metric(name, value)
     say(f"training: {summary['epochs']} epochs, {summary['strategy']} on "
         f"{summary['num_workers']} training machine(s) and {summary['parameter_servers']} "
-        f"parameter server(s), {summary['examples_per_second']:.0f} examples/s; "
+        f"parameter server(s), {summary['examples_per_second']:.0f} training images/s end to "
+        "end (warm-up and validation included); "
         f"{summary['evaluations']} sidecar evaluation(s); final " + ", ".join(
             f"{k} {v:.4f}" for k, v in summary["metrics"].items()
             if k not in ("epochs_completed", "evaluator_epochs")))

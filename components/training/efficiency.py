@@ -282,14 +282,15 @@ def lines(figures: dict[str, Any]) -> list[str]:
             f"{gpu['count']} GPU(s) {gpu['utilization_percent']:.0f}% busy"
         cpu = r["host"].get("cpu_percent")
         warm = r.get("warmup_seconds")
-        out.append(f"efficiency: {name}: {r['images_per_second'] or 0:.0f} images/s, step "
-                   f"{(r['step_seconds'] or 0) * 1000:.1f} ms, input {share} of the step; "
-                   f"{gpu_text}" + (f"; CPU {cpu:.0f}%" if cpu is not None else "")
+        out.append(f"efficiency: {name}: {r['images_per_second'] or 0:.0f} images/s in its "
+                   f"steps, step {(r['step_seconds'] or 0) * 1000:.1f} ms, input {share} of "
+                   f"the step; {gpu_text}" + (f"; CPU {cpu:.0f}%" if cpu is not None else "")
                    + (f"; warm-up {warm:.1f} s (the first steps' tracing and compilation)"
                       if warm is not None else ""))
     cluster = figures["cluster"]
     gpu_time = f"{cluster['gpu_hours']:.3f} GPU-hours" if cluster["gpus"] else "no GPU seen"
-    out.append(f"efficiency: cluster {cluster['images_per_second']:.0f} images/s, {gpu_time}"
+    out.append(f"efficiency: cluster {cluster['images_per_second']:.0f} images/s in the steps "
+               f"(the replicas' sum), {gpu_time}"
                + (f"; no series from {', '.join(cluster['missing_replicas'])}"
                   if cluster["missing_replicas"] else ""))
     out.append(f"efficiency: {figures['verdict']}: {figures['evidence']}")
@@ -314,8 +315,10 @@ def lines(figures: dict[str, Any]) -> list[str]:
 
 def html(figures: dict[str, Any]) -> str:
     """The training report's efficiency section: a table per replica and each replica's
-    CPU and GPU use over time (an inline SVG)."""
+    CPU and GPU use over time (`components.charts`)."""
     import html as escape
+
+    from components import charts
 
     rows = []
     for name, r in sorted(figures["replicas"].items()):
@@ -326,24 +329,6 @@ def html(figures: dict[str, Any]) -> str:
             "-" if r["input_share"] is None else f"{r['input_share']:.0%}",
             gpu.get("unavailable") or f"{gpu['utilization_percent']}%",
             r["host"].get("cpu_percent", "-"))) + "</tr>")
-    lines_svg = []
-    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
-    longest = max((r["timeline"][-1][0] for r in figures["replicas"].values()
-                   if r["timeline"]), default=0) or 1
-    legend = []
-    for number, (name, r) in enumerate(sorted(figures["replicas"].items())):
-        colour = colours[number % 6]
-        legend.append(f'<text x="610" y="{24 + 16 * number}" fill="{colour}">'
-                      f"{escape.escape(name)}</text>")
-        for column, dash in ((1, ""), (2, ' stroke-dasharray="4 3"')):
-            points = " ".join(f"{40 + 560 * t / longest:.1f},{210 - 2 * v:.1f}"
-                              for t, *values in r["timeline"]
-                              for v in [values[column - 1]] if v is not None)
-            if points:
-                lines_svg.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"'
-                                 f' stroke-opacity="0.8"{dash} points="{points}"><title>'
-                                 f'{escape.escape(name)} {"CPU" if column == 1 else "GPU"} %'
-                                 '</title></polyline>')
     monitored = ""
     if figures.get("cloud_monitoring"):
         from components.training.job_utilization import lines as monitored_lines
@@ -353,16 +338,8 @@ def html(figures: dict[str, Any]) -> str:
     return ("<h2>Efficiency</h2>"
             f"<p>{escape.escape(figures['verdict'])}: {escape.escape(figures['evidence'])}"
             f"<br>advice: {escape.escape(figures['advice'])}</p>"
-            "<table><tr><th>replica</th><th>images/s</th><th>images/s per GPU</th>"
+            "<table><tr><th>replica</th><th>images/s in its steps</th><th>images/s per GPU</th>"
             "<th>step (ms)</th><th>input share</th><th>GPU busy</th><th>CPU %</th></tr>"
             + "".join(rows) + "</table>"
-            "<h3>CPU (solid) and GPU (dashed) use per replica</h3>"
-            '<svg width="720" height="250" role="img" font-size="12"><title>CPU (solid) and '
-            'GPU (dashed) use per replica, 0-100 %, over the training time</title>'
-            '<line x1="40" y1="210" x2="600" y2="210" stroke="#888"/>'
-            '<line x1="40" y1="10" x2="40" y2="210" stroke="#888"/>'
-            '<text x="34" y="14" text-anchor="end">100 %</text>'
-            '<text x="34" y="214" text-anchor="end">0 %</text>'
-            f'<text x="600" y="228" text-anchor="end">{longest:.0f} s</text>'
-            '<text x="320" y="244" text-anchor="middle">seconds since the first sample</text>'
-            + "".join(lines_svg) + "".join(legend) + "</svg>" + monitored)
+            + charts.use_over_time(figures["replicas"])
+            + monitored)

@@ -1,11 +1,13 @@
 """The training report: the trainer's curves and final metrics as KFP artifacts.
 
-The trainer (chief) writes `metrics.json`, `training_curves.html` and
-`training_report.json` into its job directory, locally or under the Vertex CustomJob's
-base output directory; this stage publishes them, the same way for both targets, with
-every replica's efficiency series merged (`components.training.efficiency`:
-`efficiency.json` in the job directory and a section of the curves page), with the job's
-cost and Cloud Monitoring's accelerator figures where the Vertex AI training step read them.
+The trainer (chief) writes `metrics.json` and `training_report.json` (with the history)
+into its job directory, locally or under the Vertex CustomJob's base output directory;
+this stage publishes them, the same way for both targets: the curves drawn
+(`components.charts`) on a page with every replica's efficiency series merged
+(`components.training.efficiency`: `efficiency.json` in the job directory and a section of
+the page), with the job's cost and Cloud Monitoring's accelerator figures where the Vertex
+AI training step read them. The run's own report, with the metrics per class and the
+decision, is the export stage's (`components.export.run_report`).
 """
 
 from __future__ import annotations
@@ -18,13 +20,7 @@ from components.capacity.cost import FILE as COST_FILE
 from components.training import efficiency, job_utilization
 from trainer.common.errors import StageError
 from trainer.common.files import read_json
-from trainer.run.history import (
-    CURVES_FILE,
-    METRICS_FILE,
-    REPORT_FILE,
-    curves_html,
-    load_evaluations,
-)
+from trainer.run.history import METRICS_FILE, REPORT_FILE, load_evaluations
 
 
 class TrainingReportError(StageError):
@@ -42,7 +38,7 @@ def publish_training_report(job_dir: str, curves_path: str) -> dict[str, Any]:
         TrainingReportError: A report file is missing.
     """
     files = {name: os.path.join(job_dir, name)
-             for name in (METRICS_FILE, CURVES_FILE, REPORT_FILE)}
+             for name in (METRICS_FILE, REPORT_FILE)}
     missing = [n for n, p in files.items() if not os.path.isfile(p)]
     if missing:
         raise TrainingReportError(f"training job directory {job_dir!r} lacks "
@@ -65,10 +61,8 @@ def publish_training_report(job_dir: str, curves_path: str) -> dict[str, Any]:
         usage["cloud_monitoring"] = monitored
     efficiency.write(job_dir, usage)
     os.makedirs(os.path.dirname(curves_path) or ".", exist_ok=True)
-    page = curves_html(report["history"], evaluations=evaluations)
     with open(curves_path, "w") as f:
-        f.write(page.replace("</body>", efficiency.html(usage) + "</body>")
-                if "</body>" in page else page + efficiency.html(usage))
+        f.write(curves_page(report["history"], evaluations, usage))
     if evaluations:
         last = evaluations[-1]
         metrics.update({f"evaluator_{k}": v for k, v in last.items() if k != "epoch"},
@@ -78,3 +72,21 @@ def publish_training_report(job_dir: str, curves_path: str) -> dict[str, Any]:
             "parameter_servers": report.get("parameter_servers", 0),
             "evaluations": len(evaluations),
             "examples_per_second": report["examples_per_second"], "efficiency": usage}
+
+
+def curves_page(history: list[dict[str, float]], evaluations: list[dict[str, float]],
+                usage: dict[str, Any]) -> str:
+    """The training report's page: the curves per epoch, then the efficiency section."""
+    import html
+
+    from components import charts
+
+    keys = ("loss", "accuracy", "val_loss", "val_accuracy")
+    rows = "".join(f"<tr><td>{int(h['epoch']) + 1}</td>" + "".join(
+        f"<td>{h[k]:.4f}</td>" if k in h else "<td>-</td>" for k in keys) + "</tr>"
+        for h in history)
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>Training report</title>"
+            f"<style>{charts.STYLE}</style></head><body><h1>Training report</h1>"
+            + charts.curves(history, evaluations)
+            + "<table><tr><th>epoch</th>" + "".join(f"<th>{html.escape(k)}</th>" for k in keys)
+            + f"</tr>{rows}</table>" + efficiency.html(usage) + "</body></html>")

@@ -103,18 +103,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _open_next(result) -> list[str]:
-    """What a user opens after a run: the model, the training report as a page, the
+    """What a user opens after a run: the run's report as a page, the model, the
     TensorBoard logs and the efficiency figures."""
     import shutil
 
     from components.ops import names
 
-    lines = ["open next:", f"  the model (a SavedModel):  {result.model_uri}"]
-    curves = result.artifacts.get(names.artifact(names.REPORT_TRAINING, names.CURVES))
-    if curves and Path(curves).is_file():
+    lines = ["open next:"]
+    report = result.artifacts.get(names.artifact(names.EXPORT_MODEL, names.RUN_REPORT))
+    if report and Path(report).is_file():
         page = Path(result.run_dir) / "training-report.html"  # KFP's HTML has no extension
-        shutil.copyfile(curves, page)
-        lines.append(f"  the training report:      {page} (open it in a browser)")
+        shutil.copyfile(report, page)
+        lines.append(f"  the run's report:         {page} (open it in a browser: metrics "
+                     "per class, the decision, cost, efficiency)")
+    lines.append(f"  the model (a SavedModel):  {result.model_uri}")
     job = result.artifacts.get(names.artifact(names.TRAIN_LOCALLY, names.TRAINING_JOB))
     if job:
         tensorboard = Path(sys.executable).parent / "tensorboard"  # installed with TensorFlow

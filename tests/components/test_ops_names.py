@@ -14,7 +14,7 @@ COMPONENTS = [
     (names.TRAIN_LOCALLY, training.train_on_local_workers, [names.TRAINING_JOB]),
     (names.TRAIN_ON_VERTEX, training.train_on_vertex_ai, [names.TRAINING_JOB]),
     (names.REPORT_TRAINING, training.report_training, [names.CURVES]),
-    (names.EXPORT_MODEL, export.export_model, [names.EXPORTED_MODEL]),
+    (names.EXPORT_MODEL, export.export_model, [names.EXPORTED_MODEL, names.RUN_REPORT]),
     (names.DECIDE_REGISTRATION, export.decide_registration, []),
     (names.SUMMARIZE_RUN, export.summarize_run, [names.SUMMARY]),
 ]

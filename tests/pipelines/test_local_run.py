@@ -62,10 +62,11 @@ def test_demo_says_where_the_training_time_went(demo):
     cwd, stdout = demo
     summary = json.loads(stdout.strip().splitlines()[-1])
     for replica in ("chief-0", "worker-0"):
-        assert re.search(rf"\[gpu-pipeline\] efficiency: {replica}: \d+ images/s, step "
-                         r"[0-9.]+ ms, input \d+% of the step; GPU unavailable \(NVML ",
+        assert re.search(rf"\[gpu-pipeline\] efficiency: {replica}: \d+ images/s in its "
+                         r"steps, step [0-9.]+ ms, input \d+% of the step; GPU unavailable \(NVML ",
                          stdout), stdout[-3000:]
-    assert re.search(r"efficiency: cluster \d+ images/s, no GPU seen", stdout)
+    assert re.search(r"efficiency: cluster \d+ images/s in the steps \(the replicas' sum\), "
+                     r"no GPU seen", stdout)
     assert re.search(r"efficiency: (compute|input)-bound: the steps wait", stdout)
     assert "efficiency: advice: " in stdout
     job = Path(summary["artifacts"]["train-on-local-workers/training_job"])
@@ -106,8 +107,9 @@ def test_demo_runs_every_stage_and_says_what_it_did(demo):
                          "training_report.json").read_text())
     assert report["num_workers"] == 2 and report["replicas_in_sync"] == 2
     curves = artifacts["report-training/curves"].read_text()
-    # The two curves, and each replica's CPU and GPU use (the efficiency section).
-    assert curves.startswith("<!doctype html>") and curves.count("<svg") == 3
+    # The curves (one figure, two panels), and each replica's CPU and GPU use.
+    assert curves.startswith("<!doctype html>") and curves.count("<svg") == 2
+    assert "Loss per epoch" in curves and "seconds since the first sample" in curves
     assert "[gpu-pipeline] training: 10 epochs, multi_worker_mirrored on 2 training machine(s)" \
         in stdout
     # One line per epoch: the chief's (the worker's say the same; shown with --verbose).
@@ -136,9 +138,18 @@ def test_demo_runs_every_stage_and_says_what_it_did(demo):
     # The end says what to open next: the model, the report as a page, TensorBoard.
     job = artifacts["train-on-local-workers/training_job"]
     page = Path(summary["run_dir"]) / "training-report.html"
-    assert page.read_text() == curves
+    text = page.read_text()
+    assert text == artifacts["export-model/report"].read_text()
+    # The run's report: the run, the decision, the metrics per class with the confusion
+    # matrix, the curves, the data, the model, the cost and each replica's efficiency.
+    for part in (f"<h1>Run {Path(summary['run_dir']).name}</h1>", "<h2>Champion/challenger",
+                 "promoted to the default version", "Per class, on the test split",
+                 "Confusion matrix (test split)", "true class", "Loss per epoch",
+                 "builtin://shapes", "circle, cross, square, triangle", "multi_worker_mirrored",
+                 "No cloud bill", "<h2>Efficiency</h2>", "chief-0", "worker-0"):
+        assert part in text, part
     assert f"  the model (a SavedModel):  {summary['model_uri']}" in stdout
-    assert f"  the training report:      {page} (open it in a browser)" in stdout
+    assert f"  the run's report:         {page} (open it in a browser" in stdout
     assert f" --logdir {job / 'tensorboard'}" in stdout and (job / "tensorboard").is_dir()
 
 

@@ -1,8 +1,8 @@
-"""Training reports: the per-epoch history (kept across restarts), metrics and curves."""
+"""Training reports: the per-epoch history (kept across restarts) and metrics (the
+pipeline draws the curves: `components.training.training_report`)."""
 
 from __future__ import annotations
 
-import html
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -12,7 +12,6 @@ from trainer.common import files
 
 HISTORY_FILE = "history.json"
 METRICS_FILE = "metrics.json"
-CURVES_FILE = "training_curves.html"
 REPORT_FILE = "training_report.json"
 #: Written by the sidecar evaluator: one entry per evaluated checkpoint.
 EVALUATIONS_FILE = "evaluations.json"
@@ -70,79 +69,9 @@ def final_metrics(history: Sequence[Mapping[str, float]]) -> dict[str, float]:
     return last
 
 
-def _polyline(points: Sequence[tuple[float, float]], width: int, height: int, pad: int,
-              x_max: float, y_max: float) -> str:
-    coords = []
-    for x, y in points:
-        px = pad + (width - 2 * pad) * (x / x_max if x_max else 0)
-        py = height - pad - (height - 2 * pad) * (y / y_max if y_max else 0)
-        coords.append(f"{px:.1f},{py:.1f}")
-    return " ".join(coords)
-
-
-def _chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]],
-           y_max: float | None = None) -> str:
-    width, height, pad = 480, 260, 36
-    colours = ["#1a73e8", "#e8710a", "#188038", "#d93025"]
-    x_max = max((x for pts in series.values() for x, _ in pts), default=1) or 1
-    y_top = y_max or max((y for pts in series.values() for _, y in pts), default=1) or 1
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'role="img" aria-label="{html.escape(title)}">',
-             f'<text x="{pad}" y="20" font-size="14">{html.escape(title)}</text>',
-             f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" '
-             'stroke="#999"/>',
-             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#999"/>',
-             f'<text x="{width - pad}" y="{height - 10}" font-size="11" text-anchor="end">'
-             f'epoch {x_max:g}</text>',
-             f'<text x="4" y="{pad + 4}" font-size="11">{y_top:.3g}</text>']
-    for i, (name, points) in enumerate(series.items()):
-        colour = colours[i % len(colours)]
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="'
-                     f'{_polyline(points, width, height, pad, x_max, y_top)}"/>')
-        parts.append(f'<text x="{width - pad}" y="{pad + 14 * i}" font-size="11" '
-                     f'text-anchor="end" fill="{colour}">{html.escape(name)}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def curves_html(history: Sequence[Mapping[str, float]], title: str = "Training curves",
-                evaluations: Sequence[Mapping[str, float]] = ()) -> str:
-    """A self-contained HTML page (inline SVG) of loss and accuracy per epoch, with the
-    sidecar evaluator's curve when there was one.
-
-    KFP and Vertex AI Pipelines show HTML artifacts in their UI; no plotting library or
-    network access is needed to render it.
-    """
-    def series(*keys: str) -> dict[str, list[tuple[float, float]]]:
-        found = {k: [(h["epoch"] + 1, h[k]) for h in history if k in h] for k in keys
-                 if any(k in h for h in history)}
-        for key in keys:  # the evaluator's loss and accuracy on the validation split
-            if not key.startswith("val_") and any(key in e for e in evaluations):
-                found[f"evaluator {key}"] = [(e["epoch"] + 1, e[key]) for e in evaluations
-                                             if key in e]
-        return found
-
-    def cell(value: float) -> str:
-        return f"<td>{value:.4f}</td>"
-
-    keys = ("loss", "accuracy", "val_loss", "val_accuracy")
-    rows = "".join("<tr>" + "".join(cell(h.get(k, float("nan"))) for k in keys)
-                   + f"<td>{int(h['epoch']) + 1}</td></tr>" for h in history)
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-            "</title></head><body style='font-family:sans-serif'>"
-            f"<h2>{html.escape(title)}</h2>"
-            + _chart("loss", series("loss", "val_loss"))
-            + _chart("accuracy", series("accuracy", "val_accuracy"), y_max=1.0)
-            + "<table border='1' cellpadding='4' style='border-collapse:collapse'>"
-            "<tr><th>loss</th><th>accuracy</th><th>val_loss</th><th>val_accuracy</th>"
-            f"<th>epoch</th></tr>{rows}</table></body></html>")
-
-
 def write_reports(job_dir: str, report: Mapping[str, Any]) -> None:
-    """Writes metrics.json, training_curves.html and, last, training_report.json into
-    job_dir (its existence tells the other replicas that training is done)."""
+    """Writes metrics.json and, last, training_report.json into job_dir (its existence
+    tells the other replicas that training is done)."""
     history = load_history(job_dir)
     files.write_json(os.path.join(job_dir, METRICS_FILE), final_metrics(history))
-    files.write_text(os.path.join(job_dir, CURVES_FILE),
-                     curves_html(history, evaluations=load_evaluations(job_dir)))
     files.write_json(os.path.join(job_dir, REPORT_FILE), {**report, "history": history})

@@ -22,7 +22,8 @@ from trainer.common.errors import StageError
 from trainer.serving.container import SIGNATURE_BYTES
 
 #: Beside a SavedModel: {"dataset": digest of the splits measured, "metrics": {...},
-#: "reference": {"split": ..., "class_index": [...]}}.
+#: "reference": {"split": ..., "class_index": [...]}, "confusion": {"split": ...,
+#: "classes": [...], "matrix": [[...]]}} (the held-out split's; rows are true classes).
 EVALUATION_FILE = "evaluation.json"
 #: How many of the held-out split's first images keep their predicted class as the
 #: reference a serving check compares the model server's answers with.
@@ -45,28 +46,29 @@ def dataset_digest(manifest: dict[str, Any]) -> str:
 
 
 def _split_metrics(tf: Any, serve: Any, files: list[str], classes: list[str],
-                   batch_size: int, first: list[int] | None = None) -> dict[str, Any]:
-    """The split's metrics; with `first`, the predicted classes of its first
-    `REFERENCE_IMAGES` images (in file order) are appended to it."""
+                   batch_size: int, first: list[int] | None = None,
+                   ) -> tuple[dict[str, Any], list[list[int]]]:
+    """The split's metrics and confusion matrix; with `first`, the predicted classes of
+    its first `REFERENCE_IMAGES` images (in file order) are appended to it."""
     features = feature_spec(tf)
     ds = (tf.data.TFRecordDataset(files)
           .batch(batch_size)
           .map(lambda r: tf.io.parse_example(r, features)))
-    correct = [0] * len(classes)
-    total = [0] * len(classes)
+    matrix = [[0] * len(classes) for _ in classes]
     for batch in ds:
         predicted = serve(image_bytes=batch[FEATURE_IMAGE])["class_index"].numpy()
         if first is not None and len(first) < REFERENCE_IMAGES:
             first.extend(int(p) for p in predicted[:REFERENCE_IMAGES - len(first)])
         for label, guess in zip(batch[FEATURE_LABEL].numpy(), predicted, strict=True):
-            total[label] += 1
-            correct[label] += int(label == guess)
+            matrix[label][guess] += 1
+    total = [sum(row) for row in matrix]
+    correct = [matrix[i][i] for i in range(len(classes))]
     examples = sum(total)
     metrics: dict[str, Any] = {"accuracy": sum(correct) / examples if examples else 0.0,
                                "examples": examples}
     for name, c, t in zip(classes, correct, total, strict=True):
         metrics[f"accuracy_{name}"] = c / t if t else 0.0
-    return metrics
+    return metrics, matrix
 
 
 def evaluate(tf: Any, model_dir: str | os.PathLike, dataset_dir: str | os.PathLike,
@@ -81,11 +83,13 @@ def evaluate(tf: Any, model_dir: str | os.PathLike, dataset_dir: str | os.PathLi
         batch_size: Examples per signature call.
 
     Returns:
-        `{"dataset": dataset_digest(manifest), "metrics": {...}, "reference": {...}}`, the
+        `{"dataset": dataset_digest(manifest), "metrics": {...}, "reference": {...},
+        "confusion": {...}}`, the
         metrics being the validation split's `accuracy`, `examples` and per-class
         `accuracy_<class>`, and, when the dataset has a test split, `test_accuracy` and
         `test_examples`; the reference the predicted classes of the held-out split's first
-        images (`REFERENCE_IMAGES`; the test split, else validation).
+        images (`REFERENCE_IMAGES`; the test split, else validation), and that split's
+        confusion matrix.
 
     Raises:
         EvaluationError: The model lacks the signature, or the validation split is empty.
@@ -98,16 +102,18 @@ def evaluate(tf: Any, model_dir: str | os.PathLike, dataset_dir: str | os.PathLi
     serve = loaded.signatures[SIGNATURE_BYTES]
     classes = manifest["classes"]
     held_out, first = reference_split(manifest), []
-    metrics = _split_metrics(tf, serve, shard_paths(dataset_dir, manifest, "validation"),
-                             classes, batch_size, first if held_out == "validation" else None)
+    metrics, matrix = _split_metrics(
+        tf, serve, shard_paths(dataset_dir, manifest, "validation"), classes, batch_size,
+        first if held_out == "validation" else None)
     if not metrics["examples"]:
         raise EvaluationError(f"the validation split of {str(dataset_dir)!r} is empty")
     if held_out == "test":
-        test = _split_metrics(tf, serve, shard_paths(dataset_dir, manifest, "test"), classes,
-                              batch_size, first)
+        test, matrix = _split_metrics(tf, serve, shard_paths(dataset_dir, manifest, "test"),
+                                      classes, batch_size, first)
         metrics.update(test_accuracy=test["accuracy"], test_examples=test["examples"])
     return {"dataset": dataset_digest(manifest), "metrics": metrics,
-            "reference": {"split": held_out, "class_index": first}}
+            "reference": {"split": held_out, "class_index": first},
+            "confusion": {"split": held_out, "classes": list(classes), "matrix": matrix}}
 
 
 def reference_split(manifest: dict[str, Any]) -> str:
@@ -121,6 +127,13 @@ def reference(model_dir: str | os.PathLike, manifest: dict[str, Any]) -> dict[st
     found = _committed(model_dir, manifest).get("reference")
     return found if isinstance(found, dict) and isinstance(found.get("class_index"), list) \
         else None
+
+
+def confusion(model_dir: str | os.PathLike, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The held-out split's confusion matrix committed beside a SavedModel, if measured on
+    this dataset (`{"split": ..., "classes": [...], "matrix": [[...]]}`); None otherwise."""
+    found = _committed(model_dir, manifest).get("confusion")
+    return found if isinstance(found, dict) and isinstance(found.get("matrix"), list) else None
 
 
 def write(model_dir: str | os.PathLike, evaluation: dict[str, Any]) -> None:

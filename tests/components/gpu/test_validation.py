@@ -419,9 +419,16 @@ def test_accelerator_optimized_gpus_are_refused_where_compute_engine_lacks_them(
     assert "2026-11-26" in refused.errors[0]
 
 
-def test_b200_where_nothing_is_recorded_is_a_warning():
-    result = gv.validate_worker_pool_specs(pools(("a4-highgpu-8g", cat.B200, 8)), "us-east1")
-    assert "where Vertex AI offers NVIDIA_B200 is not recorded here" in result.warnings[0]
+def test_b200_is_held_against_its_zones_beside_the_images_refusal():
+    """The trainer image cannot run on Blackwell (its own error); the region rule still
+    says where B200 is offered."""
+    offered = gv.validate_worker_pool_specs(pools(("a4-highgpu-8g", cat.B200, 8)), "us-east1")
+    refused = gv.validate_worker_pool_specs(pools(("a4-highgpu-8g", cat.B200, 8)), "us-west1")
+    assert not any("not offered in region" in e for e in offered.errors)
+    assert not any("not recorded here" in w for w in offered.warnings)
+    assert any("NVIDIA_B200 is not offered in region us-west1; regions offering it: "
+               "asia-northeast1, asia-southeast1, europe-north1, europe-west4, us-central1, "
+               "us-east1, us-east4, us-south1, us-west2, us-west3" in e for e in refused.errors)
 
 
 def test_optimized_zone_snapshot_is_consistent():

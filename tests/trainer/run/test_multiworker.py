@@ -76,7 +76,8 @@ def test_reports_checkpoints_and_cleaned_backup(trained):
     job_dir, _, _, _ = trained
     metrics = json.loads((job_dir / "metrics.json").read_text())
     assert metrics["epochs_completed"] == 4 and 0 <= metrics["val_accuracy"] <= 1
-    assert "<svg" in (job_dir / "training_curves.html").read_text()
+    history = json.loads((job_dir / "training_report.json").read_text())["history"]
+    assert [h["epoch"] for h in history] == [0, 1, 2, 3]
     events = [f for _, _, files in os.walk(job_dir / "tensorboard") for f in files]
     assert any(f.startswith("events.out.tfevents") for f in events)
     checkpoints = job_dir / "checkpoints"
@@ -121,7 +122,17 @@ def test_the_trainer_measures_its_model_and_export_reuses_it(trained, small_data
     assert "[trainer chief:0] exported model through its serving signature: validation " \
         f"accuracy {metrics['accuracy']:.4f} on {metrics['examples']} examples" in log
     # The same figures as an evaluation of the committed model from scratch.
-    assert measure.evaluate(tf, model_dir, small_dataset, manifest)["metrics"] == metrics
+    again = measure.evaluate(tf, model_dir, small_dataset, manifest)
+    assert again["metrics"] == metrics
+    # The held-out split's confusion matrix: rows are true classes, each row sums to the
+    # class's images, the diagonal to the correct ones.
+    confusion = committed_with_model["confusion"]
+    assert again["confusion"] == confusion == measure.confusion(model_dir, manifest)
+    held_out = manifest["splits"][confusion["split"]]["per_class"]
+    assert [sum(row) for row in confusion["matrix"]] == [held_out[c] for c in manifest["classes"]]
+    accuracy = metrics["test_accuracy"] if confusion["split"] == "test" else metrics["accuracy"]
+    diagonal = sum(confusion["matrix"][i][i] for i in range(len(manifest["classes"])))
+    assert diagonal == round(accuracy * sum(held_out.values()))
     assert metrics["examples"] == manifest["splits"]["validation"]["count"]
     assert metrics["test_examples"] == manifest["splits"]["test"]["count"]
     assert {"accuracy_circle", "accuracy_cross", "accuracy_square", "accuracy_triangle"} <= \

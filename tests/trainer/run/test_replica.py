@@ -83,7 +83,7 @@ def test_local_step_logs_keep_the_keys_keras_overrides_at_epoch_end(float32_poli
     assert history.history["loss"][0] == pytest.approx(float(steps[-1]["loss"]), rel=1e-5)
 
 
-def test_history_survives_restarts_and_renders(tmp_path):
+def test_history_survives_restarts_and_is_reported(tmp_path):
     job = str(tmp_path)
     for epoch in range(3):
         report.record_epoch(job, epoch, {"loss": 1.0 / (epoch + 1), "accuracy": 0.3 * epoch})
@@ -92,11 +92,10 @@ def test_history_survives_restarts_and_renders(tmp_path):
     assert [h["epoch"] for h in history] == [0, 1, 2] and history[-1]["loss"] == 0.2
     assert report.final_metrics(history) == {"loss": 0.2, "accuracy": 0.9,
                                              "epochs_completed": 3.0}
-    page = report.curves_html(history)
-    assert page.count("<svg") == 2 and "<polyline" in page and "0.9000" in page
     report.write_reports(job, {"task": "chief:0"})
     assert json.loads((tmp_path / "metrics.json").read_text())["epochs_completed"] == 3.0
-    assert (tmp_path / "training_curves.html").read_text().startswith("<!doctype html>")
+    written = json.loads((tmp_path / "training_report.json").read_text())
+    assert written == {"task": "chief:0", "history": history}
 
 
 def test_cache_decision():
