@@ -30,6 +30,8 @@ from trainer.common.contract import load_manifest
 from trainer.common.gcs import to_mount_path
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from components.vertex_options import VertexOptions
 
 
@@ -188,6 +190,10 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
     options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
     settings = validate(TrainingOptions, training, prefix="training", strict=False)
     usage = load_efficiency(training_job_dir) if training_job_dir else None
+    # The report's charts are drawn while the gate runs (the serving check mostly waits
+    # for its model server to start).
+    drawing = _draw_report(trained_model, dataset_dir, training_job_dir, usage) \
+        if report_path else None
     outcome = export_and_gate(trained_model, dataset_dir, destination, vertex=options,
                               training=settings.model_dump(), images=images,
                               version=version(), cluster=cluster, registry_root=registry_root,
@@ -207,10 +213,10 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
     saved_model_uri = f"{exported_uri.rstrip('/')}/{os.path.basename(outcome['saved'])}"
     if registry_root:  # for the run's summary (the exit handler)
         _record_run(registry_root, job_name, outcome, tuning)
-    if report_path:
-        _write_report(report_path, outcome, dataset_dir=dataset_dir, job_name=job_name,
+    if drawing is not None:
+        _write_report(report_path, outcome, drawing.result(), job_name=job_name,
                       model_name=options.model_display_name, training=settings.model_dump(),
-                      training_job_dir=training_job_dir, efficiency=usage)
+                      efficiency=usage)
     for line in _progress(outcome):
         say(line)
     made = decision.to_dict()
@@ -244,25 +250,47 @@ def _record_run(registry_root: str, job_name: str, outcome: Mapping[str, Any],
                       "trials": trials_table(tuning) if tuning else ""})
 
 
-def _write_report(path: str, outcome: Mapping[str, Any], *, dataset_dir: str, job_name: str,
-                  model_name: str, training: Mapping[str, Any], training_job_dir: str,
+def _draw_report(trained_model: str, dataset_dir: str, training_job_dir: str,
+                 efficiency: Mapping[str, Any] | None) -> Future:
+    """Draws the run report's charts on a thread; its result is `_write_report`'s
+    `inputs`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def draw() -> dict[str, Any]:
+        from components.export.run_report import draw
+        from trainer.common import files
+        from trainer.run.history import REPORT_FILE, load_evaluations
+        from trainer.serving import measure
+
+        manifest = load_manifest(dataset_dir)
+        trained = (files.read_json(os.path.join(training_job_dir, REPORT_FILE))
+                   if training_job_dir else None) or {}
+        evaluations = load_evaluations(training_job_dir) if training_job_dir else []
+        confusion = measure.confusion(saved_model_dir(trained_model), manifest)
+        return {"manifest": manifest, "trained": trained, "evaluations": evaluations,
+                "confusion": confusion,
+                "drawn": draw(trained=trained, confusion=confusion, efficiency=efficiency,
+                              evaluations=evaluations)}
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="run-report")
+    drawing = pool.submit(draw)
+    pool.shutdown(wait=False)  # the drawing goes on; the caller waits for its result
+    return drawing
+
+
+def _write_report(path: str, outcome: Mapping[str, Any], inputs: Mapping[str, Any], *,
+                  job_name: str, model_name: str, training: Mapping[str, Any],
                   efficiency: Mapping[str, Any] | None) -> None:
     """The run's report (`components.export.run_report`) from what this stage knows."""
     from components.export.run_report import page
     from trainer.common import files
-    from trainer.run.history import REPORT_FILE, load_evaluations
-    from trainer.serving import measure
 
-    manifest = load_manifest(dataset_dir)
-    trained = files.read_json(os.path.join(training_job_dir, REPORT_FILE)) \
-        if training_job_dir else None
     files.write_text(path, page(
-        run=job_name, model_name=model_name, manifest=manifest, trained=trained or {},
-        training=training, metrics=outcome["metrics"],
-        confusion=measure.confusion(outcome["saved"], manifest),
-        decision=outcome["decision"].to_dict(), champion=outcome["champion"],
-        registered=outcome["registered"], efficiency=efficiency,
-        evaluations=load_evaluations(training_job_dir) if training_job_dir else []))
+        run=job_name, model_name=model_name, manifest=inputs["manifest"],
+        trained=inputs["trained"], training=training, metrics=outcome["metrics"],
+        confusion=inputs["confusion"], decision=outcome["decision"].to_dict(),
+        champion=outcome["champion"], registered=outcome["registered"],
+        efficiency=efficiency, evaluations=inputs["evaluations"], drawn=inputs["drawn"]))
 
 
 def _check_line(check: Mapping[str, Any]) -> str:

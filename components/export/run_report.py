@@ -50,9 +50,7 @@ def _ratio(value: float | None) -> str:
 
 
 def _metrics_section(metrics: Mapping[str, Any], confusion: Mapping[str, Any] | None,
-                     manifest: Mapping[str, Any]) -> str:
-    from components import charts
-
+                     manifest: Mapping[str, Any], drawn: str) -> str:
     rows = [("validation", f"{metrics['accuracy']:.4f}", metrics["examples"])]
     if "test_accuracy" in metrics:
         rows.append(("test", f"{metrics['test_accuracy']:.4f}", metrics["test_examples"]))
@@ -69,7 +67,7 @@ def _metrics_section(metrics: Mapping[str, Any], confusion: Mapping[str, Any] | 
         [(r["class"], splits.get("train", {}).get("per_class", {}).get(r["class"], "-"),
           r["images"], _ratio(r["precision"]), _ratio(r["recall"]), _ratio(r["f1"]))
          for r in per_class(confusion["classes"], confusion["matrix"])]))
-    out.append(charts.confusion(confusion["classes"], confusion["matrix"], split))
+    out.append(drawn)
     return "".join(out)
 
 
@@ -136,12 +134,27 @@ def _cost_section(efficiency: Mapping[str, Any] | None) -> str:
             + ".</p>")
 
 
+def draw(*, trained: Mapping[str, Any], confusion: Mapping[str, Any] | None,
+         efficiency: Mapping[str, Any] | None,
+         evaluations: Sequence[Mapping[str, float]] = ()) -> dict[str, str]:
+    """The report's charts (`components.charts`), apart from the page: the export stage
+    draws them while the serving check's model server starts."""
+    from components import charts
+
+    return {"curves": charts.curves(trained.get("history", []), evaluations),
+            "confusion": charts.confusion(confusion["classes"], confusion["matrix"],
+                                          confusion["split"]) if confusion else "",
+            "use": charts.use_over_time(efficiency["replicas"])
+            if efficiency and efficiency.get("replicas") else ""}
+
+
 def page(*, run: str, model_name: str, manifest: Mapping[str, Any],
          trained: Mapping[str, Any], training: Mapping[str, Any],
          metrics: Mapping[str, Any], confusion: Mapping[str, Any] | None,
          decision: Mapping[str, Any], champion: Mapping[str, Any] | None,
          registered: str | None, efficiency: Mapping[str, Any] | None,
-         evaluations: Sequence[Mapping[str, float]] = ()) -> str:
+         evaluations: Sequence[Mapping[str, float]] = (),
+         drawn: Mapping[str, str] | None = None) -> str:
     """The run's report as one HTML page.
 
     Args:
@@ -157,10 +170,13 @@ def page(*, run: str, model_name: str, manifest: Mapping[str, Any],
         registered: The local registry's new version, or None.
         efficiency: The merged efficiency figures (with `cost` on Vertex AI), or None.
         evaluations: The sidecar evaluator's evaluations.
+        drawn: The charts (`draw`), when drawn already.
     """
     from components import charts
     from components.training import efficiency as usage
 
+    drawn = drawn or draw(trained=trained, confusion=confusion, efficiency=efficiency,
+                          evaluations=evaluations)
     made = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     headline = (f"{model_name}: {metrics.get('test_accuracy', metrics['accuracy']):.4f} "
                 f"{'test' if 'test_accuracy' in metrics else 'validation'} accuracy; "
@@ -169,14 +185,14 @@ def page(*, run: str, model_name: str, manifest: Mapping[str, Any],
         f"<h1>Run {html.escape(run)}</h1><p>{html.escape(headline)}</p>"
         f"<p class='when'>report written {made}</p>",
         _decision_section(decision, champion, registered),
-        _metrics_section(metrics, confusion, manifest),
-        "<h2>Training curves</h2>" + charts.curves(trained.get("history", []), evaluations),
+        _metrics_section(metrics, confusion, manifest, drawn["confusion"]),
+        "<h2>Training curves</h2>" + drawn["curves"],
         _data_section(manifest),
         _model_section(trained, training),
         _cost_section(efficiency),
-        usage.html(efficiency) if efficiency and efficiency.get("replicas") else "",
+        usage.html(efficiency, drawn["use"]) if efficiency and efficiency.get("replicas")
+        else "",
     ]
     return ("<!doctype html><html><head><meta charset='utf-8'>"
             f"<title>Run {html.escape(run)}</title><style>{charts.STYLE}</style></head><body>"
             + "".join(sections) + "</body></html>")
-

@@ -313,12 +313,10 @@ def lines(figures: dict[str, Any]) -> list[str]:
     return out
 
 
-def html(figures: dict[str, Any]) -> str:
-    """The training report's efficiency section: a table per replica and each replica's
-    CPU and GPU use over time (`components.charts`)."""
+def html(figures: dict[str, Any], chart: str = "") -> str:
+    """The reports' efficiency section: a table per replica, then `chart` (each replica's
+    CPU and GPU use over time, `components.charts.use_over_time`, drawn by the caller)."""
     import html as escape
-
-    from components import charts
 
     rows = []
     for name, r in sorted(figures["replicas"].items()):
@@ -341,5 +339,5 @@ def html(figures: dict[str, Any]) -> str:
             "<table><tr><th>replica</th><th>images/s in its steps</th><th>images/s per GPU</th>"
             "<th>step (ms)</th><th>input share</th><th>GPU busy</th><th>CPU %</th></tr>"
             + "".join(rows) + "</table>"
-            + charts.use_over_time(figures["replicas"])
+            + chart
             + monitored)

@@ -2,12 +2,12 @@
 
 The trainer (chief) writes `metrics.json` and `training_report.json` (with the history)
 into its job directory, locally or under the Vertex CustomJob's base output directory;
-this stage publishes them, the same way for both targets: the curves drawn
-(`components.charts`) on a page with every replica's efficiency series merged
-(`components.training.efficiency`: `efficiency.json` in the job directory and a section of
-the page), with the job's cost and Cloud Monitoring's accelerator figures where the Vertex
-AI training step read them. The run's own report, with the metrics per class and the
-decision, is the export stage's (`components.export.run_report`).
+this stage publishes them, the same way for both targets: the figures per epoch on a page
+with every replica's efficiency series merged (`components.training.efficiency`:
+`efficiency.json` in the job directory and a section of the page), with the job's cost
+and Cloud Monitoring's accelerator figures where the Vertex AI training step read them.
+The charts are drawn once, in the run's report, with the metrics per class and the
+decision: the export stage's (`components.export.run_report`).
 """
 
 from __future__ import annotations
@@ -76,7 +76,9 @@ def publish_training_report(job_dir: str, curves_path: str) -> dict[str, Any]:
 
 def curves_page(history: list[dict[str, float]], evaluations: list[dict[str, float]],
                 usage: dict[str, Any]) -> str:
-    """The training report's page: the curves per epoch, then the efficiency section."""
+    """The training report's page: the figures per epoch (the sidecar evaluator's last),
+    then the efficiency section. Its charts are the run's report's
+    (`components.export.run_report`), drawn once, by the export stage."""
     import html
 
     from components import charts
@@ -85,8 +87,12 @@ def curves_page(history: list[dict[str, float]], evaluations: list[dict[str, flo
     rows = "".join(f"<tr><td>{int(h['epoch']) + 1}</td>" + "".join(
         f"<td>{h[k]:.4f}</td>" if k in h else "<td>-</td>" for k in keys) + "</tr>"
         for h in history)
+    evaluator = ("<p>sidecar evaluator, last of {n} evaluation(s): " + ", ".join(
+        f"{k} {v:.4f}" for k, v in evaluations[-1].items() if k != "epoch") + "</p>"
+    ).format(n=len(evaluations)) if evaluations else ""
     return ("<!doctype html><html><head><meta charset='utf-8'><title>Training report</title>"
             f"<style>{charts.STYLE}</style></head><body><h1>Training report</h1>"
-            + charts.curves(history, evaluations)
-            + "<table><tr><th>epoch</th>" + "".join(f"<th>{html.escape(k)}</th>" for k in keys)
-            + f"</tr>{rows}</table>" + efficiency.html(usage) + "</body></html>")
+            "<p>The charts, with the metrics per class and the decision, are in the run's "
+            "report (the export step's <code>report</code>).</p>"
+            "<table><tr><th>epoch</th>" + "".join(f"<th>{html.escape(k)}</th>" for k in keys)
+            + f"</tr>{rows}</table>{evaluator}" + efficiency.html(usage) + "</body></html>")

@@ -103,8 +103,7 @@ def test_a_sidecar_evaluator_beside_multi_worker_training_reports_its_curve(
     assert summary["evaluations"] == len(evaluations)
     assert summary["metrics"]["evaluator_accuracy"] == evaluations[-1]["accuracy"]
     page = (tmp_path / "curves.html").read_text()
-    # Its curve in both panels, with the training and validation ones.
-    assert page.count(">sidecar evaluator<") == 2 and page.count(">validation<") == 2
+    assert f"sidecar evaluator, last of {len(evaluations)} evaluation(s): " in page
 
 
 #: The GPU guide's first config.yaml example, scaled down to this machine (the README's

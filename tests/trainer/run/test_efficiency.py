@@ -140,7 +140,9 @@ def test_an_epoch_of_one_step_gets_no_verdict_and_a_cached_run_no_cache_advice(t
     uncached = efficiency.merge(str(tmp_path / "slow"), ["chief-0"], 5.0)
     assert uncached["advice"].startswith("feed the steps faster: cache the decoded images")
     # The report's section: the step in milliseconds, the chart with its axes and legend.
-    page = efficiency.html(cached)
+    from components import charts
+
+    page = efficiency.html(cached, charts.use_over_time(cached["replicas"]))
     assert "<th>step (ms)</th>" in page and "<td>100.0</td>" in page
     assert "CPU (solid) and GPU (dashed) use per replica" in page
     assert "seconds since the first sample" in page and "use (%)" in page
