@@ -136,6 +136,10 @@ class VertexOptions(pydantic.BaseModel):
         "0.64; SPOT:NVIDIA_L4 or FLEX_START:NVIDIA_L4 for jobs of that provisioning "
         "model): the training cost estimate's prices, over the dated table of "
         "components/capacity/cost.py (which types it lacks, the estimate names)."))
+    budget_usd: float = Field(0.0, ge=0, le=10_000_000, description=(
+        "The most one run's training may cost, in USD (0: no budget). Each configuration "
+        "over it is dropped before anything is created, the run refused when none fits, "
+        "and a running job that would pass it is cancelled (components/capacity/budget.py)."))
     labels: dict[str, str] = Field(default_factory=dict, description=(
         "Labels of the pipeline job and the CustomJob, for cost tracking."))
     serving_check_images: int = Field(REFERENCE_IMAGES, ge=0, le=REFERENCE_IMAGES, description=(

@@ -225,15 +225,14 @@ def prices_of(vertex: Mapping[str, Any]) -> dict[str, float]:
 
 
 def tell_cost(record: Mapping[str, Any], vertex: Mapping[str, Any], job_dir: str,
-              log: Any, client_for: Any = None) -> dict[str, Any] | None:
+              log: Any, client_for: Any) -> dict[str, Any] | None:
     """The training step's last words: the estimate in one line (`vertex.prices` over the
-    table). What the run cost is told, never a reason to fail the step: an estimate that
-    cannot be made says why."""
-    from components.capacity.vertex_launch import jobs_client
+    table; `client_for(region)`: a JobServiceClient). What the run cost is told, never a
+    reason to fail the step: an estimate that cannot be made says why."""
     from trainer.common.errors import ProjectError
 
     try:
-        cost = estimate_run(record, prices_of(vertex), job_dir, client_for or jobs_client)
+        cost = estimate_run(record, prices_of(vertex), job_dir, client_for)
     except ProjectError as exc:
         log(f"cost: not estimated ({exc})")
         return None

@@ -143,8 +143,8 @@ def waited_seconds(job: Any, watch: Watch) -> float:
     return max(0.0, watch.clock() - created) if created > 0 else 0.0
 
 
-def follow(client: Any, name: str, watch: Watch, queue_limit: float = 0.0
-           ) -> tuple[Any, bool]:
+def follow(client: Any, name: str, watch: Watch, queue_limit: float = 0.0,
+           guard: Callable[[Any], str] | None = None) -> tuple[Any, str]:
     """Looks at the job every `watch.poll_seconds` until it is in a final state.
 
     Args:
@@ -154,12 +154,14 @@ def follow(client: Any, name: str, watch: Watch, queue_limit: float = 0.0
         queue_limit: With a positive value, a job still QUEUED or PENDING that many
             seconds after it was created is cancelled (and followed until Vertex AI
             says it ended).
+        guard: Asked at every look at a RUNNING job why it must stop ("": it goes on;
+            `components.capacity.budget.running_guard`); a reason cancels it.
 
     Returns:
-        The job in its final state, and whether this follower cancelled it for the queue
-        limit.
+        The job in its final state, and why this follower cancelled it: "queue" for the
+        queue limit, the guard's reason, or "" when it did not.
     """
-    cancelled = False
+    cancelled = ""
     while True:
         job = look(client, name, watch)
         state = job.state.name
@@ -171,7 +173,12 @@ def follow(client: Any, name: str, watch: Watch, queue_limit: float = 0.0
             watch.log(f"capacity: {name} is still {state} {waited:.0f} s after it was "
                       f"created (vertex.queue_limit {queue_limit:.0f}s); "
                       + cancel(client, name, watch))
-            cancelled = True
+            cancelled = "queue"
+        reason = guard(job) if guard and not cancelled and state == "JOB_STATE_RUNNING" \
+            else ""
+        if reason:
+            watch.log(f"{reason}; {name}: " + cancel(client, name, watch))
+            cancelled = reason
         watch.sleep(watch.poll_seconds)
 
 

@@ -104,6 +104,8 @@ class Launch:
             (`job_records.find_earlier`).
         gcp_resources_path: Where every created job is named as soon as it exists.
         watch: How jobs are followed (made from `log` when not given).
+        guard_for: An alternative's question for its running job (why it must stop, or
+            ""; `components.capacity.budget.running_guard`), or None.
     """
 
     project: str
@@ -117,6 +119,7 @@ class Launch:
     find_earlier: Callable[[], list[Any]] = list
     gcp_resources_path: str = ""
     watch: Watch | None = None
+    guard_for: Callable[[Alternative], Callable[[Any], str]] | None = None
 
     def __post_init__(self) -> None:
         if self.watch is None:
@@ -175,6 +178,8 @@ def launch(alternatives: Sequence[Alternative], how: Launch) -> Result:
             or after it ran.
         LostJobError: A job could not be looked at for too long (it was cancelled).
         NoCapacityError: Every alternative was out of capacity in every round.
+        BudgetReachedError: A running job would have passed `vertex.budget_usd` (its
+            `how.guard_for`); it was cancelled.
     """
     attempts: list[Attempt] = []
     jobs = _Jobs(how)
@@ -279,9 +284,19 @@ def _conclude(alternative: Alternative, client: Any, name: str, how: Launch, las
     # is nothing else to try. FLEX_START waits by design, up to its max_wait_duration.
     limit = 0.0 if last or alternative.scheduling_strategy == "FLEX_START" \
         else how.queue_limit_seconds
+    guard = how.guard_for(alternative) if how.guard_for else None
     with cancelled_with_the_step(client, name):
-        job, queued_out = follow(client, name, how.watch, limit)
-    return _outcome(alternative, job, queued_out, how, resumed)
+        job, cancelled = follow(client, name, how.watch, limit, guard)
+    if cancelled and cancelled != "queue" and job.state.name == "JOB_STATE_CANCELLED":
+        from components.capacity.budget import BudgetReachedError
+
+        stopped = Attempt(alternative.label, alternative.region, "budget", cancelled,
+                          job.name, resumed)
+        raise BudgetReachedError(
+            f"{cancelled}: the training CustomJob {job.name} ({alternative.label}) was "
+            "cancelled; its checkpoints stay in its job directory",
+            result=Result(alternative, job, [stopped]))
+    return _outcome(alternative, job, cancelled == "queue", how, resumed)
 
 
 def _started(job: Any) -> bool:

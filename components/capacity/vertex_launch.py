@@ -88,6 +88,10 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
             clients[region] = jobs_client(region)
         return clients[region]
 
+    import time
+
+    from components.capacity.budget import guard_for
+
     how = Launch(project, make_job, jobs_for,
                  quota_checker(quotas.quotas_client(), project, log), log,
                  rounds=options.capacity_rounds,
@@ -98,5 +102,6 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
                  gcp_resources_path=gcp_resources_path,
                  watch=Watch(log, poll_seconds=POLL_SECONDS,
                              retry_first_delay=RETRY_FIRST_DELAY,
-                             request_timeout=REQUEST_TIMEOUT))
+                             request_timeout=REQUEST_TIMEOUT),
+                 guard_for=guard_for(options, trainer.total_epochs, output_path, time.time))
     return launch(checked, how)

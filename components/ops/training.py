@@ -158,6 +158,7 @@ def train_on_vertex_ai(project: str, alternatives: list, images: dict, dataset: 
     trained, and the capacity record (which alternative trained and why not the others)."""
     from collections import namedtuple
 
+    from components.capacity.budget import BudgetReachedError
     from components.capacity.launcher import summary
     from components.capacity.vertex_launch import run_training_job
     from components.stage_messages import say, stage_errors
@@ -165,10 +166,15 @@ def train_on_vertex_ai(project: str, alternatives: list, images: dict, dataset: 
     from components.training.vertex_job import MODEL_SUBDIR
 
     with stage_errors("training"):
-        done = run_training_job(project, alternatives, images, dataset_path=dataset.path,
-                                output_uri=training_job.uri, output_path=training_job.path,
-                                training=training, vertex=vertex,
-                                gcp_resources_path=gcp_resources, log=say)
+        try:
+            done = run_training_job(project, alternatives, images, dataset_path=dataset.path,
+                                    output_uri=training_job.uri,
+                                    output_path=training_job.path, training=training,
+                                    vertex=vertex, gcp_resources_path=gcp_resources, log=say)
+        except BudgetReachedError as stopped:  # what it cost is recorded, then it stops
+            record_all(stopped.result.record(), stopped.result.job, vertex,
+                       training_job.path, log=say)
+            raise
     record = done.record()
     say(f"training: {summary(record)}")
     record_all(record, done.job, vertex, training_job.path, log=say)

@@ -34,11 +34,12 @@ def record_all(record: Mapping[str, Any], job: Any, vertex: Mapping[str, Any], j
     `record`, the launcher's capacity record) written to `job_dir`; returns what was made
     (None for what was not)."""
     from components.capacity.cost import tell_cost
+    from components.capacity.vertex_launch import jobs_client
     from components.training import job_utilization
 
     return {
         "cost": record_after_job("cost", job.name, lambda: tell_cost(
-            record, vertex, job_dir, log=log, client_for=cost_client), log),
+            record, vertex, job_dir, log=log, client_for=cost_client or jobs_client), log),
         "accelerator use": record_after_job(
             "accelerator use", job.name, lambda: job_utilization.tell(
                 job, job_dir, log=log, client=monitoring_client), log),

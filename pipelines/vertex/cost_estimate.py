@@ -1,7 +1,8 @@
 """`submit --dry-run`'s cost estimate: the configured epochs at the speed the newest
 registered model measured (its `efficiency.json`, written beside it by the export stage),
-on the primary configuration's machines, priced as the training step prices its jobs
-(`components.capacity.cost`).
+on each configuration's machines (the primary and every fallback), priced as the training
+step prices its jobs (`components.capacity.cost`); and `vertex.budget_usd` held against
+them before anything is created (`components.capacity.budget`).
 
 The speed is the newest model's, whatever cluster trained it: an estimate for another
 cluster or another dataset is as far off as they differ, so the lines name the model and
@@ -11,9 +12,10 @@ its figures. Tuning trials, queueing and provisioning are not counted.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
-from components.capacity.cost import PRICES_READ, hourly, priced
+from components.capacity.cost import PRICES_READ
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients
 from trainer.common.errors import ProjectError
@@ -45,26 +47,53 @@ def _measured(config: Config, clients: Clients) -> tuple[str, dict[str, Any]] | 
     return None
 
 
-def estimate_lines(config: Config, clients: Clients) -> list[str]:
-    """What the dry run says of the cost; reading the registry never fails the dry run."""
-    prices = priced(config.vertex.prices)
-    rate, unpriced = hourly(config.vertex.pools, prices)
+def _estimates(config: Config, clients: Clients) -> tuple[list[Any], str]:
+    """Every configuration's estimate (`components.capacity.budget.estimates`), and why
+    there is no measured speed ("" when there is one)."""
+    from components.capacity.budget import estimates
+
     epochs = config.training_options().total_epochs
-    head = (f"cost estimate: the primary configuration's machines cost {rate:.2f} USD an "
-            f"hour (prices of {PRICES_READ}"
-            + (f"; without a price for {', '.join(unpriced)}: give it in vertex.prices"
-               if unpriced else "") + ")")
     try:
         found = _measured(config, clients)
+        why = "" if found else ("the first registered model carries efficiency.json, and "
+                                "the next dry run estimates from it")
     except ProjectError as exc:
-        return [head, f"  no measured speed: {exc}"]
+        found, why = None, str(exc)
     per_epoch = seconds_per_epoch(found[1]) if found else None
-    if not found or not per_epoch:
-        return [head, "  no measured speed yet: the first registered model carries "
-                      "efficiency.json, and the next dry run estimates from it"]
-    name, figures = found
-    hours = per_epoch * epochs / 3600
-    return [head, f"  {epochs} epoch(s) at {per_epoch:.0f} s each, as {name} measured "
-                  f"({figures['cluster']['images_per_second']:.0f} images/s on its cluster): "
-                  f"about {hours:.2f} h, {rate * hours:.2f} USD (without tuning trials, "
-                  "queueing and provisioning)"]
+    if found and not per_epoch:
+        why = f"{found[0]}'s efficiency.json has no epochs"
+    return estimates(config.vertex, config.alternatives(), epochs=epochs,
+                     seconds_per_epoch=per_epoch, measured_by=found[0] if found else ""), why
+
+
+def estimate_lines(config: Config, clients: Clients) -> list[str]:
+    """What the dry run says of the cost, a line per configuration; reading the registry
+    never fails the dry run."""
+    found, why = _estimates(config, clients)
+    budget = config.vertex.budget_usd
+    head = (f"cost estimate (prices of {PRICES_READ}, without tuning trials, queueing and "
+            "provisioning" + (f"; vertex.budget_usd {budget:.2f} USD" if budget else "")
+            + "):")
+    return [head, *(f"  {e.line()}" for e in found)] + \
+        ([f"  no measured speed: {why}"] if why else [])
+
+
+def hold_budget(config: Config, clients: Clients, log: Callable[[str], None]) -> Config:
+    """`vertex.budget_usd` before anything is created: each configuration over it is
+    dropped with a line, the first one left is the primary.
+
+    Raises:
+        BudgetError: None fits.
+    """
+    from components.capacity.budget import check, within
+
+    if config.vertex.budget_usd <= 0:
+        return config
+    found, _ = _estimates(config, clients)
+    held = check(found, config.vertex.budget_usd)
+    for line in held.dropped:
+        log(line)
+    if not held.dropped:
+        return config
+    vertex = within(config.vertex.model_dump(), held.kept)
+    return config.model_copy(update={"vertex": type(config.vertex).model_validate(vertex)})

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import types
 
+import pytest
 from google.api_core import exceptions
 
 from pipelines.vertex.clients import Clients
@@ -60,20 +61,64 @@ def test_the_newest_model_with_figures_gives_the_seconds_per_epoch():
     assert seconds_per_epoch({"cluster": {}, "replicas": {}}) is None
     storage = _Storage({"gs://b/m2/efficiency.json": json.dumps(_figures(900.0, 3))})
     models = _Models([_model("3", "gs://b/m3"), _model("2", "gs://b/m2")])  # 3 has none
-    head, estimate = estimate_lines(config(), Clients(storage=storage, model_api=models))
-    assert head == (f"cost estimate: the primary configuration's machines cost {RATE:.2f} USD "
-                    "an hour (prices of 2026-10-07; without a price for NVIDIA_TESLA_T4: "
-                    "give it in vertex.prices)")
+    head, primary = estimate_lines(config(), Clients(storage=storage, model_api=models))
+    assert head == ("cost estimate (prices of 2026-10-07, without tuning trials, queueing "
+                    "and provisioning):")
     hours = 300.0 * 10 / 3600  # the default 10 epochs
-    assert estimate == (f"  10 epoch(s) at 300 s each, as projects/p/locations/us-central1/"
-                        f"models/7@2 measured (1200 images/s on its cluster): about "
-                        f"{hours:.2f} h, {RATE * hours:.2f} USD (without tuning trials, "
-                        "queueing and provisioning)")
+    assert primary == (f"  primary (us-central1): {RATE:.2f} USD an hour, about {hours:.2f} h "
+                       "(10 epoch(s) at 300 s, as projects/p/locations/us-central1/models/7@2 "
+                       f"measured): {RATE * hours:.2f} USD; without a price for "
+                       "NVIDIA_TESLA_T4: give it in vertex.prices")
 
 
 def test_no_measured_speed_is_said_and_never_fails_the_dry_run():
     clients = Clients(storage=_Storage({}), model_api=_Models([_model("1", "gs://b/m1")]))
-    assert estimate_lines(config(), clients)[1].startswith("  no measured speed yet: ")
+    _, primary, why = estimate_lines(config(), clients)
+    # Without a measured speed, the hours are the most the job may run: vertex.timeout.
+    assert primary.startswith(f"  primary (us-central1): {RATE:.2f} USD an hour, about "
+                              "168.00 h (no measured speed: vertex.timeout 604800s, the "
+                              "longest the job may run): ")
+    assert why == ("  no measured speed: the first registered model carries efficiency.json, "
+                   "and the next dry run estimates from it")
     refused = Clients(storage=_Storage({}), model_api=_Models(refuse=True))
-    assert estimate_lines(config(), refused)[1].startswith(
+    assert estimate_lines(config(), refused)[-1].startswith(
         "  no measured speed: listing the Model Registry failed: ")
+
+
+def _budgeted(budget):
+    """Two configurations: the default pools (2 x n1-standard-8 with a T4, 1.57 USD an
+    hour), and one T4 machine in us-east1 (0.57 USD an hour)."""
+    return config(budget_usd=budget, prices={"NVIDIA_TESLA_T4": 0.35}, fallbacks=[{
+        "region": "us-east1", "worker_pool_specs": [{"machine_spec": {
+            "machine_type": "n1-standard-4", "accelerator_type": "NVIDIA_TESLA_T4",
+            "accelerator_count": 1}, "replica_count": 1}]}])
+
+
+def test_submit_holds_the_budget_before_anything_is_created():
+    from components.capacity.budget import BudgetError
+    from pipelines.vertex import runs
+    from pipelines.vertex.cost_estimate import hold_budget
+
+    # 1 h an epoch, as the newest model measured: the default 10 epochs cost 15.74 USD on
+    # the first, 5.68 USD on the second.
+    storage = _Storage({"gs://b/m1/efficiency.json": json.dumps(_figures(10800.0, 3))})
+    clients = Clients(storage=storage, model_api=_Models([_model("1", "gs://b/m1")]))
+    lines = []
+    assert hold_budget(_budgeted(0), clients, lines.append) == _budgeted(0)  # no budget
+    kept = hold_budget(_budgeted(20.0), clients, lines.append)
+    assert kept == _budgeted(20.0) and lines == []  # both fit
+    fitting = hold_budget(_budgeted(6.0), clients, lines.append)
+    assert fitting.vertex.region == "us-east1" and fitting.vertex.fallbacks == []
+    assert fitting.vertex.worker_pool_specs[0]["machine_spec"]["machine_type"] == \
+        "n1-standard-4"
+    assert lines == ["budget: primary dropped: about 15.74 USD passes vertex.budget_usd "
+                     "6.00 USD (primary (us-central1): 1.57 USD an hour, about 10.00 h (10 "
+                     "epoch(s) at 3600 s, as projects/p/locations/us-central1/models/7@1 "
+                     "measured): 15.74 USD)"]
+    # Nothing fits: refused before the permissions are checked, anything uploaded or built
+    # (the clients it would need next are not there).
+    with pytest.raises(BudgetError) as refused:
+        runs.submit(_budgeted(1.0), dry_run=False, clients=clients, log=lines.append)
+    assert str(refused.value).startswith("vertex.budget_usd is 1.00 USD and no "
+                                         "configuration fits it: primary (us-central1): ")
+    assert "fallbacks[0] (us-east1): 0.57 USD an hour, about 10.00 h" in str(refused.value)

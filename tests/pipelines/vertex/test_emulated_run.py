@@ -37,6 +37,7 @@ from google.cloud.devtools import cloudbuild_v1
 from google.oauth2.credentials import Credentials
 
 from components import images
+from components.capacity.budget import BudgetError
 from components.ops import names
 from pipelines.config_loading import load_config
 from pipelines.vertex import runs
@@ -333,15 +334,14 @@ def test_a_dry_run_estimates_the_cost_from_the_newest_model_s_measured_speed(emu
     runs.submit(config, dry_run=True, clients=emulated_run["clients"],
                 credentials=AnonymousCredentials(), log=lines.append)
     rate = 2 * (2 * 0.21849885 + 0.35)  # two n1-standard-8 machines with a T4 each
-    head = next(i for i, line in enumerate(lines) if line.startswith("cost estimate: "))
-    assert lines[head] == (f"cost estimate: the primary configuration's machines cost "
-                           f"{rate:.2f} USD an hour (prices of 2026-10-07)")
-    found = re.fullmatch(r"  4 epoch\(s\) at (\d+) s each, as (\S+) measured \((\d+) "
-                         r"images/s on its cluster\): about ([0-9.]+) h, ([0-9.]+) USD "
-                         r"\(without tuning trials, queueing and provisioning\)",
-                         lines[head + 1])
+    head = next(i for i, line in enumerate(lines) if line.startswith("cost estimate ("))
+    assert lines[head] == ("cost estimate (prices of 2026-10-07, without tuning trials, "
+                           "queueing and provisioning):")
+    found = re.fullmatch(rf"  primary \(us-central1\): {rate:.2f} USD an hour, about "
+                         r"([0-9.]+) h \(4 epoch\(s\) at (\d+) s, as (\S+) measured\): "
+                         r"([0-9.]+) USD", lines[head + 1])
     assert found, lines[head + 1]
-    model, _, version = found[2].partition("@")
+    model, _, version = found[3].partition("@")
     uploaded = next(m for m in emulated_run["apis"].models
                     if (m["model"], m["version"]) == (model, version))
     uri = uploaded["request"]["model"]["artifact_uri"]
@@ -349,8 +349,21 @@ def test_a_dry_run_estimates_the_cost_from_the_newest_model_s_measured_speed(emu
     figures = json.loads(emulated_run["storage"].bucket(bucket).blob(
         f"{path}/efficiency.json").download_as_text())
     per_epoch = figures["cluster"]["train_seconds"] / 3  # the first run's 3 epochs
-    assert int(found[1]) == round(per_epoch)
-    assert float(found[5]) == pytest.approx(rate * 4 * per_epoch / 3600, abs=0.006)
+    assert int(found[2]) == round(per_epoch)
+    estimate = float(found[4])
+    assert estimate == pytest.approx(rate * 4 * per_epoch / 3600, abs=0.006)
+    # A budget just under that estimate: refused before anything is created (no request
+    # reaches the emulated APIs but the registry's read), one line naming both.
+    before = len(emulated_run["apis"].requests)
+    over = config.model_copy(update={"vertex": config.vertex.model_copy(
+        update={"budget_usd": round(estimate * 0.9, 4)})})
+    with pytest.raises(BudgetError) as refused:
+        runs.submit(over, dry_run=False, clients=emulated_run["clients"],
+                    credentials=AnonymousCredentials(), log=lines.append)
+    assert str(refused.value).startswith(
+        f"vertex.budget_usd is {estimate * 0.9:.2f} USD and no configuration fits it: "
+        f"primary (us-central1): {rate:.2f} USD an hour")
+    assert all(r.method == "GET" for r in emulated_run["apis"].requests[before:])
 
 
 def test_the_custom_job_request_and_the_environment_of_its_replicas(emulated_run):

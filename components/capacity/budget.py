@@ -1,0 +1,222 @@
+"""`vertex.budget_usd`: the most one run's training may cost, held before and while it runs.
+
+Before anything is created (`submit`, `schedule create`, their dry runs), each
+configuration the training step may run (the primary, then each fallback) is priced: its
+machines' and GPUs' hourly price (`components.capacity.cost`, the dated table with
+`vertex.prices` over it) times its hours, which are the configured epochs at the newest
+registered model's measured seconds per epoch, or, with no measured speed, the job's
+`vertex.timeout`: the longest Vertex AI lets it run (`scheduling.timeout`), so the
+estimate is what the job can cost at most. A configuration over the budget, or with a
+type the table cannot price, is dropped with a line; the run is refused when none is left.
+
+While the job runs, the training step's follower (`components.capacity.following`) asks
+`running_guard` at every look: what the job has cost since it started plus what its
+remaining epochs will cost at the seconds per epoch it has shown; past the budget, the
+job is cancelled (its checkpoints stay in its job directory) and the step ends saying so.
+
+Cloud Billing budgets only alert, and only after billing data arrives (hours later); none
+of the anchors (TFX, gcpc, ZenML, Metaflow, Ray, KServe) caps a run's spend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from components.capacity.cost import PRICES_READ, hourly, priced
+from trainer.common.errors import InputError, StageError
+
+if TYPE_CHECKING:
+    from components.gpu.alternatives import Alternative
+    from components.vertex_options import VertexOptions
+
+
+class BudgetError(InputError):
+    """No configuration fits `vertex.budget_usd`: nothing is created."""
+
+
+class BudgetReachedError(StageError):
+    """The training job was cancelled: its cost would have passed `vertex.budget_usd`.
+
+    Attributes:
+        result: The launcher's `Result` for the cancelled job (its records are written).
+    """
+
+    def __init__(self, message: str, result: Any = None):
+        super().__init__(message)
+        self.result = result
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """One configuration's estimated training cost.
+
+    Attributes:
+        label: "primary" or "fallbacks[i]".
+        region: Where it runs.
+        usd_per_hour: Its machines and GPUs, every replica.
+        unpriced: The types no price is known for (then `usd` leaves them out).
+        hours: How long it is expected to train.
+        basis: Where `hours` comes from, in words.
+    """
+
+    label: str
+    region: str
+    usd_per_hour: float
+    unpriced: tuple[str, ...]
+    hours: float
+    basis: str
+
+    @property
+    def usd(self) -> float:
+        return self.usd_per_hour * self.hours
+
+    def line(self) -> str:
+        """The estimate in one line."""
+        missing = (f"; without a price for {', '.join(self.unpriced)}: give it in "
+                   "vertex.prices" if self.unpriced else "")
+        return (f"{self.label} ({self.region}): {self.usd_per_hour:.2f} USD an hour, about "
+                f"{self.hours:.2f} h ({self.basis}): {self.usd:.2f} USD{missing}")
+
+
+def estimates(vertex: VertexOptions, alternatives: Sequence[Alternative], *, epochs: int,
+              seconds_per_epoch: float | None = None, measured_by: str = ""
+              ) -> list[Estimate]:
+    """Every alternative's estimate (prices of `PRICES_READ`, `vertex.prices` over them).
+
+    Args:
+        vertex: The run's options (prices, timeout).
+        alternatives: The primary and each fallback (`Config.alternatives()`).
+        epochs: The configured epochs (every phase's).
+        seconds_per_epoch: The newest measured speed, or None.
+        measured_by: What measured it (a model version), for the line.
+    """
+    from components.durations import duration_seconds
+
+    prices = priced(vertex.prices)
+    if seconds_per_epoch:
+        hours = seconds_per_epoch * epochs / 3600
+        basis = f"{epochs} epoch(s) at {seconds_per_epoch:.0f} s, as {measured_by} measured"
+    else:
+        hours = (duration_seconds(vertex.timeout) or 0.0) / 3600
+        basis = (f"no measured speed: vertex.timeout {vertex.timeout}, the longest the job "
+                 "may run")
+    return [Estimate(a.label, a.region, *_rate(a, prices), hours, basis)
+            for a in alternatives]
+
+
+def _rate(alternative: Alternative, prices: Mapping[str, float]) -> tuple[float, tuple[str, ...]]:
+    rate, unpriced = hourly(alternative.pools, prices, alternative.scheduling_strategy
+                            if alternative.scheduling_strategy in ("SPOT", "FLEX_START")
+                            else "")
+    return rate, tuple(unpriced)
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """What the budget leaves: the indices of the alternatives that fit, in order, and a
+    line for each one dropped."""
+
+    kept: tuple[int, ...]
+    dropped: tuple[str, ...]
+
+
+def check(found: Sequence[Estimate], budget: float) -> Check:
+    """Holds each estimate against `budget` (USD; 0: no budget).
+
+    Raises:
+        BudgetError: None fits; the message names the budget and every estimate.
+    """
+    if budget <= 0:
+        return Check(tuple(range(len(found))), ())
+    kept, dropped = [], []
+    for index, estimate in enumerate(found):
+        if estimate.unpriced:
+            dropped.append(f"budget: {estimate.label} dropped: no price for "
+                           f"{', '.join(estimate.unpriced)} (give it in vertex.prices), so "
+                           f"its cost cannot be held to vertex.budget_usd {budget:.2f} USD")
+        elif estimate.usd > budget:
+            dropped.append(f"budget: {estimate.label} dropped: about {estimate.usd:.2f} USD "
+                           f"passes vertex.budget_usd {budget:.2f} USD ({estimate.line()})")
+        else:
+            kept.append(index)
+    if not kept:
+        raise BudgetError(
+            f"vertex.budget_usd is {budget:.2f} USD and no configuration fits it: "
+            + "; ".join(e.line() for e in found)
+            + f" (prices of {PRICES_READ}); raise the budget, lower vertex.timeout or the "
+              "epochs, or give cheaper fallbacks")
+    return Check(tuple(kept), tuple(dropped))
+
+
+def within(vertex: Mapping[str, Any], kept: Sequence[int]) -> dict[str, Any]:
+    """The `vertex` parameter with only the alternatives at `kept` (0: the primary,
+    i: `fallbacks[i - 1]`), in order: the first one kept becomes the primary."""
+    fallbacks = list(vertex.get("fallbacks") or [])
+    if list(kept) == list(range(len(fallbacks) + 1)):
+        return dict(vertex)
+
+    def configuration(index: int) -> dict[str, Any]:
+        base = {"region": vertex["region"], "worker_pool_specs": vertex["worker_pool_specs"],
+                "scheduling_strategy": vertex["scheduling_strategy"]}
+        return base if index == 0 else {**base, **fallbacks[index - 1]}
+
+    first, *rest = [configuration(i) for i in kept]
+    return {**vertex, **first, "fallbacks": rest}
+
+
+def running_guard(budget: float, usd_per_hour: float, epochs: int,
+                  epochs_done: Callable[[], int], clock: Callable[[], float]
+                  ) -> Callable[[Any], str]:
+    """The follower's question for a running job: why it must stop, or "".
+
+    What it has cost is its price times the time since Vertex AI started it (the billed
+    time, `components.capacity.cost`); what its remaining epochs will cost, that price
+    times their number times the seconds per epoch so far (start-up included: the
+    projection errs high, never low).
+
+    Args:
+        budget: `vertex.budget_usd`.
+        usd_per_hour: The job's configuration's price.
+        epochs: The epochs it trains in all.
+        epochs_done: The epochs its job directory's history holds.
+        clock: Wall-clock seconds.
+    """
+    def guard(job: Any) -> str:
+        started = job.start_time.timestamp() if job.start_time else 0.0
+        if budget <= 0 or started <= 0:
+            return ""
+        seconds = max(0.0, clock() - started)
+        spent = usd_per_hour * seconds / 3600
+        done = epochs_done()
+        per_epoch = seconds / done if done else 0.0
+        left = usd_per_hour * max(0, epochs - done) * per_epoch / 3600
+        if spent + left <= budget:
+            return ""
+        return (f"budget: vertex.budget_usd is {budget:.2f} USD; the job has cost about "
+                f"{spent:.2f} USD in {seconds:.0f} s"
+                + (f" and its {epochs - done} remaining epoch(s) would cost about "
+                   f"{left:.2f} USD more ({per_epoch:.0f} s each)" if left else "")
+                + f", after {done} of {epochs} epoch(s)")
+    return guard
+
+
+def guard_for(vertex: VertexOptions, epochs: int, job_dir: str,
+              clock: Callable[[], float]) -> Callable[[Alternative], Callable[[Any], str]] | None:
+    """The launcher's `guard_for` under `vertex.budget_usd` (None without a budget): each
+    alternative at its own price, its progress read from the job directory's history."""
+    if vertex.budget_usd <= 0:
+        return None
+    from trainer.run.history import load_history
+
+    prices = priced(vertex.prices)
+
+    def progress() -> int:
+        try:
+            return len(load_history(job_dir))
+        except (OSError, ValueError):  # not written yet, or being written
+            return 0
+
+    return lambda alternative: running_guard(
+        vertex.budget_usd, _rate(alternative, prices)[0], epochs, progress, clock)

@@ -1,0 +1,127 @@
+"""`vertex.budget_usd` (`components.capacity.budget`): each configuration priced before
+anything is created, the ones over the budget dropped, the run refused when none fits, and
+a running job cancelled (through Vertex AI's own REST client, against the fake APIs) when
+what it has cost and what its remaining epochs will cost pass the budget."""
+
+from __future__ import annotations
+
+import json
+import re
+import types
+
+import pytest
+
+from components.capacity import budget
+from components.capacity.launcher import launch
+from tests.support.launches import L4, FakeTime, config, launch_settings, pools, pushed_images
+
+N1_8 = 2 * 0.21849885  # n1-standard-8 in the table: twice n1-standard-4
+
+
+def _estimates(cfg, **kwargs):
+    return budget.estimates(cfg.vertex, cfg.alternatives(), epochs=10, **kwargs)
+
+
+def test_each_configuration_is_priced_from_the_measured_speed_or_the_timeout():
+    cfg = config(prices={"NVIDIA_TESLA_T4": 0.35, "SPOT:NVIDIA_L4": 0.2, "g2-standard-8": 0.9},
+                 fallbacks=[{"worker_pool_specs": pools(L4), "scheduling_strategy": "SPOT"},
+                            {"region": "us-east1"}])
+    primary, spot, east = _estimates(cfg, seconds_per_epoch=360.0, measured_by="m@2")
+    rate = 2 * (N1_8 + 0.35)  # the default pools: 2 machines with a T4 each
+    assert primary.line() == (f"primary (us-central1): {rate:.2f} USD an hour, about 1.00 h "
+                              f"(10 epoch(s) at 360 s, as m@2 measured): {rate:.2f} USD")
+    # A Spot configuration takes its SPOT: price where one is given (the L4's here; the
+    # machine's on-demand one, an upper bound).
+    assert spot.usd_per_hour == pytest.approx(2 * (0.9 + 0.2))
+    assert east.region == "us-east1"
+    (unmeasured,) = _estimates(config(timeout="7200s"))
+    assert unmeasured.hours == 2.0 and unmeasured.unpriced == ("NVIDIA_TESLA_T4",)
+    assert "no measured speed: vertex.timeout 7200s, the longest the job may run" in \
+        unmeasured.line()
+
+
+def test_a_configuration_over_the_budget_or_unpriced_is_dropped_and_the_first_left_leads():
+    cfg = config(budget_usd=1.0, prices={"NVIDIA_TESLA_T4": 0.35, "g2-standard-8": 0.9,
+                                         "NVIDIA_L4": 0.7, "SPOT:g2-standard-8": 0.2,
+                                         "SPOT:NVIDIA_L4": 0.1},
+                 fallbacks=[{"worker_pool_specs": pools(L4), "scheduling_strategy": "SPOT"},
+                            {"region": "us-east1", "worker_pool_specs": pools(L4)}])
+    found = _estimates(cfg, seconds_per_epoch=180.0, measured_by="m@2")  # 0.5 h each
+    assert [round(e.usd, 2) for e in found] == [0.79, 0.3, 1.6]
+    held = budget.check(found, 1.0)
+    assert held.kept == (0, 1)
+    assert held.dropped == (f"budget: fallbacks[1] dropped: about 1.60 USD passes "
+                            f"vertex.budget_usd 1.00 USD ({found[2].line()})",)
+    # Just under the primary's estimate, the fallback that fits becomes the primary.
+    held = budget.check(found, 0.5)
+    assert held.kept == (1,) and held.dropped[0].startswith("budget: primary dropped: ")
+    vertex = budget.within(cfg.vertex.model_dump(), held.kept)
+    assert vertex["worker_pool_specs"] == pools(L4) and vertex["fallbacks"] == []
+    assert (vertex["region"], vertex["scheduling_strategy"]) == ("us-central1", "SPOT")
+    # A type without a price cannot be held to a budget.
+    (unpriced,) = _estimates(config(), seconds_per_epoch=1.0, measured_by="m@1")
+    with pytest.raises(budget.BudgetError) as refused:
+        budget.check([unpriced], 100.0)
+    assert str(refused.value).startswith("vertex.budget_usd is 100.00 USD and no "
+                                          "configuration fits it: primary (us-central1): ")
+    assert budget.check(found, 0.0).kept == (0, 1, 2)  # no budget: everything stays
+
+
+def test_no_configuration_under_the_budget_is_refused_naming_the_budget_and_each_estimate():
+    cfg = config(budget_usd=0.5, prices={"NVIDIA_TESLA_T4": 0.35},
+                 fallbacks=[{"region": "us-east1"}])
+    found = _estimates(cfg, seconds_per_epoch=180.0, measured_by="m@2")
+    with pytest.raises(budget.BudgetError) as refused:
+        budget.check(found, 0.5)
+    message = str(refused.value)
+    assert message.startswith("vertex.budget_usd is 0.50 USD and no configuration fits it: ")
+    assert "primary (us-central1): 1.57 USD an hour" in message
+    assert "fallbacks[0] (us-east1): 1.57 USD an hour" in message
+    assert message.endswith("raise the budget, lower vertex.timeout or the epochs, or give "
+                            "cheaper fallbacks")
+
+
+def _job(started):
+    return types.SimpleNamespace(start_time=types.SimpleNamespace(timestamp=lambda: started))
+
+
+def test_the_running_guard_adds_what_the_remaining_epochs_will_cost():
+    done = [0]
+    guard = budget.running_guard(10.0, 3.6, 10, lambda: done[0], clock=lambda: 10000.0)
+    assert guard(_job(0.0)) == ""  # not started: nothing billed yet
+    assert guard(_job(9900.0)) == ""  # 100 s, no epoch yet: 0.10 USD
+    done[0] = 1  # 1 epoch in 100 s: 9 more at 100 s each would cost 0.90 USD
+    assert guard(_job(9900.0)) == ""
+    done[0] = 2  # 2 epochs in 2000 s: 2.00 USD, and 8 more 8.00 USD, 10.00: still within
+    assert guard(_job(8000.0)) == ""
+    assert guard(_job(7900.0)) == (
+        "budget: vertex.budget_usd is 10.00 USD; the job has cost about 2.10 USD in 2100 s "
+        "and its 8 remaining epoch(s) would cost about 8.40 USD more (1050 s each), after 2 "
+        "of 10 epoch(s)")
+
+
+def test_a_running_job_that_would_pass_the_budget_is_cancelled_and_its_cost_recorded(
+        apis, tmp_path):
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    (job_dir / "history.json").write_text(json.dumps([{"epoch": 0, "loss": 1.0}]))
+    cfg = config(budget_usd=1.0, prices={"n1-standard-8": 90.0, "NVIDIA_TESLA_T4": 0.0001})
+    fake_time = FakeTime(record_above=1e9)
+    guard_for = budget.guard_for(cfg.vertex, 10, str(job_dir), fake_time.clock)
+    alternatives, how, lines, _ = launch_settings(
+        apis, cfg, pulled=pushed_images(apis), command=["sleep", "60"], fake_time=fake_time,
+        guard_for=guard_for)
+    with pytest.raises(budget.BudgetReachedError) as stopped:
+        launch(alternatives, how)
+    (job,) = apis.jobs.values()
+    assert job.state == "JOB_STATE_CANCELLED"  # its replicas stopped
+    message = str(stopped.value)
+    assert re.match(r"budget: vertex\.budget_usd is 1\.00 USD; the job has cost about "
+                    r"\d+\.\d\d USD in \d+ s and its 9 remaining epoch\(s\) would cost about "
+                    r"\d+\.\d\d USD more \(\d+ s each\), after 1 of 10 epoch\(s\): the training "
+                    r"CustomJob projects/.+ \(primary\) was cancelled; its checkpoints stay "
+                    r"in its job directory$", message), message
+    assert any(line.endswith("it was cancelled so that nothing trains or bills unseen")
+               and line.startswith("budget: ") for line in lines)
+    record = stopped.value.result.record()
+    assert [(a["outcome"], a["job"]) for a in record["attempts"]] == [("budget", job.name)]
