@@ -123,9 +123,36 @@ def _alternatives(vertex: dict, region: str, training: TrainingOptions | None) -
     return check_configuration(options, training).checked
 
 
+def _config_prices(path: Path) -> dict[str, float]:
+    """A gpu-pipeline config's `vertex.prices` (validated with the file), or {}."""
+    import yaml
+
+    data = yaml.safe_load(Path(path).read_text()) if Path(path).suffix in (".yaml", ".yml") \
+        else None
+    vertex = data.get("vertex") if isinstance(data, dict) else None
+    prices = vertex.get("prices") if isinstance(vertex, dict) else None
+    return {str(k): float(v) for k, v in prices.items()} if isinstance(prices, dict) else {}
+
+
+def price_line(pools: Any, prices: dict[str, float], strategy: str = "") -> str:
+    """What the pools cost an hour (`components.capacity.cost`: the dated table with
+    `vertex.prices` over it), in one line."""
+    from components.capacity.cost import PRICES_READ, hourly, priced
+
+    rate, unpriced = hourly(pools, priced(prices), strategy if strategy in ("SPOT",
+                                                                            "FLEX_START")
+                            else "")
+    return (f"price: {rate:.2f} USD an hour, every replica (prices of {PRICES_READ}"
+            + (f"; without a price for {', '.join(unpriced)}: give it in vertex.prices"
+               if unpriced else "") + ")")
+
+
 def _report_alternatives(checked: Checked, source: str, as_json: bool,
-                         training: TrainingOptions | None) -> int:
-    """Prints every alternative, each with its index, pools and plan, or its problems."""
+                         training: TrainingOptions | None,
+                         prices: dict[str, float] | None = None) -> int:
+    """Prints every alternative, each with its index, pools, plan and price, or its
+    problems."""
+    prices = prices or {}
     from components.gpu.alternatives import batch_lines, input_pipelines_of
 
     pipelines = input_pipelines_of(checked.alternatives)
@@ -145,6 +172,8 @@ def _report_alternatives(checked: Checked, source: str, as_json: bool,
               + ("valid, " + alternative.describe() if result.ok else "invalid"))
         if alternative.plan is not None:
             print(f"  training plan: {alternative.plan.summary()}")
+        if result.ok:
+            print(f"  {price_line(alternative.pools, prices, alternative.scheduling_strategy)}")
     if not checked.ok:
         print(f"invalid GPU configuration ({source}):")
         for error in checked.errors:
@@ -184,7 +213,8 @@ def run(args: argparse.Namespace) -> int:
     from components.gpu.alternatives import Checked
 
     if isinstance(result, Checked):
-        return _report_alternatives(result, source, args.json, training)
+        return _report_alternatives(result, source, args.json, training,
+                                    _config_prices(args.config))
     plan = result.plan.to_dict() if result.plan is not None else None
     if args.json:
         print(json.dumps({"ok": result.ok, "errors": result.errors, "warnings": result.warnings,
@@ -201,6 +231,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"training plan: {result.plan.summary()}")
             for line in result.plan.describe():
                 print(f"  {line}")
+            print(price_line(result.pools, _config_prices(args.config) if args.config
+                             else {}))
         else:
             print(f"invalid GPU configuration ({source}):")
             for error in result.errors:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pipelines.cli import main
 from pipelines.config import ConfigError
@@ -154,6 +155,26 @@ def test_validate_gpu(capsys):
     assert "n1-standard-4 takes 1, 2, 4 x NVIDIA_TESLA_T4" in capsys.readouterr().out
     assert main(["validate-gpu"]) == 2
     assert "give --machine-type" in capsys.readouterr().err
+
+
+def test_validate_gpu_prices_each_configuration(tmp_path, capsys):
+    n1_8 = 2 * 0.21849885  # n1-standard-8 in the dated table
+    assert main(["validate-gpu", "--machine-type", "n1-standard-8", "--accelerator-type",
+                 "NVIDIA_TESLA_T4", "--accelerator-count", "1", "--replica-count", "2"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"price: {2 * n1_8:.2f} USD an hour, every replica (prices of 2026-10-07; without a "
+        "price for NVIDIA_TESLA_T4: give it in vertex.prices)")
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"vertex": {
+        "prices": {"NVIDIA_TESLA_T4": 0.35, "SPOT:NVIDIA_TESLA_T4": 0.1},
+        "fallbacks": [{"scheduling_strategy": "SPOT"}]}}))
+    assert main(["validate-gpu", "--config", str(config)]) == 0
+    prices = [line for line in capsys.readouterr().out.splitlines() if "price:" in line]
+    # The default pools (2 machines, a T4 each), on demand and then as Spot VMs.
+    assert prices == [f"  price: {2 * (n1_8 + 0.35):.2f} USD an hour, every replica (prices "
+                      "of 2026-10-07)",
+                      f"  price: {2 * (n1_8 + 0.1):.2f} USD an hour, every replica (prices "
+                      "of 2026-10-07)"]
 
 
 def test_validate_gpu_reads_the_documents_config_yaml(tmp_path, capsys):
