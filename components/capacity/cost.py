@@ -54,6 +54,7 @@ class JobCost:
     unpriced: list[str]
     strategy: str = ""  # SPOT or FLEX_START: priced apart from on-demand
     on_demand_rate: bool = False  # a discounted job priced at the on-demand rate
+    pools: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # `itemised`
 
     @property
     def billed(self) -> bool:
@@ -102,8 +103,27 @@ def job_cost(job: Mapping[str, Any], prices: Mapping[str, float]) -> JobCost:
     rate, unpriced = hourly(parse_pools(spec.get("workerPoolSpecs", [])), prices, strategy)
     usd = rate * seconds / 3600 if state in BILLED else 0.0
     on_demand = bool(strategy) and not any(key.startswith(f"{strategy}:") for key in prices)
+    pools = parse_pools(spec.get("workerPoolSpecs", []))
     return JobCost(str(job.get("name", "")), state, round(seconds, 1), round(usd, 4), unpriced,
-                   strategy, on_demand)
+                   strategy, on_demand,
+                   itemised(pools, prices, strategy, seconds if state in BILLED else 0.0))
+
+
+def itemised(pools: Iterable[WorkerPool | None], prices: Mapping[str, float], strategy: str,
+             seconds: float) -> list[dict[str, Any]]:
+    """Each used pool's share of a job's cost: its replicas, machine and GPUs, its price
+    an hour and its USD for `seconds` of billed time (None where a type is unpriced)."""
+    found = []
+    for pool in pools:
+        if not pool or not pool.replicas:
+            continue
+        rate, unpriced = hourly([pool], prices, strategy)
+        found.append({"pool": pool.role, "replicas": pool.replicas, "machine": pool.machine,
+                      "accelerator": pool.accelerator, "gpus_per_machine":
+                      pool.gpus_per_machine, "usd_per_hour": round(rate, 6),
+                      "hours": round(seconds / 3600, 4), "usd": round(rate * seconds / 3600, 4),
+                      "unpriced": unpriced})
+    return found
 
 
 def run_cost(jobs: Iterable[Mapping[str, Any]], prices: Mapping[str, float], *,

@@ -127,7 +127,14 @@ def _cost_section(efficiency: Mapping[str, Any] | None) -> str:
     if cost:
         from components.capacity.cost import line
 
-        return "<h2>Cost</h2><p>" + html.escape(line(cost)) + "</p>"
+        rows = [(job["job"].rsplit("/", 1)[-1], item["pool"], item["replicas"],
+                 item["machine"] + (f" + {item['gpus_per_machine']} x {item['accelerator']}"
+                                    if item["accelerator"] else ""),
+                 f"{item['usd_per_hour']:.2f}", f"{item['hours']:.3f}", f"{item['usd']:.2f}")
+                for job in cost.get("jobs", []) for item in job.get("pools", [])]
+        return ("<h2>Cost</h2><p>" + html.escape(line(cost)) + "</p>"
+                + (_table(("job", "pool", "replicas", "each", "USD an hour", "hours", "USD"),
+                          rows) if rows else ""))
     cluster = (efficiency or {}).get("cluster") or {}
     return ("<h2>Cost</h2><p>No cloud bill: trained on this machine"
             + (f" ({cluster['gpu_hours']:.4f} GPU-hours)" if cluster.get("gpu_hours") else "")

@@ -40,6 +40,13 @@ def test_every_job_is_billed_as_vertex_ai_bills_it():
     assert [(j["job"][-1], j["billed"], j["seconds"]) for j in estimate["jobs"]] == [
         ("1", True, 1800.0), ("2", False, 60.0), ("3", True, 7200.0), ("4", True, 0.0)]
     assert estimate["unpriced"] == []
+    # Each job itemised by pool: the chief's one machine, the workers' three, for the
+    # billed time (none for the failed one).
+    first, failed = estimate["jobs"][0]["pools"], estimate["jobs"][1]["pools"]
+    assert [(p["pool"], p["replicas"], p["hours"]) for p in first] == [(0, 1, 0.5), (1, 3, 0.5)]
+    assert sum(p["usd"] for p in first) == pytest.approx(estimate["jobs"][0]["usd"], abs=2e-4)
+    assert first[1]["usd_per_hour"] == pytest.approx(3 * (2 * 0.21849885 + 0.35))
+    assert [p["usd"] for p in failed] == [0.0, 0.0]
     text = cost.line(estimate)
     assert text.startswith(f"cost: about {estimate['usd']:.2f} USD for 4 job(s), ")
     assert "not billed: 2 FAILED" in text and "a lower bound" in text

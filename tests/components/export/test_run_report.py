@@ -68,7 +68,12 @@ def _page(**changes):
         decision={"reason": "below the threshold 0.85: not registered", "register": False,
                   "metric": "test_accuracy", "champion": None},
         champion=None, registered=None,
-        efficiency={"cost": {"usd": 1.5, "jobs": [], "per_epoch_usd": 0.5,
+        efficiency={"cost": {"usd": 1.5, "per_epoch_usd": 0.5, "jobs": [{
+            "job": "projects/p/locations/r/customJobs/42", "billed": True,
+            "state": "JOB_STATE_SUCCEEDED", "pools": [{
+                "pool": 0, "replicas": 1, "machine": "g2-standard-8", "accelerator":
+                "NVIDIA_L4", "gpus_per_machine": 1, "usd_per_hour": 1.5, "hours": 1.0,
+                "usd": 1.5}]}],
                              "per_1000_images_usd": 0.0, "prices_read": "2026-10-07",
                              "leaves_out": "disks", "unpriced": []}})
     return run_report.page(**{**arguments, **changes})
@@ -84,7 +89,8 @@ def test_the_page_says_the_run_its_data_model_decision_metrics_and_cost():
                  "train: 3 epoch(s) at learning rate 0.003", "1 x NVIDIA_L4 each",
                  "87 training images/s end to end", "Per class, on the test split",
                  "<td>circle</td><td>9</td><td>8</td><td>1.000</td><td>0.875</td>",
-                 "about 1.50 USD", "<dt>registered</dt><dd>no</dd>"):
+                 "about 1.50 USD", "<dt>registered</dt><dd>no</dd>",
+                 "<td>42</td><td>0</td><td>1</td><td>g2-standard-8 + 1 x NVIDIA_L4</td>"):
         assert part in text, part
     assert page.count("<svg") == 2  # the confusion matrix and the curves
     assert page.startswith("<!doctype html>") and "http" not in text.replace(
