@@ -77,7 +77,12 @@ class Estimate:
         missing = (f"; without a price for {', '.join(self.unpriced)}: give it in "
                    "vertex.prices" if self.unpriced else "")
         return (f"{self.label} ({self.region}): {self.usd_per_hour:.2f} USD an hour, about "
-                f"{self.hours:.2f} h ({self.basis}): {self.usd:.2f} USD{missing}")
+                f"{self.hours:.2f} h ({self.basis}): {usd(self.usd)} USD{missing}")
+
+
+def usd(amount: float) -> str:
+    """An amount in USD: cents, or, below a cent, the first figures that show it."""
+    return f"{amount:.2f}" if amount >= 0.01 or amount == 0 else f"{amount:.2g}"
 
 
 def estimates(vertex: VertexOptions, alternatives: Sequence[Alternative], *, epochs: int,
@@ -135,15 +140,15 @@ def check(found: Sequence[Estimate], budget: float) -> Check:
         if estimate.unpriced:
             dropped.append(f"budget: {estimate.label} dropped: no price for "
                            f"{', '.join(estimate.unpriced)} (give it in vertex.prices), so "
-                           f"its cost cannot be held to vertex.budget_usd {budget:.2f} USD")
+                           f"its cost cannot be held to vertex.budget_usd {usd(budget)} USD")
         elif estimate.usd > budget:
-            dropped.append(f"budget: {estimate.label} dropped: about {estimate.usd:.2f} USD "
-                           f"passes vertex.budget_usd {budget:.2f} USD ({estimate.line()})")
+            dropped.append(f"budget: {estimate.label} dropped: about {usd(estimate.usd)} USD "
+                           f"passes vertex.budget_usd {usd(budget)} USD ({estimate.line()})")
         else:
             kept.append(index)
     if not kept:
         raise BudgetError(
-            f"vertex.budget_usd is {budget:.2f} USD and no configuration fits it: "
+            f"vertex.budget_usd is {usd(budget)} USD and no configuration fits it: "
             + "; ".join(e.line() for e in found)
             + f" (prices of {PRICES_READ}); raise the budget, lower vertex.timeout or the "
               "epochs, or give cheaper fallbacks")
@@ -194,10 +199,10 @@ def running_guard(budget: float, usd_per_hour: float, epochs: int,
         left = usd_per_hour * max(0, epochs - done) * per_epoch / 3600
         if spent + left <= budget:
             return ""
-        return (f"budget: vertex.budget_usd is {budget:.2f} USD; the job has cost about "
-                f"{spent:.2f} USD in {seconds:.0f} s"
+        return (f"budget: vertex.budget_usd is {usd(budget)} USD; the job has cost about "
+                f"{usd(spent)} USD in {seconds:.0f} s"
                 + (f" and its {epochs - done} remaining epoch(s) would cost about "
-                   f"{left:.2f} USD more ({per_epoch:.0f} s each)" if left else "")
+                   f"{usd(left)} USD more ({per_epoch:.0f} s each)" if left else "")
                 + f", after {done} of {epochs} epoch(s)")
     return guard
 

@@ -69,10 +69,12 @@ def _estimates(config: Config, clients: Clients) -> tuple[list[Any], str]:
 def estimate_lines(config: Config, clients: Clients) -> list[str]:
     """What the dry run says of the cost, a line per configuration; reading the registry
     never fails the dry run."""
+    from components.capacity.budget import usd
+
     found, why = _estimates(config, clients)
     budget = config.vertex.budget_usd
     head = (f"cost estimate (prices of {PRICES_READ}, without tuning trials, queueing and "
-            "provisioning" + (f"; vertex.budget_usd {budget:.2f} USD" if budget else "")
+            "provisioning" + (f"; vertex.budget_usd {usd(budget)} USD" if budget else "")
             + "):")
     return [head, *(f"  {e.line()}" for e in found)] + \
         ([f"  no measured speed: {why}"] if why else [])

@@ -352,16 +352,16 @@ def test_a_dry_run_estimates_the_cost_from_the_newest_model_s_measured_speed(emu
     assert int(found[2]) == round(per_epoch)
     estimate = float(found[4])
     assert estimate == pytest.approx(rate * 4 * per_epoch / 3600, abs=0.006)
-    # A budget just under that estimate: refused before anything is created (no request
-    # reaches the emulated APIs but the registry's read), one line naming both.
+    # A budget under that estimate: refused before anything is created (no request
+    # reaches the emulated APIs but the registry's reads), one line naming both.
     before = len(emulated_run["apis"].requests)
     over = config.model_copy(update={"vertex": config.vertex.model_copy(
-        update={"budget_usd": round(estimate * 0.9, 4)})})
+        update={"budget_usd": 0.0001})})
     with pytest.raises(BudgetError) as refused:
         runs.submit(over, dry_run=False, clients=emulated_run["clients"],
                     credentials=AnonymousCredentials(), log=lines.append)
     assert str(refused.value).startswith(
-        f"vertex.budget_usd is {estimate * 0.9:.2f} USD and no configuration fits it: "
+        "vertex.budget_usd is 0.0001 USD and no configuration fits it: "
         f"primary (us-central1): {rate:.2f} USD an hour")
     assert all(r.method == "GET" for r in emulated_run["apis"].requests[before:])
 
