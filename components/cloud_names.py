@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AfterValidator
 
@@ -24,6 +24,8 @@ _SERVICE_ACCOUNT = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}@[a-z0-9][a-z0-9.-]*"
                               r"\.gserviceaccount\.com")
 _NETWORK = re.compile(r"projects/[0-9]+/global/networks/[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 _TENSORBOARD = re.compile(r"projects/[^/\s]+/locations/[a-z0-9-]+/tensorboards/[0-9]+")
+_KMS_KEY = re.compile(r"projects/[^/\s]+/locations/([a-z0-9-]+)/keyRings/[\w-]{1,63}/"
+                      r"cryptoKeys/[\w-]{1,63}")
 # Image references: registry host, path, optional tag and digest (Docker's grammar).
 _IMAGE = re.compile(r"[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
                     r"(@sha256:[a-f0-9]{64})?")
@@ -81,6 +83,22 @@ Network = Annotated[str, _checker(_pattern(
     _NETWORK, "projects/PROJECT_NUMBER/global/networks/NAME"))]
 Tensorboard = Annotated[str, _checker(_pattern(
     _TENSORBOARD, "projects/PROJECT/locations/REGION/tensorboards/ID"))]
+KmsKey = Annotated[str, _checker(_pattern(
+    _KMS_KEY, "projects/PROJECT/locations/REGION/keyRings/RING/cryptoKeys/KEY"))]
+
+
+def kms_key_location(key: str) -> str:
+    """A Cloud KMS key's location (`projects/P/locations/R/...` -> R), "" if malformed."""
+    found = _KMS_KEY.fullmatch(key)
+    return found[1] if found else ""
+
+
+def encryption_spec(key: str) -> Any:
+    """The `aiplatform_v1.EncryptionSpec` of a customer-managed key, or None without one
+    (the field left out: Google-managed keys)."""
+    from google.cloud import aiplatform_v1
+
+    return aiplatform_v1.EncryptionSpec(kms_key_name=key) if key else None
 
 
 def image_reference_problem(value: str) -> str | None:

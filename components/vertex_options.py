@@ -17,6 +17,7 @@ from pydantic import AfterValidator, Field
 from components import images
 from components.cloud_names import (
     ImageReference,
+    KmsKey,
     ModelDisplayName,
     Network,
     Region,
@@ -136,6 +137,10 @@ class VertexOptions(pydantic.BaseModel):
         "0.64; SPOT:NVIDIA_L4 or FLEX_START:NVIDIA_L4 for jobs of that provisioning "
         "model): the training cost estimate's prices, over the dated table of "
         "components/capacity/cost.py (which types it lacks, the estimate names)."))
+    encryption_key: KmsKey = Field("", description=(
+        "A Cloud KMS key (customer-managed encryption) for everything the run creates: the "
+        "PipelineJob, its CustomJobs and tuning job, the model, the endpoint, the batch "
+        "prediction and Dataflow jobs. In the run's region; empty: Google-managed keys."))
     budget_usd: float = Field(0.0, ge=0, le=10_000_000, description=(
         "The most one run's training may cost, in USD (0: no budget). Each configuration "
         "over it is dropped before anything is created, the run refused when none fits, "
@@ -201,6 +206,27 @@ class VertexOptions(pydantic.BaseModel):
             found.append(f"parent_model is {short(self.parent_model)}; expected "
                          "projects/PROJECT/locations/REGION/models/ID")
         found += self.deploy.in_region(self.region)
+        found += self._key_problems()
+        return found
+
+    def _key_problems(self) -> list[str]:
+        """A customer-managed key must be in the region of the resource it encrypts
+        (Vertex AI docs, "Customer-managed encryption keys": "the key must be in the same
+        location as the resource"); a fallback in another region would need a key of its
+        own, which a fallback cannot give, so it is refused."""
+        from components.cloud_names import kms_key_location
+
+        if not self.encryption_key:
+            return []
+        where = kms_key_location(self.encryption_key)
+        found = [] if where == self.region else [
+            f"encryption_key is in {where} but region is {self.region}; a customer-managed "
+            f"key must be in the region of the resources it encrypts: use a key in "
+            f"{self.region}"]
+        found += [f"fallbacks[{i}] is in {f.region} but encryption_key is in {where}; a "
+                  "configuration in another region needs a key there, which a fallback "
+                  f"cannot give: keep fallbacks in {where} with encryption_key set"
+                  for i, f in enumerate(self.fallbacks) if f.region and f.region != where]
         return found
 
     def build_settings(self) -> Any:

@@ -203,7 +203,8 @@ def tune_on_vertex(project_id, training: dict, tuning: dict, vertex: dict, gpu, 
         max_failed_trial_count=settings["max_failed_trial_count"],
         study_spec_algorithm=settings["study_spec_algorithm"],
         study_spec_measurement_selection_type=settings["study_spec_measurement_selection_type"],
-        service_account=settings["service_account"], network=settings["network"])
+        service_account=settings["service_account"], network=settings["network"],
+        encryption_spec_key_name=settings["encryption_key"])
     job.set_display_name("4a tune on Vertex AI").set_caching_options(False)
     best = training_ops.best_vertex_trial(gcp_resources=job.outputs["gcp_resources"],
                                           training=training, tuning=tuning, vertex=vertex)

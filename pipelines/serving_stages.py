@@ -38,7 +38,8 @@ def register_if_better(project_id, vertex: dict, export, image):
                                    display_name=decision["display_name"],
                                    description=export.outputs["description"],
                                    labels=export.outputs["labels"],
-                                   unmanaged_container_model=serving.output)
+                                   unmanaged_container_model=serving.output,
+                                   encryption_spec_key_name=decision["encryption_key"])
             upload.set_display_name("5c register model").set_caching_options(False)
             deploy_on_vertex(project_id, vertex, export, upload, decision)
         with dsl.Else(name="new-version"):
@@ -55,7 +56,8 @@ def register_if_better(project_id, vertex: dict, export, image):
                 display_name=decision["display_name"],
                 description=export.outputs["description"], labels=export.outputs["labels"],
                 version_aliases=decision["version_aliases"],
-                unmanaged_container_model=serving.output, parent_model=parent.output)
+                unmanaged_container_model=serving.output, parent_model=parent.output,
+                encryption_spec_key_name=decision["encryption_key"])
             version.set_display_name("5d register model version").set_caching_options(False)
             deploy_on_vertex(project_id, vertex, export, version, decision)
 
@@ -102,7 +104,8 @@ def batch_on_vertex(project_id, vertex: dict, upload, decision, promoted):
                 starting_replica_count=job["starting_replica_count"],
                 max_replica_count=job["max_replica_count"],
                 manual_batch_tuning_parameters_batch_size=job["batch_size"],
-                service_account=job["service_account"])
+                service_account=job["service_account"],
+                encryption_spec_key_name=decision["encryption_key"])
             # Never cached: a cached batch step would return last run's predictions
             # (kubeflow/pipelines#8252).
             scored.set_display_name("7b batch predict").set_caching_options(False)

@@ -73,6 +73,8 @@ class DataflowJob:
         network: The workers' VPC network (empty: `default`).
         subnetwork: Their subnetwork (empty: the network's in the region).
         endpoint: The Dataflow API's URL (empty: Google's public endpoint).
+        kms_key: A Cloud KMS key for the job's state and data (`--dataflow_kms_key`;
+            Dataflow's and Compute Engine's service agents need to use it).
     """
 
     project: str
@@ -88,6 +90,7 @@ class DataflowJob:
     network: str = ""
     subnetwork: str = ""
     endpoint: str = ""
+    kms_key: str = ""
 
     def pipeline_args(self) -> list[str]:
         """Beam's pipeline options for the job (`PipelineOptions(args)`)."""
@@ -102,7 +105,8 @@ class DataflowJob:
         ]
         for flag, value in (("service_account_email", self.service_account),
                             ("network", self.network), ("subnetwork", self.subnetwork),
-                            ("dataflow_endpoint", self.endpoint)):
+                            ("dataflow_endpoint", self.endpoint),
+                            ("dataflow_kms_key", self.kms_key)):
             if value:
                 args.append(f"--{flag}={value}")
         if self.flexrs:
@@ -118,10 +122,11 @@ def job_name_for(output_uri: str) -> str:
 
 
 def launch_settings(project_id: str, region: str, service_account: str,
-                    images: Mapping[str, Any]) -> dict[str, str]:
+                    images: Mapping[str, Any], kms_key: str = "") -> dict[str, str]:
     """What the dataset stage needs from the run to start its Dataflow job (the keyword
     arguments of `dataflow_job` besides the options and the output): the run's project,
-    region and service account, and the CPU image the build stage made, by digest.
+    region, service account and encryption key, and the CPU image the build stage made, by
+    digest.
 
     Raises:
         DataflowSettingsError: No project, or no CPU image by digest.
@@ -137,11 +142,11 @@ def launch_settings(project_id: str, region: str, service_account: str,
     if problems:
         raise DataflowSettingsError("; ".join(problems))
     return {"project_id": project_id, "region": region, "service_account": service_account,
-            "sdk_image": reference}
+            "sdk_image": reference, "kms_key": kms_key}
 
 
 def dataflow_job(options: DatasetOptions, *, project_id: str, region: str, service_account: str,
-                 sdk_image: str, output_uri: str) -> DataflowJob:
+                 sdk_image: str, output_uri: str, kms_key: str = "") -> DataflowJob:
     """The job that prepares `options`' dataset into `output_uri` (`gs://`), with temp and
     staging files beside it, under the pipeline root.
 
@@ -152,6 +157,7 @@ def dataflow_job(options: DatasetOptions, *, project_id: str, region: str, servi
         service_account: The account the run's jobs run as.
         sdk_image: The project's CPU image, by digest.
         output_uri: Where the dataset goes (the stage's output artifact).
+        kms_key: `vertex.encryption_key` (empty: none).
     """
     base = output_uri.rstrip("/").rsplit("/", 1)[0]
     return DataflowJob(
@@ -160,7 +166,7 @@ def dataflow_job(options: DatasetOptions, *, project_id: str, region: str, servi
         staging_location=f"{base}/dataflow/staging", service_account=service_account,
         max_workers=options.dataflow_max_workers, machine_type=options.dataflow_machine_type,
         flexrs=options.dataflow_flexrs, network=options.dataflow_network,
-        subnetwork=options.dataflow_subnetwork)
+        subnetwork=options.dataflow_subnetwork, kms_key=kms_key)
 
 
 def run_on_dataflow(pipeline: Any, job: DataflowJob) -> None:

@@ -34,6 +34,10 @@ class Registration:
     #: The batch step follows a promotion (`vertex.batch_predict.source` is set); without
     #: it no batch pod starts at all.
     batch: bool = False
+    #: `vertex.encryption_key`, which gcpc's upload and batch prediction ops take one by
+    #: one (their `encryption_spec_key_name` defaults to ""; the PipelineJob's does not
+    #: reach them).
+    encryption_key: str = ""
 
     def lines(self, default: bool) -> list[str]:
         """What the step says."""
@@ -55,4 +59,4 @@ def registration(options: VertexOptions, register: bool, default: bool,
         register, options.region, options.model_display_name, options.parent_model,
         vertex_resource_uri(options.region, options.parent_model) if options.parent_model
         else "", options.serving_image or images["cpu"]["reference"], aliases,
-        bool(options.batch_predict.source))
+        bool(options.batch_predict.source), options.encryption_key)

@@ -60,7 +60,7 @@ def decide_registration(vertex: dict, register: bool, default: bool, images: dic
         "RegistrationPlan", [("register", bool), ("region", str), ("display_name", str),
                              ("parent_model", str), ("parent_model_uri", str),
                              ("serving_image", str), ("version_aliases", list),
-                             ("batch", bool)]):
+                             ("batch", bool), ("encryption_key", str)]):
     """Stage 5 (Vertex), part 2: how the gate's decision is registered
     (`components.export.registration`)."""
     import dataclasses

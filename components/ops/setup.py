@@ -81,7 +81,8 @@ def dataflow_launch(project: str, vertex: dict, images: dict) -> dict:
 
     with stage_errors("dataset"):
         options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
-        settings = launch_settings(project, options.region, options.service_account, images)
+        settings = launch_settings(project, options.region, options.service_account, images,
+                                   options.encryption_key)
     say(f"the dataset is prepared by a Dataflow job in {settings['region']} whose workers run "
         f"{settings['sdk_image']}")
     return settings

@@ -85,7 +85,8 @@ def vertex_tuning_spec(worker_pool_specs: list, images: dict, dataset: Input[Dat
                                ("parallel_trial_count", int), ("max_failed_trial_count", int),
                                ("study_spec_algorithm", str),
                                ("study_spec_measurement_selection_type", str), ("region", str),
-                               ("service_account", str), ("network", str)]):
+                               ("service_account", str), ("network", str),
+                               ("encryption_key", str)]):
     """Stage 4 (Vertex) with a study, part 1: the HyperparameterTuningJob's trials on the
     validated pools, each replica applying stage 1's `training_plan`, and its study."""
     from collections import namedtuple
@@ -110,7 +111,7 @@ def vertex_tuning_spec(worker_pool_specs: list, images: dict, dataset: Input[Dat
                                tuning=study,
                                job_name=job.job_name)
     values = {**spec, "region": job.region, "service_account": job.service_account,
-              "network": job.network}
+              "network": job.network, "encryption_key": job.encryption_key}
     return namedtuple("VertexTuningSpec", list(values))(**values)
 
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from components import cloud_monitoring
-from components.cloud_names import vertex_endpoint
+from components.cloud_names import encryption_spec, vertex_endpoint
 from components.serving.deploy_options import DeployOptions, endpoint_region
 from components.serving.rollout import Figures
 from trainer.common.cloud_calls import remote_call
@@ -66,9 +66,10 @@ def clients_for(region: str) -> Clients:
 
 
 def find_or_create(clients: Clients, project: str, region: str, endpoint: str, *,
-                   create: bool = True) -> Any:
+                   create: bool = True, encryption_key: str = "") -> Any:
     """The endpoint named by its resource name, or the one with that display name
-    (created the first time, unless `create` is False: then None)."""
+    (created the first time, with `encryption_key` when given, unless `create` is False:
+    then None)."""
     from google.cloud import aiplatform_v1
 
     if endpoint_region(endpoint) is not None:
@@ -85,8 +86,8 @@ def find_or_create(clients: Clients, project: str, region: str, endpoint: str, *
     if found or not create:
         return found[0] if found else None
     with remote_call(f"creating the endpoint {endpoint!r}"):
-        return clients.endpoints.create_endpoint(
-            parent=parent, endpoint=aiplatform_v1.Endpoint(display_name=endpoint)).result()
+        return clients.endpoints.create_endpoint(parent=parent, endpoint=aiplatform_v1.Endpoint(
+            display_name=endpoint, encryption_spec=encryption_spec(encryption_key))).result()
 
 
 class VertexEndpoint:

@@ -115,6 +115,8 @@ def custom_job(spec: Mapping[str, Any], options: VertexOptions, scheduling: str,
     `options.labels` (the launcher's add the run's and the step's)."""
     from google.cloud import aiplatform_v1
 
+    from components.cloud_names import encryption_spec
+
     pools = [dict(p) for p in spec["worker_pool_specs"]]
     while pools and not pools[-1]:
         pools.pop()  # trailing unused pools (stage 1 refuses gaps between used ones)
@@ -129,4 +131,5 @@ def custom_job(spec: Mapping[str, Any], options: VertexOptions, scheduling: str,
                 "tensorboard": options.tensorboard,
                 "persistent_resource_id": options.persistent_resource_id}
     return aiplatform_v1.CustomJob(display_name=spec["display_name"], job_spec=job_spec,
-                                   labels=dict(options.labels if labels is None else labels))
+                                   labels=dict(options.labels if labels is None else labels),
+                                   encryption_spec=encryption_spec(options.encryption_key))

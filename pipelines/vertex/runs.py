@@ -48,6 +48,8 @@ def pipeline_job(config: Config, template_path: Path, trainer_source_uri: str = 
         # preparation is cacheable (aiplatform PipelineJob._set_enable_caching_value).
         enable_caching=None if config.vertex.enable_caching else False,
         labels={"app": identity.NAME, **config.vertex.labels},
+        # The PipelineJob's key does not reach what its steps create: each passes it on.
+        encryption_spec_key_name=config.vertex.encryption_key or None,
         project=config.vertex.project, location=config.vertex.region,
         credentials=credentials)
 
@@ -223,7 +225,7 @@ def dataflow_preview(config: Config, found: dict[str, dict[str, Any]], job_id: s
     from components.dataset.dataflow import dataflow_job, launch_settings
 
     launch = launch_settings(config.vertex.project, config.vertex.region,
-                             config.vertex.service_account, found)
+                             config.vertex.service_account, found, config.vertex.encryption_key)
     output = (f"{config.vertex.pipeline_root.rstrip('/')}/PROJECT_NUMBER/{job_id}/"
               f"{names.PREPARE_DATASET}_TASK_ID/{names.DATASET}")
     job = dataflow_job(config.dataset, output_uri=output, **launch)

@@ -43,12 +43,24 @@ def iam_clients(apis):
 
 
 class RecordingApi:
-    """Stands in for the Vertex AI API clients: records each request, echoes the resource."""
+    """Stands in for the Vertex AI API clients: records each request, echoes the resource;
+    with `require_cmek`, refuses a PipelineJob without a customer-managed key as the org
+    policy constraints/gcp.restrictNonCmekServices does (`cmek_refusal`)."""
 
     def __init__(self):
         self.calls = []
+        self.require_cmek = False
 
     def create_pipeline_job(self, parent, pipeline_job, pipeline_job_id=None, timeout=None):
+        from google.api_core import exceptions
+
+        from tests.support.vertex_emulator.apis import cmek_refusal
+
+        refused = self.require_cmek and cmek_refusal(
+            f"/v1/{parent}/pipelineJobs",
+            {"encryptionSpec": {"kmsKeyName": pipeline_job.encryption_spec.kms_key_name}})
+        if refused:
+            raise exceptions.FailedPrecondition(refused)
         self.calls.append(aiplatform_v1.CreatePipelineJobRequest(
             parent=parent, pipeline_job=pipeline_job, pipeline_job_id=pipeline_job_id))
         created = aiplatform_v1.PipelineJob(pipeline_job)

@@ -53,6 +53,7 @@ from tests.support.vertex_emulator.pipelines import EmulatedPipelines, TaskFaile
 pytestmark = pytest.mark.slow
 REPO = "us-central1-docker.pkg.dev/my-proj/ml-images"
 ACCOUNT = "trainer@my-proj.iam.gserviceaccount.com"
+KEY = "projects/my-proj/locations/us-central1/keyRings/ml/cryptoKeys/pipelines"
 
 
 @contextlib.contextmanager
@@ -117,15 +118,22 @@ def emulated_vertex(work: Path):
 
             def run(vertex: dict, training: dict, tuning: dict | None = None,
                     dataset: dict | None = None, faults: tuple[str, ...] = (),
-                    kill_when: dict | None = None, fails: bool = False) -> dict:
+                    kill_when: dict | None = None, fails: bool = False,
+                    cmek: bool = False) -> dict:
                 config = load_config(overrides={
                     "vertex": {"project": "my-proj", "region": "us-central1",
                                "pipeline_root": "gs://pipelines/root",
                                "image_repository": REPO, "service_account": ACCOUNT,
                                "accuracy_threshold": 0.3, "job_name": "emulated", **vertex},
                     "training": training, "tuning": tuning or {}, "dataset": dataset or {}})
-                runs.submit(config, dry_run=False, clients=clients,
-                            credentials=AnonymousCredentials(), log=lambda line: None)
+                # The org policy that refuses every create without a key, for this run.
+                apis.require_cmek = clients.pipeline_api.require_cmek = cmek
+                try:
+                    runs.submit(config, dry_run=False, clients=clients,
+                                credentials=AnonymousCredentials(), log=lambda line: None)
+                except Exception:
+                    apis.require_cmek = clients.pipeline_api.require_cmek = False
+                    raise
                 request = clients.pipeline_api.calls[-1]
                 apis.get_faults = list(faults)  # what the training step's looks meet
                 started = time.monotonic()
@@ -139,6 +147,8 @@ def emulated_vertex(work: Path):
                     if not fails:
                         raise
                     tasks, failure = emulated.tasks, str(exc)
+                finally:
+                    apis.require_cmek = clients.pipeline_api.require_cmek = False
                 return {"tasks": tasks, "failure": failure, "pipelines": emulated, "apis": apis,
                         "request": request, "mount": mount,
                         "storage": storage, "env": env, "work": work, "clients": clients,
@@ -182,11 +192,27 @@ def emulated_run(tmp_path_factory):
         bucket = run.storage.bucket("pipelines")
         for name, data in _batch_images().items():
             bucket.blob(f"to-score/{name}").upload_from_string(data)
+        # Under the org policy that requires a customer-managed key on every create.
         first = run({"labels": LABELS, "persistent_resource_id": "fast-pool",
                      "batch_predict": {"source": "gs://pipelines/to-score/"},
-                     "prices": {"NVIDIA_TESLA_T4": 0.35}},
-                    {"epochs": 3, "batch_size": 32}, faults=("503", "503", "503", "drop"))
+                     "prices": {"NVIDIA_TESLA_T4": 0.35}, "encryption_key": KEY},
+                    {"epochs": 3, "batch_size": 32}, faults=("503", "503", "503", "drop"),
+                    cmek=True)
         yield {**first, "run": run}
+
+
+def test_under_the_cmek_org_policy_every_create_carries_the_key(emulated_run):
+    """The first run ran under constraints/gcp.restrictNonCmekServices (the emulator
+    refuses any create without a key): the PipelineJob, the CustomJob, the model upload
+    (gcpc's launcher) and the batch prediction job (gcpc's) each named the key."""
+    apis = emulated_run["apis"]
+    assert emulated_run["request"].pipeline_job.encryption_spec.kms_key_name == KEY
+    creates = {pattern: [r for r in apis.recorded(pattern)]
+               for pattern in (r"/customJobs$", r"/models:upload$", r"/batchPredictionJobs$")}
+    first = {pattern: found[0].body for pattern, found in creates.items()}
+    assert first[r"/customJobs$"]["encryptionSpec"] == {"kmsKeyName": KEY}
+    assert first[r"/models:upload$"]["model"]["encryptionSpec"] == {"kmsKeyName": KEY}
+    assert first[r"/batchPredictionJobs$"]["encryptionSpec"] == {"kmsKeyName": KEY}
 
 
 def _batch_images() -> dict[str, bytes]:
@@ -1042,3 +1068,16 @@ def test_the_beam_engine_prepares_the_dataset_as_a_dataflow_job(tuned_run):
             data = storage.bucket(bucket).blob(f"{prefix}/{shard['file']}").download_as_bytes()
             assert hashlib.sha256(data).hexdigest() == shard["sha256"]
     assert tasks["train-on-vertex-ai"].state == "SUCCEEDED"
+
+
+def test_under_the_cmek_org_policy_a_run_without_a_key_is_refused(emulated_run, tmp_path):
+    from trainer.common.errors import ProjectError
+
+    # Last in this module: its submit reads the registry and the images' tags, which the
+    # tests above count.
+    run = emulated_run["run"]
+    with pytest.raises(ProjectError) as refused:
+        run({}, {"epochs": 1}, cmek=True)
+    assert "Constraint `constraints/gcp.restrictNonCmekServices` violated for " \
+        "`projects/my-proj` attempting to create a resource without specifying a KMS " \
+        "CryptoKey." in str(refused.value)

@@ -195,6 +195,9 @@ class FakeGoogleApis:
         # resource -> permissions granted there; None: everything (but `denied`) everywhere
         self.grants: dict[str, set[str]] | None = None
         self.tuning_jobs: dict[str, dict[str, Any]] = {}  # name -> the job resource
+        # The org policy constraints/gcp.restrictNonCmekServices: every create without
+        # a customer-managed key is refused (`cmek_refusal`).
+        self.require_cmek = False
         # Custom-training quota metric (without the service) -> region -> limit; a metric
         # absent here is a quota the project does not have (never refused).
         self.quotas: dict[str, dict[str, int]] = {}
@@ -254,6 +257,9 @@ class FakeGoogleApis:
 
     def _route(self, method: str, path: str, body: Any) -> tuple[int, Any]:
         path = path.split("?", 1)[0]
+        refused = self.require_cmek and method == "POST" and cmek_refusal(path, body)
+        if refused:
+            return 400, _error(400, refused, "FAILED_PRECONDITION")
         routes = [
             ("POST", r"^/v1/(projects/[^/]+/locations/[^/]+)/customJobs$", self._create_job),
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/customJobs/[^/:]+)$", self._get_job),
@@ -942,10 +948,37 @@ def _suggest(parameters: list[dict[str, Any]], number: int) -> list[dict[str, An
     return chosen
 
 
-def _error(code: int, message: str) -> dict[str, Any]:
-    status = {404: "NOT_FOUND", 400: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED"}.get(
-        code, "UNKNOWN")
+def _error(code: int, message: str, status: str = "") -> dict[str, Any]:
+    status = status or {404: "NOT_FOUND", 400: "INVALID_ARGUMENT",
+                        429: "RESOURCE_EXHAUSTED"}.get(code, "UNKNOWN")
     return {"error": {"code": code, "message": message, "status": status}}
+
+
+#: The creates Vertex AI refuses without a key under constraints/gcp.restrictNonCmekServices,
+#: and where their request carries it (REST names).
+CMEK_CREATES = ((r"/customJobs$", ("encryptionSpec",)),
+                (r"/hyperparameterTuningJobs$", ("encryptionSpec",)),
+                (r"/models:upload$", ("model", "encryptionSpec")),
+                (r"/endpoints$", ("encryptionSpec",)),
+                (r"/batchPredictionJobs$", ("encryptionSpec",)),
+                (r"/pipelineJobs$", ("encryptionSpec",)))
+
+
+def cmek_refusal(path: str, body: Any) -> str:
+    """Why Vertex AI refuses this create under the org policy that requires CMEK ("" when
+    it does not): the message of the constraint's FAILED_PRECONDITION (Organization
+    Policy docs, "Restricting non-CMEK services")."""
+    for pattern, where in CMEK_CREATES:
+        if re.search(pattern, path):
+            found = body if isinstance(body, dict) else {}
+            for key in where:
+                found = found.get(key) or {}
+            if not found.get("kmsKeyName"):
+                project = path.split("/")[3] if path.count("/") > 3 else "PROJECT"
+                return (f"Constraint `constraints/gcp.restrictNonCmekServices` violated for "
+                        f"`projects/{project}` attempting to create a resource without "
+                        "specifying a KMS CryptoKey.")
+    return ""
 
 
 def enum_name(kind: str, value: Any) -> str:

@@ -143,6 +143,8 @@ class EndpointService:
 
     def _create(self, parent: str, body: dict[str, Any], query: Any = None) -> tuple[int, Any]:
         name = self.add(parent, body.get("displayName", ""))
+        if body.get("encryptionSpec"):  # kept, as Vertex AI keeps it on the resource
+            self.endpoints[name]["encryptionSpec"] = body["encryptionSpec"]
         return 200, {"name": f"{name}/operations/create", "done": True, "response": {
             "@type": "type.googleapis.com/google.cloud.aiplatform.v1.Endpoint",
             **self.endpoints[name]}}

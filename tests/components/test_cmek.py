@@ -1,0 +1,64 @@
+"""`vertex.encryption_key`: refused at load when malformed or out of the run's region (a
+fallback elsewhere included), and on everything the project's own code creates: the
+CustomJob, the endpoint (against the fake Vertex AI under the org policy that requires a
+key) and the Dataflow job. The PipelineJob, the model upload, the batch prediction job
+and the whole run are in tests/pipelines/vertex/test_emulated_run.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.training.vertex_job import custom_job, custom_job_spec
+from pipelines.config import ConfigError
+from tests.support.launches import config, missing_images
+
+KEY = "projects/my-proj/locations/us-central1/keyRings/ml/cryptoKeys/pipelines"
+
+
+@pytest.mark.parametrize(("settings", "problem"), [
+    ({"encryption_key": "projects/my-proj/keyRings/ml/cryptoKeys/k"},
+     "vertex.encryption_key is 'projects/my-proj/keyRings/ml/cryptoKeys/k'; expected "
+     "projects/PROJECT/locations/REGION/keyRings/RING/cryptoKeys/KEY"),
+    ({"encryption_key": KEY.replace("us-central1", "europe-west4")},
+     "encryption_key is in europe-west4 but region is us-central1; a customer-managed "
+     "key must be in the region of the resources it encrypts: use a key in us-central1"),
+    ({"encryption_key": KEY, "fallbacks": [{"region": "us-east1"}]},
+     "fallbacks[0] is in us-east1 but encryption_key is in us-central1; a "
+     "configuration in another region needs a key there, which a fallback cannot give: keep "
+     "fallbacks in us-central1 with encryption_key set"),
+])
+def test_a_key_that_cannot_encrypt_the_run_is_refused_at_load(settings, problem):
+    with pytest.raises(ConfigError) as refused:
+        config(**settings)
+    assert problem in str(refused.value)
+
+
+def test_the_custom_job_and_the_dataflow_job_carry_the_key():
+    from components.dataset.dataflow import dataflow_job
+    from components.dataset.dataset_options import DatasetOptions
+
+    cfg = config(encryption_key=KEY, fallbacks=[{"scheduling_strategy": "SPOT"}])
+    spec = custom_job_spec(cfg.vertex.pools, missing_images(), dataset_path="/gcs/d",
+                           output_uri="gs://b/job", output_path="/gcs/b/job")
+    assert custom_job(spec, cfg.vertex, "STANDARD").encryption_spec.kms_key_name == KEY
+    assert not custom_job(spec, config().vertex, "STANDARD").encryption_spec.kms_key_name
+    job = dataflow_job(DatasetOptions(engine="beam"), project_id="my-proj",
+                       region="us-central1", service_account="", sdk_image="i@sha256:0",
+                       output_uri="gs://b/root/run/task/dataset", kms_key=KEY)
+    assert f"--dataflow_kms_key={KEY}" in job.pipeline_args()
+
+
+def test_the_endpoint_the_deploy_stage_creates_carries_the_key(apis):
+    from google.cloud import aiplatform_v1
+
+    from components.serving.vertex_endpoint import Clients, find_or_create
+    from tests.support.google_fakes import rest_client
+
+    clients = Clients(rest_client(aiplatform_v1.EndpointServiceClient, apis), None, None)
+    apis.require_cmek = True  # constraints/gcp.restrictNonCmekServices
+    with pytest.raises(Exception, match="restrictNonCmekServices"):
+        find_or_create(clients, "my-proj", "us-central1", "plain")
+    created = find_or_create(clients, "my-proj", "us-central1", "serving", encryption_key=KEY)
+    assert created.encryption_spec.kms_key_name == KEY
+    (sent,) = [r for r in apis.recorded(r"/endpoints$") if r.body.get("encryptionSpec")]
+    assert sent.body["encryptionSpec"] == {"kmsKeyName": KEY}
