@@ -278,7 +278,7 @@ def test_launch_settings_need_the_project_and_the_cpu_image_by_digest():
     images = {"cpu": {"reference": IMAGE}}
     assert dataflow.launch_settings("p", "europe-west4", "", images) == {
         "project_id": "p", "region": "europe-west4", "service_account": "",
-        "sdk_image": IMAGE}
+        "sdk_image": IMAGE, "kms_key": ""}
     tagged = IMAGE.split("@")[0] + ":src-1"
     with pytest.raises(dataflow.DataflowSettingsError) as error:
         dataflow.launch_settings("", "europe-west4", "", {"cpu": {"reference": tagged}})

@@ -45,7 +45,7 @@ from pipelines.vertex.clients import Clients
 from tests.support.dataflow_fake import FakeDataflow
 from tests.support.google_fakes import RecordingApi
 from tests.support.paths import ROOT
-from tests.support.vertex_emulator.apis import FakeGoogleApis, image_entrypoints
+from tests.support.vertex_emulator.apis import FakeGoogleApis, image_entrypoints, kms_key_name
 from tests.support.vertex_emulator.endpoints import Behaviour
 from tests.support.vertex_emulator.mount import StandInMount
 from tests.support.vertex_emulator.pipelines import EmulatedPipelines, TaskFailed, environment
@@ -210,9 +210,10 @@ def test_under_the_cmek_org_policy_every_create_carries_the_key(emulated_run):
     creates = {pattern: [r for r in apis.recorded(pattern)]
                for pattern in (r"/customJobs$", r"/models:upload$", r"/batchPredictionJobs$")}
     first = {pattern: found[0].body for pattern, found in creates.items()}
-    assert first[r"/customJobs$"]["encryptionSpec"] == {"kmsKeyName": KEY}
-    assert first[r"/models:upload$"]["model"]["encryptionSpec"] == {"kmsKeyName": KEY}
-    assert first[r"/batchPredictionJobs$"]["encryptionSpec"] == {"kmsKeyName": KEY}
+    assert first[r"/customJobs$"]["encryptionSpec"] == {"kmsKeyName": KEY}  # ours, REST
+    # gcpc's launchers send the proto field names, which Vertex AI's JSON parser reads too.
+    assert kms_key_name(first[r"/models:upload$"]["model"]) == KEY
+    assert kms_key_name(first[r"/batchPredictionJobs$"]) == KEY
 
 
 def _batch_images() -> dict[str, bytes]:
@@ -1031,7 +1032,7 @@ def test_the_beam_engine_prepares_the_dataset_as_a_dataflow_job(tuned_run):
     assert cpu.startswith(f"{REPO}/{images.CPU.name}@sha256:")
     assert tasks["dataflow-launch"].parameters["Output"] == {
         "project_id": "my-proj", "region": "us-central1", "service_account": ACCOUNT,
-        "sdk_image": cpu}
+        "sdk_image": cpu, "kms_key": ""}
     assert fake.run_error is None
     (body,) = fake.created()
     (path,) = [p for method, p, _ in fake.requests if method == "POST"]

@@ -954,14 +954,23 @@ def _error(code: int, message: str, status: str = "") -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "status": status}}
 
 
+def kms_key_name(resource: Any) -> str:
+    """A resource's `encryptionSpec.kmsKeyName` in either of the JSON spellings Vertex AI
+    reads (protobuf's JSON parser takes the lowerCamel and the proto field names: gcpc's
+    launchers send `encryption_spec`/`kms_key_name`), or "" (also when `resource` is
+    already the spec)."""
+    if not isinstance(resource, dict):
+        return ""
+    spec = resource.get("encryptionSpec") or resource.get("encryption_spec") or resource
+    return str(spec.get("kmsKeyName") or spec.get("kms_key_name") or "") \
+        if isinstance(spec, dict) else ""
+
+
 #: The creates Vertex AI refuses without a key under constraints/gcp.restrictNonCmekServices,
 #: and where their request carries it (REST names).
-CMEK_CREATES = ((r"/customJobs$", ("encryptionSpec",)),
-                (r"/hyperparameterTuningJobs$", ("encryptionSpec",)),
-                (r"/models:upload$", ("model", "encryptionSpec")),
-                (r"/endpoints$", ("encryptionSpec",)),
-                (r"/batchPredictionJobs$", ("encryptionSpec",)),
-                (r"/pipelineJobs$", ("encryptionSpec",)))
+CMEK_CREATES = ((r"/customJobs$", ()), (r"/hyperparameterTuningJobs$", ()),
+                (r"/models:upload$", ("model",)), (r"/endpoints$", ()),
+                (r"/batchPredictionJobs$", ()), (r"/pipelineJobs$", ()))
 
 
 def cmek_refusal(path: str, body: Any) -> str:
@@ -973,7 +982,7 @@ def cmek_refusal(path: str, body: Any) -> str:
             found = body if isinstance(body, dict) else {}
             for key in where:
                 found = found.get(key) or {}
-            if not found.get("kmsKeyName"):
+            if not kms_key_name(found):
                 project = path.split("/")[3] if path.count("/") > 3 else "PROJECT"
                 return (f"Constraint `constraints/gcp.restrictNonCmekServices` violated for "
                         f"`projects/{project}` attempting to create a resource without "
