@@ -24,6 +24,8 @@ _SERVICE_ACCOUNT = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}@[a-z0-9][a-z0-9.-]*"
                               r"\.gserviceaccount\.com")
 _NETWORK = re.compile(r"projects/[0-9]+/global/networks/[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 _TENSORBOARD = re.compile(r"projects/[^/\s]+/locations/[a-z0-9-]+/tensorboards/[0-9]+")
+_NETWORK_ATTACHMENT = re.compile(r"projects/[^/\s]+/regions/([a-z0-9-]+)/networkAttachments/"
+                                 r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 _KMS_KEY = re.compile(r"projects/[^/\s]+/locations/([a-z0-9-]+)/keyRings/[\w-]{1,63}/"
                       r"cryptoKeys/[\w-]{1,63}")
 # Image references: registry host, path, optional tag and digest (Docker's grammar).
@@ -83,8 +85,16 @@ Network = Annotated[str, _checker(_pattern(
     _NETWORK, "projects/PROJECT_NUMBER/global/networks/NAME"))]
 Tensorboard = Annotated[str, _checker(_pattern(
     _TENSORBOARD, "projects/PROJECT/locations/REGION/tensorboards/ID"))]
+NetworkAttachment = Annotated[str, _checker(_pattern(
+    _NETWORK_ATTACHMENT, "projects/PROJECT/regions/REGION/networkAttachments/NAME"))]
 KmsKey = Annotated[str, _checker(_pattern(
     _KMS_KEY, "projects/PROJECT/locations/REGION/keyRings/RING/cryptoKeys/KEY"))]
+
+
+def attachment_region(attachment: str) -> str:
+    """A network attachment's region (`projects/P/regions/R/...` -> R), "" if malformed."""
+    found = _NETWORK_ATTACHMENT.fullmatch(attachment)
+    return found[1] if found else ""
 
 
 def kms_key_location(key: str) -> str:

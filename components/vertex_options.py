@@ -20,6 +20,7 @@ from components.cloud_names import (
     KmsKey,
     ModelDisplayName,
     Network,
+    NetworkAttachment,
     Region,
     ServiceAccount,
     Tensorboard,
@@ -137,6 +138,10 @@ class VertexOptions(pydantic.BaseModel):
         "0.64; SPOT:NVIDIA_L4 or FLEX_START:NVIDIA_L4 for jobs of that provisioning "
         "model): the training cost estimate's prices, over the dated table of "
         "components/capacity/cost.py (which types it lacks, the estimate names)."))
+    psc_network_attachment: NetworkAttachment = Field("", description=(
+        "A Private Service Connect interface for the PipelineJob and every CustomJob: the "
+        "network attachment (projects/P/regions/REGION/networkAttachments/NAME) in the "
+        "run's region; instead of network (VPC peering), not with it."))
     encryption_key: KmsKey = Field("", description=(
         "A Cloud KMS key (customer-managed encryption) for everything the run creates: the "
         "PipelineJob, its CustomJobs and tuning job, the model, the endpoint, the batch "
@@ -207,6 +212,29 @@ class VertexOptions(pydantic.BaseModel):
                          "projects/PROJECT/locations/REGION/models/ID")
         found += self.deploy.in_region(self.region)
         found += self._key_problems()
+        found += self._attachment_problems()
+        return found
+
+    def _attachment_problems(self) -> list[str]:
+        """A job takes `network` or `pscInterfaceConfig`, not both (Vertex AI docs, "Set up
+        a Private Service Connect interface"); the attachment is regional, so a fallback
+        in another region would need its own."""
+        from components.cloud_names import attachment_region
+
+        if not self.psc_network_attachment:
+            return []
+        where = attachment_region(self.psc_network_attachment)
+        found = [] if not self.network else [
+            f"network is {short(self.network)} and psc_network_attachment is "
+            f"{short(self.psc_network_attachment)}; a job is reached through VPC peering or "
+            "a Private Service Connect interface, not both: keep one"]
+        if where != self.region:
+            found.append(f"psc_network_attachment is in {where} but region is {self.region}; "
+                         f"use a network attachment in {self.region}")
+        found += [f"fallbacks[{i}] is in {f.region} but psc_network_attachment is in {where}; "
+                  "a configuration in another region needs an attachment there, which a "
+                  f"fallback cannot give: keep fallbacks in {where}"
+                  for i, f in enumerate(self.fallbacks) if f.region and f.region != where]
         return found
 
     def _key_problems(self) -> list[str]:

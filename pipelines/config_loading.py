@@ -191,6 +191,15 @@ def _preflight(sections: Mapping[str, Any], raw: Mapping[str, Any],
         tuning = sections.get("tuning")
         if tuning is not None:
             errors += conflicts(tuning, training)
+    tuning = sections.get("tuning")
+    if vertex is not None and tuning is not None and tuning.enabled \
+            and vertex.psc_network_attachment:
+        # gcpc's HyperparameterTuningJobRunOp takes `network` but no PSC interface: its
+        # trials would run outside the attachment.
+        errors.append("tuning.parameters is set and vertex.psc_network_attachment is "
+                      f"{short(vertex.psc_network_attachment)}; the tuning job's trials "
+                      "cannot use a Private Service Connect interface (gcpc's tuning op "
+                      "takes only vertex.network): tune without it, or use vertex.network")
     if dataset is not None:  # a cheap look at the source, before the pipeline starts
         try:
             kind_of(dataset.source).preflight(dataset.source)

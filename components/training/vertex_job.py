@@ -130,6 +130,9 @@ def custom_job(spec: Mapping[str, Any], options: VertexOptions, scheduling: str,
                 "service_account": options.service_account, "network": options.network,
                 "tensorboard": options.tensorboard,
                 "persistent_resource_id": options.persistent_resource_id}
+    if options.psc_network_attachment:
+        job_spec["psc_interface_config"] = {
+            "network_attachment": options.psc_network_attachment}
     return aiplatform_v1.CustomJob(display_name=spec["display_name"], job_spec=job_spec,
                                    labels=dict(options.labels if labels is None else labels),
                                    encryption_spec=encryption_spec(options.encryption_key))

@@ -38,7 +38,7 @@ def pipeline_job(config: Config, template_path: Path, trainer_source_uri: str = 
 
     from pipelines.pipeline_arguments import vertex_arguments
 
-    return aiplatform.PipelineJob(
+    job = aiplatform.PipelineJob(
         display_name=config.vertex.job_name,
         template_path=str(template_path),
         pipeline_root=config.vertex.pipeline_root,
@@ -52,6 +52,12 @@ def pipeline_job(config: Config, template_path: Path, trainer_source_uri: str = 
         encryption_spec_key_name=config.vertex.encryption_key or None,
         project=config.vertex.project, location=config.vertex.region,
         credentials=credentials)
+    if config.vertex.psc_network_attachment:
+        # PipelineJob.submit takes `network` but not a PSC interface; it sends the resource
+        # it holds, so the field is set there (aiplatform pipeline_jobs.py, submit).
+        job._gca_resource.psc_interface_config.network_attachment = \
+            config.vertex.psc_network_attachment
+    return job
 
 
 def create_request(job: Any, config: Config) -> Any:

@@ -62,3 +62,56 @@ def test_the_endpoint_the_deploy_stage_creates_carries_the_key(apis):
     assert created.encryption_spec.kms_key_name == KEY
     (sent,) = [r for r in apis.recorded(r"/endpoints$") if r.body.get("encryptionSpec")]
     assert sent.body["encryptionSpec"] == {"kmsKeyName": KEY}
+
+
+ATTACHMENT = "projects/my-proj/regions/us-central1/networkAttachments/vertex"
+
+
+@pytest.mark.parametrize(("settings", "problem"), [
+    ({"psc_network_attachment": ATTACHMENT, "network": "projects/123/global/networks/vpc"},
+     "network is 'projects/123/global/networks/vpc' and psc_network_attachment is "
+     f"'{ATTACHMENT}'; a job is reached through VPC peering or a Private Service Connect "
+     "interface, not both: keep one"),
+    ({"psc_network_attachment": ATTACHMENT.replace("us-central1", "us-east1")},
+     "psc_network_attachment is in us-east1 but region is us-central1"),
+    ({"psc_network_attachment": ATTACHMENT, "fallbacks": [{"region": "europe-west4"}]},
+     "fallbacks[0] is in europe-west4 but psc_network_attachment is in us-central1"),
+    ({"psc_network_attachment": "projects/my-proj/global/networkAttachments/vertex"},
+     "expected projects/PROJECT/regions/REGION/networkAttachments/NAME"),
+])
+def test_a_psc_interface_that_cannot_reach_the_run_is_refused_at_load(settings, problem):
+    with pytest.raises(ConfigError) as refused:
+        config(**settings)
+    assert problem in str(refused.value)
+
+
+def test_tuning_with_a_psc_interface_is_refused_at_load():
+    from pipelines.config_loading import load_config
+
+    with pytest.raises(ConfigError) as refused:
+        load_config(overrides={
+            "vertex": {"project": "my-proj", "psc_network_attachment": ATTACHMENT},
+            "tuning": {"parameters": [{"name": "learning_rate", "type": "DOUBLE",
+                                       "min_value": 0.001, "max_value": 0.1}]}})
+    assert "the tuning job's trials cannot use a Private Service Connect interface" in \
+        str(refused.value)
+
+
+def test_the_pipeline_job_and_every_custom_job_get_the_psc_interface():
+    from google.auth.credentials import AnonymousCredentials
+
+    from pipelines.vertex.runs import create_request, pipeline_job
+    from tests.support.paths import ROOT
+
+    cfg = config(psc_network_attachment=ATTACHMENT, encryption_key=KEY)
+    spec = custom_job_spec(cfg.vertex.pools, missing_images(), dataset_path="/gcs/d",
+                           output_uri="gs://b/job", output_path="/gcs/b/job")
+    job = custom_job(spec, cfg.vertex, "STANDARD")
+    assert job.job_spec.psc_interface_config.network_attachment == ATTACHMENT
+    assert not job.job_spec.network
+    # The PipelineJob as `submit` sends it (aiplatform's PipelineJob, from the spec).
+    request = create_request(pipeline_job(cfg, ROOT / "compiled" / "gpu_training_pipeline.yaml",
+                                          "", AnonymousCredentials()), cfg)
+    assert request.pipeline_job.psc_interface_config.network_attachment == ATTACHMENT
+    assert request.pipeline_job.encryption_spec.kms_key_name == KEY
+    assert not request.pipeline_job.network
