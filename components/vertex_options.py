@@ -86,7 +86,15 @@ class VertexOptions(pydantic.BaseModel):
             "slow for the GPU image's 3.5 GB of packages."))
     build_timeout: str = Field("3600s", description=(
         "Longest a Cloud Build of the images may run, e.g. 3600s (at most 86400s)."))
-    service_account: ServiceAccount = Field("", description="Service account the jobs run as.")
+    service_account: ServiceAccount = Field("", description=(
+        "Service account the pipeline runs as (its steps), and every other role's unless "
+        "that role has its own."))
+    training_service_account: ServiceAccount = Field("", description=(
+        "Service account the training CustomJobs and the tuning job's trials run as "
+        "(empty: service_account). Google recommends an account per role."))
+    build_service_account: ServiceAccount = Field("", description=(
+        "Service account Cloud Build builds the images as (empty: service_account; never "
+        "the legacy Cloud Build account, which has broad roles)."))
     network: Network = Field("", description=(
         "projects/NUMBER/global/networks/NAME for VPC peering; empty for none."))
     restart_job_on_worker_restart: bool = Field(True, description=(
@@ -170,6 +178,17 @@ class VertexOptions(pydantic.BaseModel):
     def _fallbacks(self, fallbacks: list[Fallback]) -> list[dict[str, Any]]:
         # What a fallback leaves out stays out: pipeline parameters hold no nulls.
         return [f.model_dump(exclude_none=True) for f in fallbacks]
+
+    @property
+    def training_account(self) -> str:
+        """The account the training and tuning jobs run as ("" : the Custom Code Service
+        Agent)."""
+        return self.training_service_account or self.service_account
+
+    @property
+    def build_account(self) -> str:
+        """The account Cloud Build runs as ("": its default)."""
+        return self.build_service_account or self.service_account
 
     @property
     def pools(self) -> tuple[WorkerPool | None, ...]:
@@ -264,7 +283,7 @@ class VertexOptions(pydantic.BaseModel):
         timeout = duration_seconds(self.build_timeout) or 1
         return BuildSettings(machine_type=self.build_machine_type,
                              timeout_seconds=max(1, round(timeout)),
-                             service_account=self.service_account)
+                             service_account=self.build_account)
 
 
 def _seconds_problems(name: str, value: str, example: str, maximum: float = math.inf) -> list[str]:

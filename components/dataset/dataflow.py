@@ -154,7 +154,8 @@ def dataflow_job(options: DatasetOptions, *, project_id: str, region: str, servi
         options: The dataset options (`DatasetOptions`; its `dataflow_*` fields).
         project_id: The Google Cloud project.
         region: The pipeline run's region.
-        service_account: The account the run's jobs run as.
+        service_account: The account the run runs as (`options.dataflow_service_account`
+            comes first).
         sdk_image: The project's CPU image, by digest.
         output_uri: Where the dataset goes (the stage's output artifact).
         kms_key: `vertex.encryption_key` (empty: none).
@@ -163,7 +164,8 @@ def dataflow_job(options: DatasetOptions, *, project_id: str, region: str, servi
     return DataflowJob(
         project=project_id, region=region, job_name=job_name_for(output_uri),
         sdk_image=sdk_image, temp_location=f"{base}/dataflow/temp",
-        staging_location=f"{base}/dataflow/staging", service_account=service_account,
+        staging_location=f"{base}/dataflow/staging",
+        service_account=options.dataflow_service_account or service_account,
         max_workers=options.dataflow_max_workers, machine_type=options.dataflow_machine_type,
         flexrs=options.dataflow_flexrs, network=options.dataflow_network,
         subnetwork=options.dataflow_subnetwork, kms_key=kms_key)

@@ -110,7 +110,7 @@ def vertex_tuning_spec(worker_pool_specs: list, images: dict, dataset: Input[Dat
                                trainer_args=trainer_flags(options, training_plan),
                                tuning=study,
                                job_name=job.job_name)
-    values = {**spec, "region": job.region, "service_account": job.service_account,
+    values = {**spec, "region": job.region, "service_account": job.training_account,
               "network": job.network, "encryption_key": job.encryption_key}
     return namedtuple("VertexTuningSpec", list(values))(**values)
 

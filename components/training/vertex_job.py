@@ -127,7 +127,7 @@ def custom_job(spec: Mapping[str, Any], options: VertexOptions, scheduling: str,
         timing["max_wait_duration"] = _seconds(options.max_wait_duration)
     job_spec = {"worker_pool_specs": pools, "scheduling": timing,
                 "base_output_directory": {"output_uri_prefix": spec["base_output_directory"]},
-                "service_account": options.service_account, "network": options.network,
+                "service_account": options.training_account, "network": options.network,
                 "tensorboard": options.tensorboard,
                 "persistent_resource_id": options.persistent_resource_id}
     if options.psc_network_attachment:

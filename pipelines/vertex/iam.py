@@ -79,10 +79,35 @@ def checks(config: Config) -> list[Check]:
         found.append(Check("Resource Manager", building, BUILD_PERMISSIONS))
     found += [Check("Artifact Registry", repository.name, REPOSITORY_PERMISSIONS),
               Check("Cloud Storage", f"gs://{bucket}", BUCKET_PERMISSIONS)]
-    if config.vertex.service_account:
-        found.append(Check("IAM", f"projects/-/serviceAccounts/{config.vertex.service_account}",
-                           SERVICE_ACCOUNT_PERMISSIONS))
+    # Whoever submits acts as every account the run uses (Vertex AI docs, "Use a custom
+    # service account": iam.serviceAccounts.actAs on each).
+    found += [Check("IAM", f"projects/-/serviceAccounts/{account}", SERVICE_ACCOUNT_PERMISSIONS)
+              for account in accounts(config)]
     return found
+
+
+def accounts(config: Config) -> list[str]:
+    """The distinct service accounts a run uses, in the order of their roles: the
+    pipeline's, the training jobs', Cloud Build's, the Dataflow workers'."""
+    found = [config.vertex.service_account, config.vertex.training_account,
+             config.vertex.build_account]
+    if config.dataset.engine == "beam":
+        found.append(config.dataset.dataflow_service_account or config.vertex.service_account)
+    return list(dict.fromkeys(a for a in found if a))
+
+
+def default_account_warnings(config: Config) -> list[str]:
+    """A line for each role that runs as the Compute Engine default account, which has the
+    Editor role on its project unless the organisation turned that off."""
+    roles = {"vertex.service_account": config.vertex.service_account,
+             "vertex.training_service_account": config.vertex.training_service_account,
+             "vertex.build_service_account": config.vertex.build_service_account,
+             "dataset.dataflow_service_account": config.dataset.dataflow_service_account}
+    return [f"warning: {role} is {account}, the Compute Engine default service account "
+            "(Editor on its project by default); Google recommends a dedicated account with "
+            "the least roles for each role (docs/iam.md)"
+            for role, account in roles.items()
+            if account.endswith("-compute@developer.gserviceaccount.com")]
 
 
 def unchecked(config: Config) -> list[str]:
@@ -94,22 +119,37 @@ def unchecked(config: Config) -> list[str]:
     bucket, _ = split_gcs_uri(config.vertex.pipeline_root)
     repository = Repository.parse(config.vertex.image_repository)
     account = config.vertex.service_account or "the Compute Engine default service account"
+    training = config.vertex.training_service_account
     jobs = "CustomJob" + (", HyperparameterTuningJob" if config.tuning.enabled else "")
-    lines = [f"{account} (every step and the {jobs}): roles/aiplatform.user, "
+    who = f"every step and the {jobs}" if not training else "every step"
+    lines = [f"{account} ({who}): roles/aiplatform.user, "
              "roles/logging.logWriter and roles/cloudquotas.viewer (the training step reads "
              f"the quotas before each attempt) on projects/{config.vertex.project}, "
              f"roles/storage.objectUser on gs://{bucket}, roles/artifactregistry.reader on "
              f"{repository.name}, roles/iam.serviceAccountUser on itself",
-             f"Cloud Build ({config.vertex.service_account or 'its default account'}): "
+             f"Cloud Build ({config.vertex.build_account or 'its default account'}): "
              f"roles/artifactregistry.writer on {repository.name}, "
-             f"roles/storage.objectViewer on gs://{bucket}"]
+             f"roles/storage.objectViewer on gs://{bucket}"
+             + (", roles/logging.logWriter on the project"
+                if config.vertex.build_service_account else "")]
+    if training:
+        lines.append(f"{training} (the {jobs}): roles/aiplatform.user and "
+                     f"roles/logging.logWriter on projects/{config.vertex.project}, "
+                     f"roles/storage.objectUser on gs://{bucket}, "
+                     f"roles/artifactregistry.reader on {repository.name}")
     if repository.project != config.vertex.project:
         lines.append("Vertex AI's service agent (service-PROJECT_NUMBER@gcp-sa-aiplatform"
                      f".iam.gserviceaccount.com): roles/artifactregistry.reader on "
                      f"{repository.name}, which is in another project")
     if config.dataset.engine == "beam":
-        lines.append(f"{account} with dataset.engine beam: roles/dataflow.developer and "
-                     f"roles/dataflow.worker on projects/{config.vertex.project}")
+        workers = config.dataset.dataflow_service_account
+        lines.append(f"{account} with dataset.engine beam: roles/dataflow.developer"
+                     + (" and roles/dataflow.worker" if not workers else "")
+                     + f" on projects/{config.vertex.project}")
+        if workers:
+            lines.append(f"{workers} (the Dataflow workers): roles/dataflow.worker on "
+                         f"projects/{config.vertex.project}, roles/storage.objectUser on "
+                         f"gs://{bucket}, roles/artifactregistry.reader on {repository.name}")
     return lines
 
 
@@ -148,6 +188,8 @@ def check_permissions(config: Config, clients: Clients, *, dry_run: bool,
             that grants it.
     """
     planned = checks(config)
+    for line in default_account_warnings(config):
+        log(line)
     log("IAM: not checked (testIamPermissions answers for the caller only), needed in the "
         "run:")
     for line in unchecked(config):

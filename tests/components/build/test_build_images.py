@@ -82,8 +82,11 @@ def test_each_image_has_a_dockerfile_of_its_own_that_installs_its_locks_and_noth
            f"--resolve {images.REDUCTION_SERVER_PACKAGE} --accept \"$APT_KEY_FINGERPRINTS\" "
            f"--record {images.GPU_APT_RECORD} && rm -rf /tmp/apt-lock"] \
         if image is images.GPU else []
+    # The CPU image runs the pipeline's steps, whose reports draw with matplotlib: its font
+    # list is built once at build time, not in every step's fresh container.
+    fonts = ['RUN python -c "import matplotlib.font_manager"'] if image is images.CPU else []
     assert installs == [*apt, f"RUN pip install --require-hashes --no-deps -r {image.lock}",
-                        "RUN pip install --no-deps --no-build-isolation -e ."]
+                        *fonts, "RUN pip install --no-deps --no-build-isolation -e ."]
     assert f"ARG PYTHON_BASE={images.PYTHON_BASE_IMAGE}\n" in dockerfile
     # Every stage of the file is one its image needs (the legacy builder builds them all):
     # the Python base, and for the CPU image Beam's SDK image for its boot program.
