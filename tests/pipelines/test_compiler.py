@@ -205,3 +205,20 @@ def test_the_model_is_registered_as_the_gate_decided(fresh):
     uploads = [e for name, e in executors.items() if name.startswith("exec-model-upload")]
     assert len(uploads) == 2
     assert all("google-cloud-pipeline-components" in e["container"]["image"] for e in uploads)
+
+
+def test_no_step_installs_anything_when_it_runs(fresh):
+    """Inside a VPC Service Controls perimeter nothing reaches PyPI: a component that
+    installs packages at start-up fails there (kubeflow/pipelines#6738, #9011). Every step
+    runs what its image holds: the project's own components in the project's images
+    (`install_kfp_package=False`), gcpc's in gcpc's image, the rest as its launchers."""
+    executors = yaml.safe_load(fresh.read_text())["deploymentSpec"]["executors"]
+    assert executors
+    for name, executor in executors.items():
+        container = executor.get("container")
+        if container is None:  # the importers: no container at all
+            assert "importer" in executor, name
+            continue
+        run = " ".join(container.get("command", []) + container.get("args", []))
+        for installer in ("pip install", "pip3 install", "apt-get", "conda install", "npm "):
+            assert installer not in run, (name, installer)
