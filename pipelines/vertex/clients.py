@@ -11,6 +11,7 @@ from trainer.common.gcs import storage_client
 
 #: The IAM API (testIamPermissions of service accounts).
 IAM_ENDPOINT = "https://iam.googleapis.com"
+KMS_ENDPOINT = "https://cloudkms.googleapis.com"
 
 
 @dataclasses.dataclass
@@ -30,6 +31,7 @@ class Clients:
     projects: Any = None  # Resource Manager ProjectsClient (testIamPermissions)
     iam: Any = None  # an HTTP session for the IAM API
     iam_endpoint: str = ""  # where that API is; IAM's own unless given
+    kms_endpoint: str = ""  # where Cloud KMS's API is (the IAM session calls it)
     quotas: Any = None  # Cloud Quotas client (ListQuotaInfos)
     jobs: Any = None  # Vertex AI JobServiceClient for every region (tests); else per region
     _regional: dict = dataclasses.field(default_factory=dict)
@@ -83,6 +85,12 @@ class Clients:
             with remote_call("connecting to IAM"):
                 self.iam = iam_session()
         return self.iam, self.iam_endpoint or IAM_ENDPOINT
+
+    def get_kms(self) -> tuple[Any, str]:
+        """(an HTTP session for Cloud KMS's API, its endpoint): the IAM session, which
+        carries the cloud-platform scope."""
+        session, _ = self.get_iam()
+        return session, self.kms_endpoint or KMS_ENDPOINT
 
 
 def iam_session() -> Any:

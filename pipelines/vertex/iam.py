@@ -178,6 +178,40 @@ def granted(check: Check, clients: Clients) -> set[str]:
     return set(response.permissions)
 
 
+#: What Vertex AI's service agent needs on a customer-managed key (Vertex AI docs,
+#: "Customer-managed encryption keys"); the predefined role that holds both uses.
+KEY_ROLE = "roles/cloudkms.cryptoKeyEncrypterDecrypter"
+
+
+def key_access(config: Config, clients: Clients) -> str:
+    """Whether Vertex AI's service agent may use `vertex.encryption_key`, from the key's
+    IAM policy (Cloud KMS `getIamPolicy`), in one line: a line that starts with "warning:"
+    when it may not or the policy cannot be read (a policy inherited from the key ring or
+    the project is not seen here)."""
+    key = config.vertex.encryption_key
+    with remote_call(f"reading projects/{config.vertex.project}"):
+        number = clients.get_projects().get_project(
+            name=f"projects/{config.vertex.project}").name.split("/")[-1]
+    agent = f"service-{number}@gcp-sa-aiplatform.iam.gserviceaccount.com"
+    grant = (f"grant {KEY_ROLE} on {key} to serviceAccount:{agent} (gcloud kms keys "
+             "add-iam-policy-binding)")
+    session, endpoint = clients.get_kms()
+    try:
+        answer = session.post(f"{endpoint}/v1/{key}:getIamPolicy",
+                              json={"options": {"requestedPolicyVersion": 3}}, timeout=60)
+        answer.raise_for_status()
+        bindings = answer.json().get("bindings", [])
+    except Exception as exc:  # noqa: BLE001 - an unreadable policy is a warning, not a refusal
+        return (f"warning: the IAM policy of {key} could not be read ({type(exc).__name__}: "
+                f"{str(exc)[:200]}); Vertex AI's service agent needs {KEY_ROLE} on it: {grant}")
+    if any(b.get("role") == KEY_ROLE and f"serviceAccount:{agent}" in b.get("members", [])
+           for b in bindings):
+        return f"CMEK: Vertex AI's service agent {agent} holds {KEY_ROLE} on {key}"
+    return (f"warning: Vertex AI's service agent {agent} has no {KEY_ROLE} on {key} (its own "
+            "policy; one on the key ring or the project is not seen here): every create "
+            f"with the key would fail; {grant}")
+
+
 def check_permissions(config: Config, clients: Clients, *, dry_run: bool,
                       log: Callable[[str], None] = say) -> list[Check]:
     """Checks the caller's permissions (or, with `dry_run`, prints the requests it would
@@ -198,6 +232,9 @@ def check_permissions(config: Config, clients: Clients, *, dry_run: bool,
         log("IAM: submit would check the caller's permissions with:")
         for check in planned:
             log(f"  {check.describe()}")
+        if config.vertex.encryption_key:
+            log(f"  Cloud KMS getIamPolicy on {config.vertex.encryption_key}: whether Vertex "
+                f"AI's service agent holds {KEY_ROLE}")
         return planned
     missing = []
     for check in planned:
@@ -212,6 +249,8 @@ def check_permissions(config: Config, clients: Clients, *, dry_run: bool,
             + "\nthe README's \"IAM\" section lists the roles of every identity a run uses")
     log(f"IAM: the caller holds the {sum(len(c.permissions) for c in planned)} permissions "
         "submit needs")
+    if config.vertex.encryption_key:
+        log(key_access(config, clients))
     return planned
 
 

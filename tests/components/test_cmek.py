@@ -115,3 +115,29 @@ def test_the_pipeline_job_and_every_custom_job_get_the_psc_interface():
     assert request.pipeline_job.psc_interface_config.network_attachment == ATTACHMENT
     assert request.pipeline_job.encryption_spec.kms_key_name == KEY
     assert not request.pipeline_job.network
+
+
+def test_the_preflight_reads_whether_vertex_ai_may_use_the_key(apis):
+    import requests
+    from google.cloud import resourcemanager_v3
+
+    from pipelines.vertex.clients import Clients
+    from pipelines.vertex.iam import KEY_ROLE, key_access
+    from tests.support.google_fakes import rest_client
+    from tests.support.vertex_emulator.apis import PROJECT_NUMBER
+
+    clients = Clients(projects=rest_client(resourcemanager_v3.ProjectsClient, apis),
+                      iam=requests.Session(), iam_endpoint=apis.url, kms_endpoint=apis.url)
+    cfg = config(encryption_key=KEY)
+    agent = f"service-{PROJECT_NUMBER}@gcp-sa-aiplatform.iam.gserviceaccount.com"
+    unreadable = key_access(cfg, clients)
+    assert unreadable.startswith(f"warning: the IAM policy of {KEY} could not be read (")
+    assert unreadable.endswith(f"grant {KEY_ROLE} on {KEY} to serviceAccount:{agent} (gcloud "
+                               "kms keys add-iam-policy-binding)")
+    apis.key_policies[KEY] = [{"role": "roles/cloudkms.viewer",
+                               "members": [f"serviceAccount:{agent}"]}]
+    assert key_access(cfg, clients).startswith(
+        f"warning: Vertex AI's service agent {agent} has no {KEY_ROLE} on {KEY}")
+    apis.key_policies[KEY].append({"role": KEY_ROLE, "members": [f"serviceAccount:{agent}"]})
+    assert key_access(cfg, clients) == \
+        f"CMEK: Vertex AI's service agent {agent} holds {KEY_ROLE} on {KEY}"

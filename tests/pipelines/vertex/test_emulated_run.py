@@ -45,7 +45,12 @@ from pipelines.vertex.clients import Clients
 from tests.support.dataflow_fake import FakeDataflow
 from tests.support.google_fakes import RecordingApi
 from tests.support.paths import ROOT
-from tests.support.vertex_emulator.apis import FakeGoogleApis, image_entrypoints, kms_key_name
+from tests.support.vertex_emulator.apis import (
+    PROJECT_NUMBER,
+    FakeGoogleApis,
+    image_entrypoints,
+    kms_key_name,
+)
 from tests.support.vertex_emulator.endpoints import Behaviour
 from tests.support.vertex_emulator.mount import StandInMount
 from tests.support.vertex_emulator.pipelines import EmulatedPipelines, TaskFailed, environment
@@ -154,7 +159,7 @@ def emulated_vertex(work: Path):
                         "storage": storage, "env": env, "work": work, "clients": clients,
                         "dataflow": dataflow, "seconds": time.monotonic() - started}
 
-            run.storage = storage
+            run.storage, run.apis = storage, apis
             yield run
 
 
@@ -171,7 +176,7 @@ def _clients(storage, url: str) -> Clients:
         pipeline_api=RecordingApi(),
         projects=resourcemanager_v3.ProjectsClient(
             transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
-        iam=requests.Session(), iam_endpoint=url,
+        iam=requests.Session(), iam_endpoint=url, kms_endpoint=url,
         quotas=cloudquotas_v1.CloudQuotasClient(
             transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
         jobs=aiplatform_v1.JobServiceClient(
@@ -192,7 +197,12 @@ def emulated_run(tmp_path_factory):
         bucket = run.storage.bucket("pipelines")
         for name, data in _batch_images().items():
             bucket.blob(f"to-score/{name}").upload_from_string(data)
-        # Under the org policy that requires a customer-managed key on every create.
+        # Under the org policy that requires a customer-managed key on every create, with
+        # the key usable by Vertex AI's service agent.
+        run.apis.key_policies[KEY] = [{
+            "role": "roles/cloudkms.cryptoKeyEncrypterDecrypter",
+            "members": [f"serviceAccount:service-{PROJECT_NUMBER}@gcp-sa-aiplatform.iam."
+                        "gserviceaccount.com"]}]
         first = run({"labels": LABELS, "persistent_resource_id": "fast-pool",
                      "batch_predict": {"source": "gs://pipelines/to-score/"},
                      "prices": {"NVIDIA_TESLA_T4": 0.35}, "encryption_key": KEY},

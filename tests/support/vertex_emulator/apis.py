@@ -198,6 +198,8 @@ class FakeGoogleApis:
         # The org policy constraints/gcp.restrictNonCmekServices: every create without
         # a customer-managed key is refused (`cmek_refusal`).
         self.require_cmek = False
+        # Cloud KMS: a key's own IAM bindings (getIamPolicy); a key absent here answers 403.
+        self.key_policies: dict[str, list[dict[str, Any]]] = {}
         # Custom-training quota metric (without the service) -> region -> limit; a metric
         # absent here is a quota the project does not have (never refused).
         self.quotas: dict[str, dict[str, int]] = {}
@@ -294,6 +296,8 @@ class FakeGoogleApis:
             ("POST", r"^/v1/(projects/[^/]+/locations/[^/]+/repositories/[^/:]+)"
                      r":testIamPermissions$", self._test_permissions),
             ("GET", r"^/storage/v1/b/([^/]+)/iam/testPermissions$", self._test_bucket),
+            ("POST", r"^/v1/(projects/[^/]+/locations/[^/]+/keyRings/[^/]+/cryptoKeys/[^/:]+)"
+                     r":getIamPolicy$", self._key_policy),
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/repositories/[^/]+/packages/[^/]+"
                     r"/tags/[^/]+)$", self._get_tag),
         ]
@@ -718,6 +722,13 @@ class FakeGoogleApis:
         asked = self._request.query.get("permissions", [])
         return 200, {"kind": "storage#testIamPermissionsResponse",
                      "permissions": self._held(f"gs://{bucket}", asked)}
+
+    def _key_policy(self, name: str, body: Any) -> tuple[int, Any]:
+        if name not in self.key_policies:
+            return 403, _error(403, f"Permission 'cloudkms.cryptoKeys.getIamPolicy' denied on "
+                                    f"resource '{name}' (or it may not exist).",
+                               "PERMISSION_DENIED")
+        return 200, {"version": 1, "etag": "BwX=", "bindings": self.key_policies[name]}
 
     def _get_tag(self, name: str, body: Any) -> tuple[int, Any]:
         if name not in self.tags:
