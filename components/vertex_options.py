@@ -235,9 +235,12 @@ class VertexOptions(pydantic.BaseModel):
         return found
 
     def _attachment_problems(self) -> list[str]:
-        """A job takes `network` or `pscInterfaceConfig`, not both (Vertex AI docs, "Set up
-        a Private Service Connect interface"); the attachment is regional, so a fallback
-        in another region would need its own."""
+        """A job is reached through VPC peering (`network`) or a Private Service Connect
+        interface (`pscInterfaceConfig`; Vertex AI docs, "Use Private Service Connect
+        interface for Vertex AI Training" and "Configure Private Service Connect interface
+        for a pipeline"), one or the other; the attachment is "within the region"
+        (PscInterfaceConfig.network_attachment's API reference), so a fallback in another
+        region would need its own."""
         from components.cloud_names import attachment_region
 
         if not self.psc_network_attachment:
@@ -257,10 +260,10 @@ class VertexOptions(pydantic.BaseModel):
         return found
 
     def _key_problems(self) -> list[str]:
-        """A customer-managed key must be in the region of the resource it encrypts
-        (Vertex AI docs, "Customer-managed encryption keys": "the key must be in the same
-        location as the resource"); a fallback in another region would need a key of its
-        own, which a fallback cannot give, so it is refused."""
+        """A customer-managed key must be in the region of the resource it encrypts ("The
+        key needs to be in the same region as where the compute resource is created":
+        gcpc's ModelUploadOp, `encryption_spec_key_name`); a fallback in another region
+        would need a key of its own, which a fallback cannot give, so it is refused."""
         from components.cloud_names import kms_key_location
 
         if not self.encryption_key:
