@@ -239,45 +239,44 @@ class VertexOptions(pydantic.BaseModel):
         interface (`pscInterfaceConfig`; Vertex AI docs, "Use Private Service Connect
         interface for Vertex AI Training" and "Configure Private Service Connect interface
         for a pipeline"), one or the other; the attachment is "within the region"
-        (PscInterfaceConfig.network_attachment's API reference), so a fallback in another
-        region would need its own."""
+        (PscInterfaceConfig.network_attachment's API reference)."""
         from components.cloud_names import attachment_region
 
         if not self.psc_network_attachment:
             return []
-        where = attachment_region(self.psc_network_attachment)
         found = [] if not self.network else [
             f"network is {short(self.network)} and psc_network_attachment is "
             f"{short(self.psc_network_attachment)}; a job is reached through VPC peering or "
             "a Private Service Connect interface, not both: keep one"]
-        if where != self.region:
-            found.append(f"psc_network_attachment is in {where} but region is {self.region}; "
-                         f"use a network attachment in {self.region}")
-        found += [f"fallbacks[{i}] is in {f.region} but psc_network_attachment is in {where}; "
-                  "a configuration in another region needs an attachment there, which a "
-                  f"fallback cannot give: keep fallbacks in {where}"
-                  for i, f in enumerate(self.fallbacks) if f.region and f.region != where]
-        return found
+        where = attachment_region(self.psc_network_attachment)
+        return found + self._regional("psc_network_attachment", where, "an attachment",
+                                      f"use a network attachment in {self.region}")
 
     def _key_problems(self) -> list[str]:
         """A customer-managed key must be in the region of the resource it encrypts ("The
         key needs to be in the same region as where the compute resource is created":
-        gcpc's ModelUploadOp, `encryption_spec_key_name`); a fallback in another region
-        would need a key of its own, which a fallback cannot give, so it is refused."""
+        gcpc's ModelUploadOp, `encryption_spec_key_name`)."""
         from components.cloud_names import kms_key_location
 
         if not self.encryption_key:
             return []
-        where = kms_key_location(self.encryption_key)
+        return self._regional(
+            "encryption_key", kms_key_location(self.encryption_key), "a key",
+            "a customer-managed key must be in the region of the resources it encrypts: "
+            f"use a key in {self.region}", keep=" with encryption_key set")
+
+    def _regional(self, field: str, where: str, thing: str, fix: str,
+                  keep: str = "") -> list[str]:
+        """A regional resource (`field`, in `where`) outside the run's region, and each
+        fallback in another region: it would need `thing` of its own there, which a
+        fallback cannot give, so it is refused."""
         found = [] if where == self.region else [
-            f"encryption_key is in {where} but region is {self.region}; a customer-managed "
-            f"key must be in the region of the resources it encrypts: use a key in "
-            f"{self.region}"]
-        found += [f"fallbacks[{i}] is in {f.region} but encryption_key is in {where}; a "
-                  "configuration in another region needs a key there, which a fallback "
-                  f"cannot give: keep fallbacks in {where} with encryption_key set"
-                  for i, f in enumerate(self.fallbacks) if f.region and f.region != where]
-        return found
+            f"{field} is in {where} but region is {self.region}; {fix}"]
+        return found + [
+            f"fallbacks[{i}] is in {f.region} but {field} is in {where}; a configuration in "
+            f"another region needs {thing} there, which a fallback cannot give: keep "
+            f"fallbacks in {where}{keep}"
+            for i, f in enumerate(self.fallbacks) if f.region and f.region != where]
 
     def build_settings(self) -> Any:
         """How Cloud Build builds the images (`components.build.cloud_build.BuildSettings`)."""

@@ -112,9 +112,7 @@ def estimates(vertex: VertexOptions, alternatives: Sequence[Alternative], *, epo
 
 
 def _rate(alternative: Alternative, prices: Mapping[str, float]) -> tuple[float, tuple[str, ...]]:
-    rate, unpriced = hourly(alternative.pools, prices, alternative.scheduling_strategy
-                            if alternative.scheduling_strategy in ("SPOT", "FLEX_START")
-                            else "")
+    rate, unpriced = hourly(alternative.pools, prices, alternative.scheduling_strategy)
     return rate, tuple(unpriced)
 
 

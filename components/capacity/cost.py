@@ -70,7 +70,9 @@ DISCOUNTED = ("SPOT", "FLEX_START")
 def hourly(pools: Iterable[WorkerPool | None], prices: Mapping[str, float],
            strategy: str = "") -> tuple[float, list[str]]:
     """(USD per hour of the pools' machines and GPUs, the types with no price); a Spot or
-    DWS `strategy` takes `<strategy>:<type>` prices first, else the on-demand one."""
+    DWS `strategy` takes `<strategy>:<type>` prices first, else the on-demand one (any
+    other scheduling strategy is priced on demand)."""
+    strategy = strategy if strategy in DISCOUNTED else ""
     total, unpriced = 0.0, []
     for pool in pools:
         if not pool or not pool.replicas:

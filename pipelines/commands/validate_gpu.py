@@ -139,9 +139,7 @@ def price_line(pools: Any, prices: dict[str, float], strategy: str = "") -> str:
     `vertex.prices` over it), in one line."""
     from components.capacity.cost import PRICES_READ, hourly, priced
 
-    rate, unpriced = hourly(pools, priced(prices), strategy if strategy in ("SPOT",
-                                                                            "FLEX_START")
-                            else "")
+    rate, unpriced = hourly(pools, priced(prices), strategy)
     return (f"price: {rate:.2f} USD an hour, every replica (prices of {PRICES_READ}"
             + (f"; without a price for {', '.join(unpriced)}: give it in vertex.prices"
                if unpriced else "") + ")")
