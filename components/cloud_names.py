@@ -28,6 +28,10 @@ _NETWORK_ATTACHMENT = re.compile(r"projects/[^/\s]+/regions/([a-z0-9-]+)/network
                                  r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 _KMS_KEY = re.compile(r"projects/[^/\s]+/locations/([a-z0-9-]+)/keyRings/[\w-]{1,63}/"
                       r"cryptoKeys/[\w-]{1,63}")
+_WORKER_POOL = re.compile(r"projects/[^/\s]+/locations/([a-z0-9-]+)/workerPools/"
+                          r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+# An https URL with a host and no spaces or credentials (those come from the build's account).
+_HTTPS_URL = re.compile(r"https://[A-Za-z0-9.-]+(:[0-9]+)?(/[^\s@]*)?")
 # Image references: registry host, path, optional tag and digest (Docker's grammar).
 _IMAGE = re.compile(r"[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
                     r"(@sha256:[a-f0-9]{64})?")
@@ -90,6 +94,19 @@ NetworkAttachment = Annotated[str, _checker(_pattern(
 KmsKey = Annotated[str, _checker(_pattern(
     _KMS_KEY, "projects/PROJECT/locations/REGION/keyRings/RING/cryptoKeys/KEY"))]
 
+WorkerPoolName = Annotated[str, _checker(_pattern(
+    _WORKER_POOL, "projects/PROJECT/locations/REGION/workerPools/NAME (a Cloud Build private "
+                  "pool)"))]
+HttpsUrl = Annotated[str, _checker(_pattern(
+    _HTTPS_URL, "an https:// URL without credentials (e.g. "
+                "https://us-python.pkg.dev/my-project/pypi-mirror/simple/)"))]
+
+
+def worker_pool_region(pool: str) -> str:
+    """A Cloud Build private pool's region (`projects/P/locations/R/...` -> R)."""
+    found = _WORKER_POOL.fullmatch(pool)
+    return found[1] if found else ""
+
 
 def attachment_region(attachment: str) -> str:
     """A network attachment's region (`projects/P/regions/R/...` -> R), "" if malformed."""
@@ -140,7 +157,16 @@ def model_display_name_problem(value: str) -> str | None:
     return display_name_problem(value)
 
 
+def pinned_image_problem(value: str) -> str | None:
+    """Why `value` is not an image reference by digest, or None."""
+    return image_reference_problem(value) or (
+        None if "@sha256:" in value else
+        "expected an image by digest (REPOSITORY/NAME@sha256:DIGEST): a tag can move, and the "
+        "images are built from pinned inputs only")
+
+
 ImageReference = Annotated[str, _checker(image_reference_problem)]
+PinnedImage = Annotated[str, _checker(pinned_image_problem)]
 DisplayName = Annotated[str, _checker(display_name_problem, False)]
 ModelDisplayName = Annotated[str, _checker(model_display_name_problem, False)]
 

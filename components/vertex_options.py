@@ -16,14 +16,17 @@ from pydantic import AfterValidator, Field
 
 from components import images
 from components.cloud_names import (
+    HttpsUrl,
     ImageReference,
     KmsKey,
     ModelDisplayName,
     Network,
     NetworkAttachment,
+    PinnedImage,
     Region,
     ServiceAccount,
     Tensorboard,
+    WorkerPoolName,
 )
 from components.durations import duration_seconds
 from components.gpu.worker_pool import WorkerPool, parse_pools
@@ -86,6 +89,22 @@ class VertexOptions(pydantic.BaseModel):
             "slow for the GPU image's 3.5 GB of packages."))
     build_timeout: str = Field("3600s", description=(
         "Longest a Cloud Build of the images may run, e.g. 3600s (at most 86400s)."))
+    build_worker_pool: WorkerPoolName = Field("", description=(
+        "A Cloud Build private pool the images are built in "
+        "(projects/P/locations/REGION/workerPools/NAME; its machines, not "
+        "build_machine_type; logs to Cloud Logging only); empty: Cloud Build's default pool."))
+    python_base_image: PinnedImage = Field("", description=(
+        "Debian's Python base image (python:3.11-slim-bookworm) from a mirror, by digest, "
+        "for builds that cannot reach Docker Hub; empty: Docker Hub's."))
+    beam_sdk_image: PinnedImage = Field("", description=(
+        f"Beam's SDK image ({images.BEAM_SDK_IMAGE}) from a mirror, by digest; empty: "
+        "Docker Hub's."))
+    pip_index_url: HttpsUrl = Field("", description=(
+        "A Python package index the images' locked packages are installed from (an Artifact "
+        "Registry Python repository is read as the build's account); empty: PyPI."))
+    apt_mirror_url: HttpsUrl = Field("", description=(
+        f"A copy of {images.GOOGLE_APT_REPOSITORY[0]} (its paths) the GPU image's Reduction "
+        "Server plugin is installed from; empty: Google's."))
     service_account: ServiceAccount = Field("", description=(
         "Service account the pipeline runs as (its steps), and every other role's unless "
         "that role has its own."))
@@ -281,11 +300,15 @@ class VertexOptions(pydantic.BaseModel):
     def build_settings(self) -> Any:
         """How Cloud Build builds the images (`components.build.cloud_build.BuildSettings`)."""
         from components.build.cloud_build import BuildSettings
+        from components.build.sources import BuildSources
 
         timeout = duration_seconds(self.build_timeout) or 1
         return BuildSettings(machine_type=self.build_machine_type,
                              timeout_seconds=max(1, round(timeout)),
-                             service_account=self.build_account)
+                             service_account=self.build_account,
+                             worker_pool=self.build_worker_pool,
+                             sources=BuildSources(self.python_base_image, self.beam_sdk_image,
+                                                  self.pip_index_url, self.apt_mirror_url))
 
 
 def _seconds_problems(name: str, value: str, example: str, maximum: float = math.inf) -> list[str]:

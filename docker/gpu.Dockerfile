@@ -8,7 +8,8 @@
 # lock of the Reduction Server's NCCL plugin (requirements/gpu-apt.lock). `make image-check`
 # builds the same Python environment from the same lock and checks what this file promises.
 
-# Debian's slim Python, by digest; Cloud Build passes components/images.py's value.
+# Debian's slim Python, by digest; Cloud Build passes components/images.py's value, or
+# vertex.python_base_image (a mirror in Artifact Registry) inside a perimeter.
 ARG PYTHON_BASE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
 
 FROM ${PYTHON_BASE}
@@ -24,14 +25,22 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 TF_USE_LEGACY_KERAS=1 \
 # resolved here: the newest version in the index whose InRelease signature gpgv checks
 # against a key of APT_KEY_FINGERPRINTS alone (components/images.py's, passed by Cloud
 # Build). What was installed is printed and recorded at /etc/gpu-pipeline/gpu-apt.lock.
+# Inside a perimeter the repository is read from APT_MIRROR (vertex.apt_mirror_url), a copy
+# with its paths; the same key, signature and SHA-256 are checked.
 ARG APT_KEY_FINGERPRINTS=""
+ARG APT_MIRROR=""
 COPY components/build/apt_lock.py components/build/apt_repository.py requirements/gpu-apt.lock /tmp/apt-lock/
 RUN python /tmp/apt-lock/apt_repository.py install /tmp/apt-lock/gpu-apt.lock \
         --resolve google-reduction-server --accept "$APT_KEY_FINGERPRINTS" \
-        --record /etc/gpu-pipeline/gpu-apt.lock && rm -rf /tmp/apt-lock
+        --mirror "$APT_MIRROR" --record /etc/gpu-pipeline/gpu-apt.lock && rm -rf /tmp/apt-lock
 
+# The lock from PyPI, or from PIP_INDEX (vertex.pip_index_url) inside a perimeter
+# (components/build/pip_index.py: an Artifact Registry index is read as the build's account).
+ARG PIP_INDEX=""
 COPY requirements/gpu.lock requirements/
-RUN pip install --require-hashes --no-deps -r requirements/gpu.lock
+COPY components/build/pip_index.py /tmp/pip_index.py
+RUN python /tmp/pip_index.py install requirements/gpu.lock --index "$PIP_INDEX" \
+    && rm /tmp/pip_index.py
 # TensorFlow opens CUDA by soname: its own RUNPATH covers only some of the pip-installed
 # NVIDIA libraries (not curand, cusolver or nvJitLink), so every one is on the library
 # path. The driver (libcuda.so.1, nvidia-smi) is mounted at /usr/local/nvidia, which

@@ -92,6 +92,7 @@ class AptLock:
     fingerprint: str = ""
     pins: tuple[Pin, ...] = ()
     unresolved: str = ""
+    mirror_of: str = ""  # the repository `url` mirrors ("": it is the repository itself)
 
     def render(self) -> str:
         """The lock file's text (`parse` reads it back)."""
@@ -105,6 +106,20 @@ class AptLock:
         if self.unresolved:
             lines.append(f"unresolved {self.unresolved}")
         return "\n".join(lines) + "\n"
+
+    def mirrored(self, mirror: str) -> AptLock:
+        """The same lock read from `mirror`, a copy of the repository with its paths (a
+        build without public egress: `vertex.apt_mirror_url`). The key file is read there
+        too when it lies under the repository's URL (Google's `doc/apt-key.gpg` does); the
+        pinned fingerprint, the signature and the SHA-256 are checked as before, so a mirror
+        can withhold a package but not change one."""
+        if not mirror:
+            return self
+        base, mirror = self.url.rstrip("/"), mirror.rstrip("/")
+        key = self.key_url
+        if key.startswith(base + "/"):
+            key = mirror + key[len(base):]
+        return dataclasses.replace(self, url=mirror, key_url=key, mirror_of=base)
 
     def source_line(self, keyring: str) -> str:
         """The one-line apt source that trusts only `keyring` for this repository."""
@@ -281,7 +296,11 @@ def install(lock: AptLock, *, root: str = "/", fetch: Fetch = urlopen_fetch,
     source = Path(root, SOURCES, f"{lock.suite}.list")
     source.parent.mkdir(parents=True, exist_ok=True)
     source.write_text(lock.source_line("/" + KEYRINGS + f"/{lock.suite}.gpg"))
-    run(["apt-get", "update"], check=True)
+    # From a mirror, inside a perimeter, Debian's own repositories of the base image are out
+    # of reach too: only this source's index is read (apt.conf(5): Dir::Etc::sourcelist).
+    run(["apt-get", "update"] + ([
+        "-o", f"Dir::Etc::sourcelist={source}", "-o", "Dir::Etc::sourceparts=-",
+        "-o", "APT::Get::List-Cleanup=0"] if lock.mirror_of else []), check=True)
     with tempfile.TemporaryDirectory() as work:
         wanted = [f"{p.name}={p.version}" for p in lock.pins]
         run(["apt-get", "download", *wanted], check=True, cwd=work)
@@ -300,7 +319,10 @@ def install(lock: AptLock, *, root: str = "/", fetch: Fetch = urlopen_fetch,
         written = Path(root, record.lstrip("/"))
         written.parent.mkdir(parents=True, exist_ok=True)
         written.write_text("# What this image's apt step installed (components/build/"
-                           "apt_lock.py).\n" + lock.render())
-    log(f"apt lock: installed {', '.join(wanted)} from {lock.url} {lock.suite} "
+                           "apt_lock.py).\n"
+                           + (f"# Read from {lock.url}, a mirror of {lock.mirror_of}.\n"
+                              if lock.mirror_of else "") + lock.render())
+    where = f"{lock.url} (a mirror of {lock.mirror_of})" if lock.mirror_of else lock.url
+    log(f"apt lock: installed {', '.join(wanted)} from {where} {lock.suite} "
         f"(signed by {lock.fingerprint})" + (f"; recorded in {record}" if record else ""))
     return wanted

@@ -184,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     command.add_argument("--accept", default="", metavar="FINGERPRINT,...",
                          help="the signing key's accepted fingerprints, for --resolve")
     command.add_argument("--record", default="", help="where to record what was installed")
+    command.add_argument("--mirror", default="", metavar="URL",
+                         help="read the repository from this copy of it (empty: itself)")
     args = parser.parse_args(argv)
     accept = [f.strip().upper() for f in args.accept.split(",") if f.strip()]
     if args.resolve and not accept:
@@ -192,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
               "APT_KEY_FINGERPRINTS)", file=sys.stderr)
         return 1
     try:
-        apt_lock.install(apt_lock.parse(Path(args.lock).read_text()), record=args.record,
+        lock = apt_lock.parse(Path(args.lock).read_text()).mirrored(args.mirror)
+        apt_lock.install(lock, record=args.record,
                 resolve_with=functools.partial(resolve, allowed=accept,
                                                packages=args.resolve)
                 if args.resolve else None)

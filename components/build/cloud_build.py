@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from components import identity, images
+from components.build.sources import BuildSources
 from components.stage_messages import say
 from trainer.common.errors import InputError, StageError
 from trainer.common.gcs import split_gcs_uri
@@ -129,11 +130,24 @@ class BuildSettings:
             machine has 2 vCPUs, too few to install the GPU image's packages quickly.
         timeout_seconds: The build's own timeout.
         service_account: Service account the build runs as (default: Cloud Build's).
+        worker_pool: A Cloud Build private pool to build in (its machines are the pool's).
+        sources: The mirrors the build reads instead of the public sources.
     """
 
     machine_type: str = "E2_HIGHCPU_8"
     timeout_seconds: int = 3600
     service_account: str = ""
+    worker_pool: str = ""
+    sources: BuildSources = BuildSources()
+
+    def location(self, repository: Repository) -> str:
+        """Where the build runs: a private pool's region (a build sent elsewhere is refused,
+        "workerpool not found": googleapis/nodejs-cloudbuild#300), else the repository's
+        (`build_location`). The build stays in the repository's project; the pool may be
+        another project's (skaffold#9730)."""
+        from components.cloud_names import worker_pool_region
+
+        return worker_pool_region(self.worker_pool) or build_location(repository)
 
     @property
     def wait_seconds(self) -> int:
@@ -161,17 +175,27 @@ def build_request(repository: Repository, tag: str, source_uri: str,
     steps = [cloudbuild_v1.BuildStep(
         name=DOCKER_BUILDER, id=f"build-{image.key}", wait_for=["-"],
         args=["build", "--file", image.dockerfile,
-              *(f for k, v in image.build_args for f in ("--build-arg", f"{k}={v}")),
+              *(["--network=cloudbuild"] if settings.sources.needs_build_network else []),
+              *(f for k, v in settings.sources.build_args(image)
+                for f in ("--build-arg", f"{k}={v}")),
               "--tag", uri, "."])
         for image, uri in zip(wanted, pushed, strict=True)]
+    options = cloudbuild_v1.BuildOptions()
+    if settings.worker_pool:
+        # The pool's own machines build (its workerConfig): no machineType beside a pool
+        # (googleapis/mcp-toolbox#1900); inside a perimeter the default logs bucket cannot
+        # be written (Cloud Build docs: "Using VPC Service Controls"): Cloud Logging only.
+        options.pool = cloudbuild_v1.BuildOptions.PoolOption(name=settings.worker_pool)
+        options.logging = cloudbuild_v1.BuildOptions.LoggingMode.CLOUD_LOGGING_ONLY
+    else:
+        options.machine_type = cloudbuild_v1.BuildOptions.MachineType[settings.machine_type]
     build = cloudbuild_v1.Build(
         source=cloudbuild_v1.Source(storage_source=cloudbuild_v1.StorageSource(
             bucket=bucket, object_=name)),
         steps=steps, images=pushed,
         timeout=duration_pb2.Duration(seconds=settings.timeout_seconds),
         queue_ttl=duration_pb2.Duration(seconds=QUEUE_TTL_SECONDS),
-        options=cloudbuild_v1.BuildOptions(
-            machine_type=cloudbuild_v1.BuildOptions.MachineType[settings.machine_type]),
+        options=options,
         tags=[identity.NAME, tag, *(image.key for image in wanted)],
     )
     if settings.service_account:
@@ -182,7 +206,7 @@ def build_request(repository: Repository, tag: str, source_uri: str,
                                                          repository.project)
         build.options.logging = cloudbuild_v1.BuildOptions.LoggingMode.CLOUD_LOGGING_ONLY
     return cloudbuild_v1.CreateBuildRequest(
-        parent=f"projects/{repository.project}/locations/{build_location(repository)}",
+        parent=f"projects/{repository.project}/locations/{settings.location(repository)}",
         project_id=repository.project, build=build)
 
 
@@ -277,7 +301,8 @@ def ensure_images(repository_uri: str, tag: str, source_uri: str, *, build_clien
         return found
     request = build_request(repository, tag, source_uri, missing, settings)
     log(f"building {', '.join(images.tagged(repository.uri, i, tag) for i in missing)} with "
-        f"Cloud Build in {request.parent} ({settings.machine_type}) from {source_uri}")
+        f"Cloud Build in {request.parent} ({settings.worker_pool or settings.machine_type}) from "
+        f"{source_uri}")
     build = wait_for_build(build_client.create_build(request=request), settings, log=log, **wait)
     pushed = {i.name: i.digest for i in build.results.images}
     for image in missing:

@@ -39,6 +39,9 @@ PROJECT_PERMISSIONS = ("aiplatform.pipelineJobs.create", "cloudquotas.quotas.get
                        "aiplatform.customJobs.list")
 #: On the image repository's project, where Cloud Build builds the images.
 BUILD_PERMISSIONS = ("cloudbuild.builds.create",)
+#: On a private pool's project: building in it (Cloud Build docs, "Run builds in a private
+#: pool": the WorkerPool User role, to whoever requests the build).
+POOL_PERMISSIONS = ("cloudbuild.workerpools.use",)
 #: On the image repository: `submit` asks whether each image's content tag exists.
 REPOSITORY_PERMISSIONS = ("artifactregistry.tags.get",)
 #: On the pipeline root's bucket: `submit` uploads the sources and checks what is there.
@@ -71,12 +74,18 @@ def checks(config: Config) -> list[Check]:
 
     bucket, _ = split_gcs_uri(config.vertex.pipeline_root)
     repository = Repository.parse(config.vertex.image_repository)
-    vertex = f"projects/{config.vertex.project}"
-    building = f"projects/{repository.project}"
-    found = [Check("Resource Manager", vertex, PROJECT_PERMISSIONS
-                   + (BUILD_PERMISSIONS if building == vertex else ()))]
-    if building != vertex:
-        found.append(Check("Resource Manager", building, BUILD_PERMISSIONS))
+    # Per project, in order: Vertex AI's, the build's, the private pool's (a pool may be
+    # another project's: Cloud Build docs, "Run builds in a private pool").
+    projects: dict[str, tuple[str, ...]] = {f"projects/{config.vertex.project}": ()}
+    wanted = [(f"projects/{config.vertex.project}", PROJECT_PERMISSIONS),
+              (f"projects/{repository.project}", BUILD_PERMISSIONS)]
+    if config.vertex.build_worker_pool:
+        wanted.append(("/".join(config.vertex.build_worker_pool.split("/")[:2]),
+                       POOL_PERMISSIONS))
+    for project, permissions in wanted:
+        projects[project] = projects.get(project, ()) + permissions
+    found = [Check("Resource Manager", project, permissions)
+             for project, permissions in projects.items()]
     found += [Check("Artifact Registry", repository.name, REPOSITORY_PERMISSIONS),
               Check("Cloud Storage", f"gs://{bucket}", BUCKET_PERMISSIONS)]
     # Whoever submits acts as every account the run uses (Vertex AI docs, "Use a custom
@@ -261,6 +270,7 @@ ROLES = {
     "aiplatform.customJobs.list": "roles/aiplatform.user or roles/aiplatform.viewer",
     "cloudquotas.quotas.get": "roles/cloudquotas.viewer",
     "cloudbuild.builds.create": "roles/cloudbuild.builds.editor",
+    "cloudbuild.workerpools.use": "roles/cloudbuild.workerPoolUser",
     "artifactregistry.tags.get": "roles/artifactregistry.reader",
     "storage.buckets.get": "roles/storage.legacyBucketReader or roles/storage.admin",
     "storage.objects.create": "roles/storage.objectUser",

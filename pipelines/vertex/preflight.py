@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from components import images
@@ -82,3 +83,45 @@ def bucket_location_warnings(config: Config, storage: Any) -> list[str]:
                             "writing data across regions makes jobs slower; use a bucket in "
                             f"{config.vertex.region}")
     return warnings
+
+
+class BuildPoolError(InputError):
+    """The private pool would not build the images (no public egress, no mirrors)."""
+
+
+def check_build_pool(config: Config, clients: Any, *, dry_run: bool,
+                     log: Callable[[str], None]) -> None:
+    """Reads `vertex.build_worker_pool` (Cloud Build `GetWorkerPool`): in a pool without
+    public egress, each input of the build must come from a mirror, or the build would
+    fail after its queue time; refused before anything is uploaded.
+
+    Raises:
+        BuildPoolError: The pool has no public egress and an input has no mirror.
+    """
+    from google.cloud.devtools import cloudbuild_v1
+
+    from components.build.sources import perimeter_problems
+
+    pool = config.vertex.build_worker_pool
+    if not pool:
+        return
+    sources = config.vertex.build_settings().sources
+    if dry_run:
+        log(f"Cloud Build: submit would read the private pool {pool} (GetWorkerPool); "
+            "without public egress, it refuses a build that needs "
+            + (", ".join(option for option, _ in sources.public()) or "nothing more")
+            + " (every input has a mirror)" * (not sources.public()))
+        return
+    builder, _ = clients.get_builders()
+    with remote_call(f"reading the Cloud Build private pool {pool}"):
+        found = builder.get_worker_pool(name=pool)
+    egress = found.private_pool_v1_config.network_config.egress_option
+    closed = egress == cloudbuild_v1.PrivatePoolV1Config.NetworkConfig.EgressOption \
+        .NO_PUBLIC_EGRESS
+    problems = perimeter_problems(pool, sources) if closed else []
+    if problems:
+        raise BuildPoolError("the images cannot be built (nothing was uploaded, built or "
+                             "submitted):\n" + "\n".join(f"  - {p}" for p in problems))
+    log(f"Cloud Build: the private pool {pool} "
+        + ("has no public egress; every input of the build comes from a mirror" if closed
+           else "has public egress"))

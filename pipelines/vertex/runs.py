@@ -25,7 +25,7 @@ from pipelines.vertex.clients import Clients
 from pipelines.vertex.cost_estimate import estimate_lines, hold_budget
 from pipelines.vertex.dry_run import NOTHING_SENT, document, show, show_text
 from pipelines.vertex.iam import check_permissions
-from pipelines.vertex.preflight import require_vertex_settings
+from pipelines.vertex.preflight import check_build_pool, require_vertex_settings
 from pipelines.vertex.spec import compile_for_vertex
 from trainer.common.cloud_calls import remote_call
 from trainer.models.user_model import USER_CODE_IN_IMAGE
@@ -138,6 +138,7 @@ def prepared_run(config: Config, dry_run: bool, clients: Clients, credentials: A
                  log: Callable[[str], None]) -> Iterator[tuple[Prepared, Any]]:
     """A prepared run (in a temporary directory) and the credentials it was built with."""
     credentials = credentials or _dry_run_credentials(dry_run)
+    check_build_pool(config, clients, dry_run=dry_run, log=log)  # before anything is uploaded
     with tempfile.TemporaryDirectory(prefix=f"{identity.NAME}-") as work:
         yield prepare_run(config, Path(work), dry_run=dry_run, clients=clients,
                           credentials=credentials, log=log), credentials
@@ -192,13 +193,17 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
         f"the registered model is served by {config.vertex.serving_image or cpu['reference']} "
         f"(python -m {SERVER_MODULE}, predictor trainer.serving.app)",
         f"Cloud Build: {request_location(prepared.build_request)}, "
-        f"{build.options.machine_type.name}, timeout {build.timeout.seconds} s, as "
-        + (f"{build.service_account} (logs: Cloud Logging only)" if build.service_account
-           else "its default account"),
+        + (f"in the private pool {build.options.pool.name} (its machines)" if
+           build.options.pool.name else build.options.machine_type.name)
+        + f", timeout {build.timeout.seconds} s, as "
+        + (build.service_account or "its default account")
+        + (", logs: Cloud Logging only" if build.options.logging.name == "CLOUD_LOGGING_ONLY"
+           else ""),
         *(f"  step {step.id}: docker {' '.join(step.args[:3])} (only this image's stages, "
           "whichever builder runs)" for step in build.steps),
         "  the GPU image's Reduction Server plugin: "
         + images.reduction_server_plugin_source(),
+        *(f"  {line}" for line in config.vertex.build_settings().sources.lines()),
         *dataflow_summary(prepared.dataflow),
     ]
 

@@ -314,3 +314,41 @@ def test_the_build_step_resolves_on_its_own_and_refuses_a_wrong_signature(keys, 
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith(f"apt lock: InRelease is not signed by the pinned key "
                                   f"{keys.pinned}")
+
+
+def test_inside_a_perimeter_the_plugin_comes_from_a_mirror_checked_as_the_original(
+        keys, repository, tmp_path):
+    """A copy of the repository (`vertex.apt_mirror_url`) is read instead of Google's, which
+    a pool without public egress cannot reach: the same pinned key, signature and SHA-256;
+    only the mirror's own index is updated (Debian's are out of reach too)."""
+    root, url = repository
+    write_repository(root, keys, keys.pinned, keys.export(keys.pinned))
+    google = dataclasses.replace(images.gpu_apt_template(), unresolved="offline")
+    mirrored = google.mirrored(url + "/")
+    assert (mirrored.url, mirrored.key_url, mirrored.mirror_of) == (
+        url, f"{url}/doc/apt-key.gpg", images.GOOGLE_APT_REPOSITORY[0])
+    assert google.mirrored("") is google
+    apt, lines = Apt(b"deb 1.0.10"), []
+    installed = apt_lock.install(
+        mirrored, root=str(tmp_path), fetch=direct, run=apt, log=lines.append,
+        record=images.GPU_APT_RECORD, resolve_with=functools.partial(
+            apt_repository.resolve, allowed=[keys.pinned], packages=[PACKAGE], fetch=direct))
+    assert installed == [f"{PACKAGE}=1.0.10"]
+    source = tmp_path / "etc/apt/sources.list.d" / f"{SUITE}.list"
+    assert apt.commands[0] == ["apt-get", "update", "-o", f"Dir::Etc::sourcelist={source}",
+                               "-o", "Dir::Etc::sourceparts=-", "-o", "APT::Get::List-Cleanup=0"]
+    assert f" {url} {SUITE} main" in source.read_text()
+    assert lines[-1].startswith(f"apt lock: installed {PACKAGE}=1.0.10 from {url} (a mirror of "
+                                f"{images.GOOGLE_APT_REPOSITORY[0]})")
+    record = (tmp_path / images.GPU_APT_RECORD.lstrip("/")).read_text()
+    assert f"# Read from {url}, a mirror of {images.GOOGLE_APT_REPOSITORY[0]}." in record
+    # A mirror that serves something the pinned key did not sign is refused, as the
+    # original would be; the build step reads the mirror it is given.
+    write_repository(root, keys, keys.other, keys.export(keys.other, keys.pinned))
+    lock = tmp_path / "gpu-apt.lock"
+    lock.write_text(google.render())
+    done = build_step(tmp_path, str(lock), "--resolve", PACKAGE, "--accept", keys.pinned,
+                      "--mirror", url)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"apt lock: InRelease is not signed by the pinned key "
+                                  f"{keys.pinned}")

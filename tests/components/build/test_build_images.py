@@ -13,6 +13,7 @@ import tomllib
 
 from components import images
 from components.build.context import write_build_context
+from components.build.sources import BuildSources
 from release import locks
 from release.image_check import IMAGE_SITE_PACKAGES, stage_environment
 from tests.support.paths import ROOT
@@ -80,12 +81,16 @@ def test_each_image_has_a_dockerfile_of_its_own_that_installs_its_locks_and_noth
     # The apt lock's packages, or the newest plugin signed by the pinned key, recorded.
     apt = ["RUN python /tmp/apt-lock/apt_repository.py install /tmp/apt-lock/gpu-apt.lock "
            f"--resolve {images.REDUCTION_SERVER_PACKAGE} --accept \"$APT_KEY_FINGERPRINTS\" "
-           f"--record {images.GPU_APT_RECORD} && rm -rf /tmp/apt-lock"] \
+           f"--mirror \"$APT_MIRROR\" --record {images.GPU_APT_RECORD} && rm -rf "
+           "/tmp/apt-lock"] \
         if image is images.GPU else []
     # The CPU image runs the pipeline's steps, whose reports draw with matplotlib: its font
     # list is built once at build time, not in every step's fresh container.
     fonts = ['RUN python -c "import matplotlib.font_manager"'] if image is images.CPU else []
-    assert installs == [*apt, f"RUN pip install --require-hashes --no-deps -r {image.lock}",
+    # The lock by its hashes, from PyPI or a perimeter's index (components/build/pip_index.py).
+    pip = f"RUN python /tmp/pip_index.py install {image.lock} --index \"$PIP_INDEX\" && rm " \
+        "/tmp/pip_index.py"
+    assert installs == [*apt, pip,
                         *fonts, "RUN pip install --no-deps --no-build-isolation -e ."]
     assert f"ARG PYTHON_BASE={images.PYTHON_BASE_IMAGE}\n" in dockerfile
     # Every stage of the file is one its image needs (the legacy builder builds them all):
@@ -93,7 +98,9 @@ def test_each_image_has_a_dockerfile_of_its_own_that_installs_its_locks_and_noth
     froms = re.findall(r"^FROM (\S+)", dockerfile, re.MULTILINE)
     assert froms == (["${PYTHON_BASE}"] if image is images.GPU
                      else ["${BEAM_SDK}", "${PYTHON_BASE}"])
-    assert [f"{k}" for k, _ in image.build_args] == \
+    # Every argument a build may pass is declared: the pinned sources, and their mirrors.
+    mirrored = BuildSources("b@sha256:0", "s@sha256:0", "https://i", "https://a")
+    assert [k for k, _ in mirrored.build_args(image)] == \
         re.findall(r"^ARG (\w+)=", dockerfile, re.MULTILINE)
     assert dict(image.build_args)["PYTHON_BASE"] == images.PYTHON_BASE_IMAGE
     assert f"/python{images.PYTHON_VERSION}/" in IMAGE_SITE_PACKAGES

@@ -191,6 +191,9 @@ class FakeGoogleApis:
         self.defaults: dict[str, str] = {}  # model -> its default version
         self.builds: dict[str, dict[str, Any]] = {}  # operation name -> build, started
         self.build_seconds = 1.5  # how long a build stays "not done"
+        # Cloud Build private pools: name -> WorkerPool resource (`closed_pool` makes one
+        # without public egress, whose builds fail reading anything from the internet).
+        self.worker_pools: dict[str, dict[str, Any]] = {}
         self.denied: set[str] = set()  # permissions testIamPermissions leaves out
         # resource -> permissions granted there; None: everything (but `denied`) everywhere
         self.grants: dict[str, set[str]] | None = None
@@ -289,6 +292,8 @@ class FakeGoogleApis:
             ("POST", r"^/v1/(projects/[^/]+(?:/locations/[^/]+)?)/builds$", self._build),
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/operations/build-[^/]+)$",
              self._build_operation),
+            ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/workerPools/[^/:]+)$",
+             self._worker_pool),
             ("GET", r"^/v3/projects/([^/:]+)$", self._get_project),
             ("POST", r"^/v3/(projects/[^/:]+):testIamPermissions$", self._test_permissions),
             ("POST", r"^/v1/(projects/-/serviceAccounts/[^/:]+):testIamPermissions$",
@@ -647,6 +652,13 @@ class FakeGoogleApis:
         if location != "global" and not re.fullmatch(r"[a-z]+-[a-z]+[0-9]+", location):
             return 400, _error(400, f"invalid location {location!r}: Cloud Build runs in "
                                "regions and global")
+        pool = body.get("options", {}).get("pool", {}).get("name", "")
+        # A build in a private pool is sent to the pool's region; elsewhere the pool is
+        # not found (googleapis/nodejs-cloudbuild#300, spinnaker/spinnaker#6600).
+        if pool and (pool not in self.worker_pools or f"/locations/{location}/" not in pool):
+            return 404, _error(404, f'workerpool not found: "{pool}"')
+        closed = pool and self.worker_pools[pool]["privatePoolV1Config"]["networkConfig"][
+            "egressOption"] == "NO_PUBLIC_EGRESS"
         with self._lock:
             for step in body.get("steps", []):
                 self.built[step.get("id", "")] = self._legacy_builder_runs(step.get("args", []))
@@ -654,7 +666,9 @@ class FakeGoogleApis:
             name = f"{parent}/operations/build-{number}"
             build = {**body, "id": f"emulated-build-{number}", "status": "QUEUED",
                      "log_url": f"https://console.cloud.google.com/cloud-build/builds/{number}"}
-            self.builds[name] = {"build": build, "started": time.monotonic()}
+            self.builds[name] = {"build": build, "started": time.monotonic(), "unreachable": [
+                u for step in body.get("steps", []) for u in _public_reads(step["args"])]
+                if closed else []}
         return 200, self._build_state(name)
 
     def _legacy_builder_runs(self, args: list[str]) -> list[str]:
@@ -687,6 +701,11 @@ class FakeGoogleApis:
         if not done:
             build["status"] = "WORKING"
             return {"name": name, "done": False, "metadata": metadata}
+        if record["unreachable"]:  # a pool without public egress cannot read the internet
+            build.update(status="FAILURE", statusDetail=f"could not reach "
+                         f"{record['unreachable'][0]}")
+            return {"name": name, "done": True, "metadata": metadata, "error": {
+                "code": 2, "message": "Build failed; check build logs for details"}}
         if build["status"] != "SUCCESS":
             pushed = []
             for image in build.get("images", []):
@@ -699,6 +718,17 @@ class FakeGoogleApis:
         return {"name": name, "done": True, "metadata": metadata,
                 "response": {"@type": "type.googleapis.com/google.devtools.cloudbuild.v1.Build",
                              **build}}
+
+    def _worker_pool(self, name: str, body: Any) -> tuple[int, Any]:
+        if name not in self.worker_pools:
+            return 404, _error(404, f'workerpool not found: "{name}"')
+        return 200, self.worker_pools[name]
+
+    def closed_pool(self, name: str) -> None:
+        """A private pool without public egress (WorkerPool.privatePoolV1Config)."""
+        self.worker_pools[name] = {"name": name, "state": "RUNNING", "privatePoolV1Config": {
+            "workerConfig": {"machineType": "e2-standard-8"},
+            "networkConfig": {"egressOption": "NO_PUBLIC_EGRESS"}}}
 
     def _get_project(self, project_id: str, body: Any) -> tuple[int, Any]:
         return 200, {"name": f"projects/{PROJECT_NUMBER}", "projectId": project_id,
@@ -957,6 +987,21 @@ def _suggest(parameters: list[dict[str, Any]], number: int) -> list[dict[str, An
             value = rng.choice(p["categoricalValueSpec"]["values"])
         chosen.append({"parameterId": p["parameterId"], "value": value})
     return chosen
+
+
+def _public_reads(args: list[str]) -> list[str]:
+    """What a `docker build ARGS` step of the project's Dockerfiles reads from the
+    internet: an image named without a registry host (Docker Hub), PyPI without a
+    PIP_INDEX, Google's apt repository for the GPU image without an APT_MIRROR."""
+    given = dict(a.split("=", 1) for a, flag in zip(args[1:], args, strict=False)
+                 if flag == "--build-arg")
+    found = [f"Docker Hub ({value})" for key, value in given.items()
+             if key in ("PYTHON_BASE", "BEAM_SDK")
+             and ("/" not in value or not re.search(r"[.:]", value.split("/")[0]))]
+    found += [] if given.get("PIP_INDEX") else ["PyPI (https://pypi.org/simple)"]
+    if "docker/gpu.Dockerfile" in args and not given.get("APT_MIRROR"):
+        found.append("https://packages.cloud.google.com/apt")
+    return found
 
 
 def _error(code: int, message: str, status: str = "") -> dict[str, Any]:
