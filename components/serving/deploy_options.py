@@ -15,11 +15,37 @@ from typing import Any, Literal
 import pydantic
 from pydantic import Field
 
+from components.cloud_names import ProjectId
 from components.durations import duration_seconds
 from trainer.common.schema import STRICT, short
 
 #: An endpoint's resource name (Vertex AI REST reference: projects.locations.endpoints).
 ENDPOINT_NAME = r"projects/[^/]+/locations/[^/]+/endpoints/[0-9]+"
+
+
+class PrivateServiceConnect(pydantic.BaseModel):
+    """A Private Service Connect endpoint: reached only from the allowed projects' networks,
+    through a PSC endpoint (a forwarding rule) that targets its service attachment
+    (Endpoint.privateServiceConnectConfig). It keeps the traffic split, so the canary
+    rollout works as on a public endpoint (aiplatform's PrivateEndpoint.deploy:
+    traffic_split "only supported by PSC based private endpoint")."""
+
+    model_config = STRICT
+
+    project_allowlist: list[ProjectId] = Field(default_factory=list, max_length=100,
+                                               description=(
+        "Projects whose networks may reach the endpoint (their forwarding rules); empty: "
+        "no Private Service Connect, a public endpoint."))
+    address: str = Field("", pattern=r"^([A-Za-z0-9.-]+|https?://[A-Za-z0-9.-]+(:[0-9]+)?)?$",
+                         description=(
+        "The PSC endpoint in your network that reaches the endpoint: its IP address or DNS "
+        "name, where `predict --config` sends requests (https://ADDRESS/v1/ENDPOINT:predict)."),
+        json_schema_extra={"valid": "an IP address or DNS name (e.g. 10.128.0.26), or a "
+                                    "base URL"})
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.project_allowlist)
 
 
 class DeployOptions(pydantic.BaseModel):
@@ -61,6 +87,10 @@ class DeployOptions(pydantic.BaseModel):
     grace_period: str = Field("3600s", description=(
         "How long the old model stays deployed at 0% after a promotion (a quick way back), "
         "before it is undeployed; 0s: at once."))
+    private_service_connect: PrivateServiceConnect = Field(
+        default_factory=PrivateServiceConnect, description=(
+            "A Private Service Connect endpoint instead of a public one (set when the deploy "
+            "stage creates it; docs/perimeter.md)."))
     traffic_requests: int = Field(2000, ge=1, description=(
         "Locally: the most requests the generated traffic sends through the router (the "
         "test split's images, round and round) before the window is judged."))
@@ -79,6 +109,11 @@ class DeployOptions(pydantic.BaseModel):
         if self.max_replica_count < self.min_replica_count:
             found.append(f"max_replica_count is {self.max_replica_count}, below "
                          f"min_replica_count {self.min_replica_count}")
+        psc = self.private_service_connect
+        if psc.address and not psc.enabled:
+            found.append(f"private_service_connect.address is {short(psc.address)} but its "
+                         "project_allowlist is empty; list the projects whose networks reach "
+                         "the endpoint, or remove the address")
         if self.endpoint.startswith("projects/") and endpoint_region(self.endpoint) is None:
             found.append(f"endpoint is {short(self.endpoint)}; expected "
                          "projects/PROJECT/locations/REGION/endpoints/ID, or a display name")

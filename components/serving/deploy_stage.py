@@ -66,7 +66,8 @@ def deploy_on_vertex(project: str, options: VertexOptions, model: str, job_name:
         return record
     clients = clients or vertex.clients_for(options.region)
     endpoint = vertex.find_or_create(clients, project, options.region, options.deploy.endpoint,
-                                     encryption_key=options.encryption_key)
+                                     encryption_key=options.encryption_key,
+                                     private=options.deploy.private_service_connect)
     log(f"deploy: endpoint {endpoint.name} ({endpoint.display_name})")
     target = vertex.VertexEndpoint(clients, endpoint, model, options.deploy, job_name)
     return roll_out(target, options.deploy, log=log)

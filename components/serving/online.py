@@ -46,23 +46,32 @@ def instances(images: list[bytes]) -> list[dict[str, str]]:
     return [encoded_instance(image) for image in images]
 
 
-def predict_url(region: str, endpoint: str) -> str:
-    """The REST URL of an endpoint's Predict method."""
+def predict_url(region: str, endpoint: str, address: str = "") -> str:
+    """The REST URL of an endpoint's Predict method: on Vertex AI's regional host, or for a
+    Private Service Connect endpoint on the PSC endpoint's `address` in the caller's
+    network (aiplatform's PrivateEndpoint.predict: `https://ADDRESS/v1/projects/P/
+    locations/R/endpoints/ID:predict`; a base URL is taken as it is)."""
+    if address:
+        base = address if "://" in address else f"https://{address}"
+        return f"{base.rstrip('/')}/v1/{endpoint}:predict"
     return f"https://{vertex_endpoint(region)}/v1/{endpoint}:predict"
 
 
-def dry_run_lines(region: str, endpoint: str, images: list[bytes]) -> list[str]:
+def dry_run_lines(region: str, endpoint: str, images: list[bytes],
+                  address: str = "") -> list[str]:
     """What `--dry-run` prints: the request, with each image's base64 shortened, and the
     same request as a shell command."""
     shown = {"instances": [{"b64": f"<{len(image)} bytes of base64 image>"}
                            for image in images]}
-    return [f"POST {predict_url(region, endpoint)}",
+    url = predict_url(region, endpoint, address)
+    return [f"POST {url}" + (" (the endpoint's Private Service Connect address)" if address
+                             else ""),
             "Content-Type: application/json",
             json.dumps(shown, indent=2),
             "The same request from a shell (one image):",
             "  printf '{\"instances\": [{\"b64\": \"%s\"}]}' \"$(base64 -w0 IMAGE.png)\" | "
             "curl -s -H \"Authorization: Bearer $(gcloud auth print-access-token)\" "
-            f"-H 'Content-Type: application/json' -d @- {predict_url(region, endpoint)}"]
+            f"-H 'Content-Type: application/json' {'--insecure ' if address else ''}-d @- {url}"]
 
 
 def find_endpoint(named: str, project: str, region: str) -> str:
@@ -85,7 +94,7 @@ def find_endpoint(named: str, project: str, region: str) -> str:
 
 
 def predict(endpoint: str, region: str, images: list[bytes], *, client: Any = None,
-            models: Any = None) -> Answer:
+            models: Any = None, address: str = "", session: Any = None) -> Answer:
     """Sends the images to the endpoint (its resource name) in one request.
 
     Args:
@@ -94,25 +103,18 @@ def predict(endpoint: str, region: str, images: list[bytes], *, client: Any = No
         images: Encoded images (JPEG, PNG, GIF or BMP).
         client: A PredictionServiceClient (made for the region when None).
         models: A ModelServiceClient to read the class names with (made when None).
+        address: For a Private Service Connect endpoint, the PSC endpoint's IP address or
+            DNS name in this network (the request goes there, not to Vertex AI's host).
+        session: The HTTP session of a PSC request (an authorized one when None).
     """
-    from google.api_core import exceptions
     from google.cloud import aiplatform_v1
-    from google.protobuf import json_format, struct_pb2
 
     options = {"api_endpoint": vertex_endpoint(region)}
     with remote_call("connecting to Vertex AI"):
-        client = client or aiplatform_v1.PredictionServiceClient(client_options=options)
         models = models or aiplatform_v1.ModelServiceClient(client_options=options)
-    values = [json_format.ParseDict(x, struct_pb2.Value()) for x in instances(images)]
-    with remote_call(f"asking {endpoint} for predictions"):
-        try:
-            response = client.predict(endpoint=endpoint, instances=values)
-        except exceptions.NotFound as exc:
-            raise EndpointNotFound(f"{endpoint} was not found: {exc.message}") from None
-        except (exceptions.BadRequest, exceptions.FailedPrecondition) as exc:
-            # What the serving container (or the endpoint) refused: the user's request.
-            raise InputError(f"{endpoint} refused the request: {exc.message}") from None
-    answer = json_format.MessageToDict(type(response).pb(response))
+    answer = _private_answer(predict_url(region, endpoint, address), endpoint, images,
+                             session) if address else \
+        _public_answer(endpoint, images, client or _prediction_client(options))
     predictions = answer.get("predictions", [])
     if len(predictions) != len(images) or not all(
             isinstance(p, dict) and isinstance(p.get("probabilities"), list)
@@ -126,6 +128,64 @@ def predict(endpoint: str, region: str, images: list[bytes], *, client: Any = No
         model = f"{model}@{answer['modelVersionId']}"
     return Answer(predictions, answer.get("deployedModelId", ""), model,
                   _class_names(model, models))
+
+
+def _prediction_client(options: dict[str, str]) -> Any:
+    from google.cloud import aiplatform_v1
+
+    with remote_call("connecting to Vertex AI"):
+        return aiplatform_v1.PredictionServiceClient(client_options=options)
+
+
+def _public_answer(endpoint: str, images: list[bytes], client: Any) -> dict[str, Any]:
+    """PredictionService.Predict on Vertex AI's host, its answer as JSON."""
+    from google.api_core import exceptions
+    from google.protobuf import json_format, struct_pb2
+
+    values = [json_format.ParseDict(x, struct_pb2.Value()) for x in instances(images)]
+    with remote_call(f"asking {endpoint} for predictions"):
+        try:
+            response = client.predict(endpoint=endpoint, instances=values)
+        except exceptions.NotFound as exc:
+            raise EndpointNotFound(f"{endpoint} was not found: {exc.message}") from None
+        except (exceptions.BadRequest, exceptions.FailedPrecondition) as exc:
+            # What the serving container (or the endpoint) refused: the user's request.
+            raise InputError(f"{endpoint} refused the request: {exc.message}") from None
+    return json_format.MessageToDict(type(response).pb(response))
+
+
+def _private_answer(url: str, endpoint: str, images: list[bytes], session: Any) -> dict[str, Any]:
+    """The same request through the endpoint's Private Service Connect address, as
+    aiplatform's PrivateEndpoint.predict sends it: the caller's credentials on an
+    authorized session, without checking the certificate (the address is an IP or a private
+    DNS name, which the endpoint's certificate does not name)."""
+    import warnings
+
+    if session is None:
+        import google.auth
+        from google.auth.transport.requests import AuthorizedSession
+
+        with remote_call("connecting to Vertex AI"):
+            credentials, _ = google.auth.default(
+                scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        session = AuthorizedSession(credentials)
+        session.verify = False
+    with remote_call(f"asking {endpoint} for predictions at {url}"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # urllib3's InsecureRequestWarning, said above
+        answer = session.post(url, data=json.dumps({"instances": instances(images)}),
+                              headers={"Content-Type": "application/json"}, timeout=60)
+    try:
+        body = answer.json()
+    except ValueError:
+        body = {"error": {"message": answer.text[:300]}}
+    message = body.get("error", {}).get("message", "") if isinstance(body, dict) else ""
+    if answer.status_code == 404:
+        raise EndpointNotFound(f"{endpoint} was not found at {url}: {message}")
+    if answer.status_code in (400, 412):
+        raise InputError(f"{endpoint} refused the request: {message}")
+    if answer.status_code != 200:
+        raise UnexpectedAnswer(f"{url} answered HTTP {answer.status_code}: {message or body}")
+    return body
 
 
 def _class_names(model: str, models: Any) -> list[str] | None:

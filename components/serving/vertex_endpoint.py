@@ -26,7 +26,11 @@ from typing import Any
 
 from components import cloud_monitoring
 from components.cloud_names import encryption_spec, vertex_endpoint
-from components.serving.deploy_options import DeployOptions, endpoint_region
+from components.serving.deploy_options import (
+    DeployOptions,
+    PrivateServiceConnect,
+    endpoint_region,
+)
 from components.serving.rollout import Figures
 from trainer.common.cloud_calls import remote_call
 from trainer.common.errors import StageError
@@ -66,15 +70,39 @@ def clients_for(region: str) -> Clients:
 
 
 def find_or_create(clients: Clients, project: str, region: str, endpoint: str, *,
-                   create: bool = True, encryption_key: str = "") -> Any:
+                   create: bool = True, encryption_key: str = "",
+                   private: PrivateServiceConnect | None = None) -> Any:
     """The endpoint named by its resource name, or the one with that display name
-    (created the first time, with `encryption_key` when given, unless `create` is False:
-    then None)."""
-    from google.cloud import aiplatform_v1
+    (created the first time, with `encryption_key` and `private` when given, unless
+    `create` is False: then None).
 
+    Raises:
+        EndpointError: `private` is enabled but the endpoint found is public (an endpoint's
+            Private Service Connect setting is fixed when it is created).
+    """
     if endpoint_region(endpoint) is not None:
         with remote_call(f"reading the endpoint {endpoint}"):
-            return clients.endpoints.get_endpoint(name=endpoint)
+            found = clients.endpoints.get_endpoint(name=endpoint)
+        return _as_configured(found, private)
+    return _by_display_name(clients, project, region, endpoint, create, encryption_key, private)
+
+
+def _as_configured(endpoint: Any, private: PrivateServiceConnect | None) -> Any:
+    if private is not None and private.enabled and endpoint is not None and \
+            not endpoint.private_service_connect_config.enable_private_service_connect:
+        raise EndpointError(
+            f"vertex.deploy.private_service_connect is set but the endpoint {endpoint.name} "
+            f"({endpoint.display_name}) is public, and an endpoint's Private Service Connect "
+            "setting is fixed when it is created: name a new endpoint in vertex.deploy."
+            "endpoint (the deploy stage creates it), or remove private_service_connect")
+    return endpoint
+
+
+def _by_display_name(clients: Clients, project: str, region: str, endpoint: str,
+                     create: bool, encryption_key: str,
+                     private: PrivateServiceConnect | None) -> Any:
+    from google.cloud import aiplatform_v1
+
     parent = f"projects/{project}/locations/{region}"
     with remote_call(f"looking for the endpoint {endpoint!r}"):
         found = list(clients.endpoints.list_endpoints(request=aiplatform_v1.ListEndpointsRequest(
@@ -84,10 +112,14 @@ def find_or_create(clients: Clients, project: str, region: str, endpoint: str, *
                             + ", ".join(e.name for e in found) + "); set vertex.deploy.endpoint "
                             "to the resource name of the one to use")
     if found or not create:
-        return found[0] if found else None
+        return _as_configured(found[0], private) if found else None
+    psc = aiplatform_v1.PrivateServiceConnectConfig(
+        enable_private_service_connect=True, project_allowlist=private.project_allowlist) \
+        if private is not None and private.enabled else None
     with remote_call(f"creating the endpoint {endpoint!r}"):
         return clients.endpoints.create_endpoint(parent=parent, endpoint=aiplatform_v1.Endpoint(
-            display_name=endpoint, encryption_spec=encryption_spec(encryption_key))).result()
+            display_name=endpoint, encryption_spec=encryption_spec(encryption_key),
+            private_service_connect_config=psc)).result()
 
 
 class VertexEndpoint:

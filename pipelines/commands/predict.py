@@ -115,9 +115,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _endpoint(args: argparse.Namespace) -> tuple[str, str, str, str]:
+def _endpoint(args: argparse.Namespace) -> tuple[str, str, str, str, str]:
     """(the endpoint as the user named it, its resource name or "" when only its display
-    name is known, its region, the project), from the flags and the configuration."""
+    name is known, its region, the project, its Private Service Connect address or ""),
+    from the flags and the configuration."""
     from components.serving.deploy_options import endpoint_region
     from pipelines.commands.common import load
 
@@ -126,14 +127,20 @@ def _endpoint(args: argparse.Namespace) -> tuple[str, str, str, str]:
     if not endpoint:
         raise UsageError("predict on Vertex AI needs an endpoint: give --endpoint, or set "
                          "vertex.deploy.endpoint in the --config file")
+    psc = vertex.deploy.private_service_connect
+    if psc.enabled and not psc.address:
+        raise UsageError("vertex.deploy.private_service_connect makes the endpoint reachable "
+                         "only through a PSC endpoint in your network: set its address (the "
+                         "IP address or DNS name of the forwarding rule that targets the "
+                         "endpoint's service attachment)")
     region = endpoint_region(endpoint)
     if region is not None:
-        return endpoint, endpoint, region, endpoint.split("/")[1]
+        return endpoint, endpoint, region, endpoint.split("/")[1], psc.address
     if not vertex.project:
         raise UsageError(f"--endpoint {endpoint!r} is a display name; finding it needs "
                          "vertex.project (in the --config file), or give the endpoint's "
                          "resource name projects/PROJECT/locations/REGION/endpoints/ID")
-    return endpoint, "", vertex.region, vertex.project
+    return endpoint, "", vertex.region, vertex.project, psc.address
 
 
 def _on_vertex(args: argparse.Namespace) -> int:
@@ -141,16 +148,16 @@ def _on_vertex(args: argparse.Namespace) -> int:
     from components.serving import online
 
     images = read_images(args.images)
-    named, resource, region, project = _endpoint(args)
+    named, resource, region, project, address = _endpoint(args)
     if args.dry_run:
         shown = resource or (f"projects/{project}/locations/{region}/endpoints/"
                              f"<the ID of the endpoint named {named!r}>")
-        print("\n".join(online.dry_run_lines(region, shown, images)))
+        print("\n".join(online.dry_run_lines(region, shown, images, address)))
         print("(dry run: nothing was sent)")
         return 0
     if not resource:
         resource = online.find_endpoint(named, project, region)
-    answer = online.predict(resource, region, images)
+    answer = online.predict(resource, region, images, address=address)
     print(f"{resource}: deployed model {answer.deployed_model_id} ({answer.model})")
     for path, prediction in zip(args.images, answer.predictions, strict=True):
         print(f"{path}: {top_classes(prediction['probabilities'], answer.class_names, args.top)}")

@@ -221,6 +221,7 @@ class FakeGoogleApis:
 
         self.endpoints = EndpointService(self.models)  # and Cloud Monitoring's series
         self.endpoints.training_jobs = self.jobs
+        self.endpoints.request_host = lambda: getattr(self._request, "host", "")
         from tests.support.vertex_emulator.batch import BatchPredictionService
 
         self.batch = BatchPredictionService(self.models, self.endpoints.predictor)
@@ -910,6 +911,7 @@ class FakeGoogleApis:
                                           routing, query))
             self._request.query = query
             self._request.routing = routing
+            self._request.host = request.headers.get("Host", "")
             return self._route(method, request.path, body)
 
         return json_handler(respond)

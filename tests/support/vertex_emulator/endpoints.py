@@ -60,6 +60,10 @@ class EndpointService:
         self.undeployed: list[dict[str, Any]] = []
         self._ids = 1000
         self._served = 0  # predictions requests so far: which deployed model is next
+        # PSC endpoints (forwarding rules) a test made: "host:port" -> the endpoint they
+        # reach; a request arriving with that Host header came through it.
+        self.psc_addresses: dict[str, str] = {}
+        self.request_host: Any = lambda: ""  # the Host header of the request being served
         self._predictors: dict[str, Any] = {}  # model@version -> the loaded predictor
         self._lock = threading.Lock()
         # Cloud Monitoring's training series (`training_series`): the CustomJobs, and what
@@ -142,9 +146,18 @@ class EndpointService:
         return answer["response"]["deployedModel"]["id"]
 
     def _create(self, parent: str, body: dict[str, Any], query: Any = None) -> tuple[int, Any]:
+        psc = body.get("privateServiceConnectConfig", {})
+        if psc.get("enablePrivateServiceConnect") and body.get("network"):
+            return 400, _error(400, "network and private_service_connect_config cannot be set "
+                                    "together")
         name = self.add(parent, body.get("displayName", ""))
         if body.get("encryptionSpec"):  # kept, as Vertex AI keeps it on the resource
             self.endpoints[name]["encryptionSpec"] = body["encryptionSpec"]
+        if psc.get("enablePrivateServiceConnect"):  # with its service attachment (output)
+            region = parent.split("/")[3]
+            self.endpoints[name]["privateServiceConnectConfig"] = {
+                **psc, "serviceAttachment": f"projects/tenant-{name.rsplit('/', 1)[1]}/regions/"
+                                            f"{region}/serviceAttachments/endpoint-attachment"}
         return 200, {"name": f"{name}/operations/create", "done": True, "response": {
             "@type": "type.googleapis.com/google.cloud.aiplatform.v1.Endpoint",
             **self.endpoints[name]}}
@@ -258,8 +271,17 @@ class EndpointService:
         from fastapi import HTTPException
 
         endpoint = self.endpoints.get(name)
-        if endpoint is None:
+        reached = self.psc_addresses.get(self.request_host())
+        if endpoint is None or (reached is not None and reached != name):
             return 404, _error(404, f"Endpoint {name} not found")
+        # A Private Service Connect endpoint answers only through a PSC endpoint (a
+        # forwarding rule) that targets its service attachment, not on the public API host
+        # (aiplatform's PrivateEndpoint.predict: https://ADDRESS/v1/...:predict).
+        if endpoint.get("privateServiceConnectConfig", {}).get("enablePrivateServiceConnect") \
+                and reached is None:
+            return 400, _error(400, f"Endpoint {name} is a Private Service Connect endpoint: "
+                                    "send requests to a PSC endpoint that targets its service "
+                                    "attachment", "FAILED_PRECONDITION")
         split = {k: int(v) for k, v in endpoint["trafficSplit"].items() if int(v) > 0}
         if not split:
             return 400, _error(400, f"Endpoint {name} does not have any model deployed to it "
