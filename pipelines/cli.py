@@ -28,13 +28,14 @@ from pipelines.commands import (
     serve,
     submit,
     validate_gpu,
+    weights,
 )
 from trainer.common.errors import ProjectError
 
 #: The commands in the order `--help` lists them, by name.
 COMMANDS = {"run": run, "compile": compile, "submit": submit, "schedule": schedule,
             "models": models, "predict": predict, "batch-predict": batch_predict, "serve": serve,
-            "publish": publish, "validate-gpu": validate_gpu}
+            "publish": publish, "validate-gpu": validate_gpu, "weights": weights}
 
 
 class _Parser(argparse.ArgumentParser):

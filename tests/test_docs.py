@@ -131,9 +131,9 @@ def test_a_documented_sample_output_is_what_its_command_prints(page, command, st
 
 
 #: Documented commands that need what a test has not: a cloud project, a trained model,
-#: a user's own photos, or minutes of training (the local run has tests of its own).
+#: a user's own photos, the internet, or minutes of training (the local run has tests of its own).
 NEEDS_MORE = ("run --local", "predict", "serve", "models list", "schedule list",
-              "schedule pause")
+              "schedule pause", "weights copy")
 #: Documented commands that show a refusal (the page prints it): the exit status they end with.
 REFUSALS = {"validate-gpu --machine-type n1-standard-32 --accelerator-type NVIDIA_TESLA_V100": 1,
             "validate-gpu --config examples/pools.json": 1}

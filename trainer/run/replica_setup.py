@@ -183,13 +183,15 @@ class ReplicaSetup:
             threads=self.threads)
 
     def lines(self) -> list[str]:
-        """The setup for the log: one line, and what to change when the training split is
-        a few global batches at most."""
+        """The setup for the log: the model and its pretrained weights, the data in one
+        line, and what to change when the training split is a few global batches at most."""
         steps, train = self.steps_per_epoch, self.count("train")
+        model = [f"model: {self.options.model}"
+                 + (f", weights {self.options.weights}" if self.options.weights else "")]
         if steps >= FEW_STEPS:
-            return [f"data: {self.describe()}"]
+            return model + [f"data: {self.describe()}"]
         fits = max(1, train // (FEW_STEPS * self.replicas))
-        return [f"data: {self.describe()}",
+        return model + [f"data: {self.describe()}",
                 f"data: warning: {steps} step(s) per epoch ({train} training examples, global "
                 f"batch {self.global_batch}): too few updates to learn much or to time the "
                 f"steps; a training.batch_size of {fits} gives {FEW_STEPS} or more, or add "

@@ -46,13 +46,13 @@ def test_batches_and_steps_follow_the_replicas_in_sync(dataset):
     assert plan.image_size == 224 and plan.classes == ["a", "b", "c"]
     assert plan.where.job_dir.endswith("/b/job") and plan.where.model_dir.endswith("/job/model")
     assert "global batch 64 (32 per replica x 2), 15 steps per epoch" in plan.describe()
-    assert plan.lines() == [f"data: {plan.describe()}"]
+    assert plan.lines() == [f"model: {plan.options.model}", f"data: {plan.describe()}"]
 
 
 def test_a_training_split_of_a_few_global_batches_is_warned_about(dataset):
     plan = _plan(dataset, batch_size=256, replicas=2)  # 1000 // 512: 1 step per epoch
     assert plan.steps_per_epoch == 1
-    assert plan.lines()[1] == (
+    assert plan.lines()[2] == (
         "data: warning: 1 step(s) per epoch (1000 training examples, global batch 512): too "
         "few updates to learn much or to time the steps; a training.batch_size of 62 gives 8 "
         "or more, or add images")
