@@ -153,6 +153,31 @@ def check(found: Sequence[Estimate], budget: float) -> Check:
     return Check(tuple(kept), tuple(dropped))
 
 
+def trials_within(budget: float, trial: Estimate, wanted: int) -> tuple[int, str]:
+    """How many of `wanted` tuning trials fit `budget` beside the training that follows the
+    study, each trial training as the primary configuration does (`trial`, its estimate):
+    (the trials, a line saying why when fewer than `wanted`; "" otherwise).
+
+    Raises:
+        BudgetError: Not even one trial fits.
+    """
+    if budget <= 0 or trial.unpriced or trial.usd <= 0:
+        return wanted, ""
+    fits = int(budget // trial.usd) - 1
+    if fits >= wanted:
+        return wanted, ""
+    if fits < 1:
+        raise BudgetError(
+            f"vertex.budget_usd is {usd(budget)} USD, and a tuning trial and the training "
+            f"after the study cost about {usd(trial.usd)} USD each ({trial.line()}): not even "
+            "one trial fits beside the training; raise the budget, lower the epochs or "
+            "vertex.timeout, or turn tuning off")
+    return fits, (f"budget: tuning.max_trials lowered from {wanted} to {fits}: each trial "
+                  f"trains as the {trial.label} does, about {usd(trial.usd)} USD, and the "
+                  f"training after the study as much; {fits + 1} x {usd(trial.usd)} USD fit "
+                  f"vertex.budget_usd {usd(budget)} USD")
+
+
 def within(vertex: Mapping[str, Any], kept: Sequence[int]) -> dict[str, Any]:
     """The `vertex` parameter with only the alternatives at `kept` (0: the primary,
     i: `fallbacks[i - 1]`), in order: the first one kept becomes the primary."""

@@ -82,20 +82,33 @@ def estimate_lines(config: Config, clients: Clients) -> list[str]:
 
 def hold_budget(config: Config, clients: Clients, log: Callable[[str], None]) -> Config:
     """`vertex.budget_usd` before anything is created: each configuration over it is
-    dropped with a line, the first one left is the primary.
+    dropped with a line, the first one left is the primary; a study's trials, each
+    training as that primary does, are as many as fit beside the training after it.
 
     Raises:
-        BudgetError: None fits.
+        BudgetError: No configuration fits, or not even one trial.
     """
-    from components.capacity.budget import check, within
+    from components.capacity.budget import check, trials_within, within
 
-    if config.vertex.budget_usd <= 0:
+    budget = config.vertex.budget_usd
+    if budget <= 0:
         return config
     found, _ = _estimates(config, clients)
-    held = check(found, config.vertex.budget_usd)
+    held = check(found, budget)
     for line in held.dropped:
         log(line)
-    if not held.dropped:
+    if held.dropped:
+        vertex = within(config.vertex.model_dump(), held.kept)
+        config = config.model_copy(
+            update={"vertex": type(config.vertex).model_validate(vertex)})
+    if not config.tuning.enabled:
         return config
-    vertex = within(config.vertex.model_dump(), held.kept)
-    return config.model_copy(update={"vertex": type(config.vertex).model_validate(vertex)})
+    tuning = config.tuning
+    trials, line = trials_within(budget, found[held.kept[0]], tuning.max_trials)
+    if not line:
+        return config
+    log(line)
+    bounded = tuning.model_copy(update={
+        "max_trials": trials, "parallel_trials": min(tuning.parallel_trials, trials),
+        "max_failed_trials": min(tuning.max_failed_trials, trials)})
+    return config.model_copy(update={"tuning": bounded})

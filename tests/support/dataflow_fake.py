@@ -42,6 +42,7 @@ class FakeDataflow:
         self.requests: list[tuple[str, str, Any]] = []
         self.jobs: dict[str, FakeJob] = {}
         self.run_error: BaseException | None = None
+        self.require_cmek = False  # the org policy that refuses a job without a key
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -89,6 +90,14 @@ class FakeDataflow:
         if problem:
             return 400, {"error": {"code": 400, "message": problem,
                                    "status": "INVALID_ARGUMENT"}}
+        # Under constraints/gcp.restrictNonCmekServices a job needs its key
+        # (Job.environment.serviceKmsKeyName, which Beam sets from --dataflow_kms_key).
+        if self.require_cmek and not body.get("environment", {}).get("serviceKmsKeyName"):
+            project = body.get("projectId", "PROJECT")
+            return 400, {"error": {"code": 400, "status": "FAILED_PRECONDITION", "message": (
+                f"Constraint `constraints/gcp.restrictNonCmekServices` violated for "
+                f"`projects/{project}` attempting to create a resource without specifying "
+                "a KMS CryptoKey.")}}
         job = FakeJob(f"2026-job-{len(self.jobs) + 1}", body)
         self.jobs[job.id] = job
         if self.outcome == "run":

@@ -122,3 +122,31 @@ def test_submit_holds_the_budget_before_anything_is_created():
     assert str(refused.value).startswith("vertex.budget_usd is 1.00 USD and no "
                                          "configuration fits it: primary (us-central1): ")
     assert "fallbacks[0] (us-east1): 0.57 USD an hour, about 10.00 h" in str(refused.value)
+
+
+def test_a_study_gets_as_many_trials_as_the_budget_holds_beside_the_training():
+    from components.capacity.budget import BudgetError
+    from pipelines.config_loading import load_config
+    from pipelines.vertex.cost_estimate import hold_budget
+
+    storage = _Storage({"gs://b/m1/efficiency.json": json.dumps(_figures(10800.0, 3))})
+    clients = Clients(storage=storage, model_api=_Models([_model("1", "gs://b/m1")]))
+    study = {"max_trials": 8, "parallel_trials": 4, "max_failed_trials": 5, "parameters": [
+        {"name": "learning_rate", "type": "DOUBLE", "min_value": 0.001, "max_value": 0.1}]}
+
+    def tuned(budget):
+        vertex = _budgeted(budget).vertex.model_dump()
+        return load_config(overrides={"vertex": {**vertex, "fallbacks": []}, "tuning": study})
+
+    # Each trial trains as the primary does (15.74 USD); 50 USD hold the training after the
+    # study and two trials.
+    lines = []
+    bounded = hold_budget(tuned(50.0), clients, lines.append)
+    assert (bounded.tuning.max_trials, bounded.tuning.parallel_trials,
+            bounded.tuning.max_failed_trials) == (2, 2, 2)
+    assert lines == ["budget: tuning.max_trials lowered from 8 to 2: each trial trains as the "
+                     "primary does, about 15.74 USD, and the training after the study as "
+                     "much; 3 x 15.74 USD fit vertex.budget_usd 50.00 USD"]
+    assert hold_budget(tuned(200.0), clients, lines.append).tuning.max_trials == 8
+    with pytest.raises(BudgetError, match="not even one trial fits beside the training"):
+        hold_budget(tuned(20.0), clients, lines.append)

@@ -133,11 +133,13 @@ def emulated_vertex(work: Path):
                     "training": training, "tuning": tuning or {}, "dataset": dataset or {}})
                 # The org policy that refuses every create without a key, for this run.
                 apis.require_cmek = clients.pipeline_api.require_cmek = cmek
+                dataflow.require_cmek = cmek
                 try:
                     runs.submit(config, dry_run=False, clients=clients,
                                 credentials=AnonymousCredentials(), log=lambda line: None)
                 except Exception:
                     apis.require_cmek = clients.pipeline_api.require_cmek = False
+                    dataflow.require_cmek = False
                     raise
                 request = clients.pipeline_api.calls[-1]
                 apis.get_faults = list(faults)  # what the training step's looks meet
@@ -154,6 +156,7 @@ def emulated_vertex(work: Path):
                     tasks, failure = emulated.tasks, str(exc)
                 finally:
                     apis.require_cmek = clients.pipeline_api.require_cmek = False
+                    dataflow.require_cmek = False
                 return {"tasks": tasks, "failure": failure, "pipelines": emulated, "apis": apis,
                         "request": request, "mount": mount,
                         "storage": storage, "env": env, "work": work, "clients": clients,
@@ -884,24 +887,31 @@ STUDY = {"max_trials": 2, "parallel_trials": 1, "max_failed_trials": 1,
 
 
 L4 = {"machine_type": "g2-standard-8", "accelerator_type": "NVIDIA_L4", "accelerator_count": 1}
+T4 = {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
+      "accelerator_count": 1}
 
 
 @pytest.fixture(scope="module")
 def tuned_run(emulated_run):
-    """A second run, last in this module (it adds jobs to the shared emulation): a study
-    first, and the dataset prepared by the Beam engine as a Dataflow job. By the time the
-    study ends, us-central1 has no n1-standard-8 machines left, and the first fallback's L4
-    machines in us-west1 stay QUEUED past `vertex.queue_limit`: the training step trains on
-    the second fallback (`vertex.fallbacks`)."""
+    """A second run, last in this module (it adds jobs to the shared emulation), under the
+    org policy that requires a customer-managed key: a study first, the dataset prepared by
+    the Beam engine as a Dataflow job, and the model deployed to an endpoint the deploy
+    stage creates. By the time the study ends, us-central1 has no n1-standard-8 machines
+    left, and the first fallback's n1-standard-16 machines stay QUEUED past
+    `vertex.queue_limit`: the training step trains on the second fallback's L4 machines
+    (`vertex.fallbacks`; all in the key's region)."""
     apis = emulated_run["apis"]
     pools = [{"machine_spec": L4, "replica_count": 1}] * 2
-    fallbacks = [{"region": "us-west1", "worker_pool_specs": pools},
-                 {"worker_pool_specs": pools}]
+    larger = [{"machine_spec": {**T4, "machine_type": "n1-standard-16"},
+               "replica_count": 1}] * 2
+    fallbacks = [{"worker_pool_specs": larger}, {"worker_pool_specs": pools}]
     apis.stockouts = {("n1-standard-8", "us-central1")}
-    apis.queued = {("NVIDIA_L4", "us-west1")}
+    apis.queued = {("n1-standard-16", "us-central1")}
     try:
-        return emulated_run["run"]({"fallbacks": fallbacks, "queue_limit": "3s"},
-                                   {"epochs": 1}, STUDY, {"engine": "beam"})
+        return emulated_run["run"](
+            {"fallbacks": fallbacks, "queue_limit": "3s", "encryption_key": KEY,
+             "accuracy_threshold": 0.0, "deploy": {"endpoint": "keyed", "grace_period": "0s"}},
+            {"epochs": 1}, STUDY, {"engine": "beam"}, cmek=True)
     finally:
         apis.stockouts, apis.queued = set(), set()
 
@@ -993,8 +1003,9 @@ def test_a_stock_out_and_a_queue_move_on_to_the_next_fallback_and_say_so(tuned_r
         == ["0", "1", "2"]
     failed, cancelled, trained = list(apis.jobs.values())[-3:]
     assert (failed.state, failed.error_code, failed.replicas) == ("JOB_STATE_FAILED", 8, [])
+    assert queued.job_spec.worker_pool_specs[0].machine_spec.machine_type == "n1-standard-16"
     assert (cancelled.name.split("/")[3], cancelled.state, cancelled.replicas) == (
-        "us-west1", "JOB_STATE_CANCELLED", [])
+        "us-central1", "JOB_STATE_CANCELLED", [])
     assert trained.state == "JOB_STATE_SUCCEEDED"
     # The fallback's replicas applied its own plan: L4 machines, bfloat16.
     assert {(r.training_plan["accelerator"], r.training_plan["mixed_precision"])
@@ -1011,7 +1022,7 @@ def test_a_stock_out_and_a_queue_move_on_to_the_next_fallback_and_say_so(tuned_r
         failed.name, cancelled.name, trained.name]
     log = tasks["train-on-vertex-ai"].log.read_text()
     assert "capacity: primary in us-central1: stock-out" in log
-    assert "capacity: fallbacks[0] in us-west1: queued" in log
+    assert "capacity: fallbacks[0] in us-central1: queued" in log
     assert "training: trained on fallbacks[1] (1 x g2-standard-8 + 1 x NVIDIA_L4" in log
     # Stage 1 validated and planned the fallbacks; the export names what trained.
     stage1 = tasks["validate-gpu-config"].parameters["alternatives"]
@@ -1020,7 +1031,7 @@ def test_a_stock_out_and_a_queue_move_on_to_the_next_fallback_and_say_so(tuned_r
     assert export.executor_input["inputs"]["parameterValues"]["worker_pool_specs"][0][
         "machine_spec"]["accelerator_type"] == "NVIDIA_L4"
     assert "trained on fallbacks[1]" in export.parameters["description"]
-    assert "before it: primary in us-central1 stock-out; fallbacks[0] in us-west1 queued" \
+    assert "before it: primary in us-central1 stock-out; fallbacks[0] in us-central1 queued" \
         in export.parameters["description"]
     assert export.parameters["labels"]["trained-on"] == "fallbacks-1"
     # Submit held the configurations against the quotas Cloud Quotas reported.
@@ -1042,7 +1053,7 @@ def test_the_beam_engine_prepares_the_dataset_as_a_dataflow_job(tuned_run):
     assert cpu.startswith(f"{REPO}/{images.CPU.name}@sha256:")
     assert tasks["dataflow-launch"].parameters["Output"] == {
         "project_id": "my-proj", "region": "us-central1", "service_account": ACCOUNT,
-        "sdk_image": cpu, "kms_key": ""}
+        "sdk_image": cpu, "kms_key": KEY}
     assert fake.run_error is None
     (body,) = fake.created()
     (path,) = [p for method, p, _ in fake.requests if method == "POST"]
@@ -1079,6 +1090,25 @@ def test_the_beam_engine_prepares_the_dataset_as_a_dataflow_job(tuned_run):
             data = storage.bucket(bucket).blob(f"{prefix}/{shard['file']}").download_as_bytes()
             assert hashlib.sha256(data).hexdigest() == shard["sha256"]
     assert tasks["train-on-vertex-ai"].state == "SUCCEEDED"
+
+
+def test_under_the_cmek_org_policy_the_study_dataflow_and_the_endpoint_carry_the_key(
+        tuned_run):
+    """The second run ran under the org policy too: the tuning job (gcpc's), the Dataflow
+    job (Beam's DataflowRunner, from --dataflow_kms_key) and the endpoint the deploy stage
+    created each carried the key, or the emulated services would have refused them."""
+    apis, fake = tuned_run["apis"], tuned_run["dataflow"]
+    assert tuned_run["request"].pipeline_job.encryption_spec.kms_key_name == KEY
+    (study,) = [r.body for r in apis.recorded(r"/hyperparameterTuningJobs$")
+                if r.method == "POST"]
+    assert kms_key_name(study) == KEY
+    (job,) = fake.created()
+    assert job["environment"]["serviceKmsKeyName"] == KEY
+    (endpoint,) = [r.body for r in apis.recorded(r"/endpoints$") if r.method == "POST"]
+    assert (endpoint["displayName"], kms_key_name(endpoint)) == ("keyed", KEY)
+    training = [r.body for r in apis.recorded(r"/customJobs$") if r.method == "POST"][-3:]
+    assert all(kms_key_name(body) == KEY for body in training)
+    assert tuned_run["tasks"]["train-on-vertex-ai"].state == "SUCCEEDED"
 
 
 def test_under_the_cmek_org_policy_a_run_without_a_key_is_refused(emulated_run, tmp_path):
