@@ -34,6 +34,7 @@ class Clients:
     kms_endpoint: str = ""  # where Cloud KMS's API is (the IAM session calls it)
     quotas: Any = None  # Cloud Quotas client (ListQuotaInfos)
     jobs: Any = None  # Vertex AI JobServiceClient for every region (tests); else per region
+    persistent: Any = None  # Vertex AI PersistentResourceServiceClient (tests); else made
     _regional: dict = dataclasses.field(default_factory=dict)
 
     def get_storage(self) -> Any:
@@ -78,6 +79,19 @@ class Clients:
             with remote_call(f"connecting to Vertex AI in {region}"):
                 self._regional[region] = jobs_client(region)
         return self._regional[region]
+
+    def get_persistent(self, region: str) -> Any:
+        """A Vertex AI PersistentResourceServiceClient for `region` (the given one, else
+        the region's)."""
+        if self.persistent is None:
+            from google.cloud import aiplatform_v1
+
+            from components.cloud_names import vertex_endpoint
+
+            with remote_call(f"connecting to Vertex AI in {region}"):
+                self.persistent = aiplatform_v1.PersistentResourceServiceClient(
+                    client_options={"api_endpoint": vertex_endpoint(region)})
+        return self.persistent
 
     def get_iam(self) -> tuple[Any, str]:
         """(an HTTP session for the IAM API, its endpoint)."""

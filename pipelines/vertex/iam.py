@@ -123,6 +123,7 @@ def unchecked(config: Config) -> list[str]:
     """What the run needs of identities other than the caller, for which no
     testIamPermissions can answer (it answers for the caller only): one line each."""
     from components.build.cloud_build import Repository
+    from components.build.pip_index import is_artifact_registry
     from trainer.common.gcs import split_gcs_uri
 
     bucket, _ = split_gcs_uri(config.vertex.pipeline_root)
@@ -140,7 +141,11 @@ def unchecked(config: Config) -> list[str]:
              f"roles/artifactregistry.writer on {repository.name}, "
              f"roles/storage.objectViewer on gs://{bucket}"
              + (", roles/logging.logWriter on the project"
-                if config.vertex.build_service_account else "")]
+                if config.vertex.build_service_account else "")
+             + "".join(f", roles/artifactregistry.reader on the repository of {mirror}"
+                       for mirror in (config.vertex.python_base_image,
+                                      config.vertex.beam_sdk_image, config.vertex.pip_index_url)
+                       if is_artifact_registry(mirror))]
     if training:
         lines.append(f"{training} (the {jobs}): roles/aiplatform.user and "
                      f"roles/logging.logWriter on projects/{config.vertex.project}, "

@@ -107,10 +107,11 @@ def check_build_pool(config: Config, clients: Any, *, dry_run: bool,
         return
     sources = config.vertex.build_settings().sources
     if dry_run:
-        log(f"Cloud Build: submit would read the private pool {pool} (GetWorkerPool); "
-            "without public egress, it refuses a build that needs "
-            + (", ".join(option for option, _ in sources.public()) or "nothing more")
-            + " (every input has a mirror)" * (not sources.public()))
+        public = ", ".join(option for option, _ in sources.public())
+        log(f"Cloud Build: submit would read the private pool {pool} (GetWorkerPool): "
+            + (f"without public egress, the run is refused for want of {public}" if public
+               else "every input of the build has a mirror, so a pool without public egress "
+                    "builds it"))
         return
     builder, _ = clients.get_builders()
     with remote_call(f"reading the Cloud Build private pool {pool}"):
@@ -125,3 +126,43 @@ def check_build_pool(config: Config, clients: Any, *, dry_run: bool,
     log(f"Cloud Build: the private pool {pool} "
         + ("has no public egress; every input of the build comes from a mirror" if closed
            else "has public egress"))
+
+
+class PersistentResourceError(InputError):
+    """The persistent resource's key or network is not the run's."""
+
+
+def check_persistent_resource(config: Config, clients: Any, *, dry_run: bool,
+                              log: Callable[[str], None]) -> None:
+    """A job on `vertex.persistent_resource_id` runs on that resource's machines, which
+    were made with its own key and network: reads it (Vertex AI `GetPersistentResource`)
+    and refuses a run whose key, network or network attachment differs.
+
+    Raises:
+        PersistentResourceError: Naming each setting that differs.
+    """
+    vertex = config.vertex
+    if not vertex.persistent_resource_id:
+        return
+    name = (f"projects/{vertex.project}/locations/{vertex.region}/persistentResources/"
+            f"{vertex.persistent_resource_id}")
+    if dry_run:
+        log(f"persistent resource: submit would read {name} (GetPersistentResource): its "
+            "key, network and network attachment must be the run's")
+        return
+    with remote_call(f"reading the persistent resource {name}"):
+        found = clients.get_persistent(vertex.region).get_persistent_resource(name=name)
+    settings = (("vertex.encryption_key", vertex.encryption_key,
+                 found.encryption_spec.kms_key_name, "Google-managed keys"),
+                ("vertex.network", vertex.network, found.network, "no VPC peering"),
+                ("vertex.psc_network_attachment", vertex.psc_network_attachment,
+                 found.psc_interface_config.network_attachment, "no network attachment"))
+    differ = [f"{option} is {ours or '(empty)'} but {name} was created with "
+              f"{theirs or none}" for option, ours, theirs, none in settings if ours != theirs]
+    if differ:
+        raise PersistentResourceError(
+            "a job on a persistent resource runs on its machines, with the key and network "
+            "it was created with (nothing was uploaded, built or submitted):\n"
+            + "\n".join(f"  - {line}" for line in differ)
+            + "\nset them as the resource has them, or use a resource created with the run's")
+    log(f"persistent resource: {name} has the run's key and network")

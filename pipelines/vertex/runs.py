@@ -25,7 +25,11 @@ from pipelines.vertex.clients import Clients
 from pipelines.vertex.cost_estimate import estimate_lines, hold_budget
 from pipelines.vertex.dry_run import NOTHING_SENT, document, show, show_text
 from pipelines.vertex.iam import check_permissions
-from pipelines.vertex.preflight import check_build_pool, require_vertex_settings
+from pipelines.vertex.preflight import (
+    check_build_pool,
+    check_persistent_resource,
+    require_vertex_settings,
+)
 from pipelines.vertex.spec import compile_for_vertex
 from trainer.common.cloud_calls import remote_call
 from trainer.models.user_model import USER_CODE_IN_IMAGE
@@ -139,6 +143,7 @@ def prepared_run(config: Config, dry_run: bool, clients: Clients, credentials: A
     """A prepared run (in a temporary directory) and the credentials it was built with."""
     credentials = credentials or _dry_run_credentials(dry_run)
     check_build_pool(config, clients, dry_run=dry_run, log=log)  # before anything is uploaded
+    check_persistent_resource(config, clients, dry_run=dry_run, log=log)
     with tempfile.TemporaryDirectory(prefix=f"{identity.NAME}-") as work:
         yield prepare_run(config, Path(work), dry_run=dry_run, clients=clients,
                           credentials=credentials, log=log), credentials

@@ -184,6 +184,8 @@ def _clients(storage, url: str) -> Clients:
             transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
         jobs=aiplatform_v1.JobServiceClient(
             transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
+        persistent=aiplatform_v1.PersistentResourceServiceClient(
+            transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
         model_api=aiplatform_v1.ModelServiceClient(
             transport="rest", client_options=endpoint, credentials=AnonymousCredentials()))
 
@@ -206,6 +208,10 @@ def emulated_run(tmp_path_factory):
             "role": "roles/cloudkms.cryptoKeyEncrypterDecrypter",
             "members": [f"serviceAccount:service-{PROJECT_NUMBER}@gcp-sa-aiplatform.iam."
                         "gserviceaccount.com"]}]
+        # The persistent resource the first run trains on, made with the run's key.
+        run.apis.persistent_resources[
+            "projects/my-proj/locations/us-central1/persistentResources/fast-pool"] = {
+            "encryptionSpec": {"kmsKeyName": KEY}}
         first = run({"labels": LABELS, "persistent_resource_id": "fast-pool",
                      "batch_predict": {"source": "gs://pipelines/to-score/"},
                      "prices": {"NVIDIA_TESLA_T4": 0.35}, "encryption_key": KEY},

@@ -153,7 +153,10 @@ def test_the_dry_run_shows_the_pool_the_mirrored_images_and_the_pip_index(tmp_pa
             "build --network=cloudbuild)") in out
     assert f"  Reduction Server plugin from: {MIRRORS['apt_mirror_url']} (a mirror of " in out
     assert "from the internet" not in out
-    assert f"Cloud Build: submit would read the private pool {POOL} (GetWorkerPool)" in out
+    assert (f"Cloud Build: submit would read the private pool {POOL} (GetWorkerPool): every "
+            "input of the build has a mirror, so a pool without public egress builds it") in out
+    # The build's account reads the mirrors in Artifact Registry.
+    assert "roles/artifactregistry.reader on the repository of https://us-python.pkg.dev/" in out
 
 
 def test_without_mirrors_the_dry_run_says_what_comes_from_the_internet():
@@ -169,3 +172,33 @@ def test_without_mirrors_the_dry_run_says_what_comes_from_the_internet():
     # A company index that is not Artifact Registry is read as given, on the default network.
     other = BuildSources(pip_index_url="https://nexus.corp.example/pypi/simple/")
     assert not other.needs_build_network
+
+
+def test_a_persistent_resource_must_have_the_run_s_key_and_network(apis):
+    """A job on a persistent resource runs on its machines, made with the resource's own
+    key and network: submit reads the resource and refuses a run that differs."""
+    from google.cloud import aiplatform_v1
+
+    from pipelines.vertex.clients import Clients
+    from pipelines.vertex.preflight import PersistentResourceError, check_persistent_resource
+
+    key = "projects/my-proj/locations/us-central1/keyRings/ml/cryptoKeys/pipelines"
+    name = "projects/my-proj/locations/us-central1/persistentResources/fast-pool"
+    apis.persistent_resources[name] = {"encryptionSpec": {"kmsKeyName": key},
+                                       "network": "projects/123/global/networks/vpc"}
+    clients = Clients(persistent=rest_client(aiplatform_v1.PersistentResourceServiceClient,
+                                             apis))
+    lines = []
+    with pytest.raises(PersistentResourceError) as refused:
+        check_persistent_resource(config(persistent_resource_id="fast-pool"), clients,
+                                  dry_run=False, log=lines.append)
+    assert str(refused.value).splitlines()[1:3] == [
+        f"  - vertex.encryption_key is (empty) but {name} was created with {key}",
+        f"  - vertex.network is (empty) but {name} was created with "
+        "projects/123/global/networks/vpc"]
+    check_persistent_resource(config(persistent_resource_id="fast-pool", encryption_key=key,
+                                     network="projects/123/global/networks/vpc"), clients,
+                              dry_run=False, log=lines.append)
+    assert lines == [f"persistent resource: {name} has the run's key and network"]
+    check_persistent_resource(config(), clients, dry_run=False, log=lines.append)  # none
+    assert len(apis.recorded(r"/persistentResources/", method="GET")) == 2

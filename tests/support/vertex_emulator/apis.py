@@ -194,6 +194,8 @@ class FakeGoogleApis:
         # Cloud Build private pools: name -> WorkerPool resource (`closed_pool` makes one
         # without public egress, whose builds fail reading anything from the internet).
         self.worker_pools: dict[str, dict[str, Any]] = {}
+        # Vertex AI persistent resources: name -> PersistentResource (as a user made them).
+        self.persistent_resources: dict[str, dict[str, Any]] = {}
         self.denied: set[str] = set()  # permissions testIamPermissions leaves out
         # resource -> permissions granted there; None: everything (but `denied`) everywhere
         self.grants: dict[str, set[str]] | None = None
@@ -295,6 +297,8 @@ class FakeGoogleApis:
              self._build_operation),
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/workerPools/[^/:]+)$",
              self._worker_pool),
+            ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/persistentResources/[^/:]+)$",
+             self._persistent_resource),
             ("GET", r"^/v3/projects/([^/:]+)$", self._get_project),
             ("POST", r"^/v3/(projects/[^/:]+):testIamPermissions$", self._test_permissions),
             ("POST", r"^/v1/(projects/-/serviceAccounts/[^/:]+):testIamPermissions$",
@@ -724,6 +728,11 @@ class FakeGoogleApis:
         if name not in self.worker_pools:
             return 404, _error(404, f'workerpool not found: "{name}"')
         return 200, self.worker_pools[name]
+
+    def _persistent_resource(self, name: str, body: Any) -> tuple[int, Any]:
+        if name not in self.persistent_resources:
+            return 404, _error(404, f"PersistentResource {name} not found")
+        return 200, {"name": name, "state": "RUNNING", **self.persistent_resources[name]}
 
     def closed_pool(self, name: str) -> None:
         """A private pool without public egress (WorkerPool.privatePoolV1Config)."""
