@@ -885,33 +885,33 @@ def test_a_run_killed_mid_canary_with_emails_set_gives_the_champion_its_traffic_
     assert [d["id"] for d in served["deployedModels"]] == [champion_id]
 
 
-def test_a_job_that_would_pass_its_budget_is_cancelled_and_the_run_says_why(emulated_run):
-    """`vertex.budget_usd` held twice. Before the run: no model of this name has measured
-    a speed, so its estimate is the whole `vertex.timeout` (10 s at 72.87 USD an hour:
-    0.20 USD), within the 0.30 USD budget. While it runs: at the first look after its
-    first epoch, what the job has cost plus its 39 remaining epochs at the seconds per
-    epoch so far passes the budget (at the latest, after 14.8 s it has cost 0.30 USD):
-    the training step cancels it, records what it cost, and the run fails saying why."""
-    run, apis = emulated_run["run"], emulated_run["apis"]
-    # The default pools: two n1-standard-8 machines (0.43699770 an hour) with a T4 each.
-    stopped = run({"model_display_name": "budgeted", "timeout": "10s", "budget_usd": 0.30,
-                   "prices": {"NVIDIA_TESLA_T4": 36.0}, "accuracy_threshold": 0.0},
-                  {"epochs": 40, "batch_size": 32}, fails=True)
-    train = stopped["tasks"]["train-on-vertex-ai"]
-    assert train.state == "FAILED", stopped["failure"][-3000:]
-    assert "training failed: budget: vertex.budget_usd is 0.30 USD; the job has cost about " \
-        in train.error, train.error[-3000:]
-    assert "was cancelled" in train.error and "Traceback" not in train.error
+def test_a_job_that_would_pass_its_budget_is_cancelled_and_the_step_says_why(emulated_run):
+    """`vertex.budget_usd` while the job runs (the pre-flight's share is
+    `test_cost_estimate`): the first run's training step run again as a run with a 0.05
+    USD budget and the T4 at 36 USD an hour would pass it. The job's two machines cost
+    72.87 USD an hour, so 2.5 s after Vertex AI starts it, what it has cost (plus what its
+    remaining epochs would, once one has ended) passes the budget: the step cancels it,
+    records what it cost, and fails saying why, not as a crash."""
+    first, apis = emulated_run["pipelines"], emulated_run["apis"]
+    task = emulated_run["tasks"]["train-on-vertex-ai"]
+    vertex = {**task.executor_input["inputs"]["parameterValues"]["vertex"],
+              "budget_usd": 0.05, "prices": {"NVIDIA_TESLA_T4": 36.0}}
+    with pytest.raises(TaskFailed) as failed:
+        first.rerun("train-on-vertex-ai", artifacts_under="gs://pipelines/root/budgeted",
+                    run_labels={"vertex-ai-pipelines-run-billing-id": "budgeted-run"},
+                    parameters={"vertex": vertex})
+    message = str(failed.value)
+    assert "training failed: budget: vertex.budget_usd is 0.05 USD; the job has cost about " \
+        in message, message[-3000:]
+    assert "was cancelled" in message and "Traceback" not in message
     job = list(apis.jobs.values())[-1]
     assert job.state == "JOB_STATE_CANCELLED"
     assert apis.recorded(r":cancel$")[-1].path == f"/v1/{job.name}:cancel"
     # What it cost is on record, as for any job.
-    job_dir = stopped["mount"].path(
+    job_dir = emulated_run["mount"].path(
         job.resource["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"])
     cost = json.loads((job_dir / "cost.json").read_text())
     assert cost["jobs"][-1]["job"] == job.name and cost["usd"] > 0
-    # Nothing after the training ran: no model registered under this name.
-    assert not any(u.model.display_name == "budgeted" for u in _uploads(apis))
 
 
 STUDY = {"max_trials": 2, "parallel_trials": 1, "max_failed_trials": 1,

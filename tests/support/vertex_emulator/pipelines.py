@@ -348,7 +348,8 @@ class EmulatedPipelines:
         return self._record(name, task, "SUCCEEDED", log=log)
 
     def rerun(self, name: str, *, artifacts_under: str = "",
-              run_labels: dict[str, str] | None = None) -> Task:
+              run_labels: dict[str, str] | None = None,
+              parameters: dict[str, Any] | None = None) -> Task:
         """Starts a finished task's container again in a new pod (its local output files
         gone), as a retry or a resumed run would; returns what it did this time.
 
@@ -358,6 +359,8 @@ class EmulatedPipelines:
                 task would have: nothing is there yet); "" keeps the first run's.
             run_labels: Vertex AI Pipelines' run labels this time (another run's: its
                 billing ID finds none of the first run's jobs); None keeps the first's.
+            parameters: Input parameters to change (each replaced whole), as another run
+                with another configuration would pass them.
         """
         import shutil
 
@@ -367,10 +370,12 @@ class EmulatedPipelines:
         (local / "executor_output.json").unlink(missing_ok=True)
         log = local / "rerun-log.txt"
         executor_input, command, env = task.executor_input, task.command, task.env
-        if artifacts_under:
+        if artifacts_under or parameters:
             executor_input = json.loads(json.dumps(executor_input))
+            executor_input["inputs"].setdefault("parameterValues", {}).update(parameters or {})
             for key, value in executor_input["outputs"].get("artifacts", {}).items():
-                value["artifacts"][0]["uri"] = f"{artifacts_under.rstrip('/')}/{key}"
+                if artifacts_under:
+                    value["artifacts"][0]["uri"] = f"{artifacts_under.rstrip('/')}/{key}"
             # The executor input is one argument of the command (KFP's `{{$}}`).
             command = [json.dumps(executor_input) if _parsed(part) == task.executor_input
                        else part for part in task.command]
