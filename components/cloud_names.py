@@ -93,7 +93,6 @@ NetworkAttachment = Annotated[str, _checker(_pattern(
     _NETWORK_ATTACHMENT, "projects/PROJECT/regions/REGION/networkAttachments/NAME"))]
 KmsKey = Annotated[str, _checker(_pattern(
     _KMS_KEY, "projects/PROJECT/locations/REGION/keyRings/RING/cryptoKeys/KEY"))]
-
 WorkerPoolName = Annotated[str, _checker(_pattern(
     _WORKER_POOL, "projects/PROJECT/locations/REGION/workerPools/NAME (a Cloud Build private "
                   "pool)"))]
@@ -102,22 +101,26 @@ HttpsUrl = Annotated[str, _checker(_pattern(
                 "https://us-python.pkg.dev/my-project/pypi-mirror/simple/)"))]
 
 
+def _region_of(regex: re.Pattern, name: str) -> str:
+    """The region a regional resource's name holds (its pattern's first group), "" if the
+    name is malformed."""
+    found = regex.fullmatch(name)
+    return found[1] if found else ""
+
+
 def worker_pool_region(pool: str) -> str:
     """A Cloud Build private pool's region (`projects/P/locations/R/...` -> R)."""
-    found = _WORKER_POOL.fullmatch(pool)
-    return found[1] if found else ""
+    return _region_of(_WORKER_POOL, pool)
 
 
 def attachment_region(attachment: str) -> str:
     """A network attachment's region (`projects/P/regions/R/...` -> R), "" if malformed."""
-    found = _NETWORK_ATTACHMENT.fullmatch(attachment)
-    return found[1] if found else ""
+    return _region_of(_NETWORK_ATTACHMENT, attachment)
 
 
 def kms_key_location(key: str) -> str:
     """A Cloud KMS key's location (`projects/P/locations/R/...` -> R), "" if malformed."""
-    found = _KMS_KEY.fullmatch(key)
-    return found[1] if found else ""
+    return _region_of(_KMS_KEY, key)
 
 
 def encryption_spec(key: str) -> Any:

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 import pydantic
 from pydantic import AfterValidator, Field
 
+from components.cloud_names import ServiceAccount
 from components.dataset.sources import (
     BUILTIN_SHAPES,
     DatasetError,
@@ -89,12 +90,9 @@ class DatasetOptions(pydantic.BaseModel):
         "(empty: default)."), json_schema_extra={
         "valid": "a network name (lowercase letters, digits and hyphens, at most 63) or "
                  "empty"})
-    dataflow_service_account: str = Field(
-        "", pattern=r"^([a-z][-a-z0-9]{4,28}[a-z0-9]@[-a-z0-9.]+\.iam\.gserviceaccount\.com)?$",
-        description=("With engine beam on Vertex AI: the account the Dataflow workers run "
-                     "as (empty: vertex.service_account)."),
-        json_schema_extra={"valid": "a service account email such as "
-                                    "dataflow@my-project.iam.gserviceaccount.com, or empty"})
+    dataflow_service_account: ServiceAccount = Field("", description=(
+        "With engine beam on Vertex AI: the account the Dataflow workers run as (empty: "
+        "vertex.service_account)."))
     dataflow_subnetwork: str = Field(
         "", pattern=r"^((https://www\.googleapis\.com/compute/v1/projects/[^/]+/)?regions/"
                     r"[a-z0-9-]+/subnetworks/[a-z]([-a-z0-9]{0,61}[a-z0-9])?)?$",
