@@ -47,9 +47,8 @@ import gpu_cases
 #: module at a time its warm-up ran past 88 s on an H200), the bfloat16 one profiled; the
 #: trainer's GPU options and a larger batch; float16 without XLA, profiled; the other
 #: precisions without XLA, which an earlier run measured.
-CASES = ("plan+tfrecords+profile", "bfloat16-xla+parallel+profile", "float16-xla+parallel",
-         "float32-xla+parallel", "plan+prefetch", "plan+nvenv", "plan+b512",
-         "float16-noxla+profile", "bfloat16-noxla", "float32-noxla")
+CASES = ("plan+tfrecords+profile", "plan+spe4", "plan+b512", "plan+prefetch",
+         "bfloat16-noxla+nvenv", "float32-noxla", "float16-xla+nvenv+autotune0")
 #: NVIDIA's device names -> the catalog's accelerator types (the plan's GPU facts).
 DEVICE_TYPES = (("H200", "NVIDIA_H200_141GB"), ("H100", "NVIDIA_H100_80GB"),
                 ("A100", "NVIDIA_TESLA_A100"), ("L4", "NVIDIA_L4"), ("T4", "NVIDIA_TESLA_T4"),

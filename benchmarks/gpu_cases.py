@@ -2,7 +2,8 @@
 in this process.
 
 A case is named `PRECISION[-xla|-noxla][+OPTION]...`:
-- PRECISION: `plan` (what the training plan chooses for the GPU, XLA included), `float32`,
+- PRECISION: `plan` (what the training plan chooses for the GPU: XLA and NVIDIA's
+  environment included), `float32`,
   `float16` (with dynamic loss scaling) or `bfloat16`;
 - `-xla` / `-noxla`: XLA on the training step, or not (the plan's choice when left out);
 - options: `bN` (batch N per step), `speN` (Keras's `steps_per_execution`), `nvenv` (the
@@ -87,16 +88,16 @@ def parse(name: str) -> Case:
     return Case(name, precision, **fields)
 
 
-def environment(case: Case, xla: bool) -> dict[str, str]:
+def environment(case: Case, xla: bool, nvidia: bool) -> dict[str, str]:
     """The variables a case sets before TensorFlow starts: XLA's log of its compiler
-    choice, NVIDIA's environment with `nvenv`, XLA's flags of `parallel` and `autotuneN`."""
+    choice, NVIDIA's environment (`nvidia`), XLA's flags of `parallel` and `autotuneN`."""
     from trainer.run import gpu_environment
 
     changed: dict[str, str] = {}
     if xla:
         changed["TF_CPP_MIN_LOG_LEVEL"] = "0"
         changed["TF_CPP_VMODULE"] = f"{gpu_environment.COMPILER_LOG_MODULE}=4"
-    if case.nvidia_environment:  # as training.nvidia_environment sets it
+    if nvidia:  # as the trainer sets it where the plan says so
         changed.update(gpu_environment.set_nvidia_environment({}))
     # Parallel compilation needs nvlink or, without it (the image: the nvcc wheel has none),
     # the driver's linker (assemble_compilation_provider.cc).
@@ -119,8 +120,12 @@ def run(case: Case, plan: Any, data: str, batch: int, size: int, classes: int, w
     xla = plan.xla if case.xla is None else case.xla
     precision = plan.mixed_precision if case.precision == "plan" else \
         TRAINER_PRECISION[case.precision]
-    plan = dataclasses.replace(plan, xla=xla, mixed_precision=precision)
-    os.environ.update(environment(case, xla))
+    # The plan's case runs with NVIDIA's environment where the plan turns it on; the others
+    # (and the plan's, with `nvenv`) where the case name asks for it.
+    nvidia = case.nvidia_environment or (case.precision == "plan" and plan.nvidia_environment)
+    plan = dataclasses.replace(plan, xla=xla, mixed_precision=precision,
+                               nvidia_environment=nvidia)
+    os.environ.update(environment(case, xla, nvidia))
     from trainer.run import gpu_environment
 
     compiler = gpu_environment.compiler(os.environ) if xla and plan.gpus_per_machine else None
@@ -143,7 +148,7 @@ def run(case: Case, plan: Any, data: str, batch: int, size: int, classes: int, w
               "policy": keras.mixed_precision.global_policy().name, "xla": plan.xla,
               "batch": batch, "image_size": size, "classes": classes,
               "steps_per_execution": case.steps_per_execution,
-              "nvidia_environment": case.nvidia_environment, "prefetch": case.prefetch,
+              "nvidia_environment": nvidia, "prefetch": case.prefetch,
               "xla_flags": os.environ.get("XLA_FLAGS", ""),
               **({"xla_compiler": compiler} if compiler else {})}
     synthetic = inputs(tf, "synthetic", data, batch, size, classes)

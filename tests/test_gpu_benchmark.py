@@ -35,7 +35,8 @@ def test_the_plan_is_the_one_stage_1_makes_for_the_gpu_tensorflow_names(gpu_modu
     assert gpu_module.accelerator_type("NVIDIA H200") == "NVIDIA_H200_141GB"
     assert gpu_module.accelerator_type("Tesla T4") == "NVIDIA_TESLA_T4"
     hopper = gpu_module.plan_for("NVIDIA H100 80GB HBM3", (9, 0))
-    assert (hopper.mixed_precision, hopper.xla, hopper.strategy) == ("off", False, "single")
+    assert (hopper.mixed_precision, hopper.xla, hopper.strategy, hopper.nvidia_environment) \
+        == ("float16", False, "single", True)
     assert gpu_module.plan_for("Tesla T4", (7, 5)).mixed_precision == "float16"
     # A GPU the catalog does not name is planned from what TensorFlow reports of it.
     assert gpu_module.plan_for("NVIDIA Future GPU", (8, 0)).mixed_precision == "bfloat16"
@@ -49,8 +50,9 @@ def test_case_names_parse_into_variants_and_bad_ones_name_what_is_valid(gpu_modu
         "bfloat16", True, 512, 4)
     assert case.nvidia_environment and case.prefetch and case.parallel and case.autotune == 2
     assert gpu_cases.parse("plan").xla is None  # the plan's own choice
-    env = gpu_cases.environment(case, xla=True)
+    env = gpu_cases.environment(case, xla=True, nvidia=True)
     assert env["TF_GPU_THREAD_MODE"] == "gpu_private"
+    assert "TF_GPU_THREAD_MODE" not in gpu_cases.environment(case, xla=False, nvidia=False)
     assert "--xla_gpu_enable_llvm_module_compilation_parallelism=true" in env["XLA_FLAGS"]
     assert env["TF_CPP_VMODULE"] == "assemble_compilation_provider=4"
     for bad, says in (("fp8-xla", "PRECISION one of plan, float32"),
@@ -85,7 +87,7 @@ def test_the_benchmark_runs_the_trainers_step_as_planned_for_an_h100(tmp_path):
     # The trainer's GPU check passes with the GPUs there are and refuses one more.
     assert check["gpu_check_passes"] and check["gpu_check_refuses"]
     assert "--expected-gpus 1" in check["gpu_check_message"]
-    assert "mixed precision off; XLA off" in check["plan"]
+    assert "mixed precision float16; XLA off; NVIDIA's environment" in check["plan"]
     assert check["xla_compiler"]["compiler"] in ("ptxas", "driver")
     phases = [(c["case"], c["phase"], c.get("input")) for c in results["cases"]]
     assert phases == [
@@ -95,7 +97,9 @@ def test_the_benchmark_runs_the_trainers_step_as_planned_for_an_h100(tmp_path):
         ("plan+tfrecords+profile", "profile", None),
         ("bfloat16-xla+b8", "warmup", None), ("bfloat16-xla+b8", "timed", "synthetic")]
     plan, records = results["cases"][1], results["cases"][2]
-    assert (plan["policy"], plan["xla"], plan["batch"]) == ("float32", False, 4)
+    # The plan's case runs as the plan says: float16 with NVIDIA's environment on Hopper.
+    assert (plan["policy"], plan["xla"], plan["batch"], plan["nvidia_environment"]) == (
+        "mixed_float16", False, 4, True)
     assert records["images_per_second"] > 0 and records["step_ms"] > 0 and records["steps"] == 2
     assert plan["peak_memory_gib"] is None  # no GPU: no allocator to read
     # The profile ran the trainer's profiler; on a CPU it says there are no GPU kernels.

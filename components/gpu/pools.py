@@ -178,7 +178,7 @@ def check_gpu_types(pools: Pools, strategy: str) -> list[str]:
 
 
 def plan_for_pools(pools: Pools, *, strategy: str = "auto", mixed_precision: str = "auto",
-                   xla: str = "auto") -> TrainingPlan:
+                   xla: str = "auto", nvidia_environment: str = "auto") -> TrainingPlan:
     """The training plan of checked worker pools (`trainer.cluster.training_plan`, which
     chooses the strategy); with several GPU types on the training machines, the plan of
     what every one can do.
@@ -195,7 +195,8 @@ def plan_for_pools(pools: Pools, *, strategy: str = "auto", mixed_precision: str
         return ((weakest(known) if len(known) > 1 else known[0]) if known else None), count
 
     plan = plan_training(layout_of(pools), strategy=strategy, mixed_precision=mixed_precision,
-                         xla=xla, devices=devices, reduction_server=reduction_server(pools))
+                         xla=xla, devices=devices, reduction_server=reduction_server(pools),
+                         nvidia_environment=nvidia_environment)
     kinds, _ = training_gpus(pools, plan.strategy)
     if len([k for k in kinds if k in ACCELERATORS]) > 1:  # the plan names every type it serves
         plan = dataclasses.replace(plan, accelerator="+".join(kinds))

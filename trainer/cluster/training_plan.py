@@ -3,8 +3,9 @@ whole cluster from its layout and the training replicas' GPUs, with the reason f
 The one place that chooses the distribution strategy (`choose_strategy`).
 
 Where the training GPUs' architecture has figures measured on a real GPU
-(`trainer.cluster.measured_steps`), mixed precision and XLA are what measured fastest there,
-and the reason cites the figure; elsewhere the rules below decide.
+(`trainer.cluster.measured_steps`), mixed precision, XLA and NVIDIA's environment are what
+measured fastest there, and the reason cites the figures; elsewhere the rules below decide
+(and NVIDIA's environment stays off: it is kept only where a GPU measured it faster).
 
 Stage 1 (GPU-config validation) makes it from the validated worker pools; it travels to
 every replica as `--training-plan` and the trainer applies it (`trainer.run.distribution`)
@@ -42,7 +43,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from trainer.cluster.accelerators import Accelerator
-from trainer.cluster.measured_steps import describe, fastest, measured_on, xla_unmeasured
+from trainer.cluster.measured_steps import (describe, environment_faster, fastest, measured_on,
+                                            xla_unmeasured)
 from trainer.cluster.roles import STRATEGIES, ClusterConfigError, Layout
 from trainer.common.errors import InputError
 
@@ -75,10 +77,13 @@ class TrainingPlan:
             parameter servers).
         mixed_precision: `float16`, `bfloat16` or `off`.
         xla: XLA-compile the training step.
-        reasons: Why, per decision (`strategy`, `all_reduce`, `mixed_precision`, `xla`).
+        reasons: Why, per decision (`strategy`, `all_reduce`, `mixed_precision`, `xla`,
+            `nvidia_environment`).
         accelerator: The training replicas' GPU type; "" on CPUs.
         gpus_per_machine: GPUs of each training machine.
         reduction_server: Pool 2 runs Vertex AI's Reduction Server.
+        nvidia_environment: GPU replicas start TensorFlow with the environment NVIDIA's
+            TensorFlow ResNet-50 sets (`trainer.run.gpu_environment`).
     """
 
     strategy: str
@@ -89,6 +94,7 @@ class TrainingPlan:
     accelerator: str = ""
     gpus_per_machine: int = 0
     reduction_server: bool = False
+    nvidia_environment: bool = False
 
     @property
     def policy(self) -> str:
@@ -124,7 +130,8 @@ class TrainingPlan:
                    reasons=dict(data.get("reasons") or {}),
                    accelerator=str(data.get("accelerator") or ""),
                    gpus_per_machine=int(data.get("gpus_per_machine") or 0),
-                   reduction_server=bool(data.get("reduction_server")))
+                   reduction_server=bool(data.get("reduction_server")),
+                   nvidia_environment=bool(data.get("nvidia_environment")))
 
     @classmethod
     def from_json(cls, text: str) -> TrainingPlan:
@@ -143,20 +150,24 @@ class TrainingPlan:
         return (f"{self.strategy} on {machine}; all-reduce {self.all_reduce}"
                 + (" through the Reduction Server" if self.reduction_server else "")
                 + f"; mixed precision {self.mixed_precision}; XLA "
-                + ("on" if self.xla else "off"))
+                + ("on" if self.xla else "off")
+                + ("; NVIDIA's environment" if self.nvidia_environment else ""))
 
     def describe(self) -> list[str]:
         """The decisions and their reasons, one line each."""
         values = {"strategy": self.strategy, "all_reduce": self.all_reduce,
-                  "mixed_precision": self.mixed_precision, "xla": "on" if self.xla else "off"}
+                  "mixed_precision": self.mixed_precision, "xla": "on" if self.xla else "off",
+                  "nvidia_environment": "on" if self.nvidia_environment else "off"}
         return [f"{name}: {value} ({self.reasons[name]})" if self.reasons.get(name)
                 else f"{name}: {value}" for name, value in values.items()]
 
 
 def requested(options: Any) -> dict[str, str]:
     """What training options (`TrainingOptions` or a section holding its fields) ask of
-    the plan: `strategy`, `mixed_precision` and `xla`, as `plan_training` takes them."""
-    return {name: getattr(options, name) for name in ("strategy", "mixed_precision", "xla")}
+    the plan: `strategy`, `mixed_precision`, `xla` and `nvidia_environment`, as
+    `plan_training` takes them."""
+    return {name: getattr(options, name)
+            for name in ("strategy", "mixed_precision", "xla", "nvidia_environment")}
 
 
 def choose_strategy(layout: Layout, requested: str = "auto") -> str:
@@ -194,7 +205,8 @@ def choose_strategy(layout: Layout, requested: str = "auto") -> str:
 def plan_training(layout: Layout, *, strategy: str = "auto", mixed_precision: str = "auto",
                   xla: str = "auto", gpu: Accelerator | None = None, gpus: int = 0,
                   devices: Callable[[str], tuple[Accelerator | None, int]] | None = None,
-                  reduction_server: bool = False) -> TrainingPlan:
+                  reduction_server: bool = False,
+                  nvidia_environment: str = "auto") -> TrainingPlan:
     """Decides how a cluster trains.
 
     Args:
@@ -208,6 +220,7 @@ def plan_training(layout: Layout, *, strategy: str = "auto", mixed_precision: st
             count of the machines that run its steps (which machines those are depends on
             the strategy: the workers alone under ParameterServerStrategy).
         reduction_server: Pool 2 runs Vertex AI's Reduction Server.
+        nvidia_environment: `auto`, `on` or `off` (`training.nvidia_environment`).
 
     Returns:
         The plan, with a reason for each decision.
@@ -228,12 +241,14 @@ def plan_training(layout: Layout, *, strategy: str = "auto", mixed_precision: st
     all_reduce, reasons["all_reduce"] = _all_reduce(chosen, gpus, reduction_server, problems)
     compiled, reasons["xla"] = _xla(xla, chosen, gpu, all_reduce, problems)
     precision, reasons["mixed_precision"] = _precision(mixed_precision, chosen, gpu, problems,
-                                                       compiled)
+                                                       compiled, nvidia_environment)
+    environment, reasons["nvidia_environment"] = _environment(nvidia_environment, gpu,
+                                                              precision, compiled)
     if problems:
         raise PlanError(problems)
     return TrainingPlan(chosen, all_reduce, precision, compiled, reasons,
                         accelerator=gpu.name if gpu else "", gpus_per_machine=gpus if gpu else 0,
-                        reduction_server=reduction_server)
+                        reduction_server=reduction_server, nvidia_environment=environment)
 
 
 def _strategy_reason(chosen: str, layout: Layout, gpus: int) -> str:
@@ -272,7 +287,8 @@ def _all_reduce(chosen: str, gpus: int, reduction_server: bool,
 
 
 def _precision(requested: str, chosen: str, gpu: Accelerator | None,
-               problems: list[str], compiled: bool) -> tuple[str, str]:
+               problems: list[str], compiled: bool,
+               environment: str = "auto") -> tuple[str, str]:
     requested = "float16" if requested == "on" else requested
     ps = chosen == "parameter_server"
     if requested == "off":
@@ -297,7 +313,9 @@ def _precision(requested: str, chosen: str, gpu: Accelerator | None,
         slow = "" if gpu.tensor_cores else (f"; {where} has no tensor cores, where float16 "
                                             "runs slower than float32")
         return requested, "asked for" + slow
-    rows = measured_on(gpu.architecture, gpu.name)
+    # Figures with NVIDIA's environment count only where the replicas may run with it.
+    rows = [r for r in measured_on(gpu.architecture, gpu.name)
+            if environment != "off" or not r.nvidia_environment]
     allowed = tuple(p for p in PRECISIONS if not (p == "float16" and ps)
                     and not (p == "bfloat16" and not gpu.bfloat16))
     best = fastest(rows, precisions=allowed, xla=compiled)
@@ -311,6 +329,18 @@ def _precision(requested: str, chosen: str, gpu: Accelerator | None,
     if gpu.tensor_cores:
         return "float16", f"{where} has tensor cores (float16 with loss scaling)"
     return "off", f"{where} has no tensor cores: float16 would run slower than float32"
+
+
+def _environment(requested: str, gpu: Accelerator | None, precision: str,
+                 compiled: bool) -> tuple[bool, str]:
+    if gpu is None:
+        return False, "CPUs: its settings are for TensorFlow's GPU threads and cuDNN"
+    if requested != "auto":
+        return requested == "on", "asked for"
+    faster, why = environment_faster(measured_on(gpu.architecture, gpu.name), precision,
+                                     compiled)
+    return faster, why or (f"not measured on {gpu.architecture}: off until a GPU of it "
+                           "measures it faster")
 
 
 def _xla(requested: str, chosen: str, gpu: Accelerator | None, all_reduce: str,

@@ -160,8 +160,9 @@ def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
 
     Under ParameterServerStrategy only the chief runs this (it coordinates the workers).
     """
-    if args.options.nvidia_environment and training.gpus_per_machine:
-        log.info("nvidia_environment: %s", gpu_environment.set_nvidia_environment(os.environ))
+    if training.nvidia_environment and training.gpus_per_machine:
+        log.info("NVIDIA's environment set: %s",
+                 gpu_environment.set_nvidia_environment(os.environ))
     tf = _start_tensorflow(environ)
     from trainer.cluster.watch import formation_watch
 

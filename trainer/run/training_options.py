@@ -88,11 +88,12 @@ class TrainingOptions(pydantic.BaseModel):
         "XLA-compile the training step; auto: off where a real GPU of the architecture "
         "measured it no faster (Hopper), under parameter servers, on CPUs and on GPUs "
         "TensorFlow's XLA cannot target; else on for GPU clusters."))
-    nvidia_environment: bool = Field(False, description=(
+    nvidia_environment: Switch = Field("auto", description=(
         "GPU replicas start TensorFlow with the environment NVIDIA's TensorFlow ResNet-50 "
         "sets (TF_GPU_THREAD_MODE=gpu_private, TF_GPU_THREAD_COUNT=2, "
-        "TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT=1, TF_AUTOTUNE_THRESHOLD=2); off until a "
-        "GPU measures it faster."))
+        "TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT=1, TF_AUTOTUNE_THRESHOLD=2); auto: the "
+        "training plan turns it on where a real GPU of the architecture measured it faster "
+        "(Hopper), off elsewhere."))
     prefetch_to_gpu: bool = Field(False, description=(
         "A machine with one GPU copies the next batches to it while a step runs (a "
         "one-device strategy); off until a GPU measures it faster."))

@@ -90,14 +90,14 @@ def test_a_sidecar_evaluator_beside_multi_worker_training_reports_its_curve(
     # The GPU-only options are accepted and change nothing on CPU replicas.
     chosen = run_local_cluster(Layout(workers=1, evaluators=1), [
         "--job-dir", str(job), "--data-dir", str(small_dataset), "--epochs", "3",
-        "--batch-size", "16", "--prefetch-to-gpu", "--nvidia-environment"],
+        "--batch-size", "16", "--prefetch-to-gpu", "--nvidia-environment", "on"],
         timeout_seconds=600, out=out)
     assert chosen == "multi_worker_mirrored"
     log = out.getvalue()
     evaluations = json.loads((job / "evaluations.json").read_text())
     assert evaluations and evaluations[-1]["epoch"] == 2  # the last epoch's checkpoint
     assert "[trainer evaluator:0] sidecar evaluator done" in log
-    assert "nvidia_environment:" not in log and "xla: XLA compiles" not in log
+    assert "NVIDIA's environment set" not in log and "xla: XLA compiles" not in log
     assert (job / "tensorboard" / "sidecar_evaluator").is_dir()
     summary = publish_training_report(str(job), str(tmp_path / "curves.html"))
     assert summary["evaluations"] == len(evaluations)

@@ -43,19 +43,20 @@ def pool(machine, gpu=None, count=0, replicas=1, image=None):
 
 
 #: A machine of each GPU family the catalog accepts, and what the plan chooses for two of
-#: them under MultiWorkerMirroredStrategy: (all-reduce, mixed precision, XLA). Hopper's is
+#: them under MultiWorkerMirroredStrategy: (all-reduce, mixed precision, XLA, NVIDIA's
+#: environment). Hopper's is
 #: what measured fastest there (`trainer.cluster.measured_steps`), the others' the rules'.
 FAMILIES = {
-    cat.P4: (("n1-standard-8", 1), ("nccl", "off", True)),
-    cat.P100: (("n1-standard-8", 1), ("nccl", "off", True)),
-    cat.V100: (("n1-standard-8", 1), ("nccl", "float16", True)),
-    cat.T4: (("n1-standard-8", 1), ("nccl", "float16", True)),
-    cat.A100: (("a2-highgpu-1g", 1), ("nccl", "bfloat16", True)),
-    cat.A100_80GB: (("a2-ultragpu-1g", 1), ("nccl", "bfloat16", True)),
-    cat.L4: (("g2-standard-8", 1), ("nccl", "bfloat16", True)),
-    cat.H100_80GB: (("a3-highgpu-8g", 8), ("nccl", "off", False)),
-    cat.H100_MEGA: (("a3-megagpu-8g", 8), ("nccl", "off", False)),
-    cat.H200: (("a3-ultragpu-8g", 8), ("nccl", "off", False)),
+    cat.P4: (("n1-standard-8", 1), ("nccl", "off", True, False)),
+    cat.P100: (("n1-standard-8", 1), ("nccl", "off", True, False)),
+    cat.V100: (("n1-standard-8", 1), ("nccl", "float16", True, False)),
+    cat.T4: (("n1-standard-8", 1), ("nccl", "float16", True, False)),
+    cat.A100: (("a2-highgpu-1g", 1), ("nccl", "bfloat16", True, False)),
+    cat.A100_80GB: (("a2-ultragpu-1g", 1), ("nccl", "bfloat16", True, False)),
+    cat.L4: (("g2-standard-8", 1), ("nccl", "bfloat16", True, False)),
+    cat.H100_80GB: (("a3-highgpu-8g", 8), ("nccl", "float16", False, True)),
+    cat.H100_MEGA: (("a3-megagpu-8g", 8), ("nccl", "float16", False, True)),
+    cat.H200: (("a3-ultragpu-8g", 8), ("nccl", "float16", False, True)),
 }
 
 
@@ -73,8 +74,9 @@ def test_the_plan_of_each_gpu_family(gpu):
     assert result.ok, result.errors
     plan = result.plan
     assert plan.strategy == "multi_worker_mirrored" and plan.accelerator == gpu
-    assert (plan.all_reduce, plan.mixed_precision, plan.xla) == expected
-    assert set(plan.reasons) == {"strategy", "all_reduce", "mixed_precision", "xla"}
+    assert (plan.all_reduce, plan.mixed_precision, plan.xla, plan.nvidia_environment) == expected
+    assert set(plan.reasons) == {"strategy", "all_reduce", "mixed_precision", "xla",
+                                 "nvidia_environment"}
     assert all(plan.reasons.values())
     # Under parameter servers: no all-reduce, no XLA, and no float16 (loss scaling).
     ps = plan_for_pools(parse_pools([pool(machine, gpu, count),
@@ -87,44 +89,80 @@ def test_the_plan_of_each_gpu_family(gpu):
 
 def test_on_hopper_the_plan_takes_what_measured_fastest_and_cites_it():
     plan = plan_training(Layout(), gpu=ACCELERATORS[cat.H200], gpus=1)
-    assert (plan.mixed_precision, plan.xla) == ("off", False)
-    # The reason names the figures it chose by and the results file they come from.
+    assert (plan.mixed_precision, plan.xla, plan.nvidia_environment) == ("float16", False, True)
+    # The reason names the figures it chose by and the results files they come from.
     assert plan.reasons["mixed_precision"].startswith(
-        "float32 measured fastest on an NVIDIA H200: 1,786 images/s against float16 1,636, "
+        "float16 with NVIDIA's environment measured fastest on an NVIDIA H200: 2,705 images/s "
+        "against float32 with NVIDIA's environment 2,005, float32 1,784, float16 1,636, "
         "bfloat16 1,554")
-    assert "benchmarks/measured/gpu-h200-2026-11-26.json" in plan.reasons["mixed_precision"]
+    assert "benchmarks/measured/gpu-h200-2026-11-27.json" in plan.reasons["mixed_precision"]
+    assert plan.reasons["nvidia_environment"].startswith(
+        "NVIDIA's environment measured faster: float16 2,705 images/s with it against 1,636 "
+        "without on an NVIDIA H200; float32 2,005 images/s with it against 1,784 without")
     assert plan.reasons["xla"].startswith("no XLA step has been measured on Hopper: on an "
-                                          "NVIDIA H200, XLA's warm-up did not end within 88 s")
-    # An H100 is decided by its own figures; an H100 Mega, never measured, by the H200's.
-    h100 = plan_training(Layout(), gpu=ACCELERATORS[cat.H100_80GB], gpus=1)
-    assert h100.reasons["mixed_precision"].startswith(
-        "float32 measured fastest on an NVIDIA H100 80GB HBM3: 1,525 images/s against "
-        "bfloat16 1,477")
-    mega = plan_training(Layout(), gpu=ACCELERATORS[cat.H100_MEGA], gpus=1)
-    assert "on an NVIDIA H200: 1,786" in mega.reasons["mixed_precision"]
+                                          "NVIDIA H200, XLA's warm-up did not end within 210 s")
+    assert plan.summary().endswith("mixed precision float16; XLA off; NVIDIA's environment")
+    assert TrainingPlan.from_json(plan.to_json()) == plan
+    # An H100 and an H100 Mega are decided by the H200's figures: of the Hopper GPUs it
+    # measured the most cases (figures of two machines are never compared).
+    for gpu in (cat.H100_80GB, cat.H100_MEGA):
+        same = plan_training(Layout(), gpu=ACCELERATORS[gpu], gpus=1)
+        assert (same.mixed_precision, same.nvidia_environment) == ("float16", True)
+        assert "on an NVIDIA H200: 2,705" in same.reasons["mixed_precision"]
+    # Without NVIDIA's environment, only the figures measured without it count.
+    plain = plan_training(Layout(), gpu=ACCELERATORS[cat.H200], gpus=1, nvidia_environment="off")
+    assert (plain.mixed_precision, plain.nvidia_environment) == ("off", False)
+    assert plain.reasons["mixed_precision"].startswith(
+        "float32 measured fastest on an NVIDIA H200: 1,784 images/s against float16 1,636, "
+        "bfloat16 1,554")
+    assert plain.reasons["nvidia_environment"] == "asked for"
+    # Parameter servers rule float16 out: float32, with the environment, measured fastest.
+    ps = plan_training(Layout(workers=1, parameter_servers=1), gpu=ACCELERATORS[cat.H200],
+                       gpus=1)
+    assert (ps.mixed_precision, ps.nvidia_environment) == ("off", True)
     # Asked for, XLA is on; no XLA figure exists, so the precision is the rules' again.
     compiled = plan_training(Layout(), gpu=ACCELERATORS[cat.H200], gpus=1, xla="on")
     assert (compiled.mixed_precision, compiled.xla) == ("bfloat16", True)
     assert "computes bfloat16 on its tensor cores" in compiled.reasons["mixed_precision"]
-    # A precision asked for is kept; without figures (Ampere) the rules decide as before.
+    # A precision asked for is kept; without figures (Ampere) the rules decide as before,
+    # and NVIDIA's environment stays off.
     asked = plan_training(Layout(), gpu=ACCELERATORS[cat.H200], gpus=1,
-                          mixed_precision="float16")
-    assert (asked.mixed_precision, asked.reasons["mixed_precision"]) == ("float16", "asked for")
+                          mixed_precision="bfloat16")
+    assert (asked.mixed_precision, asked.reasons["mixed_precision"]) == ("bfloat16", "asked for")
     ampere = plan_training(Layout(), gpu=ACCELERATORS[cat.A100], gpus=1)
-    assert (ampere.mixed_precision, ampere.xla) == ("bfloat16", True)
+    assert (ampere.mixed_precision, ampere.xla, ampere.nvidia_environment) == \
+        ("bfloat16", True, False)
+    assert ampere.reasons["nvidia_environment"].startswith("not measured on Ampere")
+    cpu = plan_training(Layout(), nvidia_environment="on")
+    assert not cpu.nvidia_environment and cpu.reasons["nvidia_environment"].startswith("CPUs")
+    # A plan written before the decision existed reads as without it.
+    older = {k: v for k, v in plan.to_dict().items() if k != "nvidia_environment"}
+    assert not TrainingPlan.from_dict(older).nvidia_environment
 
 
 def test_the_measured_table_picks_the_fastest_of_one_gpu():
-    from trainer.cluster.measured_steps import MeasuredStep, fastest, xla_unmeasured
+    from trainer.cluster.measured_steps import (MeasuredStep, environment_faster, fastest,
+                                                xla_unmeasured)
 
     rows = [MeasuredStep("G2", "T2", "Arch", "off", False, 900.0, "", "b.json"),
             MeasuredStep("G2", "T2", "Arch", "bfloat16", True, 2000.0, "", "b.json"),
             MeasuredStep("G1", "T1", "Arch", "off", False, 5000.0, "", "a.json")]
-    # The first GPU listed with figures is the one compared: never a mix of two GPUs.
+    # The GPU with the most cases measured is the one compared: never a mix of two GPUs.
     assert fastest(rows, precisions=("off", "bfloat16"), xla=None).images_per_second == 2000
+    # One case each: the first listed (the plan's own GPU is listed first).
     assert fastest(rows, precisions=("off",), xla=None).gpu == "G2"
     assert fastest(rows, precisions=("float16",), xla=None) is None
     assert xla_unmeasured(rows) == ""  # an XLA step was measured
+    # NVIDIA's environment: on only where every pair measured both ways was faster with it.
+    assert environment_faster(rows, "off", False) == (False, "")
+    paired = [*rows, MeasuredStep("G2", "T2", "Arch", "off", False, 1000.0, "", "c.json", True)]
+    assert environment_faster(paired, "off", False) == (
+        True, "NVIDIA's environment measured faster: float32 1,000 images/s with it against "
+        "900 without on an G2 [c.json, b.json]")
+    slower = [*paired, MeasuredStep("G2", "T2", "Arch", "bfloat16", True, 1900.0, "", "c.json",
+                                    True)]
+    faster, why = environment_faster(slower, "off", False)
+    assert not faster and why.startswith("NVIDIA's environment measured no faster: float32")
 
 
 @pytest.mark.parametrize("gpu,machine,why", [
