@@ -43,8 +43,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from trainer.cluster.accelerators import Accelerator
-from trainer.cluster.measured_steps import (describe, environment_faster, fastest, measured_on,
-                                            xla_unmeasured)
+from trainer.cluster.measured_steps import (
+    describe,
+    environment_faster,
+    fastest,
+    measured_on,
+    xla_unmeasured,
+)
 from trainer.cluster.roles import STRATEGIES, ClusterConfigError, Layout
 from trainer.common.errors import InputError
 

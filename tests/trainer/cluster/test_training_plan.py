@@ -141,8 +141,12 @@ def test_on_hopper_the_plan_takes_what_measured_fastest_and_cites_it():
 
 
 def test_the_measured_table_picks_the_fastest_of_one_gpu():
-    from trainer.cluster.measured_steps import (MeasuredStep, environment_faster, fastest,
-                                                xla_unmeasured)
+    from trainer.cluster.measured_steps import (
+        MeasuredStep,
+        environment_faster,
+        fastest,
+        xla_unmeasured,
+    )
 
     rows = [MeasuredStep("G2", "T2", "Arch", "off", False, 900.0, "", "b.json"),
             MeasuredStep("G2", "T2", "Arch", "bfloat16", True, 2000.0, "", "b.json"),
