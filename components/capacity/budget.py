@@ -9,6 +9,11 @@ registered model's measured seconds per epoch, or, with no measured speed, the j
 estimate is what the job can cost at most. A configuration over the budget, or with a
 type the table cannot price, is dropped with a line; the run is refused when none is left.
 
+The training step holds its alternatives to the budget again before it creates its first
+job (`hold`), at the speed of the newest registered model then: a scheduled run, whose
+schedule was held when it was created, is refused or loses a fallback when the runs
+before it showed a slower speed.
+
 While the job runs, the training step's follower (`components.capacity.following`) asks
 `running_guard` at every look: what the job has cost since it started plus what its
 remaining epochs will cost at the seconds per epoch it has shown; past the budget, the
@@ -25,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from components.capacity.cost import PRICES_READ, hourly, priced
-from trainer.common.errors import InputError, StageError
+from trainer.common.errors import InputError, ProjectError, StageError
 
 if TYPE_CHECKING:
     from components.gpu.alternatives import Alternative
@@ -192,6 +197,37 @@ def within(vertex: Mapping[str, Any], kept: Sequence[int]) -> dict[str, Any]:
 
     first, *rest = [configuration(i) for i in kept]
     return {**vertex, **first, "fallbacks": rest}
+
+
+def hold(vertex: VertexOptions, alternatives: Sequence[Alternative], epochs: int,
+         log: Callable[[str], None],
+         measured: Callable[[], tuple[str, dict[str, Any]] | None]) -> list[Alternative]:
+    """The training step's hold, before it creates a job: each alternative over
+    `vertex.budget_usd` is dropped with a line (`check`), at the seconds per epoch of the
+    newest registered model (`measured`: `measured_speed.newest_measured`), or at
+    `vertex.timeout` when none measured one or the registry cannot be read (said).
+
+    Raises:
+        BudgetError: None fits; nothing is created.
+    """
+    if vertex.budget_usd <= 0:
+        return list(alternatives)
+    from components.capacity.measured_speed import seconds_per_epoch
+
+    try:
+        found = measured()
+    except ProjectError as exc:  # the estimate falls back to the timeout, said
+        log(f"budget: the newest measured speed could not be read ({exc})")
+        found = None
+    per_epoch = seconds_per_epoch(found[1]) if found else None
+    priced_now = estimates(vertex, alternatives, epochs=epochs, seconds_per_epoch=per_epoch,
+                           measured_by=found[0] if found else "")
+    held = check(priced_now, vertex.budget_usd)
+    for line in held.dropped:
+        log(line)
+    log(f"budget: {priced_now[held.kept[0]].line()}, within vertex.budget_usd "
+        f"{usd(vertex.budget_usd)} USD")
+    return [alternatives[i] for i in held.kept]
 
 
 def running_guard(budget: float, usd_per_hour: float, epochs: int,

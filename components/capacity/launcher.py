@@ -106,6 +106,9 @@ class Launch:
         watch: How jobs are followed (made from `log` when not given).
         guard_for: An alternative's question for its running job (why it must stop, or
             ""; `components.capacity.budget.running_guard`), or None.
+        hold: Before the first job is created, the alternatives a budget leaves
+            (`components.capacity.budget.hold`; it raises when none is left), or None. A
+            step that finds jobs an earlier run of it created was held by that run.
     """
 
     project: str
@@ -120,6 +123,7 @@ class Launch:
     gcp_resources_path: str = ""
     watch: Watch | None = None
     guard_for: Callable[[Alternative], Callable[[Any], str]] | None = None
+    hold: Callable[[Sequence[Alternative]], Sequence[Alternative]] | None = None
 
     def __post_init__(self) -> None:
         if self.watch is None:
@@ -180,12 +184,16 @@ def launch(alternatives: Sequence[Alternative], how: Launch) -> Result:
         NoCapacityError: Every alternative was out of capacity in every round.
         BudgetReachedError: A running job would have passed `vertex.budget_usd` (its
             `how.guard_for`); it was cancelled.
+        BudgetError: No alternative fits `vertex.budget_usd` (`how.hold`); nothing was
+            created.
     """
     attempts: list[Attempt] = []
     jobs = _Jobs(how)
     found = _resume(alternatives, how, attempts, jobs)
     if isinstance(found, Result):
         return found
+    if how.hold is not None and not attempts:  # nothing created yet: held before any is
+        alternatives = how.hold(alternatives)
     for number in range(how.rounds):
         if number:
             wait = how.backoff_seconds * 2 ** (number - 1)

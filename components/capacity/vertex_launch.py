@@ -90,7 +90,8 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
 
     import time
 
-    from components.capacity.budget import guard_for
+    from components.capacity.budget import guard_for, hold
+    from components.capacity.measured_speed import newest_measured
 
     how = Launch(project, make_job, jobs_for,
                  quota_checker(quotas.quotas_client(), project, log), log,
@@ -103,5 +104,7 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
                  watch=Watch(log, poll_seconds=POLL_SECONDS,
                              retry_first_delay=RETRY_FIRST_DELAY,
                              request_timeout=REQUEST_TIMEOUT),
-                 guard_for=guard_for(options, trainer.total_epochs, output_path, time.time))
+                 guard_for=guard_for(options, trainer.total_epochs, output_path, time.time),
+                 hold=lambda found: hold(options, found, trainer.total_epochs, log,
+                                         lambda: newest_measured(options, project)))
     return launch(checked, how)

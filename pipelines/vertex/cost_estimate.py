@@ -11,40 +11,15 @@ its figures. Tuning trials, queueing and provisioning are not counted.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 from components.capacity.cost import PRICES_READ
+from components.capacity.measured_speed import newest_measured, seconds_per_epoch
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients
+from pipelines.vertex.model_registry import list_request
 from trainer.common.errors import ProjectError
-
-
-def seconds_per_epoch(figures: dict[str, Any]) -> float | None:
-    """A run's training seconds per epoch from its efficiency figures."""
-    epochs = max((len(r.get("epochs", [])) for r in figures.get("replicas", {}).values()),
-                 default=0)
-    seconds = figures.get("cluster", {}).get("train_seconds") or 0
-    return seconds / epochs if epochs and seconds else None
-
-
-def _measured(config: Config, clients: Clients) -> tuple[str, dict[str, Any]] | None:
-    """(the model version, its efficiency figures) of the newest registered model that
-    has them."""
-    from components.training.efficiency import FILE
-    from pipelines.vertex.model_registry import list_models
-
-    storage = clients.get_storage()
-    for model in list_models(config, clients):
-        uri = model.artifact_uri.rstrip("/")
-        if not uri.startswith("gs://"):
-            continue
-        bucket, _, path = uri[len("gs://"):].partition("/")
-        blob = storage.bucket(bucket).blob(f"{path}/{FILE}")
-        if blob.exists():
-            return f"{model.name}@{model.version_id}", json.loads(blob.download_as_text())
-    return None
 
 
 def _estimates(config: Config, clients: Clients) -> tuple[list[Any], str]:
@@ -54,7 +29,9 @@ def _estimates(config: Config, clients: Clients) -> tuple[list[Any], str]:
 
     epochs = config.training_options().total_epochs
     try:
-        found = _measured(config, clients)
+        list_request(config)  # a registry that is not named is said as a setting
+        found = newest_measured(config.vertex, config.vertex.project, clients.model_api,
+                                clients.get_storage())
         why = "" if found else ("the first registered model carries efficiency.json, and "
                                 "the next dry run estimates from it")
     except ProjectError as exc:

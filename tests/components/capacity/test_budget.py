@@ -125,3 +125,65 @@ def test_a_running_job_that_would_pass_the_budget_is_cancelled_and_its_cost_reco
                and line.startswith("budget: ") for line in lines)
     record = stopped.value.result.record()
     assert [(a["outcome"], a["job"]) for a in record["attempts"]] == [("budget", job.name)]
+
+
+def _measured(seconds: float):
+    figures = {"cluster": {"train_seconds": seconds},
+               "replicas": {"chief": {"epochs": [{}] * 10}}}
+    return lambda: ("models/7@3", figures)
+
+
+def test_the_training_step_holds_its_configurations_at_the_newest_measured_speed():
+    cfg = config(budget_usd=1.0, prices={"NVIDIA_TESLA_T4": 0.35, "g2-standard-8": 0.9,
+                                         "NVIDIA_L4": 0.7},
+                 fallbacks=[{"worker_pool_specs": pools(L4), "region": "us-east1"}])
+    alternatives, lines = cfg.alternatives(), []
+    # 10 epochs in 1,800 s: the primary 0.79 USD, the L4 fallback 1.60 USD.
+    kept = budget.hold(cfg.vertex, alternatives, 10, lines.append, _measured(1800.0))
+    assert [a.label for a in kept] == ["primary"]
+    assert lines[0].startswith("budget: fallbacks[0] dropped: about 1.60 USD passes "
+                               "vertex.budget_usd 1.00 USD")
+    assert lines[1] == ("budget: primary (us-central1): 1.57 USD an hour, about 0.50 h (10 "
+                        "epoch(s) at 180 s, as models/7@3 measured): 0.79 USD, within "
+                        "vertex.budget_usd 1.00 USD")
+    # The runs before it showed a slower speed: nothing fits, nothing is created.
+    with pytest.raises(budget.BudgetError, match=r"^vertex\.budget_usd is 1\.00 USD and no "
+                       r"configuration fits it: primary \(us-central1\): 1\.57 USD an hour, "
+                       r"about 1\.00 h \(10 epoch\(s\) at 360 s"):
+        budget.hold(cfg.vertex, alternatives, 10, lines.append, _measured(3600.0))
+    # A registry that cannot be read: the estimate is the timeout's, and the line says why.
+    from trainer.common.cloud_calls import CloudCallError
+
+    def unreadable():
+        raise CloudCallError("listing the Model Registry failed: 403 denied")
+
+    lines.clear()
+    with pytest.raises(budget.BudgetError, match="no measured speed: vertex.timeout"):
+        budget.hold(cfg.vertex, alternatives, 10, lines.append, unreadable)
+    assert lines[0] == ("budget: the newest measured speed could not be read (listing the "
+                        "Model Registry failed: 403 denied)")
+    # No budget: nothing is read, everything stays.
+    assert budget.hold(config().vertex, alternatives, 10, lines.append, unreadable) == \
+        alternatives
+
+
+def test_the_launcher_holds_before_its_first_job_and_never_past_an_earlier_one(apis):
+    cfg = config(budget_usd=0.01, prices={"NVIDIA_TESLA_T4": 0.35})
+    held = []
+
+    def refuse(alternatives):
+        held.append([a.label for a in alternatives])
+        raise budget.BudgetError("vertex.budget_usd is 0.01 USD and no configuration fits it")
+
+    alternatives, how, _, _ = launch_settings(apis, cfg, pulled=pushed_images(apis),
+                                              command=["true"], hold=refuse)
+    with pytest.raises(budget.BudgetError):
+        launch(alternatives, how)
+    assert held == [["primary"]] and not apis.jobs  # refused before anything was created
+    # A step that runs again and finds the job its earlier run created follows it: that
+    # run was held already, and a job left unfollowed would train and bill unseen.
+    _, how, _, _ = launch_settings(apis, cfg, pulled=pushed_images(apis), command=["true"])
+    first = launch(alternatives, how)
+    _, again, _, _ = launch_settings(apis, cfg, pulled=pushed_images(apis), command=["true"],
+                                     hold=refuse, find_earlier=lambda: [first.job])
+    assert launch(alternatives, again).job.name == first.job.name and len(held) == 1

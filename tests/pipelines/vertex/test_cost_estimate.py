@@ -10,8 +10,9 @@ import types
 import pytest
 from google.api_core import exceptions
 
+from components.capacity.measured_speed import seconds_per_epoch
 from pipelines.vertex.clients import Clients
-from pipelines.vertex.cost_estimate import estimate_lines, seconds_per_epoch
+from pipelines.vertex.cost_estimate import estimate_lines
 from tests.support.launches import config
 
 RATE = 2 * 2 * 0.21849885  # the default pools: two n1-standard-8 machines (T4s unpriced)

@@ -885,24 +885,60 @@ def test_a_run_killed_mid_canary_with_emails_set_gives_the_champion_its_traffic_
     assert [d["id"] for d in served["deployedModels"]] == [champion_id]
 
 
-def test_a_job_that_would_pass_its_budget_is_cancelled_and_the_step_says_why(emulated_run):
-    """`vertex.budget_usd` while the job runs (the pre-flight's share is
-    `test_cost_estimate`): the first run's training step run again as a run with a 0.05
-    USD budget and the T4 at 36 USD an hour would pass it. The job's two machines cost
-    72.87 USD an hour, so 2.5 s after Vertex AI starts it, what it has cost (plus what its
-    remaining epochs would, once one has ended) passes the budget: the step cancels it,
-    records what it cost, and fails saying why, not as a crash."""
-    first, apis = emulated_run["pipelines"], emulated_run["apis"]
+def _budgeted_rerun(emulated_run, budget_usd, name):
+    """The first run's training step run again as a run of its own under `budget_usd`,
+    with the T4 at 36 USD an hour (its two machines: 72.87 USD an hour)."""
+    first = emulated_run["pipelines"]
     task = emulated_run["tasks"]["train-on-vertex-ai"]
     vertex = {**task.executor_input["inputs"]["parameterValues"]["vertex"],
-              "budget_usd": 0.05, "prices": {"NVIDIA_TESLA_T4": 36.0}}
+              "budget_usd": budget_usd, "prices": {"NVIDIA_TESLA_T4": 36.0}}
     with pytest.raises(TaskFailed) as failed:
-        first.rerun("train-on-vertex-ai", artifacts_under="gs://pipelines/root/budgeted",
-                    run_labels={"vertex-ai-pipelines-run-billing-id": "budgeted-run"},
+        first.rerun("train-on-vertex-ai", artifacts_under=f"gs://pipelines/root/{name}",
+                    run_labels={"vertex-ai-pipelines-run-billing-id": name},
                     parameters={"vertex": vertex})
-    message = str(failed.value)
-    assert "training failed: budget: vertex.budget_usd is 0.05 USD; the job has cost about " \
-        in message, message[-3000:]
+    return str(failed.value)
+
+
+def _estimated_usd(emulated_run, usd_per_hour):
+    """What the training step estimates the first run's 3 epochs cost at `usd_per_hour`:
+    at the seconds per epoch the newest registered model (the first run's) measured."""
+    newest = emulated_run["apis"].models[-1]
+    bucket, _, path = newest["request"]["model"]["artifact_uri"][len("gs://"):].partition("/")
+    figures = json.loads(emulated_run["storage"].bucket(bucket).blob(
+        f"{path}/efficiency.json").download_as_text())
+    return usd_per_hour * figures["cluster"]["train_seconds"] / 3600
+
+
+def test_a_run_whose_estimate_passes_its_budget_is_refused_before_its_first_job(emulated_run):
+    """`vertex.budget_usd` in the training step itself, before it creates a job (as every
+    scheduled run's does): at the speed the newest registered model measured, the primary
+    would cost more than the budget, so the step fails naming both and creates nothing."""
+    apis = emulated_run["apis"]
+    jobs = len(apis.jobs)
+    estimate = _estimated_usd(emulated_run, 72.87)
+    message = _budgeted_rerun(emulated_run, round(estimate / 2, 4), "refused-run")
+    assert re.search(r"training failed: vertex\.budget_usd is [0-9.]+ USD and no configuration "
+                     r"fits it: primary \(us-central1\): 72\.87 USD an hour, about [0-9.]+ h "
+                     r"\(3 epoch\(s\) at \d+ s, as projects/.+ measured\): [0-9.]+ USD", message), \
+        message[-3000:]
+    assert "Traceback" not in message
+    assert len(apis.jobs) == jobs  # nothing was created
+
+
+def test_a_job_that_would_pass_its_budget_is_cancelled_and_the_step_says_why(emulated_run):
+    """`vertex.budget_usd` while the job runs (the pre-flight's share is
+    `test_cost_estimate`): the first run's training step run again as a run with a budget
+    twice what the step estimates from the measured speed (so its hold lets it start), and
+    the T4 at 36 USD an hour. The job's start-up is billed too, and the projection counts
+    it in every epoch, so what it has cost plus what its remaining epochs would passes the
+    budget: the step cancels it, records what it cost, and fails saying why, not as a
+    crash."""
+    apis = emulated_run["apis"]
+    budget_usd = round(2 * _estimated_usd(emulated_run, 72.87), 4)
+    message = _budgeted_rerun(emulated_run, budget_usd, "budgeted-run")
+    assert f"training failed: budget: vertex.budget_usd is {budget_usd:.2f} USD; the job has " \
+           "cost about " in message, message[-3000:]
+    assert f"within vertex.budget_usd {budget_usd:.2f} USD" in message  # the hold let it start
     assert "was cancelled" in message and "Traceback" not in message
     job = list(apis.jobs.values())[-1]
     assert job.state == "JOB_STATE_CANCELLED"
