@@ -130,20 +130,54 @@ def itemised(pools: Iterable[WorkerPool | None], prices: Mapping[str, float], st
 
 def run_cost(jobs: Iterable[Mapping[str, Any]], prices: Mapping[str, float], *,
              epochs: int, training_images: int) -> dict[str, Any]:
-    """The run's estimate from its jobs (each once), per epoch and per 1,000 images."""
+    """The run's estimate from its jobs (each once), per epoch and per 1,000 images, and
+    for each configuration the run tried (`configurations`)."""
     seen: dict[str, JobCost] = {}
+    labels: dict[str, str] = {}
     for job in jobs:
         cost = job_cost(job, prices)
         seen[cost.job] = cost
+        labels[cost.job] = _label(job)
     usd = round(sum(c.usd for c in seen.values()), 4)
     unpriced = sorted({kind for c in seen.values() for kind in c.unpriced})
     return {"usd": usd, "per_epoch_usd": round(usd / epochs, 4) if epochs else None,
             "per_1000_images_usd": round(1000 * usd / training_images, 6)
             if training_images else None,
             "jobs": [dataclasses.asdict(c) | {"billed": c.billed} for c in seen.values()],
+            "configurations": configurations(seen, labels, epochs, training_images),
             "unpriced": unpriced, "prices_read": PRICES_READ, "prices_source": PRICES_SOURCE,
             "leaves_out": "provisioning before each job's start_time, other regions' "
                           "prices, disks, network, storage and the pipeline's own steps"}
+
+
+def _label(job: Mapping[str, Any]) -> str:
+    from components.capacity.job_records import ALTERNATIVE_LABEL
+
+    index = str((job.get("labels") or {}).get(ALTERNATIVE_LABEL, ""))
+    if not index.isdigit():
+        return "unlabelled"
+    return "primary" if index == "0" else f"fallbacks[{int(index) - 1}]"
+
+
+def configurations(seen: Mapping[str, JobCost], labels: Mapping[str, str], epochs: int,
+                   training_images: int) -> list[dict[str, Any]]:
+    """What an epoch and 1,000 training images cost on each configuration the run tried:
+    its price an hour at the seconds per epoch of the job that trained (its billed time
+    over its epochs, start-up included), so that the configurations compare."""
+    trained = next((c for c in reversed(list(seen.values()))
+                    if c.state == "JOB_STATE_SUCCEEDED"), None)
+    per_epoch = trained.seconds / epochs if trained and epochs else None
+    found: dict[str, dict[str, Any]] = {}
+    for name, cost in seen.items():
+        rate = sum(pool["usd_per_hour"] for pool in cost.pools)
+        epoch_usd = rate * per_epoch / 3600 if per_epoch is not None else None
+        found.setdefault(labels[name], {
+            "configuration": labels[name], "usd_per_hour": round(rate, 6),
+            "per_epoch_usd": round(epoch_usd, 4) if epoch_usd is not None else None,
+            "per_1000_images_usd": round(1000 * epoch_usd * epochs / training_images, 6)
+            if epoch_usd is not None and training_images else None,
+            "unpriced": cost.unpriced, "trained": cost is trained})
+    return list(found.values())
 
 
 #: Trial states Vertex AI does not bill (the study record's words: an infeasible trial
@@ -191,6 +225,13 @@ def line(cost: Mapping[str, Any]) -> str:
     if cost["unpriced"]:
         text += (f"; without a price for {', '.join(cost['unpriced'])}: give it in "
                  "vertex.prices (USD per hour)")
+    compared = [c for c in cost.get("configurations", []) if c["per_epoch_usd"] is not None]
+    if len(compared) > 1 or any(not c["trained"] for c in compared):
+        text += "; per configuration tried: " + ", ".join(
+            f"{c['configuration']} {c['per_epoch_usd']:.4f} USD per epoch"
+            + (f", {c['per_1000_images_usd']:.4f} per 1,000 images"
+               if c["per_1000_images_usd"] is not None else "")
+            + (" (trained)" if c["trained"] else "") for c in compared)
     at_list = sorted({j["strategy"] for j in jobs if j.get("on_demand_rate")})
     if at_list:
         text += (f"; {' and '.join(at_list)} job(s) priced at on-demand rates, an upper bound "

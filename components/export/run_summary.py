@@ -1,7 +1,8 @@
 """The run's end, whatever its outcome (the exit handler): how it ended, the
 champion/challenger decision, the rollout and the batch predictions when there were, and,
 on Vertex AI, no canary left serving by a run that did not succeed (the champion gets all
-the traffic back)."""
+the traffic back) and what the run cost, resource by resource
+(`components.capacity.run_cost`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class RunSummary:
 
     facts: list[tuple[str, str]]
     trials: str  # a local study's table in Markdown, or ""
+    cost: dict | None = None  # on Vertex AI, the run's itemised cost (`run_cost.itemise`)
 
     def markdown(self, run: str) -> str:
         return ("\n".join([f"# Run {run}", ""]
@@ -48,9 +50,13 @@ def summarize(state: str, error: str, *, registry_root: str, job_name: str, proj
         restored = restore_on_vertex(project, vertex, job_name)
         if restored:
             facts.append(("deploy", f"left mid-canary: {restored}"))
+    cost = None
+    if not registry_root and project:
+        cost, said = run_cost_of(project, vertex)
+        facts.append(("cost", said))
     record = run_record(registry_root, job_name) if registry_root else None
     if record is None or not record.is_file():
-        return RunSummary(facts, "")
+        return RunSummary(facts, "", cost)
     made = json.loads(record.read_text())
     facts.append(("champion/challenger", made["reason"]))
     if made.get("registered_version"):
@@ -62,3 +68,24 @@ def summarize(state: str, error: str, *, registry_root: str, job_name: str, proj
         facts.append(("batch predictions", f"{scored['predicted']} predicted, "
                       f"{scored['refused']} refused: {scored['directory']}"))
     return RunSummary(facts, made.get("trials", ""))
+
+
+def run_cost_of(project: str, vertex: VertexOptions) -> tuple[dict | None, str]:
+    """(the run's itemised cost, its line), read from Vertex AI in the run's regions by
+    the run's billing label; what cannot be read is said, never a reason to fail."""
+    from components.capacity import run_cost
+    from components.capacity.cost import priced
+    from components.capacity.job_records import BILLING_LABEL, run_labels
+    from components.capacity.vertex_launch import jobs_client
+    from trainer.common.errors import ProjectError
+
+    billing = run_labels().get(BILLING_LABEL, "")
+    if not billing:
+        return None, f"not estimated (the run's {BILLING_LABEL} label is not set)"
+    regions = [vertex.region, *(f.region for f in vertex.fallbacks if f.region)]
+    try:
+        found = run_cost.read_run(project, regions, billing, jobs_client)
+    except ProjectError as exc:
+        return None, f"not estimated ({exc})"
+    cost = run_cost.itemise(**found, prices=priced(vertex.prices))
+    return cost, run_cost.line(cost).removeprefix("cost: ")

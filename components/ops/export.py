@@ -82,11 +82,13 @@ def decide_registration(vertex: dict, register: bool, default: bool, images: dic
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def summarize_run(status: dsl.PipelineTaskFinalStatus, registry_root: str, job_name: str,
-                  project: str, vertex: dict, summary: Output[Markdown]):
+                  project: str, vertex: dict, summary: Output[Markdown],
+                  cost: Output[Artifact]):
     """The exit handler: runs whatever the outcome and says how the run ended, with the
     champion/challenger decision and the rollout when there were; on Vertex AI, a run that
     did not succeed leaves no canary serving (the champion gets all the traffic back):
-    `components.export.run_summary`."""
+    `components.export.run_summary`. On Vertex AI, `cost` is the run's itemised
+    `cost.json` (`components.capacity.run_cost`)."""
     from pathlib import Path
 
     from components.export.run_summary import summarize
@@ -100,5 +102,10 @@ def summarize_run(status: dsl.PipelineTaskFinalStatus, registry_root: str, job_n
                           vertex=validate(VertexOptions, vertex, prefix="vertex", strict=False))
     Path(summary.path).parent.mkdir(parents=True, exist_ok=True)
     Path(summary.path).write_text(ended.markdown(status.pipeline_job_resource_name))
+    if ended.cost is not None:
+        import json
+
+        Path(cost.path).parent.mkdir(parents=True, exist_ok=True)
+        Path(cost.path).write_text(json.dumps(ended.cost, indent=2, sort_keys=True))
     for line in ended.lines():
         say(line)

@@ -100,3 +100,27 @@ def test_a_spot_job_takes_its_spot_price_or_says_it_was_priced_on_demand():
     assert on_demand["usd"] == pytest.approx(2 * 2 * (0.21849885 + 9.79655057), abs=1e-4)
     assert "SPOT job(s) priced at on-demand rates, an upper bound (Spot prices change " \
         "daily: give SPOT:<type> in vertex.prices)" in cost.line(on_demand)
+
+
+def test_each_configuration_tried_is_priced_per_epoch_at_the_speed_that_trained():
+    prices = {**cost.PRICES, "NVIDIA_TESLA_T4": 0.35, "g2-standard-8": 0.9, "NVIDIA_L4": 0.7}
+    l4 = [{"machineSpec": {"machineType": "g2-standard-8", "acceleratorType": "NVIDIA_L4",
+                           "acceleratorCount": 1}, "replicaCount": 1}]
+    queued = {**_job("1", "JOB_STATE_CANCELLED", "2026-11-01T10:00:00Z",
+                     "2026-11-01T10:10:00Z"), "labels": {"gpu-pipeline-alternative": "0"}}
+    trained = {**_job("2", "JOB_STATE_SUCCEEDED", "2026-11-01T11:00:00Z",
+                      "2026-11-01T12:00:00Z", pools=l4),
+               "labels": {"gpu-pipeline-alternative": "1"}}
+    estimate = cost.run_cost([queued, trained], prices, epochs=4, training_images=100_000)
+    primary, fallback = estimate["configurations"]
+    # The fallback trained 4 epochs in an hour: 15 min an epoch, on each configuration.
+    assert (fallback["configuration"], fallback["trained"]) == ("fallbacks[0]", True)
+    assert fallback["per_epoch_usd"] == pytest.approx(1.6 / 4)
+    assert fallback["per_1000_images_usd"] == pytest.approx(1.6 / 100)
+    per_hour = 4 * (2 * 0.21849885 + 0.35)
+    assert (primary["configuration"], primary["trained"]) == ("primary", False)
+    assert primary["per_epoch_usd"] == pytest.approx(per_hour / 4, abs=1e-4)
+    assert f"per configuration tried: primary {per_hour / 4:.4f} USD per epoch" in \
+        cost.line(estimate)
+    assert "fallbacks[0] 0.4000 USD per epoch, 0.0160 per 1,000 images (trained)" in \
+        cost.line(estimate)

@@ -885,6 +885,36 @@ def test_a_run_killed_mid_canary_with_emails_set_gives_the_champion_its_traffic_
     assert [d["id"] for d in served["deployedModels"]] == [champion_id]
 
 
+def test_the_run_ends_with_what_it_cost_resource_by_resource(emulated_run):
+    """The exit handler lists what the run created by its billing label (ListCustomJobs,
+    ListHyperparameterTuningJobs, ListBatchPredictionJobs in the run's regions) and writes
+    the run's `cost.json`: each training job and the batch prediction job with its time,
+    the pipeline run's own fee, and what it cannot price or see, named."""
+    tasks, apis = emulated_run["tasks"], emulated_run["apis"]
+    summary = tasks["summarize-run"]
+    cost = json.loads(emulated_run["mount"].path(summary.artifacts["cost"]["uri"]).read_text())
+    kinds = [item["kind"] for item in cost["items"]]
+    assert kinds == ["training", "batch prediction", "pipeline"], cost["items"]
+    training, batch, fee = cost["items"]
+    (job,) = [j for j in apis.jobs.values() if j.name == training["name"]]
+    assert job.resource["labels"]["vertex-ai-pipelines-run-billing-id"]
+    assert training["hours"] > 0 and training["usd"] > 0 and training["basis"] == "succeeded"
+    assert batch["name"].split("/")[-2] == "batchPredictionJobs" and batch["hours"] > 0
+    # Prediction has price lists of its own: without a PREDICTION: price it is named.
+    assert (batch["usd"], batch["unpriced"]) == (0.0, ["PREDICTION:n1-standard-4"])
+    assert batch["basis"] == "1 x n1-standard-4 node(s), the most it may have run"
+    assert fee["usd"] == 0.03 and cost["usd"] == pytest.approx(training["usd"] + 0.03)
+    assert any("Dataflow" in why for why in cost["not_counted"])
+    # The listings asked for the run's resources only.
+    billing = job.resource["labels"]["vertex-ai-pipelines-run-billing-id"]
+    assert [f'labels.vertex-ai-pipelines-run-billing-id="{billing}"'] in [
+        r.query["filter"] for r in apis.recorded(r"/batchPredictionJobs$", method="GET")]
+    assert re.search(r"\[gpu-pipeline\] run cost: about 0\.0\d USD \(training 0\.00, batch "
+                     r"prediction 0\.00, pipeline 0\.03; prices of 2026-10-07\); without a "
+                     r"price for PREDICTION:n1-standard-4: give it in vertex\.prices; not "
+                     r"counted: ", summary.log.read_text())
+
+
 def _budgeted_rerun(emulated_run, budget_usd, name):
     """The first run's training step run again as a run of its own under `budget_usd`,
     with the T4 at 36 USD an hour (its two machines: 72.87 USD an hour)."""
@@ -901,12 +931,19 @@ def _budgeted_rerun(emulated_run, budget_usd, name):
 
 def _estimated_usd(emulated_run, usd_per_hour):
     """What the training step estimates the first run's 3 epochs cost at `usd_per_hour`:
-    at the seconds per epoch the newest registered model (the first run's) measured."""
-    newest = emulated_run["apis"].models[-1]
-    bucket, _, path = newest["request"]["model"]["artifact_uri"][len("gs://"):].partition("/")
-    figures = json.loads(emulated_run["storage"].bucket(bucket).blob(
-        f"{path}/efficiency.json").download_as_text())
-    return usd_per_hour * figures["cluster"]["train_seconds"] / 3600
+    at the seconds per epoch of the newest registered model that measured them, read as
+    the step reads it (`measured_speed.newest_measured`, against the emulated registry
+    and Cloud Storage)."""
+    from components.capacity.measured_speed import newest_measured, seconds_per_epoch
+    from components.vertex_options import VertexOptions
+    from trainer.common.schema import validate
+
+    task = emulated_run["tasks"]["train-on-vertex-ai"]
+    values = task.executor_input["inputs"]["parameterValues"]
+    vertex = validate(VertexOptions, values["vertex"], prefix="vertex", strict=False)
+    _, figures = newest_measured(vertex, values["project"], emulated_run["clients"].model_api,
+                                 emulated_run["storage"])
+    return usd_per_hour * 3 * seconds_per_epoch(figures) / 3600
 
 
 def test_a_run_whose_estimate_passes_its_budget_is_refused_before_its_first_job(emulated_run):
@@ -1041,6 +1078,12 @@ def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run
     assert cost["usd"] == pytest.approx(2 * 2 * 0.21849885 * seconds / 3600, abs=1e-4)
     assert f"tuning cost: about {cost['usd']:.2f} USD for 2 billed trial(s) of 2" in \
         tasks["best-vertex-trial"].log.read_text()
+    # The run's own cost.json finds the study by the run's label and itemises it as well.
+    run_cost = json.loads(tuned["mount"].path(
+        tasks["summarize-run"].artifacts["cost"]["uri"]).read_text())
+    (study,) = [i for i in run_cost["items"] if i["kind"] == "tuning"]
+    assert study["name"] == resource["name"] and study["basis"] == "2 billed trial(s) of 2"
+    assert study["unpriced"] == ["NVIDIA_TESLA_T4"] and study["usd"] > 0
 
     # The final CustomJob trained with them, and the model's lineage says so.
     final = apis.recorded(r"/customJobs$")[-1]

@@ -57,7 +57,8 @@ a FLEX_START job, its `maxWaitDuration` passes: it then ends as `flex_expiry` sa
 documented). ListCustomJobs reads `labels.KEY="VALUE"` terms of its filter besides
 `state="..."` ones.
 
-A HyperparameterTuningJob (`hyperparameterTuningJobs` create/get/cancel) runs its trials,
+A HyperparameterTuningJob (`hyperparameterTuningJobs` create/get/cancel, and list by its
+filter's `labels.KEY="VALUE"` terms) runs its trials,
 `parallelTrialCount` at a time, each as a CustomJob of its `trialJobSpec` with the trial's
 parameters appended as `--<parameterId> <value>` (Vertex AI docs: "Create a
 hyperparameter tuning job"), its base output directory `<job's>/<trial id>/`, and
@@ -280,6 +281,8 @@ class FakeGoogleApis:
              self._create_tuning_job),
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/hyperparameterTuningJobs/[^/:]+)$",
              self._get_tuning_job),
+            ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+)/hyperparameterTuningJobs$",
+             self._list_tuning_jobs),
             ("POST", r"^/v1/(projects/[^/]+/locations/[^/]+/hyperparameterTuningJobs/[^/:]+)"
                      r":cancel$", self._cancel_tuning_job),
             ("POST", r"^/v1/(projects/[^/]+/locations/[^/]+)/models:upload$", self._upload),
@@ -491,6 +494,17 @@ class FakeGoogleApis:
             return 404, _error(404, f"{name} not found")
         with self._lock:
             return 200, json.loads(json.dumps(job))
+
+    def _list_tuning_jobs(self, parent: str, body: Any) -> tuple[int, Any]:
+        """ListHyperparameterTuningJobs of a region: its filter's `labels.KEY="VALUE"`
+        terms are read."""
+        text = self._request.query.get("filter", [""])[0]
+        wanted = dict(re.findall(r'labels\.([a-z0-9_-]+)="([^"]*)"', text))
+        with self._lock:
+            found = [job for name, job in self.tuning_jobs.items()
+                     if name.startswith(f"{parent}/")
+                     and all((job.get("labels") or {}).get(k) == v for k, v in wanted.items())]
+            return 200, {"hyperparameterTuningJobs": json.loads(json.dumps(found))}
 
     def _cancel_tuning_job(self, name: str, body: Any) -> tuple[int, Any]:
         self.tuning_jobs[name]["cancelled"] = True

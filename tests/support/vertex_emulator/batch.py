@@ -3,7 +3,9 @@ instances from Cloud Storage (the emulator), sends them to the model's serving c
 predictor (`trainer.serving.app`, on the model version's artifacts) and writes Vertex AI's
 output files.
 
-REST reference, projects.locations.batchPredictionJobs: create, get. Refused as Vertex AI
+REST reference, projects.locations.batchPredictionJobs: create, get, list (its filter's
+`labels.KEY="VALUE"` terms; BatchPredictionJob.labels). A job has `startTime` once it runs
+and `endTime` once it ended, as Vertex AI's resource has them. Refused as Vertex AI
 refuses them (400): a model or version the registry does not hold; a custom-trained model
 without `dedicatedResources.machineSpec` (it has no automatic resources); an input format
 other than `jsonl` or no source URI; an output prefix that is not gs://; more starting
@@ -16,11 +18,12 @@ The output directory is `{outputUriPrefix}/prediction-{model display name}-{time
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from typing import Any
 
-from tests.support.vertex_emulator.apis import _error
+from tests.support.vertex_emulator.apis import _error, _now
 
 
 class BatchPredictionService:
@@ -36,6 +39,7 @@ class BatchPredictionService:
     def routes(self) -> list[tuple[str, str, Any]]:
         base = r"^/v1/(projects/[^/]+/locations/[^/]+"
         return [("POST", base + r")/batchPredictionJobs$", self._create),
+                ("GET", base + r")/batchPredictionJobs$", self._list),
                 ("GET", base + r"/batchPredictionJobs/[0-9]+)$", self._get)]
 
     def _version(self, model: str) -> dict[str, Any] | None:
@@ -74,10 +78,19 @@ class BatchPredictionService:
         with self._lock:
             name = f"{parent}/batchPredictionJobs/{5000 + len(self.jobs)}"
             job = {**body, "name": name, "state": "JOB_STATE_RUNNING",
-                   "createTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                   "createTime": _now(), "startTime": _now()}
             self.jobs[name] = job
         threading.Thread(target=self._run, args=(job,), daemon=True).start()
         return 200, job
+
+    def _list(self, parent: str, body: Any, query: Any = None) -> tuple[int, Any]:
+        wanted = dict(re.findall(r'labels\.([a-z0-9_-]+)="([^"]*)"',
+                                 (query or {}).get("filter", [""])[0]))
+        with self._lock:
+            found = [job for name, job in self.jobs.items() if name.startswith(f"{parent}/")
+                     and all((job.get("labels") or {}).get(k) == v
+                             for k, v in wanted.items())]
+        return 200, {"batchPredictionJobs": json.loads(json.dumps(found))}
 
     def _get(self, name: str, body: Any, query: Any = None) -> tuple[int, Any]:
         job = self.jobs.get(name)
@@ -112,8 +125,10 @@ class BatchPredictionService:
                                 ("prediction.errors_stats-00000-of-00001", errors)):
                 storage_client().bucket(bucket).blob(prefix + file).upload_from_string(
                     "".join(json.dumps(x) + "\n" for x in lines))
-            job.update(state="JOB_STATE_SUCCEEDED", outputInfo={"gcsOutputDirectory": directory},
+            job.update(state="JOB_STATE_SUCCEEDED", endTime=_now(),
+                       outputInfo={"gcsOutputDirectory": directory},
                        completionStats={"successfulCount": str(len(results)),
                                         "failedCount": str(len(errors))})
         except Exception as exc:  # noqa: BLE001 - anything fails the job, as on Vertex AI
-            job.update(state="JOB_STATE_FAILED", error={"code": 13, "message": repr(exc)})
+            job.update(state="JOB_STATE_FAILED", endTime=_now(),
+                       error={"code": 13, "message": repr(exc)})

@@ -1,0 +1,172 @@
+"""What a whole run cost on Vertex AI, resource by resource: the run's exit handler finds
+what the run created by the label Vertex AI Pipelines gives every resource of a run
+(`vertex-ai-pipelines-run-billing-id`: gcpc's launchers and the training step put the run's
+labels on each job they create, `components.capacity.job_records`), prices each for the
+time Vertex AI bills it, and names what it cannot see or price.
+
+Itemised, from each resource as Vertex AI returns it:
+
+- every training CustomJob of the run in each alternative's region (`cost.job_cost`:
+  start to end, billed if it succeeded or was cancelled);
+- every HyperparameterTuningJob's trials (`cost.tuning_cost`: each trial's start to end on
+  the trials' pools, a failed or infeasible trial unbilled);
+- every BatchPredictionJob: its machines, at `max_replica_count` (it scales between the
+  starting and the maximum count; the most it may have run, an upper bound) from start to
+  end, at a `PREDICTION:<type>` price from `vertex.prices` (prediction has price lists of
+  its own, which the table does not hold);
+- the pipeline run itself: 0.03 USD a run (Vertex AI's tabular workflows pricing page,
+  its cost examples: "Vertex AI Pipelines | 1 run x $0.03").
+
+Named as not counted, with why: the pipeline's own step machines, the endpoint's nodes
+(the canary and the champion during the window and the grace period), the Dataflow job
+and Cloud Build, none of which this handler can time or price from what it reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from components.capacity.cost import PRICES_READ, hourly, job_cost, tuning_cost
+from components.gpu.worker_pool import WorkerPool
+
+FILE = "cost.json"
+PIPELINE_RUN_USD = 0.03
+PIPELINE_RUN_SOURCE = ("https://cloud.google.com/vertex-ai/docs/tabular-data/tabular-workflows/"
+                       "pricing (cost examples: Vertex AI Pipelines, 1 run x $0.03)")
+NOT_COUNTED = ("the pipeline's own step machines (their machine and time are not in what the "
+               "handler reads)", "the endpoint's nodes during the canary window and the "
+               "grace period", "the Dataflow job of the dataset stage",
+               "Cloud Build's build minutes", "disks, network, storage and logging")
+
+
+@dataclasses.dataclass
+class Item:
+    """One billed resource (or group) of the run."""
+
+    kind: str  # training, tuning, batch prediction, pipeline
+    name: str
+    usd: float
+    hours: float
+    basis: str
+    unpriced: list[str] = dataclasses.field(default_factory=list)
+
+
+def _seconds(resource: Mapping[str, Any]) -> float:
+    from components.durations import timestamp_seconds
+
+    if not resource.get("startTime") or not resource.get("endTime"):
+        return 0.0
+    return max(0.0, timestamp_seconds(resource["endTime"])
+               - timestamp_seconds(resource["startTime"]))
+
+
+def training_items(jobs: Iterable[Mapping[str, Any]], prices: Mapping[str, float]) -> list[Item]:
+    """Each training CustomJob (REST field names)."""
+    found = []
+    for job in jobs:
+        cost = job_cost(job, prices)
+        found.append(Item("training", cost.job, cost.usd, round(cost.seconds / 3600, 4),
+                          f"{cost.state.replace('JOB_STATE_', '').lower()}"
+                          + ("" if cost.billed else ", not billed"), cost.unpriced))
+    return found
+
+
+def tuning_items(studies: Iterable[Mapping[str, Any]], prices: Mapping[str, float]
+                 ) -> list[Item]:
+    """Each HyperparameterTuningJob's trials, on the trials' pools."""
+    from components.gpu.worker_pool import parse_pools
+
+    found = []
+    for study in studies:
+        pools = parse_pools(study.get("trialJobSpec", {}).get("workerPoolSpecs", []))
+        trials = [{"state": str(t.get("state", "")), "seconds": _seconds(t)}
+                  for t in study.get("trials", [])]
+        cost = tuning_cost(trials, pools, prices)
+        found.append(Item("tuning", str(study.get("name", "")), cost["usd"],
+                          round(cost["seconds"] / 3600, 4),
+                          f"{cost['billed_trials']} billed trial(s) of {cost['trials']}",
+                          list(cost["unpriced"])))
+    return found
+
+
+def batch_items(jobs: Iterable[Mapping[str, Any]], prices: Mapping[str, float]) -> list[Item]:
+    """Each BatchPredictionJob, at its maximum replica count for its whole time."""
+    found = []
+    for job in jobs:
+        resources = job.get("dedicatedResources", {})
+        spec = resources.get("machineSpec", {})
+        nodes = int(resources.get("maxReplicaCount") or resources.get("startingReplicaCount")
+                    or 1)
+        pool = WorkerPool(role=0, machine=str(spec.get("machineType", "")),
+                          replicas=nodes, accelerator=str(spec.get("acceleratorType", "") or ""),
+                          gpus_per_machine=int(spec.get("acceleratorCount") or 0))
+        prediction = {k.split(":", 1)[1]: v for k, v in prices.items()
+                      if k.startswith("PREDICTION:")}
+        rate, unpriced = hourly([pool], prediction)
+        seconds = _seconds(job)
+        billed = job.get("state") in ("JOB_STATE_SUCCEEDED", "JOB_STATE_CANCELLED",
+                                      "JOB_STATE_PARTIALLY_SUCCEEDED")
+        found.append(Item("batch prediction", str(job.get("name", "")),
+                          round(rate * seconds / 3600, 4) if billed else 0.0,
+                          round(seconds / 3600, 4),
+                          f"{nodes} x {pool.machine} node(s), the most it may have run",
+                          [f"PREDICTION:{kind}" for kind in unpriced]))
+    return found
+
+
+def itemise(*, training: Sequence[Mapping[str, Any]], studies: Sequence[Mapping[str, Any]],
+            batch: Sequence[Mapping[str, Any]], prices: Mapping[str, float]) -> dict[str, Any]:
+    """The run's `cost.json`: every item, the total of what was priced, and what is not."""
+    items = [*training_items(training, prices), *tuning_items(studies, prices),
+             *batch_items(batch, prices),
+             Item("pipeline", "the pipeline run", PIPELINE_RUN_USD, 0.0, PIPELINE_RUN_SOURCE)]
+    unpriced = sorted({kind for item in items for kind in item.unpriced})
+    return {"usd": round(sum(item.usd for item in items), 4),
+            "items": [dataclasses.asdict(item) for item in items],
+            "by_kind": {kind: round(sum(i.usd for i in items if i.kind == kind), 4)
+                        for kind in dict.fromkeys(i.kind for i in items)},
+            "unpriced": unpriced, "not_counted": list(NOT_COUNTED),
+            "prices_read": PRICES_READ}
+
+
+def line(cost: Mapping[str, Any]) -> str:
+    """The run's cost in one line."""
+    parts = ", ".join(f"{kind} {usd:.2f}" for kind, usd in cost["by_kind"].items())
+    return (f"cost: about {cost['usd']:.2f} USD ({parts}; prices of {cost['prices_read']})"
+            + (f"; without a price for {', '.join(cost['unpriced'])}: give it in "
+               "vertex.prices" if cost["unpriced"] else "")
+            + f"; not counted: {'; '.join(cost['not_counted'])}")
+
+
+def read_run(project: str, regions: Sequence[str], billing_id: str,
+             jobs_for: Callable[[str], Any]) -> dict[str, list[dict[str, Any]]]:
+    """The run's CustomJobs, HyperparameterTuningJobs and BatchPredictionJobs in each of
+    `regions` (REST field names), found by its billing label (`jobs_for(region)`: a
+    JobServiceClient).
+
+    Raises:
+        CloudCallError: A listing failed.
+    """
+    from google.cloud import aiplatform_v1
+    from google.protobuf import json_format
+
+    from components.capacity.job_records import BILLING_LABEL, earlier_jobs_filter
+    from trainer.common.cloud_calls import remote_call
+
+    found: dict[str, list[dict[str, Any]]] = {"training": [], "studies": [], "batch": []}
+    of_run = f'labels.{BILLING_LABEL}="{billing_id}"'
+    for region in dict.fromkeys(regions):
+        parent, client = f"projects/{project}/locations/{region}", jobs_for(region)
+        for key, request, method, wanted in (
+                ("training", aiplatform_v1.ListCustomJobsRequest, client.list_custom_jobs,
+                 earlier_jobs_filter(billing_id)),  # the training step's, not a study's
+                ("studies", aiplatform_v1.ListHyperparameterTuningJobsRequest,
+                 client.list_hyperparameter_tuning_jobs, of_run),
+                ("batch", aiplatform_v1.ListBatchPredictionJobsRequest,
+                 client.list_batch_prediction_jobs, of_run)):
+            with remote_call(f"listing the run's {key} jobs in {region}"):
+                found[key] += [json_format.MessageToDict(type(r).pb(r))
+                               for r in method(request=request(parent=parent, filter=wanted))]
+    return found

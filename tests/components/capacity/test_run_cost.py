@@ -1,0 +1,56 @@
+"""The run's itemised cost (`components.capacity.run_cost`) from resources as Vertex AI
+returns them (REST field names): what is billed, at which price, and what is named as
+unpriced or not counted."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.capacity import run_cost
+from components.capacity.cost import priced
+
+T4_POOLS = [{"machineSpec": {"machineType": "n1-standard-8", "acceleratorType":
+                             "NVIDIA_TESLA_T4", "acceleratorCount": 1}, "replicaCount": "2"}]
+
+
+def _job(name, state, seconds, pools=T4_POOLS):
+    return {"name": name, "state": state, "startTime": "2026-11-27T10:00:00Z",
+            "endTime": f"2026-11-27T10:{seconds // 60:02d}:{seconds % 60:02d}Z",
+            "jobSpec": {"workerPoolSpecs": pools}}
+
+
+def test_every_resource_is_priced_for_its_billed_time_and_the_rest_is_named():
+    prices = priced({"NVIDIA_TESLA_T4": 0.35, "PREDICTION:n1-standard-4": 0.25})
+    study = {"name": "studies/1", "trialJobSpec": {"workerPoolSpecs": T4_POOLS},
+             "trials": [{"state": "SUCCEEDED", "startTime": "2026-11-27T09:00:00Z",
+                         "endTime": "2026-11-27T09:30:00Z"},
+                        {"state": "INFEASIBLE", "startTime": "2026-11-27T09:30:00Z",
+                         "endTime": "2026-11-27T09:40:00Z"}]}
+    batch = {"name": "batch/5000", "state": "JOB_STATE_SUCCEEDED",
+             "startTime": "2026-11-27T11:00:00Z", "endTime": "2026-11-27T11:06:00Z",
+             "dedicatedResources": {"machineSpec": {"machineType": "n1-standard-4"},
+                                    "startingReplicaCount": 1, "maxReplicaCount": 3}}
+    cost = run_cost.itemise(
+        training=[_job("jobs/1", "JOB_STATE_FAILED", 600), _job("jobs/2", "JOB_STATE_SUCCEEDED",
+                                                                 1800)],
+        studies=[study], batch=[batch], prices=prices)
+    rate = 2 * (2 * 0.21849885 + 0.35)  # two n1-standard-8 with a T4 each
+    failed, trained, tuning, scored, fee = cost["items"]
+    assert (failed["usd"], failed["basis"]) == (0.0, "failed, not billed")
+    assert trained["usd"] == pytest.approx(rate / 2, abs=1e-4) and trained["hours"] == 0.5
+    # The infeasible trial is not billed: half an hour of trials.
+    assert (tuning["usd"], tuning["basis"]) == (pytest.approx(rate / 2, abs=1e-4),
+                                                "1 billed trial(s) of 2")
+    # Batch prediction at its most nodes (3) for its 6 minutes, at the prediction price.
+    assert scored["usd"] == pytest.approx(3 * 0.25 * 0.1) and scored["unpriced"] == []
+    assert fee["usd"] == run_cost.PIPELINE_RUN_USD
+    assert cost["usd"] == pytest.approx(rate + 0.075 + 0.03, abs=1e-3)
+    assert cost["by_kind"]["training"] == trained["usd"]
+    said = run_cost.line(cost)
+    assert said.startswith(f"cost: about {cost['usd']:.2f} USD (training ")
+    assert "; not counted: the pipeline's own step machines" in said
+    # Without a prediction price, the batch job is named, never taken as free.
+    unpriced = run_cost.itemise(training=[], studies=[], batch=[batch], prices=priced({}))
+    assert unpriced["unpriced"] == ["PREDICTION:n1-standard-4"]
+    assert "without a price for PREDICTION:n1-standard-4: give it in vertex.prices" in \
+        run_cost.line(unpriced)
