@@ -19,6 +19,12 @@ While the job runs, the training step's follower (`components.capacity.following
 remaining epochs will cost at the seconds per epoch it has shown; past the budget, the
 job is cancelled (its checkpoints stay in its job directory) and the step ends saying so.
 
+The deploy step holds the canary to what the budget leaves (`canary_window`): what the run
+has cost so far (`components.capacity.run_cost`, by the run's billing label) plus the
+canary's nodes for its watch window; the window is shortened to fit, or the canary is
+skipped (the champion keeps serving) when not even two of its looks fit or its machines
+have no `PREDICTION:<type>` price.
+
 Cloud Billing budgets only alert, and only after billing data arrives (hours later); none
 of the anchors (TFX, gcpc, ZenML, Metaflow, Ray, KServe) caps a run's spend.
 """
@@ -228,6 +234,45 @@ def hold(vertex: VertexOptions, alternatives: Sequence[Alternative], epochs: int
     log(f"budget: {priced_now[held.kept[0]].line()}, within vertex.budget_usd "
         f"{usd(vertex.budget_usd)} USD")
     return [alternatives[i] for i in held.kept]
+
+
+def canary_window(budget: float, spent: float | None, usd_per_hour: float,
+                  unpriced: Sequence[str], window: float, interval: float
+                  ) -> tuple[float | None, str]:
+    """How long the canary may be watched under `vertex.budget_usd`: (seconds, or None to
+    skip it; a line saying why when it is not the whole `window`, else "").
+
+    Args:
+        budget: `vertex.budget_usd` (0: no budget, the whole window).
+        spent: What the run has cost so far, None when it could not be read (then the
+            canary is held against the whole budget, and the line says so).
+        usd_per_hour: The canary's nodes (`max_replica_count` of them), an hour.
+        unpriced: Its types without a `PREDICTION:` price.
+        window: `deploy.watch_window`, in seconds.
+        interval: `deploy.check_interval`, in seconds: a window shorter than two looks
+            decides nothing.
+    """
+    if budget <= 0:
+        return window, ""
+    if unpriced:
+        return None, (f"budget: no canary: no price for {', '.join(unpriced)} (give it in "
+                      f"vertex.prices), so its cost cannot be held to vertex.budget_usd "
+                      f"{usd(budget)} USD; the champion keeps serving")
+    unknown = spent is None
+    left = budget - (spent or 0.0)
+    fits = left / usd_per_hour * 3600 if usd_per_hour > 0 else window
+    so_far = ("what the run has cost so far could not be read; held against the whole "
+              "budget" if unknown else f"the run has cost about {usd(spent or 0.0)} USD")
+    if fits >= window:
+        return window, ""
+    if fits < 2 * interval:
+        return None, (f"budget: no canary: vertex.budget_usd {usd(budget)} USD leaves "
+                      f"{usd(max(left, 0.0))} USD ({so_far}), and its nodes cost "
+                      f"{usd(usd_per_hour)} USD an hour: not even two looks "
+                      f"({2 * interval:.0f} s) fit; the champion keeps serving")
+    return fits, (f"budget: the canary's watch window shortened from {window:.0f} s to "
+                  f"{fits:.0f} s: vertex.budget_usd {usd(budget)} USD leaves {usd(left)} USD "
+                  f"({so_far}), and its nodes cost {usd(usd_per_hour)} USD an hour")
 
 
 def running_guard(budget: float, usd_per_hour: float, epochs: int,

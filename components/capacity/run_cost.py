@@ -26,10 +26,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.capacity.cost import PRICES_READ, hourly, job_cost, tuning_cost
 from components.gpu.worker_pool import WorkerPool
+
+if TYPE_CHECKING:
+    from components.vertex_options import VertexOptions
 
 FILE = "cost.json"
 PIPELINE_RUN_USD = 0.03
@@ -91,6 +94,12 @@ def tuning_items(studies: Iterable[Mapping[str, Any]], prices: Mapping[str, floa
     return found
 
 
+def prediction_prices(prices: Mapping[str, float]) -> dict[str, float]:
+    """The `PREDICTION:<type>` prices of `vertex.prices`, by type (prediction nodes have
+    price lists of their own; the table holds training prices)."""
+    return {k.split(":", 1)[1]: v for k, v in prices.items() if k.startswith("PREDICTION:")}
+
+
 def batch_items(jobs: Iterable[Mapping[str, Any]], prices: Mapping[str, float]) -> list[Item]:
     """Each BatchPredictionJob, at its maximum replica count for its whole time."""
     found = []
@@ -102,9 +111,7 @@ def batch_items(jobs: Iterable[Mapping[str, Any]], prices: Mapping[str, float]) 
         pool = WorkerPool(role=0, machine=str(spec.get("machineType", "")),
                           replicas=nodes, accelerator=str(spec.get("acceleratorType", "") or ""),
                           gpus_per_machine=int(spec.get("acceleratorCount") or 0))
-        prediction = {k.split(":", 1)[1]: v for k, v in prices.items()
-                      if k.startswith("PREDICTION:")}
-        rate, unpriced = hourly([pool], prediction)
+        rate, unpriced = hourly([pool], prediction_prices(prices))
         seconds = _seconds(job)
         billed = job.get("state") in ("JOB_STATE_SUCCEEDED", "JOB_STATE_CANCELLED",
                                       "JOB_STATE_PARTIALLY_SUCCEEDED")
@@ -170,3 +177,24 @@ def read_run(project: str, regions: Sequence[str], billing_id: str,
                 found[key] += [json_format.MessageToDict(type(r).pb(r))
                                for r in method(request=request(parent=parent, filter=wanted))]
     return found
+
+
+def of_run(project: str, vertex: VertexOptions) -> tuple[dict[str, Any] | None, str]:
+    """(the run's itemised cost so far, its line; or None and why not), read from Vertex AI
+    in the run's regions by the run's billing label (`VERTEX_AI_PIPELINES_RUN_LABELS`);
+    what cannot be read is said, never raised."""
+    from components.capacity.cost import priced
+    from components.capacity.job_records import BILLING_LABEL, run_labels
+    from components.capacity.vertex_launch import jobs_client
+    from trainer.common.errors import ProjectError
+
+    billing = run_labels().get(BILLING_LABEL, "")
+    if not billing:
+        return None, f"not estimated (the run's {BILLING_LABEL} label is not set)"
+    regions = [vertex.region, *(f.region for f in vertex.fallbacks if f.region)]
+    try:
+        found = read_run(project, regions, billing, jobs_client)
+    except ProjectError as exc:
+        return None, f"not estimated ({exc})"
+    cost = itemise(**found, prices=priced(vertex.prices))
+    return cost, line(cost).removeprefix("cost: ")

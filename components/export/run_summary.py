@@ -52,7 +52,9 @@ def summarize(state: str, error: str, *, registry_root: str, job_name: str, proj
             facts.append(("deploy", f"left mid-canary: {restored}"))
     cost = None
     if not registry_root and project:
-        cost, said = run_cost_of(project, vertex)
+        from components.capacity.run_cost import of_run
+
+        cost, said = of_run(project, vertex)
         facts.append(("cost", said))
     record = run_record(registry_root, job_name) if registry_root else None
     if record is None or not record.is_file():
@@ -69,23 +71,3 @@ def summarize(state: str, error: str, *, registry_root: str, job_name: str, proj
                       f"{scored['refused']} refused: {scored['directory']}"))
     return RunSummary(facts, made.get("trials", ""))
 
-
-def run_cost_of(project: str, vertex: VertexOptions) -> tuple[dict | None, str]:
-    """(the run's itemised cost, its line), read from Vertex AI in the run's regions by
-    the run's billing label; what cannot be read is said, never a reason to fail."""
-    from components.capacity import run_cost
-    from components.capacity.cost import priced
-    from components.capacity.job_records import BILLING_LABEL, run_labels
-    from components.capacity.vertex_launch import jobs_client
-    from trainer.common.errors import ProjectError
-
-    billing = run_labels().get(BILLING_LABEL, "")
-    if not billing:
-        return None, f"not estimated (the run's {BILLING_LABEL} label is not set)"
-    regions = [vertex.region, *(f.region for f in vertex.fallbacks if f.region)]
-    try:
-        found = run_cost.read_run(project, regions, billing, jobs_client)
-    except ProjectError as exc:
-        return None, f"not estimated ({exc})"
-    cost = run_cost.itemise(**found, prices=priced(vertex.prices))
-    return cost, run_cost.line(cost).removeprefix("cost: ")

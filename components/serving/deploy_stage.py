@@ -42,9 +42,34 @@ def serving_quota_refusals(project: str, options: VertexOptions, client: Any = N
     return [q.describe(project) for q in quotas.check(needed, infos) if q.refused]
 
 
+def canary_budget(options: VertexOptions, spent: Callable[[], float | None]
+                  ) -> tuple[float | None, str]:
+    """The canary's watch window under `vertex.budget_usd` (`budget.canary_window`): its
+    nodes (`max_replica_count` of them) at their `PREDICTION:` prices, beside what the run
+    has cost so far (`spent`, read only under a budget)."""
+    from components.capacity.budget import canary_window
+    from components.capacity.cost import hourly, priced
+    from components.capacity.run_cost import prediction_prices
+    from components.durations import duration_seconds
+    from components.gpu.worker_pool import WorkerPool
+
+    rule = options.deploy
+    window = duration_seconds(rule.watch_window) or 0.0
+    if options.budget_usd <= 0:
+        return window, ""
+    nodes = WorkerPool(role=0, machine=rule.machine_type, accelerator=rule.accelerator_type,
+                       gpus_per_machine=(rule.accelerator_count or 1) if rule.accelerator_type
+                       else 0, replicas=rule.max_replica_count)
+    rate, unpriced = hourly([nodes], prediction_prices(priced(options.prices)))
+    return canary_window(options.budget_usd, spent(), rate,
+                         [f"PREDICTION:{kind}" for kind in unpriced], window,
+                         duration_seconds(rule.check_interval) or 60.0)
+
+
 def deploy_on_vertex(project: str, options: VertexOptions, model: str, job_name: str,
                      log: Callable[[str], None], clients: Any = None,
-                     quotas: Any = None) -> Rollout:
+                     quotas: Any = None,
+                     spent: Callable[[], float | None] | None = None) -> Rollout:
     """Rolls `model` (`projects/.../models/ID@VERSION`) out on `options.deploy.endpoint`.
 
     Args:
@@ -55,6 +80,9 @@ def deploy_on_vertex(project: str, options: VertexOptions, model: str, job_name:
         log: Where progress goes.
         clients: The API clients (`vertex_endpoint.Clients`); default: the real ones.
         quotas: The Cloud Quotas client; default: the real one.
+        spent: What the run has cost so far (None: unknown), read only under
+            `vertex.budget_usd`; default: the run's resources by its billing label
+            (`run_cost.of_run`).
     """
     from components.serving import vertex_endpoint as vertex
 
@@ -64,6 +92,15 @@ def deploy_on_vertex(project: str, options: VertexOptions, model: str, job_name:
                          + "; ".join(refused))
         log(f"deploy: not deployed; {record.reason}; the champion keeps serving")
         return record
+    window, why = canary_budget(options, spent or (lambda: _spent_so_far(project, options,
+                                                                         log)))
+    if why:
+        log(why)
+    if window is None:
+        return Rollout("not deployed", why.removeprefix("budget: "))
+    if why:  # a shorter window: what the budget leaves
+        options = options.model_copy(update={"deploy": options.deploy.model_copy(
+            update={"watch_window": f"{window:.0f}s"})})
     clients = clients or vertex.clients_for(options.region)
     endpoint = vertex.find_or_create(clients, project, options.region, options.deploy.endpoint,
                                      encryption_key=options.encryption_key,
@@ -71,6 +108,17 @@ def deploy_on_vertex(project: str, options: VertexOptions, model: str, job_name:
     log(f"deploy: endpoint {endpoint.name} ({endpoint.display_name})")
     target = vertex.VertexEndpoint(clients, endpoint, model, options.deploy, job_name)
     return roll_out(target, options.deploy, log=log)
+
+
+def _spent_so_far(project: str, options: VertexOptions, log: Callable[[str], None]
+                  ) -> float | None:
+    from components.capacity.run_cost import of_run
+
+    cost, said = of_run(project, options)
+    if cost is None:
+        log(f"budget: what the run has cost so far: {said}")
+        return None
+    return float(cost["usd"])
 
 
 def restore_on_vertex(project: str, options: VertexOptions, job_name: str,

@@ -297,3 +297,53 @@ def test_a_canary_the_serving_quota_refuses_is_not_deployed(apis):
             "needs 2 (2 x 1 NVIDIA_TESLA_T4) but the quota allows 1") in record.reason
     assert len(apis.recorded(r":deployModel$")) == before
     assert lines == [f"deploy: not deployed; {record.reason}; the champion keeps serving"]
+
+
+def test_the_canary_is_held_to_what_the_budget_leaves(apis):
+    """Under `vertex.budget_usd` the deploy stage prices the canary's nodes (PREDICTION:
+    prices) for its window beside what the run has cost so far: the window is shortened to
+    fit, or, when not even two looks fit or the nodes have no price, the canary is skipped
+    and nothing is deployed (the champion keeps serving)."""
+    from google.cloud import cloudquotas_v1
+
+    from components.serving.deploy_stage import canary_budget, deploy_on_vertex
+    from components.vertex_options import VertexOptions
+
+    rule = {**RULE.model_dump(), "watch_window": "3600s", "check_interval": "60s",
+            "max_replica_count": 2}
+
+    def options(budget, **prices):
+        return VertexOptions(budget_usd=budget, deploy=rule,
+                             prices={f"PREDICTION:{k}": v for k, v in prices.items()})
+
+    # No budget: the whole window, and nothing read.
+    assert canary_budget(options(0.0), spent=lambda: 1 / 0) == (3600.0, "")
+    # Two n1-standard-4 nodes at 0.25 USD an hour: 0.50 an hour; 0.25 USD left: 30 min.
+    window, why = canary_budget(options(1.0, **{"n1-standard-4": 0.25}), spent=lambda: 0.75)
+    assert window == pytest.approx(1800.0)
+    assert why == ("budget: the canary's watch window shortened from 3600 s to 1800 s: "
+                   "vertex.budget_usd 1.00 USD leaves 0.25 USD (the run has cost about "
+                   "0.75 USD), and its nodes cost 0.50 USD an hour")
+    assert canary_budget(options(10.0, **{"n1-standard-4": 0.25}), spent=lambda: 0.75) == \
+        (3600.0, "")  # it fits: the whole window
+    # What the run cost could not be read: held against the whole budget, and said.
+    window, why = canary_budget(options(0.25, **{"n1-standard-4": 0.25}), spent=lambda: None)
+    assert window == pytest.approx(1800.0) and "could not be read; held against the " \
+        "whole budget" in why
+    # Not even two looks (120 s) fit, or no price: no canary.
+    window, why = canary_budget(options(1.0, **{"n1-standard-4": 0.25}), spent=lambda: 0.99)
+    assert window is None and "not even two looks (120 s) fit" in why
+    window, why = canary_budget(options(1.0), spent=lambda: 0.0)
+    assert window is None and why.startswith(
+        "budget: no canary: no price for PREDICTION:n1-standard-4 (give it in vertex.prices)")
+    # Through the stage: skipped before anything is deployed.
+    clients = _clients(apis)
+    _serving_champion(apis, clients)
+    before = len(apis.recorded(r":deployModel$"))
+    lines: list[str] = []
+    record = deploy_on_vertex("my-proj", options(1.0), f"{MODEL}@2", "run-1", lines.append,
+                              clients=clients,
+                              quotas=rest_client(cloudquotas_v1.CloudQuotasClient, apis),
+                              spent=lambda: 0.1)
+    assert (record.outcome, record.reason) == ("not deployed", why.removeprefix("budget: "))
+    assert len(apis.recorded(r":deployModel$")) == before and lines == [why]
