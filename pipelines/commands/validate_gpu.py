@@ -123,15 +123,37 @@ def _alternatives(vertex: dict, region: str, training: TrainingOptions | None) -
     return check_configuration(options, training).checked
 
 
-def _config_prices(path: Path) -> dict[str, float]:
-    """A gpu-pipeline config's `vertex.prices` (validated with the file), or {}."""
+def _config_vertex(path: Path | None) -> dict[str, Any]:
+    """A gpu-pipeline config's `vertex` section (validated with the file), or {}."""
     import yaml
 
+    if path is None:
+        return {}
     data = yaml.safe_load(Path(path).read_text()) if Path(path).suffix in (".yaml", ".yml") \
         else None
     vertex = data.get("vertex") if isinstance(data, dict) else None
-    prices = vertex.get("prices") if isinstance(vertex, dict) else None
+    return vertex if isinstance(vertex, dict) else {}
+
+
+def _config_prices(path: Path | None) -> dict[str, float]:
+    """A gpu-pipeline config's `vertex.prices`, or {}."""
+    prices = _config_vertex(path).get("prices")
     return {str(k): float(v) for k, v in prices.items()} if isinstance(prices, dict) else {}
+
+
+def most_line(pools: Any, prices: dict[str, float], strategy: str, timeout: str) -> str:
+    """The most a configuration's job can cost: its price for the whole `vertex.timeout`
+    (offline there is no measured speed; `submit --dry-run` estimates the configured
+    epochs at the newest registered model's)."""
+    from components.capacity.budget import usd
+    from components.capacity.cost import hourly, priced
+    from components.durations import duration_seconds
+
+    rate, unpriced = hourly(pools, priced(prices), strategy)
+    hours = (duration_seconds(timeout) or 0.0) / 3600
+    return (f"cost: at most {usd(rate * hours)} USD, the job running its whole vertex.timeout "
+            f"{timeout} ({hours:g} h)" + (" without the unpriced types" if unpriced else "")
+            + "; submit --dry-run estimates the configured epochs from the measured speed")
 
 
 def price_line(pools: Any, prices: dict[str, float], strategy: str = "") -> str:
@@ -147,10 +169,14 @@ def price_line(pools: Any, prices: dict[str, float], strategy: str = "") -> str:
 
 def _report_alternatives(checked: Checked, source: str, as_json: bool,
                          training: TrainingOptions | None,
-                         prices: dict[str, float] | None = None) -> int:
-    """Prints every alternative, each with its index, pools, plan and price, or its
-    problems."""
-    prices = prices or {}
+                         vertex: dict[str, Any] | None = None) -> int:
+    """Prints every alternative, each with its index, pools, plan, price an hour and the
+    most its job can cost (`vertex`: the config's section, for its prices and timeout), or
+    its problems."""
+    from components.vertex_options import VertexOptions
+
+    prices = {str(k): float(v) for k, v in ((vertex or {}).get("prices") or {}).items()}
+    timeout = str((vertex or {}).get("timeout") or VertexOptions.model_fields["timeout"].default)
     from components.gpu.alternatives import batch_lines, input_pipelines_of
 
     pipelines = input_pipelines_of(checked.alternatives)
@@ -171,7 +197,9 @@ def _report_alternatives(checked: Checked, source: str, as_json: bool,
         if alternative.plan is not None:
             print(f"  training plan: {alternative.plan.summary()}")
         if result.ok:
-            print(f"  {price_line(alternative.pools, prices, alternative.scheduling_strategy)}")
+            strategy = alternative.scheduling_strategy
+            print(f"  {price_line(alternative.pools, prices, strategy)}")
+            print(f"  {most_line(alternative.pools, prices, strategy, timeout)}")
     if not checked.ok:
         print(f"invalid GPU configuration ({source}):")
         for error in checked.errors:
@@ -212,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
 
     if isinstance(result, Checked):
         return _report_alternatives(result, source, args.json, training,
-                                    _config_prices(args.config))
+                                    _config_vertex(args.config))
     plan = result.plan.to_dict() if result.plan is not None else None
     if args.json:
         print(json.dumps({"ok": result.ok, "errors": result.errors, "warnings": result.warnings,

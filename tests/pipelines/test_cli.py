@@ -169,12 +169,20 @@ def test_validate_gpu_prices_each_configuration(tmp_path, capsys):
         "prices": {"NVIDIA_TESLA_T4": 0.35, "SPOT:NVIDIA_TESLA_T4": 0.1},
         "fallbacks": [{"scheduling_strategy": "SPOT"}]}}))
     assert main(["validate-gpu", "--config", str(config)]) == 0
-    prices = [line for line in capsys.readouterr().out.splitlines() if "price:" in line]
+    out = capsys.readouterr().out.splitlines()
+    prices = [line for line in out if "price:" in line]
     # The default pools (2 machines, a T4 each), on demand and then as Spot VMs.
     assert prices == [f"  price: {2 * (n1_8 + 0.35):.2f} USD an hour, every replica (prices "
                       "of 2026-10-07)",
                       f"  price: {2 * (n1_8 + 0.1):.2f} USD an hour, every replica (prices "
                       "of 2026-10-07)"]
+    # Offline there is no measured speed: the most each job can cost is its whole timeout
+    # (the default 7 days).
+    most = [line for line in out if "cost:" in line]
+    assert most[0] == (f"  cost: at most {2 * (n1_8 + 0.35) * 168:.2f} USD, the job running "
+                       "its whole vertex.timeout 604800s (168 h); submit --dry-run estimates "
+                       "the configured epochs from the measured speed")
+    assert most[1].startswith(f"  cost: at most {2 * (n1_8 + 0.1) * 168:.2f} USD")
 
 
 def test_validate_gpu_reads_the_documents_config_yaml(tmp_path, capsys):
@@ -197,7 +205,8 @@ def test_validate_gpu_reads_the_documents_config_yaml(tmp_path, capsys):
             assert report["training_plan"] == {
                 "strategy": "parameter_server", "all_reduce": "none", "mixed_precision": "off",
                 "xla": False, "accelerator": "NVIDIA_TESLA_T4", "gpus_per_machine": 4,
-                "reduction_server": False, "reasons": report["training_plan"]["reasons"]}
+                "reduction_server": False, "nvidia_environment": False,
+                "reasons": report["training_plan"]["reasons"]}
         else:  # the legacy machine types carry K80s, which no CUDA 12 image runs
             assert report["training_plan"] is None
             assert all("NVIDIA_TESLA_K80 cannot run the trainer image" in e
