@@ -174,9 +174,11 @@ class VertexOptions(pydantic.BaseModel):
         "PipelineJob, its CustomJobs and tuning job, the model, the endpoint, the batch "
         "prediction and Dataflow jobs. In the run's region; empty: Google-managed keys."))
     budget_usd: float = Field(0.0, ge=0, le=10_000_000, description=(
-        "The most one run's training may cost, in USD (0: no budget). Each configuration "
-        "over it is dropped before anything is created, the run refused when none fits, "
-        "and a running job that would pass it is cancelled (components/capacity/budget.py)."))
+        "The most one run may cost, in USD (0: no budget). Each training configuration "
+        "over it is dropped before anything is created (and again by the training step "
+        "before its first job), the run refused when none fits, a running job that would "
+        "pass it cancelled, a study's trials bounded by it, and the canary's window held "
+        "to what the run leaves (components/capacity/budget.py)."))
     labels: dict[str, str] = Field(default_factory=dict, description=(
         "Labels of the pipeline job and the CustomJob, for cost tracking."))
     serving_check_images: int = Field(REFERENCE_IMAGES, ge=0, le=REFERENCE_IMAGES, description=(

@@ -384,7 +384,7 @@ def test_a_dry_run_estimates_the_cost_from_the_newest_model_s_measured_speed(emu
     assert lines[head] == ("cost estimate (prices of 2026-10-07, without tuning trials, "
                            "queueing and provisioning):")
     found = re.fullmatch(rf"  primary \(us-central1\): {rate:.2f} USD an hour, about "
-                         r"([0-9.]+) h \(4 epoch\(s\) at (\d+) s, as (\S+) measured\): "
+                         r"([0-9.]+) [hs] \(4 epoch\(s\) at (\d+) s, as (\S+) measured\): "
                          r"([0-9.]+) USD", lines[head + 1])
     assert found, lines[head + 1]
     model, _, version = found[3].partition("@")
@@ -956,7 +956,7 @@ def test_a_run_whose_estimate_passes_its_budget_is_refused_before_its_first_job(
     estimate = _estimated_usd(emulated_run, 72.87)
     message = _budgeted_rerun(emulated_run, round(estimate / 2, 4), "refused-run")
     assert re.search(r"training failed: vertex\.budget_usd is [0-9.]+ USD and no configuration "
-                     r"fits it: primary \(us-central1\): 72\.87 USD an hour, about [0-9.]+ h "
+                     r"fits it: primary \(us-central1\): 72\.87 USD an hour, about [0-9.]+ [hs] "
                      r"\(3 epoch\(s\) at \d+ s, as projects/.+ measured\): [0-9.]+ USD", message), \
         message[-3000:]
     assert "Traceback" not in message
