@@ -126,7 +126,7 @@ def compile_model(keras: Any, model: Any, learning_rate: Any, *, jit_compile: bo
 
 
 def unfreeze_for_fine_tuning(keras: Any, model: Any, fraction: float, learning_rate: Any, *,
-                             jit_compile: bool) -> int:
+                             jit_compile: bool, steps_per_execution: int = 1) -> int:
     """Phase 2: unfreezes the top `fraction` of the backbone and re-compiles at the
     fine-tuning learning rate; the optimizer's step count carries on from phase 1 (the
     sidecar evaluator and TensorBoard count epochs from it). Call it inside the
@@ -137,12 +137,14 @@ def unfreeze_for_fine_tuning(keras: Any, model: Any, fraction: float, learning_r
     """
     steps_done = int(model.optimizer.iterations.numpy())
     unfrozen = _unfreeze_top(keras, base_of(keras, model), fraction)
-    compile_model(keras, model, learning_rate, jit_compile=jit_compile)
+    compile_model(keras, model, learning_rate, jit_compile=jit_compile,
+                  steps_per_execution=steps_per_execution)
     model.optimizer.iterations.assign(steps_done)
     return unfrozen
 
 
-def model_for(keras: Any, setup: Any, *, pretrained: bool = True) -> Any:
+def model_for(keras: Any, setup: Any, *, pretrained: bool = True,
+              steps_per_execution: int | None = None) -> Any:
     """The compiled model of a replica's setup for its first phase; call it inside the
     strategy's scope.
 
@@ -152,6 +154,9 @@ def model_for(keras: Any, setup: Any, *, pretrained: bool = True) -> Any:
             above this one).
         pretrained: Load a backbone's `training.weights` (False where checkpoints replace
             them at once: the sidecar evaluator).
+        steps_per_execution: Steps per call of the compiled step; None:
+            `training.steps_per_execution` (the sidecar evaluator's `evaluate` over a
+            dataset of unknown size takes 1).
     """
     from trainer.models.learning_rate import learning_rate
     from trainer.models.weights import local_weights
@@ -162,4 +167,6 @@ def model_for(keras: Any, setup: Any, *, pretrained: bool = True) -> Any:
         return build_model(keras, opts.model, setup.image_size, len(setup.classes),
                            learning_rate(setup.phases[0]), weights=weights,
                            freeze_base=setup.freeze_base, jit_compile=setup.xla,
-                           user_code=opts.user_code)
+                           user_code=opts.user_code,
+                           steps_per_execution=opts.steps_per_execution
+                           if steps_per_execution is None else steps_per_execution)

@@ -40,7 +40,9 @@ class ProfileSteps(keras.callbacks.Callback):
         self.running = self.done = False
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-        if self.done or self.running or batch != self.start_at:
+        # With steps_per_execution > 1 the calls' first steps skip by N: the trace starts
+        # at the first call at or past `start_at`.
+        if self.done or self.running or batch < self.start_at:
             return
         try:
             self.tf.profiler.experimental.start(self.logdir)

@@ -227,7 +227,8 @@ def _fit_phases(tf: Any, keras: Any, strategy: Any, model: Any, setup: ReplicaSe
             with strategy.scope():
                 unfrozen = unfreeze_for_fine_tuning(
                     keras, model, setup.options.fine_tune_fraction, learning_rate(phase),
-                    jit_compile=setup.xla)
+                    jit_compile=setup.xla,
+                    steps_per_execution=setup.options.steps_per_execution)
             log.info("fine-tuning: %d layer(s) of the backbone unfrozen, learning rate %g",
                      unfrozen, phase.learning_rate)
         if setup.strategy == "multi_worker_mirrored":
@@ -286,7 +287,9 @@ def evaluate_beside(args: argparse.Namespace, info: ClusterInfo,
     setup = set_up(args.options, info, training, _locations(args, environ), environ,
                    gpus=len(tf.config.list_physical_devices("GPU")), replicas=1)
     apply_precision(keras, training)
-    model = model_for(keras, setup, pretrained=False)  # each checkpoint replaces the weights
+    # Each checkpoint replaces the weights; `evaluate` over the whole split needs 1 step
+    # per call (Keras cannot size the data otherwise).
+    model = model_for(keras, setup, pretrained=False, steps_per_execution=1)
     spec = dataclasses.replace(setup.input_spec("validation"), training=False, cache=False,
                                training_machines=1)
     where = setup.where

@@ -75,6 +75,18 @@ def epoch_split(begins: Sequence[float], ends: Sequence[float],
     return figures
 
 
+def per_step(split: dict[str, Any], steps_per_call: int) -> dict[str, Any]:
+    """An epoch's figures timed per call of the compiled step (`epoch_split`), per step:
+    each call ran `steps_per_call` steps (its images per second stand)."""
+    if steps_per_call == 1:
+        return split
+    found = {**split, "steps": split["steps"] * steps_per_call}
+    for key in ("step_seconds", "step_seconds_p90", "input_seconds"):
+        if found.get(key) is not None:
+            found[key] = round(found[key] / steps_per_call, 6)
+    return found
+
+
 def warmup_figures(begins: Sequence[float], ends: Sequence[float]) -> dict[str, Any] | None:
     """What the first step of a `fit` cost beyond a steady one (tracing the step function,
     XLA's compilation, cuDNN's autotuning): `first_step_seconds`, `steady_step_seconds`
@@ -120,19 +132,24 @@ class StepTimer(keras.callbacks.Callback):
         memory: Called at each epoch's end: the accelerator's peak memory then, or None.
         compiler: What compiles the step (XLA's PTX compiler, a line), kept with the
             warm-up.
+        steps_per_call: Steps each call of the compiled step runs
+            (`training.steps_per_execution`): Keras calls the batch callbacks once per
+            call, so each timed "step" here is that many, and takes that many batches.
 
     The first epoch of each `fit` also writes a `warmup` line (`warmup_figures`): each
     `fit` (a phase) traces and compiles its step again.
     """
 
     def __init__(self, series: SeriesFile, arrivals: list[float] | None,
-                 images_per_step: int, memory: Any = lambda: None, compiler: str = ""):
+                 images_per_step: int, memory: Any = lambda: None, compiler: str = "",
+                 steps_per_call: int = 1):
         super().__init__()
         # Keras then passes the step's logs on as tensors instead of copying them to the
         # host after every step (a synchronisation the timer does not need).
         self._supports_tf_logs = True
         self.series, self.arrivals = series, arrivals
         self.images_per_step, self.memory = images_per_step, memory
+        self.steps_per_call = steps_per_call
         self._begins: list[float] = []
         self._ends: list[float] = []
         self._base = 0  # the first arrival of this fit's iterator
@@ -162,7 +179,8 @@ class StepTimer(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         waits = None
         if self.arrivals is not None:
-            stamped = self.arrivals[self._base:]
+            # A call takes `steps_per_call` batches: it waits only for its first.
+            stamped = self.arrivals[self._base:][::self.steps_per_call]
             done = self._steps + len(self._ends)
             # Batches the pipeline handed over per step: 1, or fewer when the distributed
             # dataset splits each of this worker's batches between several steps.
@@ -172,9 +190,11 @@ class StepTimer(keras.callbacks.Callback):
         if warmup is not None:
             self.series.add("warmup", fit=self._fits, epoch=epoch + 1, at=time.time(),
                             **warmup, **({"compiler": self.compiler} if self.compiler else {}))
+        split = epoch_split(self._begins, self._ends, waits,
+                            self.images_per_step * self.steps_per_call)
         self.series.add("epoch", epoch=epoch + 1, at=time.time(),
                         peak_memory_bytes=self.memory(),
-                        **epoch_split(self._begins, self._ends, waits, self.images_per_step))
+                        **per_step(split, self.steps_per_call))
         self.series.flush()
         self._steps += len(self._ends)
 
@@ -206,4 +226,5 @@ def for_replica(tf: Any, setup: ReplicaSetup,
 
     # Each training machine takes its share of the global batch per step.
     images = setup.global_batch // max(1, info.training_machines)
-    return series, StepTimer(series, arrivals, images, memory=peak_memory, compiler=compiler)
+    return series, StepTimer(series, arrivals, images, memory=peak_memory, compiler=compiler,
+                             steps_per_call=setup.options.steps_per_execution)

@@ -94,6 +94,10 @@ class TrainingOptions(pydantic.BaseModel):
         "TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT=1, TF_AUTOTUNE_THRESHOLD=2); auto: the "
         "training plan turns it on where a real GPU of the architecture measured it faster "
         "(Hopper), off elsewhere."))
+    steps_per_execution: int = Field(1, ge=1, le=1000, description=(
+        "Training steps each call of the compiled step runs (Keras's steps_per_execution): "
+        "the host hands over and returns to Python once per N steps, for a GPU that waits "
+        "on the host; callbacks see every Nth step. 1 until a GPU measures more faster."))
     prefetch_to_gpu: bool = Field(False, description=(
         "A machine with one GPU copies the next batches to it while a step runs (a "
         "one-device strategy); off until a GPU measures it faster."))

@@ -87,10 +87,12 @@ def test_a_sidecar_evaluator_beside_multi_worker_training_reports_its_curve(
         small_dataset, tmp_path):
     job = tmp_path / "job"
     out = io.StringIO()
-    # The GPU-only options are accepted and change nothing on CPU replicas.
+    # The GPU-only options are accepted and change nothing on CPU replicas; two steps per
+    # call of the compiled step train as one each, and are counted as two.
     chosen = run_local_cluster(Layout(workers=1, evaluators=1), [
         "--job-dir", str(job), "--data-dir", str(small_dataset), "--epochs", "3",
-        "--batch-size", "16", "--prefetch-to-gpu", "--nvidia-environment", "on"],
+        "--batch-size", "16", "--prefetch-to-gpu", "--nvidia-environment", "on",
+        "--steps-per-execution", "2"],
         timeout_seconds=600, out=out)
     assert chosen == "multi_worker_mirrored"
     log = out.getvalue()
@@ -98,6 +100,12 @@ def test_a_sidecar_evaluator_beside_multi_worker_training_reports_its_curve(
     assert evaluations and evaluations[-1]["epoch"] == 2  # the last epoch's checkpoint
     assert "[trainer evaluator:0] sidecar evaluator done" in log
     assert "NVIDIA's environment set" not in log and "xla: XLA compiles" not in log
+    report = json.loads((job / "training_report.json").read_text())
+    from components.training import efficiency
+
+    figures = efficiency.merge(str(job), ["chief-0"], train_seconds=1.0)
+    assert [e["steps"] for e in figures["replicas"]["chief-0"]["epochs"]] == \
+        [report["steps_per_epoch"]] * 3
     assert (job / "tensorboard" / "sidecar_evaluator").is_dir()
     summary = publish_training_report(str(job), str(tmp_path / "curves.html"))
     assert summary["evaluations"] == len(evaluations)

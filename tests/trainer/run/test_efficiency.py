@@ -252,3 +252,16 @@ def test_gpus_that_neither_wait_for_input_nor_stay_busy_are_communication_bound(
         series.add(**line)
     series.flush()
     assert efficiency.merge(str(single), [], 100.0)["verdict"] == "compute-bound"
+
+
+def test_a_call_of_several_steps_is_counted_as_its_steps():
+    from trainer.run.step_split import epoch_split, per_step
+
+    # Two calls of 4 steps each, 0.4 s a call (the first traced), 64 images a step.
+    split = epoch_split([0.0, 1.0, 1.4], [1.0, 1.4, 1.8], [0.0, 0.1, 0.2], 64 * 4)
+    figures = per_step(split, 4)
+    assert (figures["steps"], figures["step_seconds"]) == (12, 0.1)
+    assert figures["images_per_second"] == pytest.approx(640.0)  # 256 images in 0.4 s
+    assert figures["input_seconds"] == pytest.approx(0.0375)  # 0.15 s a call, per step
+    assert figures["input_share"] == split["input_share"]
+    assert per_step(split, 1) is split
