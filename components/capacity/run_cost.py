@@ -14,12 +14,17 @@ Itemised, from each resource as Vertex AI returns it:
   starting and the maximum count; the most it may have run, an upper bound) from start to
   end, at a `PREDICTION:<type>` price from `vertex.prices` (prediction has price lists of
   its own, which the table does not hold);
+- the canary of each model the run registered (ListModels by the label; its rollout in
+  `decision.json` beside it): its nodes from the canary's deployment to its promotion or
+  roll-back, and, once promoted, the old model kept at 0% for `deploy.grace_period` (until
+  the next rollout undeploys it: at least that long), both on the deploy rule's machines
+  (`max_replica_count` of them) at `PREDICTION:` prices;
 - the pipeline run itself: 0.03 USD a run (Vertex AI's tabular workflows pricing page,
   its cost examples: "Vertex AI Pipelines | 1 run x $0.03").
 
-Named as not counted, with why: the pipeline's own step machines, the endpoint's nodes
-(the canary and the champion during the window and the grace period), the Dataflow job
-and Cloud Build, none of which this handler can time or price from what it reads.
+Named as not counted, with why: the pipeline's own step machines, the champion's own
+nodes, the Dataflow job and Cloud Build, none of which this handler can time or price from
+what it reads.
 """
 
 from __future__ import annotations
@@ -39,9 +44,9 @@ PIPELINE_RUN_USD = 0.03
 PIPELINE_RUN_SOURCE = ("https://cloud.google.com/vertex-ai/docs/tabular-data/tabular-workflows/"
                        "pricing (cost examples: Vertex AI Pipelines, 1 run x $0.03)")
 NOT_COUNTED = ("the pipeline's own step machines (their machine and time are not in what the "
-               "handler reads)", "the endpoint's nodes during the canary window and the "
-               "grace period", "the Dataflow job of the dataset stage",
-               "Cloud Build's build minutes", "disks, network, storage and logging")
+               "handler reads)", "the champion's own serving nodes (they serve anyway)",
+               "the Dataflow job of the dataset stage", "Cloud Build's build minutes",
+               "disks, network, storage and logging")
 
 
 @dataclasses.dataclass
@@ -123,11 +128,46 @@ def batch_items(jobs: Iterable[Mapping[str, Any]], prices: Mapping[str, float]) 
     return found
 
 
+def rollout_items(rollouts: Iterable[tuple[str, Mapping[str, Any]]], nodes: WorkerPool,
+                  prices: Mapping[str, float]) -> list[Item]:
+    """Each rollout's canary (from its deployment to its promotion or roll-back) and the
+    old model a promotion kept at 0% (until its grace period ends), on `nodes` (the
+    deploy rule's machines)."""
+    from components.durations import timestamp_seconds
+
+    rate, unpriced = hourly([nodes], prediction_prices(prices))
+    missing = [f"PREDICTION:{kind}" for kind in unpriced]
+    each = f"{nodes.replicas} x {nodes.machine} node(s)"
+    found = []
+    for model, rollout in rollouts:
+        at = {s["step"]: s for s in rollout.get("steps", []) if s.get("at")}
+        ended = next((name for name in ("promoted", "rolled back") if name in at), "")
+        if "canary" not in at or not ended:
+            continue
+        start, end = (timestamp_seconds(at[name]["at"]) for name in ("canary", ended))
+        hours = max(0.0, end - start) / 3600
+        found.append(Item("canary", f"{model}'s canary", round(rate * hours, 4),
+                          round(hours, 4), f"{each} from its deployment until {ended}",
+                          missing))
+        kept = at.get("old model kept", {}).get("until")
+        if ended == "promoted" and kept:
+            hours = max(0.0, timestamp_seconds(kept) - end) / 3600
+            found.append(Item("grace period", f"the old model beside {model}",
+                              round(rate * hours, 4), round(hours, 4),
+                              f"{each} at 0% until {kept}, at least (the next rollout "
+                              "undeploys it), on the deploy rule's machines", missing))
+    return found
+
+
 def itemise(*, training: Sequence[Mapping[str, Any]], studies: Sequence[Mapping[str, Any]],
-            batch: Sequence[Mapping[str, Any]], prices: Mapping[str, float]) -> dict[str, Any]:
-    """The run's `cost.json`: every item, the total of what was priced, and what is not."""
+            batch: Sequence[Mapping[str, Any]], prices: Mapping[str, float],
+            rollouts: Sequence[tuple[str, Mapping[str, Any]]] = (),
+            nodes: WorkerPool | None = None) -> dict[str, Any]:
+    """The run's `cost.json`: every item, the total of what was priced, and what is not
+    (`rollouts`: (model, its rollout record) on `nodes`, the deploy rule's machines)."""
     items = [*training_items(training, prices), *tuning_items(studies, prices),
              *batch_items(batch, prices),
+             *(rollout_items(rollouts, nodes, prices) if nodes is not None else []),
              Item("pipeline", "the pipeline run", PIPELINE_RUN_USD, 0.0, PIPELINE_RUN_SOURCE)]
     unpriced = sorted({kind for item in items for kind in item.unpriced})
     return {"usd": round(sum(item.usd for item in items), 4),
@@ -148,10 +188,14 @@ def line(cost: Mapping[str, Any]) -> str:
 
 
 def read_run(project: str, regions: Sequence[str], billing_id: str,
-             jobs_for: Callable[[str], Any]) -> dict[str, list[dict[str, Any]]]:
+             jobs_for: Callable[[str], Any], models_for: Callable[[str], Any] | None = None,
+             parent_model: str = "") -> dict[str, list[dict[str, Any]]]:
     """The run's CustomJobs, HyperparameterTuningJobs and BatchPredictionJobs in each of
-    `regions` (REST field names), found by its billing label (`jobs_for(region)`: a
-    JobServiceClient).
+    `regions`, and the models it registered in the first (REST field names), found by its
+    billing label (`jobs_for(region)`: a JobServiceClient; `models_for(region)`: a
+    ModelServiceClient, None: no models read). With `parent_model` (`vertex.parent_model`)
+    the run's versions of it are read, whether or not they became the default
+    (ListModelVersions; ListModels lists each model as its default version).
 
     Raises:
         CloudCallError: A listing failed.
@@ -162,7 +206,8 @@ def read_run(project: str, regions: Sequence[str], billing_id: str,
     from components.capacity.job_records import BILLING_LABEL, earlier_jobs_filter
     from trainer.common.cloud_calls import remote_call
 
-    found: dict[str, list[dict[str, Any]]] = {"training": [], "studies": [], "batch": []}
+    found: dict[str, list[dict[str, Any]]] = {"training": [], "studies": [], "batch": [],
+                                              "models": []}
     of_run = f'labels.{BILLING_LABEL}="{billing_id}"'
     for region in dict.fromkeys(regions):
         parent, client = f"projects/{project}/locations/{region}", jobs_for(region)
@@ -176,7 +221,44 @@ def read_run(project: str, regions: Sequence[str], billing_id: str,
             with remote_call(f"listing the run's {key} jobs in {region}"):
                 found[key] += [json_format.MessageToDict(type(r).pb(r))
                                for r in method(request=request(parent=parent, filter=wanted))]
+    if models_for is not None and regions:
+        client = models_for(regions[0])
+        with remote_call(f"listing the run's models in {regions[0]}"):
+            listed = (client.list_model_versions(
+                request=aiplatform_v1.ListModelVersionsRequest(name=parent_model,
+                                                               filter=of_run))
+                if parent_model else client.list_models(
+                    request=aiplatform_v1.ListModelsRequest(
+                        parent=f"projects/{project}/locations/{regions[0]}", filter=of_run)))
+            found["models"] = [json_format.MessageToDict(type(m).pb(m)) for m in listed]
     return found
+
+
+def rollouts_of(models: Iterable[Mapping[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(model, its rollout) of each model whose `decision.json` (beside its artifacts, on
+    the Cloud Storage mount) records one."""
+    from trainer.common import files
+    from trainer.common.gcs import to_mount_path
+
+    found = []
+    for model in models:
+        uri = str(model.get("artifactUri", "")).rstrip("/")
+        decision = files.read_json(to_mount_path(f"{uri}/decision.json"), missing={}) \
+            if uri else {}
+        if decision.get("rollout"):
+            found.append((f"{model.get('name', '')}@{model.get('versionId', '1')}",
+                          decision["rollout"]))
+    return found
+
+
+def models_client(region: str) -> Any:
+    """A Vertex AI ModelServiceClient of a region's endpoint, with the default credentials."""
+    from google.cloud import aiplatform_v1
+
+    from components.cloud_names import vertex_endpoint
+
+    return aiplatform_v1.ModelServiceClient(
+        client_options={"api_endpoint": vertex_endpoint(region)})
 
 
 def of_run(project: str, vertex: VertexOptions) -> tuple[dict[str, Any] | None, str]:
@@ -193,8 +275,11 @@ def of_run(project: str, vertex: VertexOptions) -> tuple[dict[str, Any] | None, 
         return None, f"not estimated (the run's {BILLING_LABEL} label is not set)"
     regions = [vertex.region, *(f.region for f in vertex.fallbacks if f.region)]
     try:
-        found = read_run(project, regions, billing, jobs_client)
-    except ProjectError as exc:
+        found = read_run(project, regions, billing, jobs_client, models_client,
+                         vertex.parent_model)
+        rollouts = rollouts_of(found.pop("models"))
+    except (ProjectError, OSError, ValueError) as exc:
         return None, f"not estimated ({exc})"
-    cost = itemise(**found, prices=priced(vertex.prices))
+    cost = itemise(**found, prices=priced(vertex.prices), rollouts=rollouts,
+                   nodes=vertex.deploy.nodes())
     return cost, line(cost).removeprefix("cost: ")

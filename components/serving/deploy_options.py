@@ -137,6 +137,15 @@ class DeployOptions(pydantic.BaseModel):
                                              labels=["deploy (the serving machine)"])
         return found + checked.errors
 
+    def nodes(self) -> Any:
+        """The canary's nodes at their most (`max_replica_count`), as a `WorkerPool` for
+        the price tables (`components.capacity.cost.hourly`)."""
+        from components.gpu.worker_pool import WorkerPool
+
+        return WorkerPool(role=0, machine=self.machine_type, accelerator=self.accelerator_type,
+                          gpus_per_machine=(self.accelerator_count or 1)
+                          if self.accelerator_type else 0, replicas=self.max_replica_count)
+
     def machine_spec(self) -> dict[str, Any]:
         """The serving replicas' MachineSpec, as DeployModel takes it."""
         spec: dict[str, Any] = {"machine_type": self.machine_type}

@@ -51,16 +51,12 @@ def canary_budget(options: VertexOptions, spent: Callable[[], float | None]
     from components.capacity.cost import hourly, priced
     from components.capacity.run_cost import prediction_prices
     from components.durations import duration_seconds
-    from components.gpu.worker_pool import WorkerPool
 
     rule = options.deploy
     window = duration_seconds(rule.watch_window) or 0.0
     if options.budget_usd <= 0:
         return window, ""
-    nodes = WorkerPool(role=0, machine=rule.machine_type, accelerator=rule.accelerator_type,
-                       gpus_per_machine=(rule.accelerator_count or 1) if rule.accelerator_type
-                       else 0, replicas=rule.max_replica_count)
-    rate, unpriced = hourly([nodes], prediction_prices(priced(options.prices)))
+    rate, unpriced = hourly([rule.nodes()], prediction_prices(priced(options.prices)))
     return canary_window(options.budget_usd, spent(), rate,
                          [f"PREDICTION:{kind}" for kind in unpriced], window,
                          duration_seconds(rule.check_interval) or 60.0)

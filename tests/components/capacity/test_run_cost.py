@@ -54,3 +54,30 @@ def test_every_resource_is_priced_for_its_billed_time_and_the_rest_is_named():
     assert unpriced["unpriced"] == ["PREDICTION:n1-standard-4"]
     assert "without a price for PREDICTION:n1-standard-4: give it in vertex.prices" in \
         run_cost.line(unpriced)
+
+
+def test_a_canary_and_the_old_model_kept_are_billed_for_their_time_on_the_rule_s_nodes():
+    from components.serving.deploy_options import DeployOptions
+
+    nodes = DeployOptions(machine_type="n1-standard-4", max_replica_count=2).nodes()
+    promoted = {"steps": [{"step": "canary", "at": "2026-11-27T10:00:00Z"},
+                          {"step": "check", "at": "2026-11-27T10:10:00Z"},
+                          {"step": "promoted", "at": "2026-11-27T10:30:00Z"},
+                          {"step": "old model kept", "at": "2026-11-27T10:30:00Z",
+                           "until": "2026-11-27T11:30:00Z"}]}
+    rolled_back = {"steps": [{"step": "canary", "at": "2026-11-27T12:00:00Z"},
+                             {"step": "rolled back", "at": "2026-11-27T12:06:00Z"}]}
+    killed = {"steps": [{"step": "canary", "at": "2026-11-27T13:00:00Z"}]}  # no end: left out
+    prices = priced({"PREDICTION:n1-standard-4": 0.25})
+    canary, grace, back = run_cost.rollout_items(
+        [("m@2", promoted), ("m@3", rolled_back), ("m@4", killed)], nodes, prices)
+    # Two nodes at 0.25 USD an hour: half an hour of canary, an hour kept, 6 minutes.
+    assert (canary.kind, canary.usd) == ("canary", pytest.approx(0.25))
+    assert grace.kind == "grace period" and grace.usd == pytest.approx(0.5)
+    assert grace.basis.startswith("2 x n1-standard-4 node(s) at 0% until 2026-11-27T11:30:00Z")
+    assert (back.name, back.usd, back.basis) == (
+        "m@3's canary", pytest.approx(0.05), "2 x n1-standard-4 node(s) from its deployment "
+        "until rolled back")
+    # Unpriced, they are named.
+    (alone,) = run_cost.rollout_items([("m@3", rolled_back)], nodes, priced({}))
+    assert (alone.usd, alone.unpriced) == (0.0, ["PREDICTION:n1-standard-4"])

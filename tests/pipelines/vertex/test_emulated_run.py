@@ -805,6 +805,15 @@ def test_each_promotion_mode_registers_as_the_gate_decided(emulated_run):
     served = apis.endpoints.endpoints[endpoint]
     assert served["trafficSplit"] == {champion_id: 100} and apis.defaults[parent] == "2"
     assert [d["id"] for d in served["deployedModels"]] == [champion_id]
+    # The run's cost.json has the canary's nodes for the seconds it served, found through
+    # the run's version of the parent model (never the default: it was rolled back).
+    cost = json.loads(won["mount"].path(
+        won["tasks"]["summarize-run"].artifacts["cost"]["uri"]).read_text())
+    (canary_cost,) = [i for i in cost["items"] if i["kind"] == "canary"]
+    assert canary_cost["name"] == f"{parent}@3's canary"
+    assert canary_cost["basis"] == "1 x n1-standard-4 node(s) from its deployment until " \
+        "rolled back" and 0 < canary_cost["hours"] < 0.01
+    assert canary_cost["unpriced"] == ["PREDICTION:n1-standard-4"]
 
     apis.endpoints.behaviour[f"{parent}@3"] = Behaviour(6000, 0.0, 40.0)
     again = won["pipelines"].rerun(deployed.name)

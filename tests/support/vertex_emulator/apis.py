@@ -646,20 +646,26 @@ class FakeGoogleApis:
                 "labels": uploaded.get("labels", {})}
 
     def _list_models(self, parent: str, body: Any) -> tuple[int, Any]:
-        # ListModels: each model once, as its default version; `display_name="..."`
-        # filters; newest first (the order the project asks for).
-        query = self._request.query
-        wanted = re.fullmatch(r'display_name="([^"]*)"', query.get("filter", [""])[0])
+        # ListModels: each model once, as its default version; `display_name="..."` and
+        # `labels.KEY="VALUE"` terms filter; newest first (the order the project asks for).
+        text = self._request.query.get("filter", [""])[0]
+        wanted = re.search(r'(?<![.\w])display_name="([^"]*)"', text)
+        labels = dict(re.findall(r'labels\.([a-z0-9_-]+)="([^"]*)"', text))
         found = [self._model_resource(m) for m in reversed(self.models)
                  if m["model"].startswith(parent + "/models/")
                  and self.defaults.get(m["model"]) == m["version"]]
         if wanted:
             found = [m for m in found if m["displayName"] == wanted[1]]
-        return 200, {"models": found}
+        return 200, {"models": [m for m in found if all(
+            (m.get("labels") or {}).get(k) == v for k, v in labels.items())]}
 
     def _list_versions(self, name: str, body: Any) -> tuple[int, Any]:
-        return 200, {"models": [self._model_resource(m) for m in reversed(self.models)
-                                if m["model"] == name]}
+        # ListModelVersions: every version, newest first; `labels.KEY="VALUE"` terms filter.
+        labels = dict(re.findall(r'labels\.([a-z0-9_-]+)="([^"]*)"',
+                                 self._request.query.get("filter", [""])[0]))
+        found = [self._model_resource(m) for m in reversed(self.models) if m["model"] == name]
+        return 200, {"models": [m for m in found if all(
+            (m.get("labels") or {}).get(k) == v for k, v in labels.items())]}
 
     def _build(self, parent: str, body: dict[str, Any]) -> tuple[int, Any]:
         # Google's client sends `projects/P/builds` with the location in its routing header
