@@ -45,8 +45,10 @@ PIPELINE_RUN_SOURCE = ("https://cloud.google.com/vertex-ai/docs/tabular-data/tab
                        "pricing (cost examples: Vertex AI Pipelines, 1 run x $0.03)")
 NOT_COUNTED = ("the pipeline's own step machines (their machine and time are not in what the "
                "handler reads)", "the champion's own serving nodes (they serve anyway)",
-               "the Dataflow job of the dataset stage", "Cloud Build's build minutes",
-               "disks, network, storage and logging")
+               "the Dataflow job of the dataset stage (Dataflow bills its workers' vCPUs, "
+               "memory and disks, which the handler does not read)",
+               "Cloud Build's build minutes (`submit` builds the images before the run, and "
+               "only when their content changed)", "disks, network, storage and logging")
 
 
 @dataclasses.dataclass
