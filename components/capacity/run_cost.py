@@ -14,8 +14,8 @@ Itemised, from each resource as Vertex AI returns it:
   starting and the maximum count; the most it may have run, an upper bound) from start to
   end, at a `PREDICTION:<type>` price from `vertex.prices` (prediction has price lists of
   its own, which the table does not hold);
-- the canary of each model the run registered (ListModels by the label; its rollout in
-  `decision.json` beside it): its nodes from the canary's deployment to its promotion or
+- the canary of each model version the run registered (ListModels, or ListModelVersions
+  of `vertex.parent_model`, by the label; its rollout in `decision.json` beside it): its nodes from the canary's deployment to its promotion or
   roll-back, and, once promoted, the old model kept at 0% for `deploy.grace_period` (until
   the next rollout undeploys it: at least that long), both on the deploy rule's machines
   (`max_replica_count` of them) at `PREDICTION:` prices;
@@ -39,7 +39,6 @@ from components.gpu.worker_pool import WorkerPool
 if TYPE_CHECKING:
     from components.vertex_options import VertexOptions
 
-FILE = "cost.json"
 PIPELINE_RUN_USD = 0.03
 PIPELINE_RUN_SOURCE = ("https://cloud.google.com/vertex-ai/docs/tabular-data/tabular-workflows/"
                        "pricing (cost examples: Vertex AI Pipelines, 1 run x $0.03)")
@@ -55,7 +54,7 @@ NOT_COUNTED = ("the pipeline's own step machines (their machine and time are not
 class Item:
     """One billed resource (or group) of the run."""
 
-    kind: str  # training, tuning, batch prediction, pipeline
+    kind: str  # training, tuning, batch prediction, canary, grace period, pipeline
     name: str
     usd: float
     hours: float
