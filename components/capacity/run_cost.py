@@ -15,10 +15,11 @@ Itemised, from each resource as Vertex AI returns it:
   end, at a `PREDICTION:<type>` price from `vertex.prices` (prediction has price lists of
   its own, which the table does not hold);
 - the canary of each model version the run registered (ListModels, or ListModelVersions
-  of `vertex.parent_model`, by the label; its rollout in `decision.json` beside it): its nodes from the canary's deployment to its promotion or
-  roll-back, and, once promoted, the old model kept at 0% for `deploy.grace_period` (until
-  the next rollout undeploys it: at least that long), both on the deploy rule's machines
-  (`max_replica_count` of them) at `PREDICTION:` prices;
+  of `vertex.parent_model`, by the label; its rollout in `decision.json` beside it): its
+  nodes from the canary's deployment to its promotion or roll-back, and, once promoted,
+  the old model kept at 0% for `deploy.grace_period` (until the next rollout undeploys it:
+  at least that long), both on the deploy rule's machines (`max_replica_count` of them) at
+  `PREDICTION:` prices;
 - the pipeline run itself: 0.03 USD a run (Vertex AI's tabular workflows pricing page,
   its cost examples: "Vertex AI Pipelines | 1 run x $0.03").
 
