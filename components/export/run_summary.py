@@ -70,4 +70,3 @@ def summarize(state: str, error: str, *, registry_root: str, job_name: str, proj
         facts.append(("batch predictions", f"{scored['predicted']} predicted, "
                       f"{scored['refused']} refused: {scored['directory']}"))
     return RunSummary(facts, made.get("trials", ""))
-

@@ -135,9 +135,9 @@ def _config_vertex(path: Path | None) -> dict[str, Any]:
     return vertex if isinstance(vertex, dict) else {}
 
 
-def _config_prices(path: Path | None) -> dict[str, float]:
-    """A gpu-pipeline config's `vertex.prices`, or {}."""
-    prices = _config_vertex(path).get("prices")
+def _prices_of(vertex: dict[str, Any]) -> dict[str, float]:
+    """A config's `vertex` section's prices, or {}."""
+    prices = vertex.get("prices")
     return {str(k): float(v) for k, v in prices.items()} if isinstance(prices, dict) else {}
 
 
@@ -173,11 +173,11 @@ def _report_alternatives(checked: Checked, source: str, as_json: bool,
     """Prints every alternative, each with its index, pools, plan, price an hour and the
     most its job can cost (`vertex`: the config's section, for its prices and timeout), or
     its problems."""
+    from components.gpu.alternatives import batch_lines, input_pipelines_of
     from components.vertex_options import VertexOptions
 
-    prices = {str(k): float(v) for k, v in ((vertex or {}).get("prices") or {}).items()}
+    prices = _prices_of(vertex or {})
     timeout = str((vertex or {}).get("timeout") or VertexOptions.model_fields["timeout"].default)
-    from components.gpu.alternatives import batch_lines, input_pipelines_of
 
     pipelines = input_pipelines_of(checked.alternatives)
     if as_json:
@@ -257,8 +257,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"training plan: {result.plan.summary()}")
             for line in result.plan.describe():
                 print(f"  {line}")
-            print(price_line(result.pools, _config_prices(args.config) if args.config
-                             else {}))
+            print(price_line(result.pools, _prices_of(_config_vertex(args.config))))
         else:
             print(f"invalid GPU configuration ({source}):")
             for error in result.errors:

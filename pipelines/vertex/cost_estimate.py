@@ -18,7 +18,6 @@ from components.capacity.cost import PRICES_READ
 from components.capacity.measured_speed import newest_measured, seconds_per_epoch
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients
-from pipelines.vertex.model_registry import list_request
 from trainer.common.errors import ProjectError
 
 
@@ -29,7 +28,6 @@ def _estimates(config: Config, clients: Clients) -> tuple[list[Any], str]:
 
     epochs = config.training_options().total_epochs
     try:
-        list_request(config)  # a registry that is not named is said as a setting
         found = newest_measured(config.vertex, config.vertex.project, clients.model_api,
                                 clients.get_storage())
         why = "" if found else ("the first registered model carries efficiency.json, and "

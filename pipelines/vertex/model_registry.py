@@ -27,11 +27,14 @@ def list_request(config: Config) -> Any:
 
 def list_models(config: Config, clients: Clients | None = None) -> list[Any]:
     """The registered models (or versions), newest first."""
+    from components.capacity.measured_speed import RegistryNotNamedError
     from components.capacity.measured_speed import list_models as listed
 
-    list_request(config)  # a registry that is not named is said as a setting
-    return listed(config.vertex, config.vertex.project,
-                  clients.model_api if clients is not None else None)
+    try:
+        return listed(config.vertex, config.vertex.project,
+                      clients.model_api if clients is not None else None)
+    except RegistryNotNamedError as exc:
+        raise VertexSettingsError(str(exc)) from None
 
 
 def describe(model: Any) -> str:
