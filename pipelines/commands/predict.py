@@ -93,13 +93,15 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         raise UsageError("--dry-run prints the request to a Vertex AI endpoint; give --config "
                          "or --endpoint with it (a local prediction sends nothing)")
+    from trainer.serving.container import METADATA_FILE, encoded_instance
+
+    # The user's mistakes (a file, a version) are said before the predictor's imports.
+    entry, saved = local_model(args)
+    instances = [encoded_instance(image) for image in read_images(args.images)]
     from fastapi import HTTPException
 
     from trainer.serving.app import SavedModelPredictor
-    from trainer.serving.container import METADATA_FILE, encoded_instance
 
-    entry, saved = local_model(args)
-    instances = [encoded_instance(image) for image in read_images(args.images)]
     predictor = SavedModelPredictor()
     with tensorflow_start_quietly():
         predictor.load(saved)
