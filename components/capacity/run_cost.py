@@ -20,12 +20,14 @@ Itemised, from each resource as Vertex AI returns it:
   the old model kept at 0% for `deploy.grace_period` (until the next rollout undeploys it:
   at least that long), both on the deploy rule's machines (`max_replica_count` of them) at
   `PREDICTION:` prices;
+- the pipeline's own steps (GetPipelineJob of the run: each container task runs as a
+  CustomJob of its own), each from its start to its end on STEP_MACHINE; the steps still
+  running when the handler reads the run (the handler itself) are not counted;
 - the pipeline run itself: 0.03 USD a run (Vertex AI's tabular workflows pricing page,
   its cost examples: "Vertex AI Pipelines | 1 run x $0.03").
 
-Named as not counted, with why: the pipeline's own step machines, the champion's own
-nodes, the Dataflow job and Cloud Build, none of which this handler can time or price from
-what it reads.
+Named as not counted, with why: the champion's own nodes, the Dataflow job and Cloud
+Build, none of which this handler can time or price from what it reads.
 """
 
 from __future__ import annotations
@@ -43,8 +45,12 @@ if TYPE_CHECKING:
 PIPELINE_RUN_USD = 0.03
 PIPELINE_RUN_SOURCE = ("https://cloud.google.com/vertex-ai/docs/tabular-data/tabular-workflows/"
                        "pricing (cost examples: Vertex AI Pipelines, 1 run x $0.03)")
-NOT_COUNTED = ("the pipeline's own step machines (their machine and time are not in what the "
-               "handler reads)", "the champion's own serving nodes (they serve anyway)",
+#: The machine Vertex AI Pipelines runs a step on (docs, "Specify the machine configuration
+#: for a pipeline step": "By default, the component will run on as a Vertex AI CustomJob
+#: using an e2-standard-4 machine"); the steps given `vertex.component_cpu` and
+#: `component_memory` run on a machine Vertex AI picks for those, priced as this one.
+STEP_MACHINE = "e2-standard-4"
+NOT_COUNTED = ("the champion's own serving nodes (they serve anyway)",
                "the Dataflow job of the dataset stage (Dataflow bills its workers' vCPUs, "
                "memory and disks, which the handler does not read)",
                "Cloud Build's build minutes (`submit` builds the images before the run, and "
@@ -99,6 +105,25 @@ def tuning_items(studies: Iterable[Mapping[str, Any]], prices: Mapping[str, floa
                           f"{cost['billed_trials']} billed trial(s) of {cost['trials']}",
                           list(cost["unpriced"])))
     return found
+
+
+def step_items(pipeline_job: Mapping[str, Any], prices: Mapping[str, float]) -> list[Item]:
+    """The pipeline's own steps (the run's PipelineJob, REST field names): every container
+    task that ended, from its start to its end, on STEP_MACHINE at its training price."""
+    steps = [t for t in pipeline_job.get("jobDetail", {}).get("taskDetails", [])
+             if "containerDetail" in t.get("executorDetail", {}) and t.get("startTime")]
+    if not steps:
+        return []
+    ended = [t for t in steps if t.get("endTime")]
+    hours = sum(_seconds(t) for t in ended) / 3600
+    rate = prices.get(STEP_MACHINE)
+    running = len(steps) - len(ended)
+    return [Item("pipeline steps", str(pipeline_job.get("name", "")),
+                 round((rate or 0.0) * hours, 4), round(hours, 4),
+                 f"{len(ended)} step(s) on {STEP_MACHINE} machines, each from its start to "
+                 "its end" + (f"; {running} still running (this summary among them), not "
+                              "counted" if running else ""),
+                 [] if rate is not None else [STEP_MACHINE])]
 
 
 def prediction_prices(prices: Mapping[str, float]) -> dict[str, float]:
@@ -164,12 +189,15 @@ def rollout_items(rollouts: Iterable[tuple[str, Mapping[str, Any]]], nodes: Work
 def itemise(*, training: Sequence[Mapping[str, Any]], studies: Sequence[Mapping[str, Any]],
             batch: Sequence[Mapping[str, Any]], prices: Mapping[str, float],
             rollouts: Sequence[tuple[str, Mapping[str, Any]]] = (),
-            nodes: WorkerPool | None = None) -> dict[str, Any]:
+            nodes: WorkerPool | None = None,
+            pipeline_job: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The run's `cost.json`: every item, the total of what was priced, and what is not
-    (`rollouts`: (model, its rollout record) on `nodes`, the deploy rule's machines)."""
+    (`rollouts`: (model, its rollout record) on `nodes`, the deploy rule's machines;
+    `pipeline_job`: the run's PipelineJob, whose steps are billed too)."""
     items = [*training_items(training, prices), *tuning_items(studies, prices),
              *batch_items(batch, prices),
              *(rollout_items(rollouts, nodes, prices) if nodes is not None else []),
+             *step_items(pipeline_job or {}, prices),
              Item("pipeline", "the pipeline run", PIPELINE_RUN_USD, 0.0, PIPELINE_RUN_SOURCE)]
     unpriced = sorted({kind for item in items for kind in item.unpriced})
     return {"usd": round(sum(item.usd for item in items), 4),
@@ -253,6 +281,22 @@ def rollouts_of(models: Iterable[Mapping[str, Any]]) -> list[tuple[str, dict[str
     return found
 
 
+def read_pipeline_job(name: str, client: Any) -> dict[str, Any]:
+    """The run's PipelineJob (REST field names; GetPipelineJob has its tasks' details).
+
+    Raises:
+        CloudCallError: The read failed.
+    """
+    from google.cloud import aiplatform_v1
+    from google.protobuf import json_format
+
+    from trainer.common.cloud_calls import remote_call
+
+    with remote_call(f"reading the pipeline run {name}"):
+        job = client.get_pipeline_job(request=aiplatform_v1.GetPipelineJobRequest(name=name))
+    return json_format.MessageToDict(type(job).pb(job))
+
+
 def models_client(region: str) -> Any:
     """A Vertex AI ModelServiceClient of a region's endpoint, with the default credentials."""
     from google.cloud import aiplatform_v1
@@ -263,10 +307,22 @@ def models_client(region: str) -> Any:
         client_options={"api_endpoint": vertex_endpoint(region)})
 
 
-def of_run(project: str, vertex: VertexOptions) -> tuple[dict[str, Any] | None, str]:
+def pipelines_client(region: str) -> Any:
+    """A Vertex AI PipelineServiceClient of a region's endpoint."""
+    from google.cloud import aiplatform_v1
+
+    from components.cloud_names import vertex_endpoint
+
+    return aiplatform_v1.PipelineServiceClient(
+        client_options={"api_endpoint": vertex_endpoint(region)})
+
+
+def of_run(project: str, vertex: VertexOptions, pipeline_job: str = ""
+           ) -> tuple[dict[str, Any] | None, str]:
     """(the run's itemised cost so far, its line; or None and why not), read from Vertex AI
-    in the run's regions by the run's billing label (`VERTEX_AI_PIPELINES_RUN_LABELS`);
-    what cannot be read is said, never raised."""
+    in the run's regions by the run's billing label (`VERTEX_AI_PIPELINES_RUN_LABELS`), and
+    its steps from `pipeline_job` (the run's resource name); what cannot be read is said,
+    never raised."""
     from components.capacity.cost import priced
     from components.capacity.job_records import BILLING_LABEL, run_labels
     from components.capacity.vertex_launch import jobs_client
@@ -280,8 +336,10 @@ def of_run(project: str, vertex: VertexOptions) -> tuple[dict[str, Any] | None, 
         found = read_run(project, regions, billing, jobs_client, models_client,
                          vertex.parent_model)
         rollouts = rollouts_of(found.pop("models"))
+        run = read_pipeline_job(pipeline_job, pipelines_client(vertex.region)) \
+            if pipeline_job else None
     except (ProjectError, OSError, ValueError) as exc:
         return None, f"not estimated ({exc})"
     cost = itemise(**found, prices=priced(vertex.prices), rollouts=rollouts,
-                   nodes=vertex.deploy.nodes())
+                   nodes=vertex.deploy.nodes(), pipeline_job=run)
     return cost, line(cost).removeprefix("cost: ")

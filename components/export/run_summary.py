@@ -33,9 +33,10 @@ class RunSummary:
 
 
 def summarize(state: str, error: str, *, registry_root: str, job_name: str, project: str,
-              vertex: VertexOptions) -> RunSummary:
+              vertex: VertexOptions, pipeline_job: str = "") -> RunSummary:
     """The run's summary; `registry_root` is the local run's registry ("" on Vertex AI,
-    where a run that did not succeed has its canary rolled back here)."""
+    where a run that did not succeed has its canary rolled back here, and `pipeline_job`,
+    the run's resource name, has its steps priced)."""
     from components.export.local_registry import run_record
     from components.stage_messages import first_failure
 
@@ -54,7 +55,7 @@ def summarize(state: str, error: str, *, registry_root: str, job_name: str, proj
     if not registry_root and project:
         from components.capacity.run_cost import of_run
 
-        cost, said = of_run(project, vertex)
+        cost, said = of_run(project, vertex, pipeline_job)
         facts.append(("cost", said))
     record = run_record(registry_root, job_name) if registry_root else None
     if record is None or not record.is_file():

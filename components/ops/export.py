@@ -99,7 +99,8 @@ def summarize_run(status: dsl.PipelineTaskFinalStatus, registry_root: str, job_n
     with stage_errors("the run's end"):
         ended = summarize(status.state, status.error_message, registry_root=registry_root,
                           job_name=job_name, project=project,
-                          vertex=validate(VertexOptions, vertex, prefix="vertex", strict=False))
+                          vertex=validate(VertexOptions, vertex, prefix="vertex", strict=False),
+                          pipeline_job=status.pipeline_job_resource_name)
     Path(summary.path).parent.mkdir(parents=True, exist_ok=True)
     Path(summary.path).write_text(ended.markdown(status.pipeline_job_resource_name))
     if ended.cost is not None:

@@ -48,7 +48,7 @@ def test_every_resource_is_priced_for_its_billed_time_and_the_rest_is_named():
     assert cost["by_kind"]["training"] == trained["usd"]
     said = run_cost.line(cost)
     assert said.startswith(f"cost: about {cost['usd']:.2f} USD (training ")
-    assert "; not counted: the pipeline's own step machines" in said
+    assert "; not counted: the champion's own serving nodes" in said
     # Without a prediction price, the batch job is named, never taken as free.
     unpriced = run_cost.itemise(training=[], studies=[], batch=[batch], prices=priced({}))
     assert unpriced["unpriced"] == ["PREDICTION:n1-standard-4"]
@@ -81,3 +81,38 @@ def test_a_canary_and_the_old_model_kept_are_billed_for_their_time_on_the_rule_s
     # Unpriced, they are named.
     (alone,) = run_cost.rollout_items([("m@3", rolled_back)], nodes, priced({}))
     assert (alone.usd, alone.unpriced) == (0.0, ["PREDICTION:n1-standard-4"])
+
+
+def _step(name, start, end, container=True):
+    detail = {"containerDetail": {"mainJob": f"jobs/{name}"}} if container else {}
+    return {"taskName": name, "startTime": start, **({"endTime": end} if end else {}),
+            "executorDetail": detail}
+
+
+def test_the_pipeline_s_own_steps_are_billed_on_their_machines_while_they_ran():
+    """Each container task of the run (GetPipelineJob) from its start to its end, on the
+    machine Vertex AI Pipelines gives a step; a DAG or importer task has no machine, and
+    the summary's own step, still running, is not counted."""
+    job = {"name": "projects/p/locations/us-central1/pipelineJobs/run-1", "jobDetail": {
+        "taskDetails": [
+            _step("prepare-dataset", "2026-11-27T10:00:00Z", "2026-11-27T10:06:00Z"),
+            _step("exit-handler-1", "2026-11-27T10:00:00Z", "2026-11-27T11:00:00Z",
+                  container=False),
+            _step("train", "2026-11-27T10:06:00Z", "2026-11-27T10:30:00Z"),
+            _step("summarize-run", "2026-11-27T10:31:00Z", "")]}}
+    priced_steps = run_cost.itemise(training=[], studies=[], batch=[], pipeline_job=job,
+                                    prices=priced({"e2-standard-4": 0.2}))
+    steps, fee = priced_steps["items"]
+    assert (steps["kind"], steps["name"], steps["hours"]) == (
+        "pipeline steps", job["name"], 0.5)
+    assert steps["usd"] == pytest.approx(0.1) and steps["unpriced"] == []
+    assert steps["basis"] == ("2 step(s) on e2-standard-4 machines, each from its start to "
+                              "its end; 1 still running (this summary among them), not counted")
+    assert priced_steps["usd"] == pytest.approx(0.1 + run_cost.PIPELINE_RUN_USD)
+    # Without a price for the step machine, the steps are named, never taken as free.
+    unpriced = run_cost.itemise(training=[], studies=[], batch=[], pipeline_job=job,
+                                prices=priced({}))
+    assert unpriced["items"][0]["usd"] == 0.0 and unpriced["unpriced"] == ["e2-standard-4"]
+    # No run read (a summary that could not name it): no step item.
+    assert [i["kind"] for i in run_cost.itemise(training=[], studies=[], batch=[],
+                                                prices=priced({}))["items"]] == ["pipeline"]

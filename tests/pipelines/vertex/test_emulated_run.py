@@ -146,7 +146,7 @@ def emulated_vertex(work: Path):
                 started = time.monotonic()
                 emulated = EmulatedPipelines(work / f"run{len(clients.pipeline_api.calls)}",
                                              mount, env, image_problem=apis.image_problem,
-                                             kill_when=kill_when)
+                                             kill_when=kill_when, published=apis.pipeline_jobs)
                 failure = ""
                 try:
                     tasks = emulated.run(request)
@@ -898,13 +898,25 @@ def test_the_run_ends_with_what_it_cost_resource_by_resource(emulated_run):
     """The exit handler lists what the run created by its billing label (ListCustomJobs,
     ListHyperparameterTuningJobs, ListBatchPredictionJobs in the run's regions) and writes
     the run's `cost.json`: each training job and the batch prediction job with its time,
-    the pipeline run's own fee, and what it cannot price or see, named."""
+    the pipeline's own steps (GetPipelineJob of the run) for the time they ran, the
+    pipeline run's own fee, and what it cannot price or see, named."""
     tasks, apis = emulated_run["tasks"], emulated_run["apis"]
     summary = tasks["summarize-run"]
     cost = json.loads(emulated_run["mount"].path(summary.artifacts["cost"]["uri"]).read_text())
     kinds = [item["kind"] for item in cost["items"]]
-    assert kinds == ["training", "batch prediction", "pipeline"], cost["items"]
-    training, batch, fee = cost["items"]
+    assert kinds == ["training", "batch prediction", "pipeline steps", "pipeline"], \
+        cost["items"]
+    training, batch, steps, fee = cost["items"]
+    # Every container task but the summary itself had ended when it read the run.
+    run = emulated_run["pipelines"]
+    ran = [t for t in tasks.values() if t.started and t.name != "summarize-run"]
+    assert len(ran) >= 10 and steps["name"] == run.resource_name
+    assert apis.recorded(f"/v1/{re.escape(run.resource_name)}$", method="GET")
+    assert steps["basis"] == (f"{len(ran)} step(s) on e2-standard-4 machines, each from its "
+                              "start to its end; 1 still running (this summary among them), "
+                              "not counted")
+    assert 0 < steps["hours"] < emulated_run["seconds"] / 3600
+    assert (steps["usd"], steps["unpriced"]) == (0.0, ["e2-standard-4"])
     (job,) = [j for j in apis.jobs.values() if j.name == training["name"]]
     assert job.resource["labels"]["vertex-ai-pipelines-run-billing-id"]
     assert training["hours"] > 0 and training["usd"] > 0 and training["basis"] == "succeeded"
@@ -920,9 +932,10 @@ def test_the_run_ends_with_what_it_cost_resource_by_resource(emulated_run):
         r.query["filter"] for r in apis.recorded(r"/batchPredictionJobs$", method="GET")]
     said = summary.log.read_text()
     assert re.search(r"\[gpu-pipeline\] run cost: about [0-9.]+ USD \(training [0-9.]+, batch "
-                     r"prediction 0\.00, pipeline 0\.03; prices of 2026-10-07\); without a "
-                     r"price for PREDICTION:n1-standard-4: give it in vertex\.prices; not "
-                     r"counted: ", said), said[-2000:]
+                     r"prediction 0\.00, pipeline steps 0\.00, pipeline 0\.03; prices of "
+                     r"2026-10-07\); without a price for PREDICTION:n1-standard-4, "
+                     r"e2-standard-4: give it in vertex\.prices; not counted: ", said), \
+        said[-2000:]
 
 
 def _budgeted_rerun(emulated_run, budget_usd, name):

@@ -197,6 +197,8 @@ class FakeGoogleApis:
         self.worker_pools: dict[str, dict[str, Any]] = {}
         # Vertex AI persistent resources: name -> PersistentResource (as a user made them).
         self.persistent_resources: dict[str, dict[str, Any]] = {}
+        # The emulated runs (`EmulatedPipelines(published=...)`), for GetPipelineJob.
+        self.pipeline_jobs: dict[str, Any] = {}
         self.denied: set[str] = set()  # permissions testIamPermissions leaves out
         # resource -> permissions granted there; None: everything (but `denied`) everywhere
         self.grants: dict[str, set[str]] | None = None
@@ -302,6 +304,8 @@ class FakeGoogleApis:
              self._worker_pool),
             ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/persistentResources/[^/:]+)$",
              self._persistent_resource),
+            ("GET", r"^/v1/(projects/[^/]+/locations/[^/]+/pipelineJobs/[^/:]+)$",
+             self._get_pipeline_job),
             ("GET", r"^/v3/projects/([^/:]+)$", self._get_project),
             ("POST", r"^/v3/(projects/[^/:]+):testIamPermissions$", self._test_permissions),
             ("POST", r"^/v1/(projects/-/serviceAccounts/[^/:]+):testIamPermissions$",
@@ -753,6 +757,11 @@ class FakeGoogleApis:
         if name not in self.persistent_resources:
             return 404, _error(404, f"PersistentResource {name} not found")
         return 200, {"name": name, "state": "RUNNING", **self.persistent_resources[name]}
+
+    def _get_pipeline_job(self, name: str, body: Any) -> tuple[int, Any]:
+        if name not in self.pipeline_jobs:
+            return 404, _error(404, f"PipelineJob {name} not found")
+        return 200, self.pipeline_jobs[name].pipeline_job()
 
     def closed_pool(self, name: str) -> None:
         """A private pool without public egress (WorkerPool.privatePoolV1Config)."""

@@ -66,6 +66,14 @@ class Task:
     command: list[str] | None = None
     env: dict[str, str] | None = None
     definition: dict[str, Any] | None = None
+    started: str = ""  # a container task's start and end (RFC 3339), as GetPipelineJob says
+    ended: str = ""
+
+
+def _now() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def protojson(value: Any) -> Any:
@@ -111,13 +119,18 @@ class EmulatedPipelines:
             (`FakeGoogleApis.image_problem`); images are not checked without it.
         kill_when: Task name or display name -> a condition; the task's container is
             killed (SIGKILL) as soon as it holds.
+        published: Where the run puts itself under its resource name once it starts, for
+            the fake APIs' GetPipelineJob (`FakeGoogleApis.pipeline_jobs`).
     """
 
     def __init__(self, work_dir: Path, mount: StandInMount, environment: dict[str, str],
                  timeout: float = 900,
                  image_problem: Callable[[str], str | None] | None = None,
-                 kill_when: dict[str, Callable[[], bool]] | None = None):
+                 kill_when: dict[str, Callable[[], bool]] | None = None,
+                 published: dict[str, EmulatedPipelines] | None = None):
         self.work_dir = work_dir
+        self.published = published
+        self.running: tuple[str, str] | None = None  # (the container task, its start)
         self.kill_when = kill_when or {}
         self.notifications: list[dict[str, Any]] = []
         self.mount = mount
@@ -140,6 +153,8 @@ class EmulatedPipelines:
         runtime = job["runtime_config"]
         self.job_id = request.pipeline_job_id
         self.resource_name = f"{request.parent}/pipelineJobs/{self.job_id}"
+        if self.published is not None:
+            self.published[self.resource_name] = self
         # Values Vertex AI substitutes for its runtime placeholders in parameter defaults.
         self.runtime_values = {
             "{{$.pipeline_google_cloud_project_id}}": request.parent.split("/")[1],
@@ -196,7 +211,10 @@ class EmulatedPipelines:
                     outputs[name] = self._container(name, task, definition,
                                                     executor["container"], params, arts)
             except TaskFailed as exc:
-                outputs[name] = self._record(name, task, "FAILED", error=str(exc))
+                ran = self.tasks.get(name)  # a container's times, as it recorded them
+                outputs[name] = self._record(name, task, "FAILED", error=str(exc),
+                                             started=ran.started if ran else "",
+                                             ended=ran.ended if ran else "")
                 failure = failure or str(exc)
         return failure
 
@@ -297,16 +315,38 @@ class EmulatedPipelines:
         if any(EMAIL_EXECUTOR in part for part in command):
             return self._email(name, task, values, log)
         self.mount.pull()
-        with open(log, "w") as out:
-            code = self._run(command, env, local, out, self.kill_when.get(
-                name, self.kill_when.get(task["taskInfo"]["name"])))
+        self.running = (name, _now())
+        try:
+            with open(log, "w") as out:
+                code = self._run(command, env, local, out, self.kill_when.get(
+                    name, self.kill_when.get(task["taskInfo"]["name"])))
+        finally:
+            times = {"started": self.running[1], "ended": _now()}
+            self.running = None
         self.mount.push()
         if code != 0:
+            self._record(name, task, "FAILED", log=log, **times)
             raise TaskFailed(f"task {name} ({task['taskInfo']['name']}) exited with {code}:\n"
                              + log.read_text()[-4000:])
         return self._record(name, task, "SUCCEEDED", executor_input=executor_input, log=log,
-                            command=command, env=env, definition=definition,
+                            command=command, env=env, definition=definition, **times,
                             **self._outputs(definition, executor_input, local))
+
+    def pipeline_job(self) -> dict[str, Any]:
+        """The run as GetPipelineJob returns it while it runs (REST field names): each
+        container task's details, with its start and end (none yet for the running one)
+        and the CustomJob it runs as (Vertex AI runs each step as one)."""
+        details = [{"taskName": name, "state": task.state, "startTime": task.started,
+                    "endTime": task.ended, "executorDetail": {"containerDetail": {
+                        "mainJob": f"{self.resource_name.split('/pipelineJobs/')[0]}"
+                                   f"/customJobs/step-{number}"}}}
+                   for number, (name, task) in enumerate(self.tasks.items()) if task.started]
+        if self.running is not None:
+            details.append({"taskName": self.running[0], "state": "RUNNING",
+                            "startTime": self.running[1], "executorDetail": {
+                                "containerDetail": {}}})
+        return {"name": self.resource_name, "state": "PIPELINE_STATE_RUNNING",
+                "jobDetail": {"taskDetails": details}}
 
     def _run(self, command: list[str], env: dict[str, str], cwd: Path, out: Any,
              condition: Callable[[], bool] | None) -> int | str:

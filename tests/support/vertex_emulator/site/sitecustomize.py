@@ -132,6 +132,8 @@ PATCHES = {
     "requests.sessions": _patch_requests,
     "google.cloud.aiplatform_v1.services.job_service.client": _rest_transport("job"),
     "google.cloud.aiplatform_v1.services.model_service.client": _rest_transport("model"),
+    "google.cloud.aiplatform_v1.services.pipeline_service.client":
+        _rest_transport("pipeline"),
     "google.cloud.aiplatform_v1.services.endpoint_service.client": _rest_transport("endpoint"),
     "google.cloud.aiplatform_v1.services.prediction_service.client":
         _rest_transport("prediction"),
