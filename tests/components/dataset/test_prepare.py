@@ -172,9 +172,12 @@ def test_csv_and_jsonl_manifests(tmp_path):
     csv_path = tmp_path / "src" / "labels.csv"
     csv_path.write_text("image,label\n" + "".join(
         f"{p.relative_to(src)},{'round' if 'circle' in p.name else 'boxy'}\n" for p in files))
+    # Paths relative to the file: an example's split follows from its path, which would
+    # otherwise change with the test's temporary directory (1 in about 30 left the
+    # validation split of these 12 images empty).
     jsonl_path = tmp_path / "labels.jsonl"
-    jsonl_path.write_text("".join(json.dumps({"image": str(p), "label": p.parent.name}) + "\n"
-                                  for p in files))
+    jsonl_path.write_text("".join(json.dumps({"image": str(p.relative_to(tmp_path)),
+                                              "label": p.parent.name}) + "\n" for p in files))
     from_csv = prepare_source(str(csv_path), tmp_path / "csv", image_size=16,
                               validation_fraction=0.3, test_fraction=0.0)
     from_jsonl = prepare_source(str(jsonl_path), tmp_path / "jsonl", image_size=16,
