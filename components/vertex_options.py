@@ -163,8 +163,11 @@ class VertexOptions(pydantic.BaseModel):
     prices: dict[str, float] = Field(default_factory=dict, description=(
         "USD per hour by machine or accelerator type (e.g. g2-standard-8: 0.85, NVIDIA_L4: "
         "0.64; SPOT:NVIDIA_L4 or FLEX_START:NVIDIA_L4 for jobs of that provisioning "
-        "model): the training cost estimate's prices, over the dated table of "
-        "components/capacity/cost.py (which types it lacks, the estimate names)."))
+        "model; PREDICTION:n1-standard-4 for serving and batch prediction nodes; "
+        "e2-standard-4 for the pipeline's steps; DATAFLOW:VCPU, DATAFLOW:MEMORY_GB and "
+        "DATAFLOW:DISK_GB per vCPU- or GB-hour of the dataset stage's Dataflow job): the "
+        "cost estimates' prices, over the dated table of components/capacity/cost.py "
+        "(which types it lacks, the estimate names)."))
     psc_network_attachment: NetworkAttachment = Field("", description=(
         "A Private Service Connect interface for the PipelineJob and every CustomJob: the "
         "network attachment (projects/P/regions/REGION/networkAttachments/NAME) in the "

@@ -23,11 +23,15 @@ Itemised, from each resource as Vertex AI returns it:
 - the pipeline's own steps (GetPipelineJob of the run: each container task runs as a
   CustomJob of its own), each from its start to its end on STEP_MACHINE; the steps still
   running when the handler reads the run (the handler itself) are not counted;
+- the dataset stage's Dataflow job (`dataset.engine: beam`), from what the stage read of it
+  when it ended (its JobMetrics' vCPU, memory and disk totals, in its output's metadata,
+  which GetPipelineJob returns) at `DATAFLOW:` prices from `vertex.prices` (Dataflow has
+  a price list of its own, which the table does not hold);
 - the pipeline run itself: 0.03 USD a run (Vertex AI's tabular workflows pricing page,
   its cost examples: "Vertex AI Pipelines | 1 run x $0.03").
 
-Named as not counted, with why: the champion's own nodes, the Dataflow job and Cloud
-Build, none of which this handler can time or price from what it reads.
+Named as not counted, with why: the champion's own nodes and Cloud Build, which this
+handler cannot time or price from what it reads.
 """
 
 from __future__ import annotations
@@ -51,8 +55,6 @@ PIPELINE_RUN_SOURCE = ("https://cloud.google.com/vertex-ai/docs/tabular-data/tab
 #: `component_memory` run on a machine Vertex AI picks for those, priced as this one.
 STEP_MACHINE = "e2-standard-4"
 NOT_COUNTED = ("the champion's own serving nodes (they serve anyway)",
-               "the Dataflow job of the dataset stage (Dataflow bills its workers' vCPUs, "
-               "memory and disks, which the handler does not read)",
                "Cloud Build's build minutes (`submit` builds the images before the run, and "
                "only when their content changed)", "disks, network, storage and logging")
 
@@ -126,6 +128,44 @@ def step_items(pipeline_job: Mapping[str, Any], prices: Mapping[str, float]) -> 
                  [] if rate is not None else [STEP_MACHINE])]
 
 
+#: What Dataflow bills a batch job's workers by: `vertex.prices`' key (USD per unit-hour)
+#: of each total of the stage's usage record (`components.dataset.dataflow.job_usage`).
+DATAFLOW_PRICES = {"vcpu_hours": "DATAFLOW:VCPU", "memory_gb_hours": "DATAFLOW:MEMORY_GB",
+                   "disk_gb_hours": "DATAFLOW:DISK_GB", "ssd_gb_hours": "DATAFLOW:SSD_GB"}
+
+
+def dataflow_items(pipeline_job: Mapping[str, Any], prices: Mapping[str, float]
+                   ) -> list[Item]:
+    """Each Dataflow job a step's output records (its `dataflow_job` metadata), its vCPU,
+    memory and disk hours at `DATAFLOW:` prices."""
+    found = []
+    for task in pipeline_job.get("jobDetail", {}).get("taskDetails", []):
+        for output in task.get("outputs", {}).values():
+            for artifact in output.get("artifacts", []):
+                usage = artifact.get("metadata", {}).get("dataflow_job")
+                if isinstance(usage, dict):
+                    found.append(_dataflow_item(usage, prices))
+    return found
+
+
+def _dataflow_item(usage: Mapping[str, Any], prices: Mapping[str, float]) -> Item:
+    name = f"Dataflow job {usage.get('job', '')} ({usage.get('region', '')})"
+    if "unread" in usage:
+        return Item("dataflow", name, 0.0, 0.0, f"its usage could not be read: "
+                    f"{usage['unread']}", ["DATAFLOW"])
+    used = {key: float(usage.get(key) or 0.0) for key in DATAFLOW_PRICES}
+    missing = [DATAFLOW_PRICES[key] for key, amount in used.items()
+               if amount and DATAFLOW_PRICES[key] not in prices]
+    hours = _seconds({"startTime": usage.get("start_time"), "endTime": usage.get("end_time")})
+    return Item("dataflow", name, round(sum(amount * prices.get(DATAFLOW_PRICES[key], 0.0)
+                                            for key, amount in used.items()), 4),
+                round(hours / 3600, 4),
+                f"{used['vcpu_hours']:.3f} vCPU-hours, {used['memory_gb_hours']:.3f} GB-hours "
+                f"of memory, {used['disk_gb_hours'] + used['ssd_gb_hours']:.3f} GB-hours of "
+                f"disk on {usage.get('machine_type', '')} workers, as the job reported them",
+                missing)
+
+
 def prediction_prices(prices: Mapping[str, float]) -> dict[str, float]:
     """The `PREDICTION:<type>` prices of `vertex.prices`, by type (prediction nodes have
     price lists of their own; the table holds training prices)."""
@@ -197,7 +237,7 @@ def itemise(*, training: Sequence[Mapping[str, Any]], studies: Sequence[Mapping[
     items = [*training_items(training, prices), *tuning_items(studies, prices),
              *batch_items(batch, prices),
              *(rollout_items(rollouts, nodes, prices) if nodes is not None else []),
-             *step_items(pipeline_job or {}, prices),
+             *dataflow_items(pipeline_job or {}, prices), *step_items(pipeline_job or {}, prices),
              Item("pipeline", "the pipeline run", PIPELINE_RUN_USD, 0.0, PIPELINE_RUN_SOURCE)]
     unpriced = sorted({kind for item in items for kind in item.unpriced})
     return {"usd": round(sum(item.usd for item in items), 4),

@@ -17,6 +17,7 @@ many SDK worker processes (`direct_running_mode=multi_processing`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -78,9 +79,9 @@ def write_with_beam(assignment: ShardAssignment, out: Path, processes: int,
         _build(pipeline, work, target, assignment, names)
         if dataflow is None:
             pipeline.run().wait_until_finish()
-        else:
-            run_on_dataflow(pipeline, dataflow)
-        return _results(work)
+            return _results(work)
+        usage = run_on_dataflow(pipeline, dataflow)
+        return dataclasses.replace(_results(work), dataflow=usage)
     except BaseException:
         _delete(target, [n for split_names in names.values() for n in split_names])
         raise

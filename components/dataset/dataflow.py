@@ -41,6 +41,16 @@ if TYPE_CHECKING:
 #: Seconds between two looks at the job's state.
 POLL_SECONDS = 10.0
 
+#: The totals of a job's JobMetrics (v1b3 `getMetrics`, origin `dataflow/v1b3`; gcloud's
+#: `dataflow metrics list` shows them as Service-cpu_num_seconds, -mem_mb_seconds,
+#: -pd_gb_seconds and -pd_ssd_gb_seconds) that Dataflow bills a batch job's workers by
+#: (Dataflow pricing: worker CPU and memory, Persistent Disk), and what each becomes:
+#: (its key in the usage record, its units in one unit-hour).
+USAGE_METRICS = {"TotalVcpuTime": ("vcpu_hours", 3600.0),
+                 "TotalMemoryUsage": ("memory_gb_hours", 3600.0 * 1024),
+                 "TotalPdUsage": ("disk_gb_hours", 3600.0),
+                 "TotalSsdUsage": ("ssd_gb_hours", 3600.0)}
+
 #: Dataflow's states after which a job does not change (JobState in the v1b3 API).
 _TERMINAL = ("JOB_STATE_DONE", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_UPDATED",
              "JOB_STATE_DRAINED", "JOB_STATE_STOPPED")
@@ -171,8 +181,9 @@ def dataflow_job(options: DatasetOptions, *, project_id: str, region: str, servi
         subnetwork=options.dataflow_subnetwork, kms_key=kms_key)
 
 
-def run_on_dataflow(pipeline: Any, job: DataflowJob) -> None:
-    """Submits `pipeline` as `job` and follows it to its end.
+def run_on_dataflow(pipeline: Any, job: DataflowJob) -> dict[str, Any]:
+    """Submits `pipeline` as `job` and follows it to its end; returns what the job used
+    (`job_usage`).
 
     A SIGTERM (Vertex AI cancelling the run) or an interrupt while it runs cancels the
     job before the stage ends.
@@ -195,6 +206,33 @@ def run_on_dataflow(pipeline: Any, job: DataflowJob) -> None:
         raise DataflowJobFailed(f"Dataflow job {job.job_name} ({job_id}) ended in "
                                 f"{state}: {_last_error(client, job_id) or 'no error message'}"
                                 f"; see {url}")
+    usage = job_usage(client, job_id, job)
+    say(f"Dataflow job {job_id} used {usage.get('vcpu_hours', 0):.3f} vCPU-hours, "
+        f"{usage.get('memory_gb_hours', 0):.3f} GB-hours of memory, "
+        f"{usage.get('disk_gb_hours', 0):.3f} GB-hours of disk" if "unread" not in usage
+        else f"Dataflow job {job_id}: what it used could not be read ({usage['unread']})")
+    return usage
+
+
+def job_usage(client: Any, job_id: str, job: DataflowJob) -> dict[str, Any]:
+    """What a finished job used (its JobMetrics' totals, per unit-hour: USAGE_METRICS), when
+    it ran and on which workers; a read that fails is said in `unread`, never raised (the
+    dataset is written either way)."""
+    usage: dict[str, Any] = {"job": job_id, "name": job.job_name, "project": job.project,
+                             "region": job.region, "machine_type": job.machine_type}
+    try:
+        metrics = client.get_job_metrics(job_id).metrics
+        ran = client.get_job(job_id)
+    except Exception as exc:  # noqa: BLE001 - the job's cost is told, never a failure
+        return {**usage, "unread": first_line(exc, 300)}
+    for metric in metrics:
+        if metric.name.origin == "dataflow/v1b3" and metric.name.name in USAGE_METRICS:
+            key, per_hour = USAGE_METRICS[metric.name.name]
+            usage[key] = round(float(metric.scalar or 0) / per_hour, 6)
+    started, ended = ran.start_time or ran.create_time, ran.current_state_time
+    if started and ended:
+        usage["start_time"], usage["end_time"] = started.rfc3339(), ended.rfc3339()
+    return usage
 
 
 def _follow(client: Any, job_id: str, report_every: float = 300) -> str:

@@ -135,6 +135,7 @@ def _prepare(options: DatasetOptions, out: Path, input_pipelines: int, processes
         "bad_fraction": len(written.skipped) / assignment.total if assignment.total else 0.0,
         "splits": {split: written.split_entry(split, listing.classes)
                    for split in assignment.by_split},
+        **({"dataflow_job": written.dataflow} if written.dataflow else {}),
     }
     report = markdown_report(manifest)
     files.write_text(out / REPORT_NAME, report)

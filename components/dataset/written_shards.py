@@ -44,6 +44,7 @@ class Written:
 
     shards: list[Shard]
     skipped: list[dict[str, str]]
+    dataflow: dict[str, Any] | None = None  # the Dataflow job that wrote them (its usage)
 
     def __post_init__(self) -> None:
         # In file order, whichever order the engine met them in.

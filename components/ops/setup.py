@@ -117,6 +117,8 @@ def prepare_dataset(options: dict, source_fingerprint: str, input_pipelines: int
         "source_fingerprint": manifest["source_fingerprint"],
         "skipped": len(manifest["skipped"]),
         **{f"{split}_examples": info["count"] for split, info in manifest["splits"].items()},
+        # What the run's end prices (`run_cost`): the Dataflow job and what it used.
+        **({"dataflow_job": manifest["dataflow_job"]} if "dataflow_job" in manifest else {}),
     })
     counts = ", ".join(f"{s} {i['count']} in {len(i['shards'])} shards"
                        for s, i in manifest["splits"].items())

@@ -15,6 +15,7 @@ import dataclasses
 import http.server
 import re
 import threading
+import time
 from typing import Any
 
 from tests.support.json_http import json_handler
@@ -31,6 +32,33 @@ class FakeJob:
     request: dict[str, Any]
     state: str = "JOB_STATE_PENDING"
     messages: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    started: float = dataclasses.field(default_factory=time.time)
+    ended: float | None = None  # when the pipeline ran to its end (or failed)
+
+    def times(self) -> dict[str, str]:
+        """The job's times as Dataflow's Job has them (RFC 3339)."""
+        return {"createTime": _rfc3339(self.started), "startTime": _rfc3339(self.started),
+                "currentStateTime": _rfc3339(self.ended or time.time())}
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """What the job used, as getMetrics reports it: one worker of the job's machine
+        type for as long as it ran: the type's vCPUs (its last number), 4 GB of memory per
+        vCPU (a standard type) and a 25 GB disk (Dataflow Shuffle's batch default)."""
+        pools = self.request.get("environment", {}).get("workerPools") or [{}]
+        vcpus = int(str(pools[0].get("machineType") or "n1-standard-1").rsplit("-", 1)[1])
+        seconds = (self.ended or time.time()) - self.started
+        totals = {"TotalVcpuTime": vcpus * seconds, "TotalMemoryUsage": vcpus * 4096 * seconds,
+                  "TotalPdUsage": 25 * seconds, "TotalSsdUsage": 0,
+                  "CurrentVcpuCount": vcpus}
+        return [{"name": {"name": name, "origin": "dataflow/v1b3"}, "scalar": round(value)}
+                for name, value in totals.items()]
+
+
+def _rfc3339(seconds: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat() \
+        .replace("+00:00", "Z")
 
 
 class FakeDataflow:
@@ -43,6 +71,7 @@ class FakeDataflow:
         self.jobs: dict[str, FakeJob] = {}
         self.run_error: BaseException | None = None
         self.require_cmek = False  # the org policy that refuses a job without a key
+        self.metrics_denied = False  # getMetrics answers 403 (a role without metrics)
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -68,7 +97,7 @@ class FakeDataflow:
         self.requests.append((method, path, body))
         route = path.split("?")[0]
         match = re.fullmatch(r"/v1b3/projects/([^/]+)/locations/([^/]+)/jobs(?:/([^/]+))?"
-                             r"(/messages)?", route)
+                             r"(/messages|/metrics)?", route)
         if not match:
             return 404, {"error": {"code": 404, "message": f"no route {method} {route}"}}
         job_id, messages = match.group(3), match.group(4)
@@ -77,13 +106,20 @@ class FakeDataflow:
         job = self.jobs.get(job_id or "")
         if job is None:
             return 404, {"error": {"code": 404, "message": f"job {job_id} not found"}}
+        if messages == "/metrics" and self.metrics_denied:
+            return 403, {"error": {"code": 403, "status": "PERMISSION_DENIED", "message": (
+                "Permission 'dataflow.metrics.get' denied on resource")}}
+        if messages == "/metrics":
+            return 200, {"metricTime": job.times()["currentStateTime"],
+                         "metrics": job.metrics()}
         if messages:
             return 200, {"jobMessages": job.messages}
         if method == "PUT":
             if body.get("requestedState") in ("JOB_STATE_CANCELLED", 5):
                 job.state = "JOB_STATE_CANCELLED"
             return 200, {"id": job.id, "currentState": job.state}
-        return 200, {"id": job.id, "name": job.request["name"], "currentState": job.state}
+        return 200, {"id": job.id, "name": job.request["name"], "currentState": job.state,
+                     **job.times()}
 
     def _create(self, body: dict[str, Any]) -> tuple[int, Any]:
         problem = _job_problem(body)
@@ -129,12 +165,14 @@ class FakeDataflow:
                 environment.urn = "beam:env:embedded_python:v1"
                 environment.payload = b""
             FnApiRunner().run_via_runner_api(proto, PipelineOptions([]))
+            job.ended = time.time()
             job.state = "JOB_STATE_DONE"
         except Exception as exc:  # noqa: BLE001 - the test reads it; the job fails as on Dataflow
             self.run_error = exc
             job.messages.append({"id": "1", "time": "2026-11-24T00:00:00Z",
                                  "messageText": f"Traceback: {exc}",
                                  "messageImportance": "JOB_MESSAGE_ERROR"})
+            job.ended = time.time()
             job.state = "JOB_STATE_FAILED"
 
     def _handler(self) -> type:

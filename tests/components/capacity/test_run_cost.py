@@ -116,3 +116,31 @@ def test_the_pipeline_s_own_steps_are_billed_on_their_machines_while_they_ran():
     # No run read (a summary that could not name it): no step item.
     assert [i["kind"] for i in run_cost.itemise(training=[], studies=[], batch=[],
                                                 prices=priced({}))["items"]] == ["pipeline"]
+
+
+def test_the_dataflow_job_is_priced_by_what_it_reported_using():
+    """The dataset stage's Dataflow job, from the usage its output's metadata records (as
+    GetPipelineJob returns a task's outputs): its vCPU, memory and disk hours at the
+    `DATAFLOW:` prices given; a total without a price is named, a usage the stage could
+    not read is said."""
+    usage = {"job": "2026-11-27_1", "region": "us-central1", "machine_type": "n2-standard-4",
+             "vcpu_hours": 2.0, "memory_gb_hours": 8.0, "disk_gb_hours": 12.5,
+             "ssd_gb_hours": 0.0, "start_time": "2026-11-27T10:00:00Z",
+             "end_time": "2026-11-27T10:30:00Z"}
+    dataset = {"outputs": {"dataset": {"artifacts": [{"uri": "gs://b/d", "metadata": {
+        "classes": ["a"], "dataflow_job": usage}}]}}}
+    job = {"name": "run", "jobDetail": {"taskDetails": [dataset]}}
+    prices = priced({"DATAFLOW:VCPU": 0.06, "DATAFLOW:MEMORY_GB": 0.004})
+    cost = run_cost.itemise(training=[], studies=[], batch=[], pipeline_job=job, prices=prices)
+    item = cost["items"][0]
+    assert (item["kind"], item["name"], item["hours"]) == (
+        "dataflow", "Dataflow job 2026-11-27_1 (us-central1)", 0.5)
+    assert item["usd"] == pytest.approx(2 * 0.06 + 8 * 0.004)
+    assert item["basis"] == ("2.000 vCPU-hours, 8.000 GB-hours of memory, 12.500 GB-hours of "
+                             "disk on n2-standard-4 workers, as the job reported them")
+    assert item["unpriced"] == ["DATAFLOW:DISK_GB"]  # no SSD used: none asked for
+    unread = {"outputs": {"dataset": {"artifacts": [{"metadata": {"dataflow_job": {
+        "job": "2026-11-27_2", "region": "us-central1", "unread": "403 denied"}}}]}}}
+    (said,) = run_cost.itemise(training=[], studies=[], batch=[], prices=prices, pipeline_job={
+        "jobDetail": {"taskDetails": [unread]}})["items"][:1]
+    assert said["basis"] == "its usage could not be read: 403 denied" and said["usd"] == 0.0

@@ -190,6 +190,31 @@ def test_dataflow_job_request_and_its_success(dataflow_world):
         assert entry["count"] == sum(s["count"] for s in entry["shards"])
     assert contract.load_manifest(out)["examples"] == 30 * 4
     assert not _blobs("root/run/task/dataflow/temp/" + job.name)  # the plan is removed
+    # What the job used, read from its JobMetrics when it ended: the fake reports one
+    # n2-highcpu-8 worker (8 vCPUs, 32 GB, a 25 GB disk) for as long as it ran.
+    [ran] = fake.jobs.values()
+    used = manifest["dataflow_job"]
+    assert (used["job"], used["name"], used["region"], used["machine_type"]) == (
+        ran.id, job.name, "europe-west4", "n2-highcpu-8")
+    seconds = ran.ended - ran.started
+    assert used["vcpu_hours"] == pytest.approx(8 * seconds / 3600, abs=1e-3)
+    assert used["memory_gb_hours"] == pytest.approx(32 * seconds / 3600, abs=1e-3)
+    assert used["disk_gb_hours"] == pytest.approx(25 * seconds / 3600, abs=1e-3)
+    assert used["ssd_gb_hours"] == 0 and used["end_time"] >= used["start_time"]
+    assert any(p.split("?")[0].endswith(f"/jobs/{ran.id}/metrics")
+               for m, p, _ in fake.requests if m == "GET"), fake.requests
+
+
+def test_a_job_whose_usage_cannot_be_read_still_writes_the_dataset(dataflow_world):
+    out = dataflow_world / "bkt/root/run/task/dataset"
+    with FakeDataflow("run") as fake:
+        fake.metrics_denied = True
+        manifest = prepare_source("builtin://shapes", out, engine="beam",
+                                  builtin_images_per_class=10, input_pipelines=1,
+                                  dataflow=_job(fake))
+    assert manifest["examples"] == 10 * 4
+    unread = manifest["dataflow_job"]["unread"]
+    assert "dataflow.metrics.get" in unread and "vcpu_hours" not in manifest["dataflow_job"]
 
 
 def tfrecord_records_of(data: bytes) -> list[bytes]:

@@ -1227,6 +1227,18 @@ def test_the_beam_engine_prepares_the_dataset_as_a_dataflow_job(tuned_run):
             data = storage.bucket(bucket).blob(f"{prefix}/{shard['file']}").download_as_bytes()
             assert hashlib.sha256(data).hexdigest() == shard["sha256"]
     assert tasks["train-on-vertex-ai"].state == "SUCCEEDED"
+    # What the job used, as its JobMetrics said when it ended: in the dataset's metadata,
+    # which the run's cost.json reads through GetPipelineJob (no DATAFLOW: prices given).
+    used = tasks["prepare-dataset"].artifacts["dataset"]["metadata"]["dataflow_job"]
+    assert used["job"] == "2026-job-1" and used["vcpu_hours"] > 0
+    assert "Dataflow job 2026-job-1 used " in log
+    run_cost = json.loads(tuned_run["mount"].path(
+        tasks["summarize-run"].artifacts["cost"]["uri"]).read_text())
+    (item,) = [i for i in run_cost["items"] if i["kind"] == "dataflow"]
+    assert item["name"] == "Dataflow job 2026-job-1 (us-central1)" and item["hours"] > 0
+    assert (item["usd"], item["unpriced"]) == (0.0, [
+        "DATAFLOW:VCPU", "DATAFLOW:MEMORY_GB", "DATAFLOW:DISK_GB"])
+    assert f"{used['vcpu_hours']:.3f} vCPU-hours" in item["basis"]
 
 
 def test_under_the_cmek_org_policy_the_study_dataflow_and_the_endpoint_carry_the_key(

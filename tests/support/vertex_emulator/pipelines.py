@@ -334,12 +334,15 @@ class EmulatedPipelines:
 
     def pipeline_job(self) -> dict[str, Any]:
         """The run as GetPipelineJob returns it while it runs (REST field names): each
-        container task's details, with its start and end (none yet for the running one)
-        and the CustomJob it runs as (Vertex AI runs each step as one)."""
+        container task's details, with its start and end (none yet for the running one),
+        the CustomJob it runs as (Vertex AI runs each step as one) and its output artifacts."""
         details = [{"taskName": name, "state": task.state, "startTime": task.started,
                     "endTime": task.ended, "executorDetail": {"containerDetail": {
                         "mainJob": f"{self.resource_name.split('/pipelineJobs/')[0]}"
-                                   f"/customJobs/step-{number}"}}}
+                                   f"/customJobs/step-{number}"}},
+                    "outputs": {key: {"artifacts": [{"uri": artifact.get("uri", ""),
+                                                     "metadata": artifact.get("metadata", {})}]}
+                                for key, artifact in task.artifacts.items()}}
                    for number, (name, task) in enumerate(self.tasks.items()) if task.started]
         if self.running is not None:
             details.append({"taskName": self.running[0], "state": "RUNNING",
