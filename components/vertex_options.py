@@ -165,7 +165,8 @@ class VertexOptions(pydantic.BaseModel):
         "0.64; SPOT:NVIDIA_L4 or FLEX_START:NVIDIA_L4 for jobs of that provisioning "
         "model; PREDICTION:n1-standard-4 for serving and batch prediction nodes; "
         "e2-standard-4 for the pipeline's steps; DATAFLOW:VCPU, DATAFLOW:MEMORY_GB and "
-        "DATAFLOW:DISK_GB per vCPU- or GB-hour of the dataset stage's Dataflow job): the "
+        "DATAFLOW:DISK_GB per vCPU- or GB-hour of the dataset stage's Dataflow job; "
+        "CLOUD_BUILD:E2_HIGHCPU_8 per hour of a build the build stage makes): the "
         "cost estimates' prices, over the dated table of components/capacity/cost.py "
         "(which types it lacks, the estimate names)."))
     psc_network_attachment: NetworkAttachment = Field("", description=(

@@ -43,7 +43,7 @@ def run_build_stage(context_dir: str, context_uri: str, image_repository: str, *
 
     Returns:
         (per image key: `reference` by digest, `tag` and `built`, empty for local runs;
-        metadata for the artifact).
+        metadata for the artifact, with `cloud_build`, the build made when one was).
     """
     context = write_build_context(context_dir, user_code=None if push else user_code or None)
     metadata: dict[str, Any] = {
@@ -71,13 +71,14 @@ def run_build_stage(context_dir: str, context_uri: str, image_repository: str, *
             i.key: images.tagged(image_repository, i, tag) for i in images.PROJECT_IMAGES})
     log(f"build context {source_uri} ({metadata['digest']})")
     with remote_call("building or finding the images"):
+        builds: list[dict[str, str]] = []
         found = cloud_build.ensure_images(image_repository, tag, source_uri,
                                           build_client=builder, registry_client=registry,
                                           settings=settings or cloud_build.BuildSettings(),
-                                          log=log)
+                                          log=log, builds=builds)
     return found, {**metadata, "references": {k: v["reference"] for k, v in found.items()},
                    "pushed": True, "built": sorted(k for k, v in found.items() if v["built"]),
-                   "source_uri": source_uri}
+                   "source_uri": source_uri, **({"cloud_build": builds[0]} if builds else {})}
 
 
 def cloud_clients() -> tuple[Any, Any, Any]:

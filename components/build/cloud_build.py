@@ -266,7 +266,8 @@ def wait_for_build(operation: Any, settings: BuildSettings, *, log: Callable[[st
 
 def ensure_images(repository_uri: str, tag: str, source_uri: str, *, build_client: Any,
                   registry_client: Any, settings: BuildSettings = BuildSettings(),
-                  log: Callable[[str], None] = say, **wait: Any) -> dict[str, dict[str, Any]]:
+                  log: Callable[[str], None] = say, builds: list[dict[str, str]] | None = None,
+                  **wait: Any) -> dict[str, dict[str, Any]]:
     """The project's images for `tag`, building (in one build) only those that are missing.
 
     Args:
@@ -277,6 +278,8 @@ def ensure_images(repository_uri: str, tag: str, source_uri: str, *, build_clien
         registry_client: An `artifactregistry_v1.ArtifactRegistryClient`.
         settings: Machine, timeout and service account of a build.
         log: Where progress lines go.
+        builds: Where the build made, if any, is recorded (its ID, machine or pool, start
+            and finish times: what the run's cost counts, `pipeline_job_cost.build_items`).
         **wait: Passed to `wait_for_build` (polling, for tests).
 
     Returns:
@@ -305,6 +308,9 @@ def ensure_images(repository_uri: str, tag: str, source_uri: str, *, build_clien
         f"{source_uri}")
     build = wait_for_build(build_client.create_build(request=request), settings, log=log, **wait)
     pushed = {i.name: i.digest for i in build.results.images}
+    record = {"id": build.id, "machine": settings.worker_pool or settings.machine_type,
+              "start_time": build.start_time.rfc3339() if build.start_time else "",
+              "finish_time": build.finish_time.rfc3339() if build.finish_time else ""}
     for image in missing:
         digest = pushed.get(images.tagged(repository.uri, image, tag))
         if not digest:
@@ -314,4 +320,6 @@ def ensure_images(repository_uri: str, tag: str, source_uri: str, *, build_clien
         reference = images.reference(repository.uri, image, digest)
         log(f"pushed {images.tagged(repository.uri, image, tag)}: {reference}")
         found[image.key] = {"reference": reference, "tag": tag, "built": True}
+    if builds is not None:
+        builds.append(record)
     return found

@@ -20,18 +20,15 @@ Itemised, from each resource as Vertex AI returns it:
   the old model kept at 0% for `deploy.grace_period` (until the next rollout undeploys it:
   at least that long), both on the deploy rule's machines (`max_replica_count` of them) at
   `PREDICTION:` prices;
-- the pipeline's own steps (GetPipelineJob of the run: each container task runs as a
-  CustomJob of its own), each from its start to its end on STEP_MACHINE; the steps still
-  running when the handler reads the run (the handler itself) are not counted;
-- the dataset stage's Dataflow job (`dataset.engine: beam`), from what the stage read of it
-  when it ended (its JobMetrics' vCPU, memory and disk totals, in its output's metadata,
-  which GetPipelineJob returns) at `DATAFLOW:` prices from `vertex.prices` (Dataflow has
-  a price list of its own, which the table does not hold);
+- what the run's PipelineJob tells (GetPipelineJob, `pipeline_job_cost`): its own steps
+  on their step machines; the dataset stage's Dataflow job and the build stage's Cloud
+  Build build, as those stages recorded them, at `DATAFLOW:` and `CLOUD_BUILD:` prices
+  from `vertex.prices` (price lists of their own, which the table does not hold);
 - the pipeline run itself: 0.03 USD a run (Vertex AI's tabular workflows pricing page,
   its cost examples: "Vertex AI Pipelines | 1 run x $0.03").
 
-Named as not counted, with why: the champion's own nodes and Cloud Build, which this
-handler cannot time or price from what it reads.
+Named as not counted, with why: the champion's own nodes (they serve anyway), the builds
+`submit` makes before the run, disks, network, storage and logging.
 """
 
 from __future__ import annotations
@@ -41,6 +38,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from components.capacity.cost import PRICES_READ, hourly, job_cost, tuning_cost
+from components.capacity.cost_item import Item, seconds_of
+from components.capacity.pipeline_job_cost import (
+    build_items,
+    dataflow_items,
+    pipelines_client,
+    read_pipeline_job,
+    step_items,
+)
 from components.gpu.worker_pool import WorkerPool
 
 if TYPE_CHECKING:
@@ -49,35 +54,10 @@ if TYPE_CHECKING:
 PIPELINE_RUN_USD = 0.03
 PIPELINE_RUN_SOURCE = ("https://cloud.google.com/vertex-ai/docs/tabular-data/tabular-workflows/"
                        "pricing (cost examples: Vertex AI Pipelines, 1 run x $0.03)")
-#: The machine Vertex AI Pipelines runs a step on (docs, "Specify the machine configuration
-#: for a pipeline step": "By default, the component will run on as a Vertex AI CustomJob
-#: using an e2-standard-4 machine"); the steps given `vertex.component_cpu` and
-#: `component_memory` run on a machine Vertex AI picks for those, priced as this one.
-STEP_MACHINE = "e2-standard-4"
 NOT_COUNTED = ("the champion's own serving nodes (they serve anyway)",
-               "Cloud Build's build minutes (`submit` builds the images before the run, and "
-               "only when their content changed)", "disks, network, storage and logging")
-
-
-@dataclasses.dataclass
-class Item:
-    """One billed resource (or group) of the run."""
-
-    kind: str  # training, tuning, batch prediction, canary, grace period, pipeline
-    name: str
-    usd: float
-    hours: float
-    basis: str
-    unpriced: list[str] = dataclasses.field(default_factory=list)
-
-
-def _seconds(resource: Mapping[str, Any]) -> float:
-    from components.durations import timestamp_seconds
-
-    if not resource.get("startTime") or not resource.get("endTime"):
-        return 0.0
-    return max(0.0, timestamp_seconds(resource["endTime"])
-               - timestamp_seconds(resource["startTime"]))
+               "the Cloud Build builds `submit` makes before the run (only when the images' "
+               "content changed; the build stage's own are counted)",
+               "disks, network, storage and logging")
 
 
 def training_items(jobs: Iterable[Mapping[str, Any]], prices: Mapping[str, float]) -> list[Item]:
@@ -99,7 +79,7 @@ def tuning_items(studies: Iterable[Mapping[str, Any]], prices: Mapping[str, floa
     found = []
     for study in studies:
         pools = parse_pools(study.get("trialJobSpec", {}).get("workerPoolSpecs", []))
-        trials = [{"state": str(t.get("state", "")), "seconds": _seconds(t)}
+        trials = [{"state": str(t.get("state", "")), "seconds": seconds_of(t)}
                   for t in study.get("trials", [])]
         cost = tuning_cost(trials, pools, prices)
         found.append(Item("tuning", str(study.get("name", "")), cost["usd"],
@@ -107,63 +87,6 @@ def tuning_items(studies: Iterable[Mapping[str, Any]], prices: Mapping[str, floa
                           f"{cost['billed_trials']} billed trial(s) of {cost['trials']}",
                           list(cost["unpriced"])))
     return found
-
-
-def step_items(pipeline_job: Mapping[str, Any], prices: Mapping[str, float]) -> list[Item]:
-    """The pipeline's own steps (the run's PipelineJob, REST field names): every container
-    task that ended, from its start to its end, on STEP_MACHINE at its training price."""
-    steps = [t for t in pipeline_job.get("jobDetail", {}).get("taskDetails", [])
-             if "containerDetail" in t.get("executorDetail", {}) and t.get("startTime")]
-    if not steps:
-        return []
-    ended = [t for t in steps if t.get("endTime")]
-    hours = sum(_seconds(t) for t in ended) / 3600
-    rate = prices.get(STEP_MACHINE)
-    running = len(steps) - len(ended)
-    return [Item("pipeline steps", str(pipeline_job.get("name", "")),
-                 round((rate or 0.0) * hours, 4), round(hours, 4),
-                 f"{len(ended)} step(s) on {STEP_MACHINE} machines, each from its start to "
-                 "its end" + (f"; {running} still running (this summary among them), not "
-                              "counted" if running else ""),
-                 [] if rate is not None else [STEP_MACHINE])]
-
-
-#: What Dataflow bills a batch job's workers by: `vertex.prices`' key (USD per unit-hour)
-#: of each total of the stage's usage record (`components.dataset.dataflow.job_usage`).
-DATAFLOW_PRICES = {"vcpu_hours": "DATAFLOW:VCPU", "memory_gb_hours": "DATAFLOW:MEMORY_GB",
-                   "disk_gb_hours": "DATAFLOW:DISK_GB", "ssd_gb_hours": "DATAFLOW:SSD_GB"}
-
-
-def dataflow_items(pipeline_job: Mapping[str, Any], prices: Mapping[str, float]
-                   ) -> list[Item]:
-    """Each Dataflow job a step's output records (its `dataflow_job` metadata), its vCPU,
-    memory and disk hours at `DATAFLOW:` prices."""
-    found = []
-    for task in pipeline_job.get("jobDetail", {}).get("taskDetails", []):
-        for output in task.get("outputs", {}).values():
-            for artifact in output.get("artifacts", []):
-                usage = artifact.get("metadata", {}).get("dataflow_job")
-                if isinstance(usage, dict):
-                    found.append(_dataflow_item(usage, prices))
-    return found
-
-
-def _dataflow_item(usage: Mapping[str, Any], prices: Mapping[str, float]) -> Item:
-    name = f"Dataflow job {usage.get('job', '')} ({usage.get('region', '')})"
-    if "unread" in usage:
-        return Item("dataflow", name, 0.0, 0.0, f"its usage could not be read: "
-                    f"{usage['unread']}", ["DATAFLOW"])
-    used = {key: float(usage.get(key) or 0.0) for key in DATAFLOW_PRICES}
-    missing = [DATAFLOW_PRICES[key] for key, amount in used.items()
-               if amount and DATAFLOW_PRICES[key] not in prices]
-    hours = _seconds({"startTime": usage.get("start_time"), "endTime": usage.get("end_time")})
-    return Item("dataflow", name, round(sum(amount * prices.get(DATAFLOW_PRICES[key], 0.0)
-                                            for key, amount in used.items()), 4),
-                round(hours / 3600, 4),
-                f"{used['vcpu_hours']:.3f} vCPU-hours, {used['memory_gb_hours']:.3f} GB-hours "
-                f"of memory, {used['disk_gb_hours'] + used['ssd_gb_hours']:.3f} GB-hours of "
-                f"disk on {usage.get('machine_type', '')} workers, as the job reported them",
-                missing)
 
 
 def prediction_prices(prices: Mapping[str, float]) -> dict[str, float]:
@@ -184,7 +107,7 @@ def batch_items(jobs: Iterable[Mapping[str, Any]], prices: Mapping[str, float]) 
                           replicas=nodes, accelerator=str(spec.get("acceleratorType", "") or ""),
                           gpus_per_machine=int(spec.get("acceleratorCount") or 0))
         rate, unpriced = hourly([pool], prediction_prices(prices))
-        seconds = _seconds(job)
+        seconds = seconds_of(job)
         billed = job.get("state") in ("JOB_STATE_SUCCEEDED", "JOB_STATE_CANCELLED",
                                       "JOB_STATE_PARTIALLY_SUCCEEDED")
         found.append(Item("batch prediction", str(job.get("name", "")),
@@ -237,7 +160,8 @@ def itemise(*, training: Sequence[Mapping[str, Any]], studies: Sequence[Mapping[
     items = [*training_items(training, prices), *tuning_items(studies, prices),
              *batch_items(batch, prices),
              *(rollout_items(rollouts, nodes, prices) if nodes is not None else []),
-             *dataflow_items(pipeline_job or {}, prices), *step_items(pipeline_job or {}, prices),
+             *step_items(pipeline_job or {}, prices), *dataflow_items(pipeline_job or {}, prices),
+             *build_items(pipeline_job or {}, prices),
              Item("pipeline", "the pipeline run", PIPELINE_RUN_USD, 0.0, PIPELINE_RUN_SOURCE)]
     unpriced = sorted({kind for item in items for kind in item.unpriced})
     return {"usd": round(sum(item.usd for item in items), 4),
@@ -321,22 +245,6 @@ def rollouts_of(models: Iterable[Mapping[str, Any]]) -> list[tuple[str, dict[str
     return found
 
 
-def read_pipeline_job(name: str, client: Any) -> dict[str, Any]:
-    """The run's PipelineJob (REST field names; GetPipelineJob has its tasks' details).
-
-    Raises:
-        CloudCallError: The read failed.
-    """
-    from google.cloud import aiplatform_v1
-    from google.protobuf import json_format
-
-    from trainer.common.cloud_calls import remote_call
-
-    with remote_call(f"reading the pipeline run {name}"):
-        job = client.get_pipeline_job(request=aiplatform_v1.GetPipelineJobRequest(name=name))
-    return json_format.MessageToDict(type(job).pb(job))
-
-
 def models_client(region: str) -> Any:
     """A Vertex AI ModelServiceClient of a region's endpoint, with the default credentials."""
     from google.cloud import aiplatform_v1
@@ -344,16 +252,6 @@ def models_client(region: str) -> Any:
     from components.cloud_names import vertex_endpoint
 
     return aiplatform_v1.ModelServiceClient(
-        client_options={"api_endpoint": vertex_endpoint(region)})
-
-
-def pipelines_client(region: str) -> Any:
-    """A Vertex AI PipelineServiceClient of a region's endpoint."""
-    from google.cloud import aiplatform_v1
-
-    from components.cloud_names import vertex_endpoint
-
-    return aiplatform_v1.PipelineServiceClient(
         client_options={"api_endpoint": vertex_endpoint(region)})
 
 

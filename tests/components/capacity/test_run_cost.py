@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.capacity import run_cost
+from components.capacity import cost_item, pipeline_job_cost, run_cost
 from components.capacity.cost import priced
 
 T4_POOLS = [{"machineSpec": {"machineType": "n1-standard-8", "acceleratorType":
@@ -100,6 +100,7 @@ def test_the_pipeline_s_own_steps_are_billed_on_their_machines_while_they_ran():
                   container=False),
             _step("train", "2026-11-27T10:06:00Z", "2026-11-27T10:30:00Z"),
             _step("summarize-run", "2026-11-27T10:31:00Z", "")]}}
+    assert pipeline_job_cost.STEP_MACHINE == "e2-standard-4"  # Vertex AI Pipelines' default
     priced_steps = run_cost.itemise(training=[], studies=[], batch=[], pipeline_job=job,
                                     prices=priced({"e2-standard-4": 0.2}))
     steps, fee = priced_steps["items"]
@@ -134,7 +135,9 @@ def test_the_dataflow_job_is_priced_by_what_it_reported_using():
     cost = run_cost.itemise(training=[], studies=[], batch=[], pipeline_job=job, prices=prices)
     item = cost["items"][0]
     assert (item["kind"], item["name"], item["hours"]) == (
-        "dataflow", "Dataflow job 2026-11-27_1 (us-central1)", 0.5)
+        "dataflow", "Dataflow job 2026-11-27_1 (us-central1)",
+        cost_item.seconds_of({"startTime": usage["start_time"],
+                              "endTime": usage["end_time"]}) / 3600)
     assert item["usd"] == pytest.approx(2 * 0.06 + 8 * 0.004)
     assert item["basis"] == ("2.000 vCPU-hours, 8.000 GB-hours of memory, 12.500 GB-hours of "
                              "disk on n2-standard-4 workers, as the job reported them")
@@ -144,3 +147,19 @@ def test_the_dataflow_job_is_priced_by_what_it_reported_using():
     (said,) = run_cost.itemise(training=[], studies=[], batch=[], prices=prices, pipeline_job={
         "jobDetail": {"taskDetails": [unread]}})["items"][:1]
     assert said["basis"] == "its usage could not be read: 403 denied" and said["usd"] == 0.0
+
+
+def test_a_build_the_build_stage_made_is_priced_for_its_minutes():
+    build = {"id": "b-1", "machine": "E2_HIGHCPU_8", "start_time": "2026-11-27T10:00:00Z",
+             "finish_time": "2026-11-27T10:12:00Z"}
+    task = {"outputs": {"build_context": {"artifacts": [{"metadata": {"cloud_build": build}}]}}}
+    job = {"jobDetail": {"taskDetails": [task]}}
+    cost = run_cost.itemise(training=[], studies=[], batch=[], pipeline_job=job,
+                            prices=priced({"CLOUD_BUILD:E2_HIGHCPU_8": 0.96}))
+    item = cost["items"][0]
+    assert (item["kind"], item["name"], item["hours"], item["basis"]) == (
+        "cloud build", "Cloud Build b-1", 0.2, "12.0 build-minute(s) on E2_HIGHCPU_8")
+    assert item["usd"] == pytest.approx(0.192) and item["unpriced"] == []
+    unpriced = run_cost.itemise(training=[], studies=[], batch=[], pipeline_job=job,
+                                prices=priced({}))
+    assert unpriced["unpriced"] == ["CLOUD_BUILD:E2_HIGHCPU_8"]

@@ -925,7 +925,7 @@ def test_the_run_ends_with_what_it_cost_resource_by_resource(emulated_run):
     assert (batch["usd"], batch["unpriced"]) == (0.0, ["PREDICTION:n1-standard-4"])
     assert batch["basis"] == "1 x n1-standard-4 node(s), the most it may have run"
     assert fee["usd"] == 0.03 and cost["usd"] == pytest.approx(training["usd"] + 0.03)
-    assert any("Dataflow" in why for why in cost["not_counted"])
+    assert any("Cloud Build builds `submit` makes" in why for why in cost["not_counted"])
     # The listings asked for the run's resources only.
     billing = job.resource["labels"]["vertex-ai-pipelines-run-billing-id"]
     assert [f'labels.vertex-ai-pipelines-run-billing-id="{billing}"'] in [

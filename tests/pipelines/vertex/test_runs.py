@@ -3,6 +3,7 @@ on an emulator on loopback, the KFP registry upload against a server on loopback
 
 # No `from __future__ import annotations`: a test defines a KFP component.
 import dataclasses
+import datetime
 import hashlib
 import http.server
 import json
@@ -83,6 +84,8 @@ class FakeCloudBuild:
         return FakeBuildOperation(cloudbuild_v1.Build(
             id=f"build-{len(self.requests)}", status=cloudbuild_v1.Build.Status.SUCCESS,
             log_url="https://console.cloud.google.com/cloud-build/builds/1",
+            start_time=datetime.datetime(2026, 11, 27, 10, 0, tzinfo=datetime.timezone.utc),
+            finish_time=datetime.datetime(2026, 11, 27, 10, 7, tzinfo=datetime.timezone.utc),
             results=cloudbuild_v1.Results(images=built)))
 
 
@@ -308,6 +311,10 @@ def test_the_build_stage_on_vertex(cloud, tmp_path):
     assert found["cpu"]["reference"].startswith(f"{REPO}/gpu-pipeline-cpu@sha256:")
     assert meta["digest"] == context.digest and meta["built"] == ["cpu", "gpu"]
     assert meta["source_uri"] == uri and meta["images"]["gpu"] == gpu
+    # The build, for the run's cost (`pipeline_job_cost.build_items`).
+    assert meta["cloud_build"] == {"id": "build-1", "machine": "E2_HIGHCPU_8",
+                                   "start_time": "2026-11-27T10:00:00.000000Z",
+                                   "finish_time": "2026-11-27T10:07:00.000000Z"}
     assert cloud.build.requests[0].build.source.storage_source.object_ == \
         "root/build-contexts/ctx.tar.gz"
     # A second run of the stage finds the image: no build.

@@ -725,6 +725,9 @@ class FakeGoogleApis:
         record = self.builds[name]
         build = record["build"]
         done = time.monotonic() - record["started"] >= self.build_seconds
+        build.setdefault("startTime", _now())  # as Cloud Build's Build has them
+        if done:
+            build.setdefault("finishTime", _now())
         metadata = {"@type": "type.googleapis.com/google.devtools.cloudbuild.v1."
                              "BuildOperationMetadata", "build": build}
         if not done:
