@@ -12,7 +12,8 @@ from typing import Any
 class Item:
     """One billed resource (or group) of the run."""
 
-    kind: str  # training, tuning, batch prediction, canary, grace period, pipeline
+    kind: str  # training, tuning, batch prediction, canary, grace period, pipeline steps,
+    #            dataflow, cloud build, pipeline
     name: str
     usd: float
     hours: float

@@ -15,6 +15,8 @@ from components.capacity.cost_item import Item, seconds_of
 #: using an e2-standard-4 machine"); the steps given `vertex.component_cpu` and
 #: `component_memory` run on a machine Vertex AI picks for those, priced as this one.
 STEP_MACHINE = "e2-standard-4"
+
+
 def step_items(pipeline_job: Mapping[str, Any], prices: Mapping[str, float]) -> list[Item]:
     """The pipeline's own steps (the run's PipelineJob, REST field names): every container
     task that ended, from its start to its end, on STEP_MACHINE at its training price."""
@@ -76,8 +78,8 @@ def recorded(pipeline_job: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
 def _dataflow_item(usage: Mapping[str, Any], prices: Mapping[str, float]) -> Item:
     name = f"Dataflow job {usage.get('job', '')} ({usage.get('region', '')})"
     if "unread" in usage:
-        return Item("dataflow", name, 0.0, 0.0, f"its usage could not be read: "
-                    f"{usage['unread']}", ["DATAFLOW"])
+        return Item("dataflow", name, 0.0, 0.0, "not counted: what it used could not be "
+                    f"read ({usage['unread']})")
     used = {key: float(usage.get(key) or 0.0) for key in DATAFLOW_PRICES}
     missing = [DATAFLOW_PRICES[key] for key, amount in used.items()
                if amount and DATAFLOW_PRICES[key] not in prices]

@@ -146,7 +146,8 @@ def test_the_dataflow_job_is_priced_by_what_it_reported_using():
         "job": "2026-11-27_2", "region": "us-central1", "unread": "403 denied"}}}]}}}
     (said,) = run_cost.itemise(training=[], studies=[], batch=[], prices=prices, pipeline_job={
         "jobDetail": {"taskDetails": [unread]}})["items"][:1]
-    assert said["basis"] == "its usage could not be read: 403 denied" and said["usd"] == 0.0
+    assert said["basis"] == "not counted: what it used could not be read (403 denied)"
+    assert (said["usd"], said["unpriced"]) == (0.0, [])
 
 
 def test_a_build_the_build_stage_made_is_priced_for_its_minutes():
