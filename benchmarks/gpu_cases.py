@@ -12,8 +12,11 @@ A case is named `PRECISION[-xla|-noxla][+OPTION]...`:
   synthetic batches, the same model through the trainer's input pipeline), `profile` (a
   TensorFlow profiler trace of `PROFILE_STEPS` steps, summarised by
   `trainer.run.profile_summary`), `parallel` (XLA compiles its LLVM modules in parallel,
-  linking with nvlink or the driver) and `autotuneN` (XLA's autotuning level N, 0-4; 4 is
-  its default).
+  linking with nvlink or the driver), `notriton` (XLA's GEMMs on cuBLAS instead of Triton
+  fusions, `--xla_gpu_enable_triton_gemm=false`: AlphaFold 3's "compilation time
+  workaround", google-deepmind/alphafold3 docs/performance.md; the H200 run of 2026-11-26
+  stopped in XLA's Triton GEMM autotuner, "could not compile any configs") and `autotuneN`
+  (XLA's autotuning level N, 0-4; 4 is its default).
 
 A case prints one `RESULT {...}` line per phase as soon as the phase ends (warm-up and
 synthetic batches, the profile, the TFRecords), so a case stopped by its time limit keeps
@@ -59,6 +62,7 @@ class Case:
     tfrecords: bool = False
     profile: bool = False
     parallel: bool = False
+    notriton: bool = False
     autotune: int | None = None
 
 
@@ -80,17 +84,19 @@ def parse(name: str) -> Case:
                 and (number.group(1) != "autotune" or int(number.group(2)) <= 4):
             key = {"b": "batch", "spe": "steps_per_execution"}.get(number.group(1), "autotune")
             fields[key] = int(number.group(2))
-        elif option in ("nvenv", "prefetch", "tfrecords", "profile", "parallel"):
+        elif option in ("nvenv", "prefetch", "tfrecords", "profile", "parallel", "notriton"):
             fields[{"nvenv": "nvidia_environment"}.get(option, option)] = True
         else:
             raise CaseError(f"case {name!r}: option {option!r} is not one of bN, speN, nvenv, "
-                            "prefetch, tfrecords, profile, parallel, autotuneN (N 0-4)")
+                            "prefetch, tfrecords, profile, parallel, notriton, autotuneN "
+                            "(N 0-4)")
     return Case(name, precision, **fields)
 
 
 def environment(case: Case, xla: bool, nvidia: bool) -> dict[str, str]:
     """The variables a case sets before TensorFlow starts: XLA's log of its compiler
-    choice, NVIDIA's environment (`nvidia`), XLA's flags of `parallel` and `autotuneN`."""
+    choice, NVIDIA's environment (`nvidia`), XLA's flags of `parallel`, `notriton` and
+    `autotuneN`."""
     from trainer.run import gpu_environment
 
     changed: dict[str, str] = {}
@@ -104,7 +110,8 @@ def environment(case: Case, xla: bool, nvidia: bool) -> dict[str, str]:
     extra = (["--xla_gpu_enable_llvm_module_compilation_parallelism=true",
               "--xla_gpu_unsafe_fallback_to_driver_on_ptxas_not_found=true"]
              if case.parallel else []) + ([f"--xla_gpu_autotune_level={case.autotune}"]
-                                          if case.autotune is not None else [])
+                                          if case.autotune is not None else []) \
+        + (["--xla_gpu_enable_triton_gemm=false"] if case.notriton else [])
     if extra:
         changed["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *extra]).strip()
     return changed

@@ -53,6 +53,10 @@ def test_case_names_parse_into_variants_and_bad_ones_name_what_is_valid(gpu_modu
     env = gpu_cases.environment(case, xla=True, nvidia=True)
     assert env["TF_GPU_THREAD_MODE"] == "gpu_private"
     assert "TF_GPU_THREAD_MODE" not in gpu_cases.environment(case, xla=False, nvidia=False)
+    assert "triton" not in env["XLA_FLAGS"]
+    cublas = gpu_cases.environment(gpu_cases.parse("float16-xla+notriton"), xla=True,
+                                   nvidia=False)
+    assert cublas["XLA_FLAGS"].split()[-1] == "--xla_gpu_enable_triton_gemm=false"
     assert "--xla_gpu_enable_llvm_module_compilation_parallelism=true" in env["XLA_FLAGS"]
     assert env["TF_CPP_VMODULE"] == "assemble_compilation_provider=4"
     for bad, says in (("fp8-xla", "PRECISION one of plan, float32"),
