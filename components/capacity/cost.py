@@ -67,6 +67,12 @@ class JobCost:
 DISCOUNTED = ("SPOT", "FLEX_START")
 
 
+def prediction_prices(prices: Mapping[str, float]) -> dict[str, float]:
+    """The `PREDICTION:<type>` prices of `vertex.prices`, by type (prediction nodes have
+    price lists of their own; the table holds training prices)."""
+    return {k.split(":", 1)[1]: v for k, v in prices.items() if k.startswith("PREDICTION:")}
+
+
 def hourly(pools: Iterable[WorkerPool | None], prices: Mapping[str, float],
            strategy: str = "") -> tuple[float, list[str]]:
     """(USD per hour of the pools' machines and GPUs, the types with no price); a Spot or
@@ -91,13 +97,9 @@ def hourly(pools: Iterable[WorkerPool | None], prices: Mapping[str, float],
 
 def job_cost(job: Mapping[str, Any], prices: Mapping[str, float]) -> JobCost:
     """A CustomJob resource's estimate (REST field names, as the API returns them)."""
-    from components.durations import timestamp_seconds
+    from components.capacity.cost_item import seconds_of
 
-    def when(field: str) -> float | None:
-        return timestamp_seconds(job[field]) if job.get(field) else None
-
-    start, end = when("startTime"), when("endTime")
-    seconds = max(0.0, end - start) if start is not None and end is not None else 0.0
+    seconds = seconds_of(job)
     state = str(job.get("state", ""))
     spec = job.get("jobSpec", {})
     strategy = str((spec.get("scheduling") or {}).get("strategy") or "")

@@ -37,7 +37,13 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from components.capacity.cost import PRICES_READ, hourly, job_cost, tuning_cost
+from components.capacity.cost import (
+    PRICES_READ,
+    hourly,
+    job_cost,
+    prediction_prices,
+    tuning_cost,
+)
 from components.capacity.cost_item import Item, seconds_of
 from components.capacity.pipeline_job_cost import (
     build_items,
@@ -87,12 +93,6 @@ def tuning_items(studies: Iterable[Mapping[str, Any]], prices: Mapping[str, floa
                           f"{cost['billed_trials']} billed trial(s) of {cost['trials']}",
                           list(cost["unpriced"])))
     return found
-
-
-def prediction_prices(prices: Mapping[str, float]) -> dict[str, float]:
-    """The `PREDICTION:<type>` prices of `vertex.prices`, by type (prediction nodes have
-    price lists of their own; the table holds training prices)."""
-    return {k.split(":", 1)[1]: v for k, v in prices.items() if k.startswith("PREDICTION:")}
 
 
 def batch_items(jobs: Iterable[Mapping[str, Any]], prices: Mapping[str, float]) -> list[Item]:

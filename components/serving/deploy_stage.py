@@ -48,8 +48,7 @@ def canary_budget(options: VertexOptions, spent: Callable[[], float | None]
     nodes (`max_replica_count` of them) at their `PREDICTION:` prices, beside what the run
     has cost so far (`spent`, read only under a budget)."""
     from components.capacity.budget import canary_window
-    from components.capacity.cost import hourly, priced
-    from components.capacity.run_cost import prediction_prices
+    from components.capacity.cost import hourly, prediction_prices, priced
     from components.durations import duration_seconds
 
     rule = options.deploy
