@@ -69,9 +69,13 @@ def deploy_on_vertex(project_id, vertex: dict, export, upload, decision):
     when there is no endpoint) when `vertex.batch_predict.source` is set (`decision`: the
     registration's)."""
     with dsl.If(export.outputs["deploy"] == True, name="gate-deploys"):  # noqa: E712
+        # The run's resource name, as gcpc's model evaluation components take it
+        # (`import_evaluated_annotation`: `--pipeline_job_resource_name`): what the run's
+        # steps have cost so far is part of the canary's budget.
         task = deploy_ops.deploy_on_vertex_ai(
             project=project_id, vertex=vertex, model=upload.outputs["model"],
-            model_uri=export.outputs["model_uri"], job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
+            model_uri=export.outputs["model_uri"], job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+            pipeline_job=dsl.PIPELINE_JOB_RESOURCE_NAME_PLACEHOLDER)
         task.set_display_name("6 deploy").set_caching_options(False)
         batch_on_vertex(project_id, vertex, upload, decision, task.outputs["promoted"])
     # Two conditions, not an Elif: KFP would take an Elif here for the Else that follows

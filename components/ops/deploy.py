@@ -16,12 +16,15 @@ _IMAGE = images.pipeline_image()
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def deploy_on_vertex_ai(project: str, vertex: dict, model: Input[VertexModel], model_uri: str,
-                        job_name: str) -> NamedTuple("Deployed", outcome=str, promoted=bool):
+                        job_name: str, pipeline_job: str = ""
+                        ) -> NamedTuple("Deployed", outcome=str, promoted=bool):
     """Stage 6 on Vertex AI: `model` (the version just registered: its resource name,
     `projects/.../models/ID@VERSION`, is in its metadata) as a canary beside what
     `vertex.deploy.endpoint` serves, then promoted or rolled back on its measured figures;
-    the rollout is written beside the exported SavedModel (`model_uri`). Returns the
-    outcome in one line, and whether the new model serves all the traffic now."""
+    the rollout is written beside the exported SavedModel (`model_uri`). Under
+    `vertex.budget_usd` the canary's window is what the run leaves, its steps so far read
+    from `pipeline_job` (the run's resource name). Returns the outcome in one line, and
+    whether the new model serves all the traffic now."""
     from components.serving.deploy_stage import deploy_on_vertex, record_beside_model
     from components.stage_messages import say, stage_errors
     from components.vertex_options import VertexOptions
@@ -31,7 +34,7 @@ def deploy_on_vertex_ai(project: str, vertex: dict, model: Input[VertexModel], m
     with stage_errors("deploy"):
         options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
         record = deploy_on_vertex(project, options, model.metadata["resourceName"], job_name,
-                                  log=say)
+                                  log=say, pipeline_job=pipeline_job)
         record_beside_model(to_mount_path(model_uri), record)
     return record.summary(), record.serves_new
 

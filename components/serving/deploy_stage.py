@@ -64,7 +64,8 @@ def canary_budget(options: VertexOptions, spent: Callable[[], float | None]
 def deploy_on_vertex(project: str, options: VertexOptions, model: str, job_name: str,
                      log: Callable[[str], None], clients: Any = None,
                      quotas: Any = None,
-                     spent: Callable[[], float | None] | None = None) -> Rollout:
+                     spent: Callable[[], float | None] | None = None,
+                     pipeline_job: str = "") -> Rollout:
     """Rolls `model` (`projects/.../models/ID@VERSION`) out on `options.deploy.endpoint`.
 
     Args:
@@ -77,7 +78,9 @@ def deploy_on_vertex(project: str, options: VertexOptions, model: str, job_name:
         quotas: The Cloud Quotas client; default: the real one.
         spent: What the run has cost so far (None: unknown), read only under
             `vertex.budget_usd`; default: the run's resources by its billing label
-            (`run_cost.of_run`).
+            and its steps so far (`run_cost.of_run`).
+        pipeline_job: The run's resource name (its steps, Dataflow job and build are
+            part of what it has cost); "" leaves them out.
     """
     from components.serving import vertex_endpoint as vertex
 
@@ -87,8 +90,8 @@ def deploy_on_vertex(project: str, options: VertexOptions, model: str, job_name:
                          + "; ".join(refused))
         log(f"deploy: not deployed; {record.reason}; the champion keeps serving")
         return record
-    window, why = canary_budget(options, spent or (lambda: _spent_so_far(project, options,
-                                                                         log)))
+    window, why = canary_budget(options, spent or (lambda: _spent_so_far(
+        project, options, log, pipeline_job)))
     if why:
         log(why)
     if window is None:
@@ -105,11 +108,11 @@ def deploy_on_vertex(project: str, options: VertexOptions, model: str, job_name:
     return roll_out(target, options.deploy, log=log)
 
 
-def _spent_so_far(project: str, options: VertexOptions, log: Callable[[str], None]
-                  ) -> float | None:
+def _spent_so_far(project: str, options: VertexOptions, log: Callable[[str], None],
+                  pipeline_job: str) -> float | None:
     from components.capacity.run_cost import of_run
 
-    cost, said = of_run(project, options)
+    cost, said = of_run(project, options, pipeline_job)
     if cost is None:
         log(f"budget: what the run has cost so far: {said}")
         return None

@@ -815,6 +815,25 @@ def test_each_promotion_mode_registers_as_the_gate_decided(emulated_run):
         "rolled back" and 0 < canary_cost["hours"] < 0.01
     assert canary_cost["unpriced"] == ["PREDICTION:n1-standard-4"]
 
+    # Under a budget, the canary's window is what the run leaves, the run's own steps so
+    # far counted (read from its PipelineJob): at a price of 1 USD a second for their
+    # e2-standard-4 machines they have spent the 1 USD budget, so no canary is deployed
+    # (without them the run would have cost well under 1 USD and the canary would fit).
+    vertex = deployed.executor_input["inputs"]["parameterValues"]["vertex"]
+    assert deployed.executor_input["inputs"]["parameterValues"]["pipeline_job"] == \
+        f"projects/my-proj/locations/us-central1/pipelineJobs/{job}"
+    deployed_before = len(apis.recorded(r":deployModel$"))
+    held = won["pipelines"].rerun(deployed.name, parameters={"vertex": {
+        **vertex, "budget_usd": 1.0, "prices": {
+            **vertex.get("prices", {}), "e2-standard-4": 3600.0,
+            "PREDICTION:n1-standard-4": 0.25}}})
+    log = held.log.read_text()
+    assert held.state == "SUCCEEDED" and re.search(
+        r"budget: no canary: vertex\.budget_usd 1\.00 USD leaves 0\.00 USD \(the run has "
+        r"cost about [0-9.]+ USD\)", log), log[-3000:]
+    assert apis.recorded(rf"/pipelineJobs/{job}$", method="GET")
+    assert len(apis.recorded(r":deployModel$")) == deployed_before
+
     apis.endpoints.behaviour[f"{parent}@3"] = Behaviour(6000, 0.0, 40.0)
     again = won["pipelines"].rerun(deployed.name)
     log = again.log.read_text()

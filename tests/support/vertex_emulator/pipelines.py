@@ -160,6 +160,8 @@ class EmulatedPipelines:
             "{{$.pipeline_google_cloud_project_id}}": request.parent.split("/")[1],
             "{{$.pipeline_persistent_resource_id}}": "",  # the run uses none
         }
+        # ... and in task inputs (KFP's executor resolves the job's name and ID itself).
+        self.input_values = {"{{$.pipeline_job_resource_name}}": self.resource_name}
         self.job_root = f"{runtime['gcs_output_directory'].rstrip('/')}/{self.job_id}"
         # Vertex AI Pipelines' labels of the run (the billing ID is a number of its own).
         self.run_labels = {"vertex-ai-pipelines-run-billing-id": str(
@@ -242,7 +244,9 @@ class EmulatedPipelines:
                 params[name] = outputs[producer["producerTask"]].parameters[
                     producer["outputParameterKey"]]
             else:
-                params[name] = source["runtimeValue"]["constant"]
+                constant = source["runtimeValue"]["constant"]
+                params[name] = self.input_values.get(constant, constant) \
+                    if isinstance(constant, str) else constant
         arts = {}
         for name, source in task.get("inputs", {}).get("artifacts", {}).items():
             if "componentInputArtifact" in source:
