@@ -104,10 +104,10 @@ def job_cost(job: Mapping[str, Any], prices: Mapping[str, float]) -> JobCost:
     spec = job.get("jobSpec", {})
     strategy = str((spec.get("scheduling") or {}).get("strategy") or "")
     strategy = strategy if strategy in DISCOUNTED else ""
-    rate, unpriced = hourly(parse_pools(spec.get("workerPoolSpecs", [])), prices, strategy)
+    pools = parse_pools(spec.get("workerPoolSpecs", []))
+    rate, unpriced = hourly(pools, prices, strategy)
     usd = rate * seconds / 3600 if state in BILLED else 0.0
     on_demand = bool(strategy) and not any(key.startswith(f"{strategy}:") for key in prices)
-    pools = parse_pools(spec.get("workerPoolSpecs", []))
     return JobCost(str(job.get("name", "")), state, round(seconds, 1), round(usd, 4), unpriced,
                    strategy, on_demand,
                    itemised(pools, prices, strategy, seconds if state in BILLED else 0.0))
