@@ -180,9 +180,10 @@ class VertexOptions(pydantic.BaseModel):
     budget_usd: float = Field(0.0, ge=0, le=10_000_000, description=(
         "The most one run may cost, in USD (0: no budget). Each training configuration "
         "over it is dropped before anything is created (and again by the training step "
-        "before its first job), the run refused when none fits, a running job that would "
-        "pass it cancelled, a study's trials bounded by it, and the canary's window held "
-        "to what the run leaves (components/capacity/budget.py)."))
+        "before its first job, against what the run leaves), the run refused when none "
+        "fits, a running job that would pass what the run leaves cancelled, a study's "
+        "trials bounded by it, and the canary's window held to what the run leaves "
+        "(components/capacity/budget.py)."))
     labels: dict[str, str] = Field(default_factory=dict, description=(
         "Labels of the pipeline job and the CustomJob, for cost tracking."))
     serving_check_images: int = Field(REFERENCE_IMAGES, ge=0, le=REFERENCE_IMAGES, description=(

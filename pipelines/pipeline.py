@@ -103,7 +103,7 @@ def train_on_vertex(project_id, training: dict, vertex: dict, gpu, data, image):
     job = training_ops.train_on_vertex_ai(
         project=project_id, alternatives=gpu.outputs["alternatives"],
         images=image.outputs["Output"], dataset=data.outputs["dataset"], training=training,
-        vertex=vertex)
+        vertex=vertex, pipeline_job=dsl.PIPELINE_JOB_RESOURCE_NAME_PLACEHOLDER)
     job.set_display_name("4b train on Vertex AI").set_caching_options(False)
     trained = dsl.importer(artifact_uri=job.outputs["model_uri"], artifact_class=Model,
                            reimport=False)

@@ -1,4 +1,4 @@
-"""`vertex.budget_usd`: the most one run's training may cost, held before and while it runs.
+"""`vertex.budget_usd`: the most one run may cost, held before and while it runs.
 
 Before anything is created (`submit`, `schedule create`, their dry runs), each
 configuration the training step may run (the primary, then each fallback) is priced: its
@@ -12,15 +12,19 @@ type the table cannot price, is dropped with a line; the run is refused when non
 The training step holds its alternatives to the budget again before it creates its first
 job (`hold`), at the speed of the newest registered model then: a scheduled run, whose
 schedule was held when it was created, is refused or loses a fallback when the runs
-before it showed a slower speed.
+before it showed a slower speed. The step holds them to what the run leaves: the budget
+less what the run has cost before training (its study's trials, its steps, its Dataflow
+job and build, the run itself: `run_cost.before_training`).
 
 While the job runs, the training step's follower (`components.capacity.following`) asks
 `running_guard` at every look: what the job has cost since it started plus what its
-remaining epochs will cost at the seconds per epoch it has shown; past the budget, the
-job is cancelled (its checkpoints stay in its job directory) and the step ends saying so.
+remaining epochs will cost at the seconds per epoch it has shown; past what the run
+leaves, the job is cancelled (its checkpoints stay in its job directory) and the step
+ends saying so.
 
 The deploy step holds the canary to what the budget leaves (`canary_window`): what the run
-has cost so far (`components.capacity.run_cost`, by the run's billing label) plus the
+has cost so far (`components.capacity.run_cost`: by the run's billing label, and its
+steps from its PipelineJob) plus the
 canary's nodes for its watch window; the window is shortened to fit, or the canary is
 skipped (the champion keeps serving) when not even two of its looks fit or its machines
 have no `PREDICTION:<type>` price.
@@ -136,28 +140,37 @@ class Check:
     dropped: tuple[str, ...]
 
 
-def check(found: Sequence[Estimate], budget: float) -> Check:
-    """Holds each estimate against `budget` (USD; 0: no budget).
+def left_words(budget: float, before: float) -> str:
+    """`budget` in words, with what the run has cost before training when anything."""
+    return f"{usd(budget)} USD" + (
+        f" ({usd(max(budget - before, 0.0))} USD left: the run has cost about {usd(before)} "
+        "USD before training)" if before > 0 else "")
+
+
+def check(found: Sequence[Estimate], budget: float, before: float = 0.0) -> Check:
+    """Holds each estimate against `budget` (USD; 0: no budget) less `before`, what the
+    run has cost before training.
 
     Raises:
         BudgetError: None fits; the message names the budget and every estimate.
     """
     if budget <= 0:
         return Check(tuple(range(len(found))), ())
+    words = left_words(budget, before)
     kept, dropped = [], []
     for index, estimate in enumerate(found):
         if estimate.unpriced:
             dropped.append(f"budget: {estimate.label} dropped: no price for "
                            f"{', '.join(estimate.unpriced)} (give it in vertex.prices), so "
-                           f"its cost cannot be held to vertex.budget_usd {usd(budget)} USD")
-        elif estimate.usd > budget:
+                           f"its cost cannot be held to vertex.budget_usd {words}")
+        elif estimate.usd > budget - before:
             dropped.append(f"budget: {estimate.label} dropped: about {usd(estimate.usd)} USD "
-                           f"passes vertex.budget_usd {usd(budget)} USD ({estimate.line()})")
+                           f"passes vertex.budget_usd {words} ({estimate.line()})")
         else:
             kept.append(index)
     if not kept:
         raise BudgetError(
-            f"vertex.budget_usd is {usd(budget)} USD and no configuration fits it: "
+            f"vertex.budget_usd is {words} and no configuration fits it: "
             + "; ".join(e.line() for e in found)
             + f" (prices of {PRICES_READ}); raise the budget, lower vertex.timeout or the "
               "epochs, or give cheaper fallbacks")
@@ -207,11 +220,13 @@ def within(vertex: Mapping[str, Any], kept: Sequence[int]) -> dict[str, Any]:
 
 def hold(vertex: VertexOptions, alternatives: Sequence[Alternative], epochs: int,
          log: Callable[[str], None],
-         measured: Callable[[], tuple[str, dict[str, Any]] | None]) -> list[Alternative]:
-    """The training step's hold, before it creates a job: each alternative over
-    `vertex.budget_usd` is dropped with a line (`check`), at the seconds per epoch of the
-    newest registered model (`measured`: `measured_speed.newest_measured`), or at
-    `vertex.timeout` when none measured one or the registry cannot be read (said).
+         measured: Callable[[], tuple[str, dict[str, Any]] | None],
+         before: float = 0.0) -> list[Alternative]:
+    """The training step's hold, before it creates a job: each alternative over what
+    `vertex.budget_usd` leaves after `before` (what the run has cost before training) is
+    dropped with a line (`check`), at the seconds per epoch of the newest registered model
+    (`measured`: `measured_speed.newest_measured`), or at `vertex.timeout` when none
+    measured one or the registry cannot be read (said).
 
     Raises:
         BudgetError: None fits; nothing is created.
@@ -228,11 +243,11 @@ def hold(vertex: VertexOptions, alternatives: Sequence[Alternative], epochs: int
     per_epoch = seconds_per_epoch(found[1]) if found else None
     priced_now = estimates(vertex, alternatives, epochs=epochs, seconds_per_epoch=per_epoch,
                            measured_by=found[0] if found else "")
-    held = check(priced_now, vertex.budget_usd)
+    held = check(priced_now, vertex.budget_usd, before)
     for line in held.dropped:
         log(line)
     log(f"budget: {priced_now[held.kept[0]].line()}, within vertex.budget_usd "
-        f"{usd(vertex.budget_usd)} USD")
+        f"{left_words(vertex.budget_usd, before)}")
     return [alternatives[i] for i in held.kept]
 
 
@@ -276,8 +291,8 @@ def canary_window(budget: float, spent: float | None, usd_per_hour: float,
 
 
 def running_guard(budget: float, usd_per_hour: float, epochs: int,
-                  epochs_done: Callable[[], int], clock: Callable[[], float]
-                  ) -> Callable[[Any], str]:
+                  epochs_done: Callable[[], int], clock: Callable[[], float],
+                  before: float = 0.0) -> Callable[[Any], str]:
     """The follower's question for a running job: why it must stop, or "".
 
     What it has cost is its price times the time since Vertex AI started it (the billed
@@ -291,6 +306,8 @@ def running_guard(budget: float, usd_per_hour: float, epochs: int,
         epochs: The epochs it trains in all.
         epochs_done: The epochs its job directory's history holds.
         clock: Wall-clock seconds.
+        before: What the run had cost before training (the job is held to what the
+            budget leaves).
     """
     def guard(job: Any) -> str:
         started = job.start_time.timestamp() if job.start_time else 0.0
@@ -301,9 +318,10 @@ def running_guard(budget: float, usd_per_hour: float, epochs: int,
         done = epochs_done()
         per_epoch = seconds / done if done else 0.0
         left = usd_per_hour * max(0, epochs - done) * per_epoch / 3600
-        if spent + left <= budget:
+        if spent + left <= budget - before:
             return ""
-        return (f"budget: vertex.budget_usd is {usd(budget)} USD; the job has cost about "
+        return (f"budget: vertex.budget_usd is {left_words(budget, before)}; the job has "
+                f"cost about "
                 f"{usd(spent)} USD in {seconds:.0f} s"
                 + (f" and its {epochs - done} remaining epoch(s) would cost about "
                    f"{usd(left)} USD more ({per_epoch:.0f} s each)" if left else "")
@@ -312,9 +330,11 @@ def running_guard(budget: float, usd_per_hour: float, epochs: int,
 
 
 def guard_for(vertex: VertexOptions, epochs: int, job_dir: str,
-              clock: Callable[[], float]) -> Callable[[Alternative], Callable[[Any], str]] | None:
+              clock: Callable[[], float], before: float = 0.0
+              ) -> Callable[[Alternative], Callable[[Any], str]] | None:
     """The launcher's `guard_for` under `vertex.budget_usd` (None without a budget): each
-    alternative at its own price, its progress read from the job directory's history."""
+    alternative at its own price, its progress read from the job directory's history,
+    held to what the budget leaves after `before` (what the run cost before training)."""
     if vertex.budget_usd <= 0:
         return None
     from trainer.run.history import load_history
@@ -328,4 +348,4 @@ def guard_for(vertex: VertexOptions, epochs: int, job_dir: str,
             return 0
 
     return lambda alternative: running_guard(
-        vertex.budget_usd, _rate(alternative, prices)[0], epochs, progress, clock)
+        vertex.budget_usd, _rate(alternative, prices)[0], epochs, progress, clock, before)

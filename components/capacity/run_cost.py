@@ -281,3 +281,19 @@ def of_run(project: str, vertex: VertexOptions, pipeline_job: str = ""
     cost = itemise(**found, prices=priced(vertex.prices), rollouts=rollouts,
                    nodes=vertex.deploy.nodes(), pipeline_job=run)
     return cost, line(cost).removeprefix("cost: ")
+
+
+def before_training(project: str, vertex: VertexOptions, pipeline_job: str,
+                    log: Callable[[str], None]) -> float:
+    """What the run has cost so far besides its training step's jobs (its study's trials,
+    its steps, its Dataflow job and build, the run itself), for the training step to hold
+    its job to what `vertex.budget_usd` leaves: 0 without a budget, and 0, said, when it
+    cannot be read (the job is then held to the whole budget)."""
+    if vertex.budget_usd <= 0:
+        return 0.0
+    cost, said = of_run(project, vertex, pipeline_job)
+    if cost is None:
+        log(f"budget: what the run has cost before training is {said}; its job is held to "
+            "the whole budget")
+        return 0.0
+    return round(cost["usd"] - cost["by_kind"].get("training", 0.0), 4)

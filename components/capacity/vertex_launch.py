@@ -50,10 +50,13 @@ def quota_checker(client: Any, project: str, log: Callable[[str], None]
 def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
                      images: Mapping[str, Any], *, dataset_path: str, output_uri: str,
                      output_path: str, training: Mapping[str, Any], vertex: Mapping[str, Any],
-                     gcp_resources_path: str, log: Callable[[str], None]) -> Result:
+                     gcp_resources_path: str, log: Callable[[str], None],
+                     before: float = 0.0) -> Result:
     """Stage 4 on Vertex AI: stage 1's alternatives, each as a CustomJob of the trainer
     with its own training plan, tried in order until one trains (`launch`); the jobs an
-    earlier run of the step created are followed first.
+    earlier run of the step created are followed first. Under `vertex.budget_usd` the
+    jobs are held to what the run leaves after `before`, what it cost before training
+    (`run_cost.before_training`).
 
     Raises:
         TrainingJobError, LostJobError, NoCapacityError: As `launch`.
@@ -104,7 +107,8 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
                  watch=Watch(log, poll_seconds=POLL_SECONDS,
                              retry_first_delay=RETRY_FIRST_DELAY,
                              request_timeout=REQUEST_TIMEOUT),
-                 guard_for=guard_for(options, trainer.total_epochs, output_path, time.time),
+                 guard_for=guard_for(options, trainer.total_epochs, output_path, time.time,
+                                     before),
                  hold=lambda found: hold(options, found, trainer.total_epochs, log,
-                                         lambda: newest_measured(options, project)))
+                                         lambda: newest_measured(options, project), before))
     return launch(checked, how)

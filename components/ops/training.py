@@ -147,7 +147,8 @@ def best_vertex_trial(gcp_resources: str, training: dict, tuning: dict, vertex: 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)
 def train_on_vertex_ai(project: str, alternatives: list, images: dict, dataset: Input[Dataset],
                        training: dict, vertex: dict, training_job: Output[Artifact],
-                       gcp_resources: dsl.OutputPath(str)) -> NamedTuple("VertexTraining", [
+                       gcp_resources: dsl.OutputPath(str), pipeline_job: str = ""
+                       ) -> NamedTuple("VertexTraining", [
                            ("model_uri", str), ("worker_pool_specs", list), ("strategy", str),
                            ("training_plan", dict), ("capacity", dict)]):
     """Stage 4 (Vertex): the trainer as a Vertex AI CustomJob on the first of stage 1's
@@ -155,23 +156,31 @@ def train_on_vertex_ai(project: str, alternatives: list, images: dict, dataset: 
     quota refusal or a queue past `vertex.queue_limit` moves on, any other failure fails
     the step); every replica applies its alternative's training plan. Every job is named
     in `gcp_resources` as soon as it exists, and a step that runs again follows the job an
-    earlier run of it left. Returns the model's URI, the pools, strategy and plan that
-    trained, and the capacity record (which alternative trained and why not the others)."""
+    earlier run of it left. Under `vertex.budget_usd` the job is held to what the run
+    leaves (`pipeline_job`, the run's resource name: its steps so far). Returns the
+    model's URI, the pools, strategy and plan that trained, and the capacity record (which
+    alternative trained and why not the others)."""
     from collections import namedtuple
 
     from components.capacity.budget import BudgetReachedError
     from components.capacity.launcher import summary
+    from components.capacity.run_cost import before_training
     from components.capacity.vertex_launch import run_training_job
     from components.stage_messages import say, stage_errors
     from components.training.after_job import record_all
     from components.training.vertex_job import MODEL_SUBDIR
+    from components.vertex_options import VertexOptions
+    from trainer.common.schema import validate
 
     with stage_errors("training"):
+        before = before_training(project, validate(VertexOptions, vertex, prefix="vertex",
+                                                    strict=False), pipeline_job, say)
         try:
             done = run_training_job(project, alternatives, images, dataset_path=dataset.path,
                                     output_uri=training_job.uri,
                                     output_path=training_job.path, training=training,
-                                    vertex=vertex, gcp_resources_path=gcp_resources, log=say)
+                                    vertex=vertex, gcp_resources_path=gcp_resources, log=say,
+                                    before=before)
         except BudgetReachedError as stopped:  # what it cost is recorded, then it stops
             record_all(stopped.result.record(), stopped.result.job, vertex,
                        training_job.path, log=say)

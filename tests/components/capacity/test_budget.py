@@ -100,6 +100,32 @@ def test_the_running_guard_adds_what_the_remaining_epochs_will_cost():
         "of 10 epoch(s)")
 
 
+def test_the_job_is_held_to_what_the_run_leaves_after_what_it_cost_before_training():
+    """`vertex.budget_usd` is the whole run's: what the run cost before training (a study's
+    trials, its steps, its Dataflow job) is not the training's to spend."""
+    done = [2]  # 2 epochs in 2000 s: 2.00 USD, and 8 more 8.00 USD: 10.00 USD in all
+    assert budget.running_guard(10.0, 3.6, 10, lambda: done[0], lambda: 10000.0)(
+        _job(8000.0)) == ""
+    guard = budget.running_guard(10.0, 3.6, 10, lambda: done[0], lambda: 10000.0, before=4.0)
+    assert guard(_job(8000.0)) == (
+        "budget: vertex.budget_usd is 10.00 USD (6.00 USD left: the run has cost about 4.00 "
+        "USD before training); the job has cost about 2.00 USD in 2000 s and its 8 remaining "
+        "epoch(s) would cost about 8.00 USD more (1000 s each), after 2 of 10 epoch(s)")
+    # The hold: 10 epochs in 1,800 s, the primary 0.79 USD: within 1.00 USD, not within
+    # the 0.70 USD the run leaves after 0.30 USD of trials.
+    cfg = config(budget_usd=1.0, prices={"NVIDIA_TESLA_T4": 0.35})
+    lines: list[str] = []
+    budget.hold(cfg.vertex, cfg.alternatives(), 10, lines.append, _measured(1800.0),
+                before=0.1)
+    assert lines[-1].endswith("0.79 USD, within vertex.budget_usd 1.00 USD (0.90 USD left: "
+                              "the run has cost about 0.10 USD before training)")
+    with pytest.raises(budget.BudgetError, match=r"^vertex\.budget_usd is 1\.00 USD \(0\.70 "
+                       r"USD left: the run has cost about 0\.30 USD before training\) and no "
+                       r"configuration fits it: primary \(us-central1\): 1\.57 USD an hour"):
+        budget.hold(cfg.vertex, cfg.alternatives(), 10, lines.append, _measured(1800.0),
+                    before=0.3)
+
+
 def test_a_running_job_that_would_pass_the_budget_is_cancelled_and_its_cost_recorded(
         apis, tmp_path):
     job_dir = tmp_path / "job"

@@ -959,7 +959,9 @@ def test_the_run_ends_with_what_it_cost_resource_by_resource(emulated_run):
 
 def _budgeted_rerun(emulated_run, budget_usd, name):
     """The first run's training step run again as a run of its own under `budget_usd`,
-    with the T4 at 36 USD an hour (its two machines: 72.87 USD an hour)."""
+    with the T4 at 36 USD an hour (its two machines: 72.87 USD an hour). Before its
+    training the run has cost its 0.03 USD (`run_cost.PIPELINE_RUN_USD`): a run of its own
+    has none of the first run's jobs, and its steps are not read (no PipelineJob)."""
     first = emulated_run["pipelines"]
     task = emulated_run["tasks"]["train-on-vertex-ai"]
     vertex = {**task.executor_input["inputs"]["parameterValues"]["vertex"],
@@ -967,7 +969,7 @@ def _budgeted_rerun(emulated_run, budget_usd, name):
     with pytest.raises(TaskFailed) as failed:
         first.rerun("train-on-vertex-ai", artifacts_under=f"gs://pipelines/root/{name}",
                     run_labels={"vertex-ai-pipelines-run-billing-id": name},
-                    parameters={"vertex": vertex})
+                    parameters={"vertex": vertex, "pipeline_job": ""})
     return str(failed.value)
 
 
@@ -994,9 +996,14 @@ def test_a_run_whose_estimate_passes_its_budget_is_refused_before_its_first_job(
     would cost more than the budget, so the step fails naming both and creates nothing."""
     apis = emulated_run["apis"]
     jobs = len(apis.jobs)
+    # The step is given the run's resource name: what the run's steps cost counts too.
+    task = emulated_run["tasks"]["train-on-vertex-ai"]
+    assert task.executor_input["inputs"]["parameterValues"]["pipeline_job"] == \
+        emulated_run["request"].parent + "/pipelineJobs/" + emulated_run["request"].pipeline_job_id
     estimate = _estimated_usd(emulated_run, 72.87)
     message = _budgeted_rerun(emulated_run, round(estimate / 2, 4), "refused-run")
-    assert re.search(r"training failed: vertex\.budget_usd is [0-9.]+ USD and no configuration "
+    assert re.search(r"training failed: vertex\.budget_usd is [0-9.]+ USD \([0-9.]+ USD left: "
+                     r"the run has cost about 0\.03 USD before training\) and no configuration "
                      r"fits it: primary \(us-central1\): 72\.87 USD an hour, about [0-9.]+ [hs] "
                      r"\(3 epoch\(s\) at \d+ s, as projects/.+ measured\): [0-9.]+ USD", message), \
         message[-3000:]
@@ -1007,17 +1014,23 @@ def test_a_run_whose_estimate_passes_its_budget_is_refused_before_its_first_job(
 def test_a_job_that_would_pass_its_budget_is_cancelled_and_the_step_says_why(emulated_run):
     """`vertex.budget_usd` while the job runs (the pre-flight's share is
     `test_cost_estimate`): the first run's training step run again as a run with a budget
-    twice what the step estimates from the measured speed (so its hold lets it start), and
-    the T4 at 36 USD an hour. The job's start-up is billed too, and the projection counts
+    of the run's own 0.03 USD plus twice what the step estimates from the measured speed
+    (so its hold lets it start), and the T4 at 36 USD an hour. The job's start-up is
+    billed too, and the projection counts
     it in every epoch, so what it has cost plus what its remaining epochs would passes the
     budget: the step cancels it, records what it cost, and fails saying why, not as a
     crash."""
+    from components.capacity.run_cost import PIPELINE_RUN_USD
+
     apis = emulated_run["apis"]
-    budget_usd = round(2 * _estimated_usd(emulated_run, 72.87), 4)
+    left = round(2 * _estimated_usd(emulated_run, 72.87), 4)
+    budget_usd = left + PIPELINE_RUN_USD  # the run's own 0.03 USD is spent before training
     message = _budgeted_rerun(emulated_run, budget_usd, "budgeted-run")
-    assert f"training failed: budget: vertex.budget_usd is {budget_usd:.2f} USD; the job has " \
-           "cost about " in message, message[-3000:]
-    assert f"within vertex.budget_usd {budget_usd:.2f} USD" in message  # the hold let it start
+    held = (f"vertex.budget_usd is {budget_usd:.2f} USD ({budget_usd - 0.03:.2f} USD left: "
+            "the run has cost about 0.03 USD before training)")
+    assert f"training failed: budget: {held}; the job has cost about " in message, \
+        message[-3000:]
+    assert f"within {held.replace(' is ', ' ')}" in message  # the hold let it start
     assert "was cancelled" in message and "Traceback" not in message
     job = list(apis.jobs.values())[-1]
     assert job.state == "JOB_STATE_CANCELLED"
