@@ -164,3 +164,24 @@ def test_a_build_the_build_stage_made_is_priced_for_its_minutes():
     unpriced = run_cost.itemise(training=[], studies=[], batch=[], pipeline_job=job,
                                 prices=priced({}))
     assert unpriced["unpriced"] == ["CLOUD_BUILD:E2_HIGHCPU_8"]
+
+
+def test_what_the_run_cost_before_training_is_read_only_under_a_budget(monkeypatch):
+    """The training step's `before`: nothing is read without a budget; what cannot be read
+    is said, and the job is then held to the whole budget (0 before)."""
+    from components.capacity.job_records import RUN_LABELS_ENV
+    from components.vertex_options import VertexOptions
+
+    def unreadable(*args, **kwargs):
+        raise AssertionError("nothing is read without a budget")
+
+    monkeypatch.setattr(run_cost, "of_run", unreadable)
+    lines: list[str] = []
+    assert run_cost.before_training("p", VertexOptions(), "", lines.append) == 0.0
+    assert lines == []
+    monkeypatch.undo()
+    monkeypatch.delenv(RUN_LABELS_ENV, raising=False)
+    assert run_cost.before_training("p", VertexOptions(budget_usd=5.0), "", lines.append) == 0.0
+    assert lines == ["budget: what the run has cost before training is not estimated (the "
+                     "run's vertex-ai-pipelines-run-billing-id label is not set); its job is "
+                     "held to the whole budget"]
