@@ -345,7 +345,7 @@ def test_a_plan_travels_as_json_and_is_checked_when_read():
 
 
 def _args(*extra):
-    from trainer.run.replica import parse_args
+    from trainer.run.arguments import parse_args
 
     return parse_args(["--job-dir", "j", "--data-dir", "d", *extra])
 
