@@ -24,10 +24,9 @@ ends saying so.
 
 The deploy step holds the canary to what the budget leaves (`canary_window`): what the run
 has cost so far (`components.capacity.run_cost`: by the run's billing label, and its
-steps from its PipelineJob) plus the
-canary's nodes for its watch window; the window is shortened to fit, or the canary is
-skipped (the champion keeps serving) when not even two of its looks fit or its machines
-have no `PREDICTION:<type>` price.
+steps from its PipelineJob) plus the canary's nodes for its watch window; the window is
+shortened to fit, or the canary is skipped (the champion keeps serving) when not even two
+of its looks fit or its machines have no `PREDICTION:<type>` price.
 
 Cloud Billing budgets only alert, and only after billing data arrives (hours later); none
 of the anchors (TFX, gcpc, ZenML, Metaflow, Ray, KServe) caps a run's spend.
@@ -321,8 +320,7 @@ def running_guard(budget: float, usd_per_hour: float, epochs: int,
         if spent + left <= budget - before:
             return ""
         return (f"budget: vertex.budget_usd is {left_words(budget, before)}; the job has "
-                f"cost about "
-                f"{usd(spent)} USD in {seconds:.0f} s"
+                f"cost about {usd(spent)} USD in {seconds:.0f} s"
                 + (f" and its {epochs - done} remaining epoch(s) would cost about "
                    f"{usd(left)} USD more ({per_epoch:.0f} s each)" if left else "")
                 + f", after {done} of {epochs} epoch(s)")
