@@ -175,7 +175,7 @@ def dataflow_job(options: DatasetOptions, *, project_id: str, region: str, servi
         project=project_id, region=region, job_name=job_name_for(output_uri),
         sdk_image=sdk_image, temp_location=f"{base}/dataflow/temp",
         staging_location=f"{base}/dataflow/staging",
-        service_account=options.dataflow_service_account or service_account,
+        service_account=options.workers_account(service_account),
         max_workers=options.dataflow_max_workers, machine_type=options.dataflow_machine_type,
         flexrs=options.dataflow_flexrs, network=options.dataflow_network,
         subnetwork=options.dataflow_subnetwork, kms_key=kms_key)

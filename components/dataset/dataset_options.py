@@ -102,6 +102,11 @@ class DatasetOptions(pydantic.BaseModel):
                                     ".com/compute/v1/projects/PROJECT/regions/REGION/"
                                     "subnetworks/NAME, or empty"})
 
+    def workers_account(self, pipeline_account: str) -> str:
+        """The account the Dataflow workers run as: `dataflow_service_account`, else the
+        pipeline's (`vertex.service_account`; empty: the project's default)."""
+        return self.dataflow_service_account or pipeline_account
+
     def problems(self) -> list[str]:
         """Rules between fields (each field's own rules are checked by its declaration)."""
         problems = []

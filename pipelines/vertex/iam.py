@@ -101,7 +101,7 @@ def accounts(config: Config) -> list[str]:
     found = [config.vertex.service_account, config.vertex.training_account,
              config.vertex.build_account]
     if config.dataset.engine == "beam":
-        found.append(config.dataset.dataflow_service_account or config.vertex.service_account)
+        found.append(config.dataset.workers_account(config.vertex.service_account))
     return list(dict.fromkeys(a for a in found if a))
 
 
@@ -156,11 +156,12 @@ def unchecked(config: Config) -> list[str]:
                      f".iam.gserviceaccount.com): roles/artifactregistry.reader on "
                      f"{repository.name}, which is in another project")
     if config.dataset.engine == "beam":
-        workers = config.dataset.dataflow_service_account
+        workers = config.dataset.workers_account(config.vertex.service_account)
+        separate = workers != config.vertex.service_account
         lines.append(f"{account} with dataset.engine beam: roles/dataflow.developer"
-                     + (" and roles/dataflow.worker" if not workers else "")
+                     + (" and roles/dataflow.worker" if not separate else "")
                      + f" on projects/{config.vertex.project}")
-        if workers:
+        if separate:
             lines.append(f"{workers} (the Dataflow workers): roles/dataflow.worker on "
                          f"projects/{config.vertex.project}, roles/storage.objectUser on "
                          f"gs://{bucket}, roles/artifactregistry.reader on {repository.name}")
