@@ -63,16 +63,18 @@ def _list_manifest(source: str) -> SourceListing:
         elif check_extension(str(image), "", unknown):
             ref = image if image.startswith("gs://") or os.path.isabs(image) \
                 else os.path.join(base, image)
-            rows.append((ref, label))
+            rows.append((ref, label, str(image)))
     if problems:
         raise DatasetError(f"dataset manifest {source!r} has {len(problems)} unusable row(s): "
                            + "; ".join(problems[:5]) + (" ..." if len(problems) > 5 else ""))
     raise_unknown(unknown, f"dataset manifest {source!r}")
     if not rows:
         raise DatasetError(f"dataset manifest {source!r} lists no images")
-    classes = classes_from((label for _, label in rows), f"dataset manifest {source!r}")
+    classes = classes_from((label for _, label, _ in rows), f"dataset manifest {source!r}")
     index = {c: i for i, c in enumerate(classes)}
-    examples = [Example(ref, ref, index[label]) for ref, label in rows]
+    # An image's identity (its split) is its path as the manifest writes it: a relative
+    # one stays put when the manifest and its images move, as a folder's images do.
+    examples = [Example(ref, written, index[label]) for ref, label, written in rows]
     h = hashlib.sha256(text.encode())
     for ex in examples:  # the images' own state, so a replaced file changes the key
         if not ex.ref.startswith("gs://") and os.path.exists(ex.ref):

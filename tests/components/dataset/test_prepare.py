@@ -188,6 +188,25 @@ def test_csv_and_jsonl_manifests(tmp_path):
         assert manifest["source_kind"] == "manifest" and manifest["examples"] == 12
 
 
+def test_a_manifest_with_relative_paths_keeps_its_splits_where_it_moves(tmp_path):
+    """An image's split follows from its path as the manifest writes it, as a folder's
+    follows from its path under the folder: moving both changes no split."""
+    from components.dataset.sources.manifest import Manifest
+    from components.dataset.splits import split_of
+
+    splits = []
+    for place in ("here", "there/deeper"):
+        src = make_folder(tmp_path / place / "src", per_class=6)
+        manifest = tmp_path / place / "labels.csv"
+        manifest.write_text("image,label\n" + "".join(
+            f"{p.relative_to(manifest.parent)},{p.parent.name}\n"
+            for p in sorted(src.rglob("*.png"))))
+        listing = Manifest.listing(str(manifest), image_size=16, per_class=0)
+        assert all(os.path.isabs(ex.ref) for ex in listing.examples)  # read from there
+        splits.append([(ex.identity, split_of(ex.identity, 0.3)) for ex in listing.examples])
+    assert splits[0] == splits[1] and splits[0][0][0].startswith("src/")
+
+
 def test_manifest_errors(tmp_path):
     src = make_folder(tmp_path / "src", per_class=2)
     image = next(src.rglob("*.png"))
