@@ -31,8 +31,8 @@ def step_items(pipeline_job: Mapping[str, Any], prices: Mapping[str, float]) -> 
     return [Item("pipeline steps", str(pipeline_job.get("name", "")),
                  round((rate or 0.0) * hours, 4), round(hours, 4),
                  f"{len(ended)} step(s) on {STEP_MACHINE} machines, each from its start to "
-                 "its end" + (f"; {running} still running (this summary among them), not "
-                              "counted" if running else ""),
+                 "its end" + (f"; {running} still running (the step reading the run among "
+                              "them), not counted" if running else ""),
                  [] if rate is not None else [STEP_MACHINE])]
 
 

@@ -108,7 +108,8 @@ def test_the_pipeline_s_own_steps_are_billed_on_their_machines_while_they_ran():
         "pipeline steps", job["name"], 0.5)
     assert steps["usd"] == pytest.approx(0.1) and steps["unpriced"] == []
     assert steps["basis"] == ("2 step(s) on e2-standard-4 machines, each from its start to "
-                              "its end; 1 still running (this summary among them), not counted")
+                              "its end; 1 still running (the step reading the run among them), "
+                              "not counted")
     assert priced_steps["usd"] == pytest.approx(0.1 + run_cost.PIPELINE_RUN_USD)
     # Without a price for the step machine, the steps are named, never taken as free.
     unpriced = run_cost.itemise(training=[], studies=[], batch=[], pipeline_job=job,

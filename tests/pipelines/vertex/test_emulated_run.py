@@ -932,8 +932,8 @@ def test_the_run_ends_with_what_it_cost_resource_by_resource(emulated_run):
     assert len(ran) >= 10 and steps["name"] == run.resource_name
     assert apis.recorded(f"/v1/{re.escape(run.resource_name)}$", method="GET")
     assert steps["basis"] == (f"{len(ran)} step(s) on e2-standard-4 machines, each from its "
-                              "start to its end; 1 still running (this summary among them), "
-                              "not counted")
+                              "start to its end; 1 still running (the step reading the run "
+                              "among them), not counted")
     assert 0 < steps["hours"] < emulated_run["seconds"] / 3600
     assert (steps["usd"], steps["unpriced"]) == (0.0, ["e2-standard-4"])
     (job,) = [j for j in apis.jobs.values() if j.name == training["name"]]
