@@ -11,6 +11,7 @@ its figures. Tuning trials, queueing and provisioning are not counted.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -21,19 +22,34 @@ from pipelines.vertex.clients import Clients
 from trainer.common.errors import ProjectError
 
 
-def _estimates(config: Config, clients: Clients) -> tuple[list[Any], str]:
+class NewestSpeed:
+    """The newest registered model's measured speed for `config`'s project, read from the
+    registry once, when first asked (a submit without a budget, not a dry run, never reads
+    it; a dry run with one reads it once for the budget and the estimate lines)."""
+
+    def __init__(self, config: Config, clients: Clients):
+        self._config, self._clients = config, clients
+
+    @functools.cached_property
+    def found(self) -> tuple[tuple[str, dict[str, Any]] | None, str]:
+        """(the model version and its figures, or None; why there are none, "" if there
+        are)."""
+        try:
+            found = newest_measured(self._config.vertex, self._config.vertex.project,
+                                    self._clients.model_api, self._clients.get_storage())
+        except ProjectError as exc:
+            return None, str(exc)
+        return found, "" if found else ("the first registered model carries efficiency.json,"
+                                        " and the next dry run estimates from it")
+
+
+def _estimates(config: Config, speed: NewestSpeed) -> tuple[list[Any], str]:
     """Every configuration's estimate (`components.capacity.budget.estimates`), and why
     there is no measured speed ("" when there is one)."""
     from components.capacity.budget import estimates
 
     epochs = config.training_options().total_epochs
-    try:
-        found = newest_measured(config.vertex, config.vertex.project, clients.model_api,
-                                clients.get_storage())
-        why = "" if found else ("the first registered model carries efficiency.json, and "
-                                "the next dry run estimates from it")
-    except ProjectError as exc:
-        found, why = None, str(exc)
+    found, why = speed.found
     per_epoch = seconds_per_epoch(found[1]) if found else None
     if found and not per_epoch:
         why = f"{found[0]}'s efficiency.json has no epochs"
@@ -41,12 +57,12 @@ def _estimates(config: Config, clients: Clients) -> tuple[list[Any], str]:
                      seconds_per_epoch=per_epoch, measured_by=found[0] if found else ""), why
 
 
-def estimate_lines(config: Config, clients: Clients) -> list[str]:
+def estimate_lines(config: Config, speed: NewestSpeed) -> list[str]:
     """What the dry run says of the cost, a line per configuration; reading the registry
     never fails the dry run."""
     from components.capacity.budget import usd
 
-    found, why = _estimates(config, clients)
+    found, why = _estimates(config, speed)
     budget = config.vertex.budget_usd
     head = (f"cost estimate (prices of {PRICES_READ}, without tuning trials, queueing and "
             "provisioning" + (f"; vertex.budget_usd {usd(budget)} USD" if budget else "")
@@ -55,7 +71,7 @@ def estimate_lines(config: Config, clients: Clients) -> list[str]:
         ([f"  no measured speed: {why}"] if why else [])
 
 
-def hold_budget(config: Config, clients: Clients, log: Callable[[str], None]) -> Config:
+def hold_budget(config: Config, speed: NewestSpeed, log: Callable[[str], None]) -> Config:
     """`vertex.budget_usd` before anything is created: each configuration over it is
     dropped with a line, the first one left is the primary; a study's trials, each
     training as that primary does, are as many as fit beside the training after it.
@@ -68,7 +84,7 @@ def hold_budget(config: Config, clients: Clients, log: Callable[[str], None]) ->
     budget = config.vertex.budget_usd
     if budget <= 0:
         return config
-    found, _ = _estimates(config, clients)
+    found, _ = _estimates(config, speed)
     held = check(found, budget)
     for line in held.dropped:
         log(line)

@@ -22,7 +22,7 @@ from components.tuning.tuning_options import MEASUREMENT_SELECTION
 from pipelines.config import Config
 from pipelines.vertex.capacity import check_capacity
 from pipelines.vertex.clients import Clients
-from pipelines.vertex.cost_estimate import estimate_lines, hold_budget
+from pipelines.vertex.cost_estimate import NewestSpeed, estimate_lines, hold_budget
 from pipelines.vertex.dry_run import NOTHING_SENT, document, show, show_text
 from pipelines.vertex.iam import check_permissions
 from pipelines.vertex.preflight import (
@@ -279,7 +279,8 @@ def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,
         log = functools.partial(print, LOG_PREFIX, file=sys.stderr, flush=True)
         verbose = False
     require_vertex_settings(config)
-    config = hold_budget(config, clients, log)  # before anything is created
+    speed = NewestSpeed(config, clients)
+    config = hold_budget(config, speed, log)  # before anything is created
     planned = check_permissions(config, clients, dry_run=dry_run, log=log)
     check_capacity(config, clients, dry_run=dry_run, log=log, verbose=verbose, sent=sent)
     with prepared_run(config, dry_run, clients, credentials, log) as (prepared, _):
@@ -296,7 +297,7 @@ def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,
                 show_text("the Beam pipeline options",
                           json.dumps(prepared.dataflow.pipeline_args(), indent=2), log,
                           verbose=verbose)
-            cost = estimate_lines(config, clients)
+            cost = estimate_lines(config, speed)
             for line in summary(prepared, config) + cost:
                 log(line)
             log(NOTHING_SENT + ("" if verbose or sent is not None

@@ -12,7 +12,7 @@ from google.api_core import exceptions
 
 from components.capacity.measured_speed import seconds_per_epoch
 from pipelines.vertex.clients import Clients
-from pipelines.vertex.cost_estimate import estimate_lines
+from pipelines.vertex.cost_estimate import NewestSpeed, estimate_lines
 from tests.support.launches import config
 
 RATE = 2 * 2 * 0.21849885  # the default pools: two n1-standard-8 machines (T4s unpriced)
@@ -42,6 +42,7 @@ class _Models:
         self.models, self.refuse = list(models), refuse
 
     def list_models(self, request):
+        self.listed = getattr(self, "listed", 0) + 1
         if self.refuse:
             raise exceptions.PermissionDenied("aiplatform.models.list denied")
         return self.models
@@ -62,7 +63,8 @@ def test_the_newest_model_with_figures_gives_the_seconds_per_epoch():
     assert seconds_per_epoch({"cluster": {}, "replicas": {}}) is None
     storage = _Storage({"gs://b/m2/efficiency.json": json.dumps(_figures(900.0, 3))})
     models = _Models([_model("3", "gs://b/m3"), _model("2", "gs://b/m2")])  # 3 has none
-    head, primary = estimate_lines(config(), Clients(storage=storage, model_api=models))
+    speed = NewestSpeed(config(), Clients(storage=storage, model_api=models))
+    head, primary = estimate_lines(config(), speed)
     assert head == ("cost estimate (prices of 2026-10-07, without tuning trials, queueing "
                     "and provisioning):")
     hours = 300.0 * 10 / 3600  # the default 10 epochs
@@ -74,7 +76,7 @@ def test_the_newest_model_with_figures_gives_the_seconds_per_epoch():
 
 def test_no_measured_speed_is_said_and_never_fails_the_dry_run():
     clients = Clients(storage=_Storage({}), model_api=_Models([_model("1", "gs://b/m1")]))
-    _, primary, why = estimate_lines(config(), clients)
+    _, primary, why = estimate_lines(config(), NewestSpeed(config(), clients))
     # Without a measured speed, the hours are the most the job may run: vertex.timeout.
     assert primary.startswith(f"  primary (us-central1): {RATE:.2f} USD an hour, about "
                               "168.00 h (no measured speed: vertex.timeout 604800s, the "
@@ -82,7 +84,7 @@ def test_no_measured_speed_is_said_and_never_fails_the_dry_run():
     assert why == ("  no measured speed: the first registered model carries efficiency.json, "
                    "and the next dry run estimates from it")
     refused = Clients(storage=_Storage({}), model_api=_Models(refuse=True))
-    assert estimate_lines(config(), refused)[-1].startswith(
+    assert estimate_lines(config(), NewestSpeed(config(), refused))[-1].startswith(
         "  no measured speed: listing the Model Registry failed: ")
 
 
@@ -103,12 +105,18 @@ def test_submit_holds_the_budget_before_anything_is_created():
     # 1 h an epoch, as the newest model measured: the default 10 epochs cost 15.74 USD on
     # the first, 5.68 USD on the second.
     storage = _Storage({"gs://b/m1/efficiency.json": json.dumps(_figures(10800.0, 3))})
-    clients = Clients(storage=storage, model_api=_Models([_model("1", "gs://b/m1")]))
+    models = _Models([_model("1", "gs://b/m1")])
+    clients = Clients(storage=storage, model_api=models)
     lines = []
-    assert hold_budget(_budgeted(0), clients, lines.append) == _budgeted(0)  # no budget
-    kept = hold_budget(_budgeted(20.0), clients, lines.append)
+    unread = NewestSpeed(_budgeted(0), clients)
+    assert hold_budget(_budgeted(0), unread, lines.append) == _budgeted(0)  # no budget
+    assert "found" not in vars(unread)  # nor a registry read
+    speed = NewestSpeed(_budgeted(20.0), clients)
+    kept = hold_budget(_budgeted(20.0), speed, lines.append)
     assert kept == _budgeted(20.0) and lines == []  # both fit
-    fitting = hold_budget(_budgeted(6.0), clients, lines.append)
+    # A dry run's estimate lines use what the budget's hold read: one registry read.
+    assert "1.57 USD an hour" in estimate_lines(kept, speed)[1] and models.listed == 1
+    fitting = hold_budget(_budgeted(6.0), NewestSpeed(_budgeted(6.0), clients), lines.append)
     assert fitting.vertex.region == "us-east1" and fitting.vertex.fallbacks == []
     assert fitting.vertex.worker_pool_specs[0]["machine_spec"]["machine_type"] == \
         "n1-standard-4"
@@ -131,7 +139,8 @@ def test_a_study_gets_as_many_trials_as_the_budget_holds_beside_the_training():
     from pipelines.vertex.cost_estimate import hold_budget
 
     storage = _Storage({"gs://b/m1/efficiency.json": json.dumps(_figures(10800.0, 3))})
-    clients = Clients(storage=storage, model_api=_Models([_model("1", "gs://b/m1")]))
+    speed = NewestSpeed(config(), Clients(storage=storage,
+                                          model_api=_Models([_model("1", "gs://b/m1")])))
     study = {"max_trials": 8, "parallel_trials": 4, "max_failed_trials": 5, "parameters": [
         {"name": "learning_rate", "type": "DOUBLE", "min_value": 0.001, "max_value": 0.1}]}
 
@@ -142,12 +151,12 @@ def test_a_study_gets_as_many_trials_as_the_budget_holds_beside_the_training():
     # Each trial trains as the primary does (15.74 USD); 50 USD hold the training after the
     # study and two trials.
     lines = []
-    bounded = hold_budget(tuned(50.0), clients, lines.append)
+    bounded = hold_budget(tuned(50.0), speed, lines.append)
     assert (bounded.tuning.max_trials, bounded.tuning.parallel_trials,
             bounded.tuning.max_failed_trials) == (2, 2, 2)
     assert lines == ["budget: tuning.max_trials lowered from 8 to 2: each trial trains as the "
                      "primary does, about 15.74 USD, and the training after the study as "
                      "much; 3 x 15.74 USD fit vertex.budget_usd 50.00 USD"]
-    assert hold_budget(tuned(200.0), clients, lines.append).tuning.max_trials == 8
+    assert hold_budget(tuned(200.0), speed, lines.append).tuning.max_trials == 8
     with pytest.raises(BudgetError, match="not even one trial fits beside the training"):
-        hold_budget(tuned(20.0), clients, lines.append)
+        hold_budget(tuned(20.0), speed, lines.append)
