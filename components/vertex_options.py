@@ -149,7 +149,8 @@ class VertexOptions(pydantic.BaseModel):
     model_display_name: ModelDisplayName = Field("gpu-pipeline-model", description=(
         "Display name of the registered model."))
     parent_model: str = Field("", description=(
-        "projects/.../locations/.../models/ID: register as a new version of it."))
+        "projects/.../locations/REGION/models/ID, in `region`: register as a new version "
+        "of it."))
     promotion: Literal["default", "version_only", "never"] = Field("default", description=(
         "default: a model that beats the champion by the margin becomes the default version, "
         "one that only passes the threshold a non-default version; version_only: every "
@@ -255,6 +256,12 @@ class VertexOptions(pydantic.BaseModel):
                 r"projects/[^/]+/locations/[^/]+/models/[^/]+", self.parent_model):
             found.append(f"parent_model is {short(self.parent_model)}; expected "
                          "projects/PROJECT/locations/REGION/models/ID")
+        elif self.parent_model and (where := self.parent_model.split("/")[3]) != self.region:
+            # Vertex AI reaches no resource across regions (GoogleCloudPlatform/
+            # vertex-ai-samples#925): the run registers its model version in its region.
+            found.append(f"parent_model is in {where} but region is {self.region}; the run "
+                         "registers the new version in its own region: give a model in "
+                         f"{self.region}, or set region to {where}")
         found += self.deploy.in_region(self.region)
         found += self._key_problems()
         found += self._attachment_problems()

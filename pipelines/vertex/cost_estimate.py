@@ -73,13 +73,15 @@ def estimate_lines(config: Config, speed: NewestSpeed) -> list[str]:
 
 def hold_budget(config: Config, speed: NewestSpeed, log: Callable[[str], None]) -> Config:
     """`vertex.budget_usd` before anything is created: each configuration over it is
-    dropped with a line, the first one left is the primary; a study's trials, each
-    training as that primary does, are as many as fit beside the training after it.
+    dropped with a line, the first one left is the primary (a dropped primary whose first
+    fitting configuration is in another region stays, for the run stays in its region, and
+    the training step drops it); a study's trials, each training as that primary does, are
+    as many as fit beside the training after it.
 
     Raises:
         BudgetError: No configuration fits, or not even one trial.
     """
-    from components.capacity.budget import check, trials_within, within
+    from components.capacity.budget import BudgetError, check, trials_within, usd, within
 
     budget = config.vertex.budget_usd
     if budget <= 0:
@@ -88,12 +90,21 @@ def hold_budget(config: Config, speed: NewestSpeed, log: Callable[[str], None]) 
     held = check(found, budget)
     for line in held.dropped:
         log(line)
+    kept = list(held.kept)
+    stays = _stays_in_region(config, kept, found, log)
     if held.dropped:
-        vertex = within(config.vertex.model_dump(), held.kept)
+        vertex = within(config.vertex.model_dump(), [0, *kept] if stays else kept)
         config = config.model_copy(
             update={"vertex": type(config.vertex).model_validate(vertex)})
     if not config.tuning.enabled:
         return config
+    if stays:
+        raise BudgetError(
+            f"vertex.budget_usd is {usd(budget)} USD and the primary passes it "
+            f"({found[0].line()}); a study's trials train as the primary does, in the run's "
+            f"region ({config.vertex.region}): raise the budget, lower the epochs or "
+            "vertex.timeout, put a configuration that fits in that region first, or turn "
+            "tuning off")
     tuning = config.tuning
     trials, line = trials_within(budget, found[held.kept[0]], tuning.max_trials)
     if not line:
@@ -103,3 +114,22 @@ def hold_budget(config: Config, speed: NewestSpeed, log: Callable[[str], None]) 
         "max_trials": trials, "parallel_trials": min(tuning.parallel_trials, trials),
         "max_failed_trials": min(tuning.max_failed_trials, trials)})
     return config.model_copy(update={"tuning": bounded})
+
+
+def _stays_in_region(config: Config, kept: list[int], found: list[Any],
+                     log: Callable[[str], None]) -> bool:
+    """Whether the primary is dropped for a configuration in another region: the run then
+    stays in `vertex.region` (said), where its PipelineJob, bucket, Model Registry and
+    endpoint are (Vertex AI reaches no resource across regions:
+    GoogleCloudPlatform/vertex-ai-samples#925), and its training step drops the primary
+    again (`components.capacity.budget.hold`), as it moves to a fallback in another region
+    when the primary has no capacity."""
+    if kept[0] == 0:
+        return False
+    first = config.alternatives()[kept[0]]
+    if first.region == config.vertex.region:
+        return False
+    log(f"budget: the run stays in {config.vertex.region} (vertex.region: its pipeline, "
+        "bucket, Model Registry and endpoint are there); its training step drops the primary "
+        f"again and starts with {found[kept[0]].label} in {first.region}")
+    return True

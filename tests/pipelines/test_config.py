@@ -128,6 +128,12 @@ def test_vertex_and_schedule_values_are_checked():
 
 
 def test_retraining_options_that_cannot_work_are_refused():
+    with pytest.raises(ConfigError, match="vertex.parent_model is in europe-west4 but region "
+                                          "is us-central1; the run registers the new version "
+                                          "in its own region: give a model in us-central1, "
+                                          "or set region to europe-west4"):
+        load_config(overrides={"vertex": {
+            "parent_model": "projects/p/locations/europe-west4/models/1"}})
     with pytest.raises(ConfigError) as info:
         load_config(overrides={"vertex": {
             "tensorboard": "projects/p/locations/us-central1/tensorboards/1",

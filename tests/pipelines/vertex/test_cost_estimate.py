@@ -88,11 +88,11 @@ def test_no_measured_speed_is_said_and_never_fails_the_dry_run():
         "  no measured speed: listing the Model Registry failed: ")
 
 
-def _budgeted(budget):
+def _budgeted(budget, fallback_region="us-east1"):
     """Two configurations: the default pools (2 x n1-standard-8 with a T4, 1.57 USD an
-    hour), and one T4 machine in us-east1 (0.57 USD an hour)."""
+    hour), and one T4 machine in `fallback_region` (0.57 USD an hour)."""
     return config(budget_usd=budget, prices={"NVIDIA_TESLA_T4": 0.35}, fallbacks=[{
-        "region": "us-east1", "worker_pool_specs": [{"machine_spec": {
+        "region": fallback_region, "worker_pool_specs": [{"machine_spec": {
             "machine_type": "n1-standard-4", "accelerator_type": "NVIDIA_TESLA_T4",
             "accelerator_count": 1}, "replica_count": 1}]}])
 
@@ -116,14 +116,26 @@ def test_submit_holds_the_budget_before_anything_is_created():
     assert kept == _budgeted(20.0) and lines == []  # both fit
     # A dry run's estimate lines use what the budget's hold read: one registry read.
     assert "1.57 USD an hour" in estimate_lines(kept, speed)[1] and models.listed == 1
-    fitting = hold_budget(_budgeted(6.0), NewestSpeed(_budgeted(6.0), clients), lines.append)
-    assert fitting.vertex.region == "us-east1" and fitting.vertex.fallbacks == []
+    dropped_primary = ("budget: primary dropped: about 15.74 USD passes vertex.budget_usd "
+                       "6.00 USD (primary (us-central1): 1.57 USD an hour, about 10.00 h (10 "
+                       "epoch(s) at 3600 s, as projects/p/locations/us-central1/models/7@1 "
+                       "measured): 15.74 USD)")
+    # The first configuration that fits is in the run's region: it becomes the primary.
+    near = _budgeted(6.0, fallback_region="us-central1")
+    fitting = hold_budget(near, NewestSpeed(near, clients), lines.append)
+    assert fitting.vertex.region == "us-central1" and fitting.vertex.fallbacks == []
     assert fitting.vertex.worker_pool_specs[0]["machine_spec"]["machine_type"] == \
         "n1-standard-4"
-    assert lines == ["budget: primary dropped: about 15.74 USD passes vertex.budget_usd "
-                     "6.00 USD (primary (us-central1): 1.57 USD an hour, about 10.00 h (10 "
-                     "epoch(s) at 3600 s, as projects/p/locations/us-central1/models/7@1 "
-                     "measured): 15.74 USD)"]
+    assert lines == [dropped_primary]
+    # In another region: the run stays in its region (its pipeline, bucket, registry and
+    # endpoint are there) with the primary, which its training step drops again.
+    lines.clear()
+    far = hold_budget(_budgeted(6.0), NewestSpeed(_budgeted(6.0), clients), lines.append)
+    assert far == _budgeted(6.0) and far.vertex.region == "us-central1"
+    assert lines == [dropped_primary, (
+        "budget: the run stays in us-central1 (vertex.region: its pipeline, bucket, Model "
+        "Registry and endpoint are there); its training step drops the primary again and "
+        "starts with fallbacks[0] in us-east1")]
     # Nothing fits: refused before the permissions are checked, anything uploaded or built
     # (the clients it would need next are not there).
     with pytest.raises(BudgetError) as refused:
@@ -160,3 +172,14 @@ def test_a_study_gets_as_many_trials_as_the_budget_holds_beside_the_training():
     assert hold_budget(tuned(200.0), speed, lines.append).tuning.max_trials == 8
     with pytest.raises(BudgetError, match="not even one trial fits beside the training"):
         hold_budget(tuned(20.0), speed, lines.append)
+    # The trials train on the primary's pools in the run's region: a primary over the
+    # budget, whose fallback is in another region, leaves them nowhere to train.
+    far = load_config(overrides={"vertex": _budgeted(6.0).vertex.model_dump(), "tuning": study})
+    with pytest.raises(BudgetError) as refused:
+        hold_budget(far, speed, lines.append)
+    assert str(refused.value).startswith(
+        "vertex.budget_usd is 6.00 USD and the primary passes it (primary (us-central1): ")
+    assert str(refused.value).endswith(
+        "a study's trials train as the primary does, in the run's region (us-central1): "
+        "raise the budget, lower the epochs or vertex.timeout, put a configuration that "
+        "fits in that region first, or turn tuning off")
