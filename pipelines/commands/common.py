@@ -146,16 +146,13 @@ def make_directory(path: Path, flag: str) -> None:
 def vertex_config(args: argparse.Namespace):
     """Loads the configuration and runs the Vertex pre-flight checks."""
     from pipelines.vertex.clients import Clients
-    from pipelines.vertex.preflight import (
-        bucket_location_warnings,
-        require_vertex_settings,
-    )
+    from pipelines.vertex.preflight import check_bucket_locations, require_vertex_settings
 
     config = load(args)
     require_vertex_settings(config)
     check_model(config)
     if not args.dry_run:
-        for warning in bucket_location_warnings(config, Clients().get_storage()):
+        for warning in check_bucket_locations(config, Clients().get_storage()):
             print(f"warning: {warning}", file=sys.stderr)
     return config
 

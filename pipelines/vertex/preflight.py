@@ -57,17 +57,30 @@ def _training_problems(config: Config) -> list[str]:
     return problems
 
 
-def bucket_location_warnings(config: Config, storage: Any) -> list[str]:
-    """The pipeline root's bucket and the dataset's bucket should be in the job's region.
+class BucketRegionError(InputError):
+    """The pipeline root's bucket is not in the region of the jobs that write under it."""
 
-    Data in another region makes jobs slower (and costs egress), as the training concepts
-    document warns.
+
+def check_bucket_locations(config: Config, storage: Any) -> list[str]:
+    """The pipeline root's bucket must be in `vertex.region` and in each fallback's region:
+    every job writes its outputs under it, and Vertex AI refuses a job or an upload whose
+    bucket is elsewhere, a multi-region included ("FailedPrecondition: 400 The Cloud Storage
+    bucket of `gs://...` is in location `us`. It must be in the same regional location as
+    the service location": googleapis/python-aiplatform#885, GoogleCloudPlatform/
+    vertex-ai-samples#19). The dataset's bucket should be (data in another region makes
+    jobs slower and costs egress, as the training concepts document warns): a warning.
+
+    Returns:
+        The warnings.
+
+    Raises:
+        BucketRegionError: The pipeline root's bucket is elsewhere.
     """
     places = [("vertex.pipeline_root", config.vertex.pipeline_root)]
     source = mounted_gcs_uri(config.dataset.source) or config.dataset.source
     if source.startswith("gs://"):
         places.append(("dataset.source", source))
-    warnings = []
+    warnings, refused = [], []
     for field, uri in places:
         bucket_name, _ = split_gcs_uri(uri)
         with remote_call(f"looking up the bucket {bucket_name}"):
@@ -77,11 +90,21 @@ def bucket_location_warnings(config: Config, storage: Any) -> list[str]:
                             "to these credentials)")
             continue
         location = (bucket.location or "").lower()
-        if location != config.vertex.region:
+        if field == "vertex.pipeline_root":
+            regions = [("region", config.vertex.region)] + [
+                (f"fallbacks[{i}].region", f.region)
+                for i, f in enumerate(config.vertex.fallbacks) if f.region]
+            refused += [f"{field} bucket {bucket_name!r} is in {location.upper() or '?'} but "
+                        f"vertex.{name} is {region}: Vertex AI refuses a job whose outputs "
+                        "go to a bucket outside its region; use a bucket in "
+                        f"{region}" for name, region in regions if location != region]
+        elif location != config.vertex.region:
             warnings.append(f"{field} bucket {bucket_name!r} is in {location.upper() or '?'}, "
                             f"not in the job's region {config.vertex.region}: reading and "
                             "writing data across regions makes jobs slower; use a bucket in "
                             f"{config.vertex.region}")
+    if refused:
+        raise BucketRegionError("; ".join(refused))
     return warnings
 
 

@@ -90,14 +90,24 @@ def _storage_emulator():
         gcs.reset_client()
 
 
+def in_region(bucket, region: str):
+    """`bucket` in `region`: the storage emulator creates every bucket in the US
+    multi-region and takes a location only from a patch."""
+    bucket._patch_property("location", region.upper())
+    bucket.patch()
+    return bucket
+
+
 @contextlib.contextmanager
 def emulated_vertex(work: Path):
     """An emulated Vertex AI on loopback; yields `run(vertex, training)`, which submits a
     small run with the real Vertex path and runs it there (one Model Registry throughout)."""
     with _storage_emulator() as (storage_host, storage):
-        storage.create_bucket("pipelines")
+        in_region(storage.create_bucket("pipelines"), "us-central1")
         mount = StandInMount(work / "gcs", storage)
         apis = FakeGoogleApis(work, image_entrypoints(REPO, ROOT), checkout=ROOT)
+        apis.bucket_location = lambda name: getattr(storage.lookup_bucket(name), "location",
+                                                    None)
         # The project's custom-training quotas, as Cloud Quotas reports them.
         apis.quotas = {"custom_model_training_nvidia_t4_gpus": {"us-central1": 8},
                        "custom_model_training_nvidia_l4_gpus": {"us-central1": 4},
@@ -632,6 +642,33 @@ def test_directory_renames_fail_on_the_stand_in_mount(emulated_run):
     assert result.returncode != 0 and "does not rename directories" in result.stderr
     # ...and the whole run, which writes every output there, succeeded all the same.
     assert emulated_run["tasks"]["export-model"].state == "SUCCEEDED"
+
+
+def test_a_job_whose_outputs_go_to_a_bucket_outside_its_region_is_refused(emulated_run):
+    """As Vertex AI refuses it (googleapis/python-aiplatform#885), through Google's client:
+    the rule `submit` checks before a run (`preflight.check_bucket_locations`). The run of
+    this module wrote every job's outputs to its bucket in us-central1, and was not."""
+    from google.api_core import exceptions
+
+    storage, url = emulated_run["storage"], emulated_run["apis"].url
+    in_region(storage.create_bucket("elsewhere"), "europe-west4")
+    jobs = aiplatform_v1.JobServiceClient(transport="rest", client_options={
+        "api_endpoint": url}, credentials=AnonymousCredentials())
+    pool = {"machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1,
+            "container_spec": {"image_uri": "us-docker.pkg.dev/p/r/trainer:1"}}
+    for bucket, where in (("elsewhere", "europe-west4"), ("uploads", "us")):
+        if where == "us":
+            storage.create_bucket(bucket)  # the emulator's default: the US multi-region
+        job = aiplatform_v1.CustomJob(display_name="probe", job_spec={
+            "worker_pool_specs": [pool],
+            "base_output_directory": {"output_uri_prefix": f"gs://{bucket}/job"}})
+        with pytest.raises(exceptions.BadRequest) as refused:  # 400 over REST
+            jobs.create_custom_job(parent="projects/my-proj/locations/us-central1",
+                                   custom_job=job)
+        assert (f"The Cloud Storage bucket of `gs://{bucket}/job` is in location `{where}`. "
+                "It must be in the same regional location as the service location "
+                "`us-central1`.") in str(refused.value)
+    assert emulated_run["tasks"]["train-on-vertex-ai"].state == "SUCCEEDED"
 
 
 def test_the_serving_container_answers_from_the_registered_model(emulated_run):

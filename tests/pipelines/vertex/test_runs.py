@@ -337,19 +337,36 @@ def test_the_build_stage_on_vertex(cloud, tmp_path):
     assert meta["built"] == ["cpu"] and not third["gpu"]["built"]
 
 
-def test_bucket_in_another_location_is_a_warning(cloud):
-    warnings = preflight.bucket_location_warnings(config(), cloud.storage)
-    # The emulator reports every bucket in the US multi-region.
-    assert warnings and "is in US, not in the job's region us-central1" in warnings[0]
-    missing = preflight.bucket_location_warnings(config(pipeline_root="gs://absent/x"),
-                                              cloud.storage)
+def test_a_pipeline_root_outside_the_jobs_regions_is_refused_and_data_is_a_warning(cloud):
+    # The emulator reports every bucket in the US multi-region, which Vertex AI refuses for
+    # a job's outputs (googleapis/python-aiplatform#885).
+    with pytest.raises(preflight.BucketRegionError) as refused:
+        preflight.check_bucket_locations(config(), cloud.storage)
+    assert str(refused.value) == (
+        "vertex.pipeline_root bucket 'pipelines' is in US but vertex.region is us-central1: "
+        "Vertex AI refuses a job whose outputs go to a bucket outside its region; use a "
+        "bucket in us-central1")
+    regional = cloud.storage.lookup_bucket("pipelines")
+    regional._patch_property("location", "US-CENTRAL1")
+    regional.patch()
+    assert preflight.check_bucket_locations(config(), cloud.storage) == []
+    # A fallback in another region would write there too.
+    with pytest.raises(preflight.BucketRegionError, match=(
+            r"vertex.pipeline_root bucket 'pipelines' is in US-CENTRAL1 but "
+            r"vertex.fallbacks\[0\].region is us-east1: ")):
+        preflight.check_bucket_locations(config(fallbacks=[{"region": "us-east1"}]),
+                                         cloud.storage)
+    missing = preflight.check_bucket_locations(config(pipeline_root="gs://absent/x"),
+                                               cloud.storage)
     assert "vertex.pipeline_root bucket 'absent' does not exist" in missing[0]
     cloud.storage.create_bucket("images")
     for source in ("gs://images/flowers", "/gcs/images/flowers"):  # data too, on Vertex's mount
         cfg = config().model_copy(update={"dataset": config().dataset.model_copy(
             update={"source": source})})
-        found = preflight.bucket_location_warnings(cfg, cloud.storage)
-        assert len(found) == 2 and "dataset.source bucket 'images' is in US" in found[1]
+        (found,) = preflight.check_bucket_locations(cfg, cloud.storage)
+        assert found.startswith("dataset.source bucket 'images' is in US, not in the job's "
+                                "region us-central1: reading and writing data across regions "
+                                "makes jobs slower")
 
 
 def test_vertex_settings_are_required(capsys, tmp_path):

@@ -84,10 +84,12 @@ import sys
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.support.json_http import DropConnection, json_handler
+from tests.support.vertex_emulator.bucket_regions import bucket_refusal
 
 ROLES = ("chief", "worker", "ps", "evaluator")
 
@@ -206,6 +208,9 @@ class FakeGoogleApis:
         # The org policy constraints/gcp.restrictNonCmekServices: every create without
         # a customer-managed key is refused (`cmek_refusal`).
         self.require_cmek = False
+        # A bucket's location as Cloud Storage reports it (None: unknown); when given, a
+        # create whose bucket is outside its region is refused (`bucket_refusal`).
+        self.bucket_location: Callable[[str], str | None] | None = None
         # Cloud KMS: a key's own IAM bindings (getIamPolicy); a key absent here answers 403.
         self.key_policies: dict[str, list[dict[str, Any]]] = {}
         # Custom-training quota metric (without the service) -> region -> limit; a metric
@@ -269,6 +274,8 @@ class FakeGoogleApis:
     def _route(self, method: str, path: str, body: Any) -> tuple[int, Any]:
         path = path.split("?", 1)[0]
         refused = self.require_cmek and method == "POST" and cmek_refusal(path, body)
+        refused = refused or (self.bucket_location is not None and method == "POST"
+                              and bucket_refusal(path, body, self.bucket_location))
         if refused:
             return 400, _error(400, refused, "FAILED_PRECONDITION")
         routes = [
