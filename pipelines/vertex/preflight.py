@@ -58,7 +58,8 @@ def _training_problems(config: Config) -> list[str]:
 
 
 class BucketRegionError(InputError):
-    """The pipeline root's bucket is not in the region of the jobs that write under it."""
+    """A bucket Vertex AI writes to (the pipeline root's, the batch predictions') is not in
+    the region of the jobs that write there."""
 
 
 def check_bucket_locations(config: Config, storage: Any) -> list[str]:
@@ -67,7 +68,9 @@ def check_bucket_locations(config: Config, storage: Any) -> list[str]:
     bucket is elsewhere, a multi-region included ("FailedPrecondition: 400 The Cloud Storage
     bucket of `gs://...` is in location `us`. It must be in the same regional location as
     the service location": googleapis/python-aiplatform#885, GoogleCloudPlatform/
-    vertex-ai-samples#19). The dataset's bucket should be (data in another region makes
+    vertex-ai-samples#19); so must the batch predictions' destination, which the batch
+    prediction job writes to (neo4j-partners/hands-on-lab-neo4j-and-google#2: not into a
+    multi-region bucket). The dataset's bucket should be (data in another region makes
     jobs slower and costs egress, as the training concepts document warns): a warning.
 
     Returns:
@@ -77,6 +80,9 @@ def check_bucket_locations(config: Config, storage: Any) -> list[str]:
         BucketRegionError: The pipeline root's bucket is elsewhere.
     """
     places = [("vertex.pipeline_root", config.vertex.pipeline_root)]
+    if config.vertex.batch_predict.destination.startswith("gs://"):
+        places.append(("vertex.batch_predict.destination",
+                       config.vertex.batch_predict.destination))
     source = mounted_gcs_uri(config.dataset.source) or config.dataset.source
     if source.startswith("gs://"):
         places.append(("dataset.source", source))
@@ -90,10 +96,11 @@ def check_bucket_locations(config: Config, storage: Any) -> list[str]:
                             "to these credentials)")
             continue
         location = (bucket.location or "").lower()
-        if field == "vertex.pipeline_root":
+        if field != "dataset.source":
             regions = [("region", config.vertex.region)] + [
                 (f"fallbacks[{i}].region", f.region)
-                for i, f in enumerate(config.vertex.fallbacks) if f.region]
+                for i, f in enumerate(config.vertex.fallbacks)
+                if f.region and field == "vertex.pipeline_root"]
             refused += [f"{field} bucket {bucket_name!r} is in {location.upper() or '?'} but "
                         f"vertex.{name} is {region}: Vertex AI refuses a job whose outputs "
                         "go to a bucket outside its region; use a bucket in "

@@ -337,7 +337,7 @@ def test_the_build_stage_on_vertex(cloud, tmp_path):
     assert meta["built"] == ["cpu"] and not third["gpu"]["built"]
 
 
-def test_a_pipeline_root_outside_the_jobs_regions_is_refused_and_data_is_a_warning(cloud):
+def test_buckets_vertex_writes_to_outside_its_regions_are_refused_data_is_a_warning(cloud):
     # The emulator reports every bucket in the US multi-region, which Vertex AI refuses for
     # a job's outputs (googleapis/python-aiplatform#885).
     with pytest.raises(preflight.BucketRegionError) as refused:
@@ -356,6 +356,13 @@ def test_a_pipeline_root_outside_the_jobs_regions_is_refused_and_data_is_a_warni
             r"vertex.fallbacks\[0\].region is us-east1: ")):
         preflight.check_bucket_locations(config(fallbacks=[{"region": "us-east1"}]),
                                          cloud.storage)
+    # The batch predictions' destination too: the batch prediction job writes there.
+    cloud.storage.create_bucket("scores")
+    with pytest.raises(preflight.BucketRegionError, match=(
+            "vertex.batch_predict.destination bucket 'scores' is in US but vertex.region is "
+            "us-central1: ")):
+        preflight.check_bucket_locations(config(batch_predict={
+            "source": "gs://pipelines/in/", "destination": "gs://scores/out/"}), cloud.storage)
     missing = preflight.check_bucket_locations(config(pipeline_root="gs://absent/x"),
                                                cloud.storage)
     assert "vertex.pipeline_root bucket 'absent' does not exist" in missing[0]

@@ -19,7 +19,12 @@ CHECKED = ((r"/customJobs$", (("jobSpec", "baseOutputDirectory", "outputUriPrefi
            (r"/hyperparameterTuningJobs$", (
                ("trialJobSpec", "baseOutputDirectory", "outputUriPrefix"),
                ("trial_job_spec", "base_output_directory", "output_uri_prefix"))),
-           (r"/models:upload$", (("model", "artifactUri"), ("model", "artifact_uri"))))
+           (r"/models:upload$", (("model", "artifactUri"), ("model", "artifact_uri"))),
+           # neo4j-partners/hands-on-lab-neo4j-and-google#2: a batch prediction into a
+           # multi-region bucket fails; "worked around by making the bucket regional".
+           (r"/batchPredictionJobs$", (
+               ("outputConfig", "gcsDestination", "outputUriPrefix"),
+               ("output_config", "gcs_destination", "output_uri_prefix"))))
 
 
 def bucket_refusal(path: str, body: Any, location_of: Callable[[str], str | None]) -> str:
