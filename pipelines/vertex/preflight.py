@@ -77,7 +77,8 @@ def check_bucket_locations(config: Config, storage: Any) -> list[str]:
         The warnings.
 
     Raises:
-        BucketRegionError: The pipeline root's bucket is elsewhere.
+        BucketRegionError: The pipeline root's or the batch destination's bucket is
+            elsewhere (each one named).
     """
     places = [("vertex.pipeline_root", config.vertex.pipeline_root)]
     if config.vertex.batch_predict.destination.startswith("gs://"):
