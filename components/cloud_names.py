@@ -28,6 +28,7 @@ _NETWORK_ATTACHMENT = re.compile(r"projects/[^/\s]+/regions/([a-z0-9-]+)/network
                                  r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 _KMS_KEY = re.compile(r"projects/[^/\s]+/locations/([a-z0-9-]+)/keyRings/[\w-]{1,63}/"
                       r"cryptoKeys/[\w-]{1,63}")
+_MODEL = re.compile(r"projects/[^/]+/locations/([^/]+)/models/[^/]+")
 _WORKER_POOL = re.compile(r"projects/[^/\s]+/locations/([a-z0-9-]+)/workerPools/"
                           r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 # An https URL with a host and no spaces or credentials (those come from the build's account).
@@ -116,6 +117,12 @@ def worker_pool_region(pool: str) -> str:
 def attachment_region(attachment: str) -> str:
     """A network attachment's region (`projects/P/regions/R/...` -> R), "" if malformed."""
     return _region_of(_NETWORK_ATTACHMENT, attachment)
+
+
+def model_region(model: str) -> str:
+    """A Model Registry model's region (`projects/P/locations/R/models/ID` -> R), "" if
+    malformed."""
+    return _region_of(_MODEL, model)
 
 
 def kms_key_location(key: str) -> str:

@@ -27,6 +27,7 @@ from components.cloud_names import (
     ServiceAccount,
     Tensorboard,
     WorkerPoolName,
+    model_region,
 )
 from components.durations import duration_seconds
 from components.gpu.worker_pool import WorkerPool, parse_pools
@@ -252,11 +253,11 @@ class VertexOptions(pydantic.BaseModel):
                              "letters, digits, '_' and '-' (at most 63 characters)")
         found += [f"prices has {short(kind)}: {price}; expected USD per hour above 0"
                   for kind, price in self.prices.items() if not 0 < price < 10000]
-        if self.parent_model and not re.fullmatch(
-                r"projects/[^/]+/locations/[^/]+/models/[^/]+", self.parent_model):
+        where = model_region(self.parent_model) if self.parent_model else ""
+        if self.parent_model and not where:
             found.append(f"parent_model is {short(self.parent_model)}; expected "
                          "projects/PROJECT/locations/REGION/models/ID")
-        elif self.parent_model and (where := self.parent_model.split("/")[3]) != self.region:
+        elif where and where != self.region:
             # Vertex AI reaches no resource across regions (GoogleCloudPlatform/
             # vertex-ai-samples#925): the run registers its model version in its region.
             found.append(f"parent_model is in {where} but region is {self.region}; the run "

@@ -80,15 +80,19 @@ def check_bucket_locations(config: Config, storage: Any) -> list[str]:
         BucketRegionError: The pipeline root's or the batch destination's bucket is
             elsewhere (each one named).
     """
-    places = [("vertex.pipeline_root", config.vertex.pipeline_root)]
+    # (field, gs:// URI, the regions whose jobs write there; empty: only read, a warning)
+    region = [("region", config.vertex.region)]
+    places = [("vertex.pipeline_root", config.vertex.pipeline_root, region + [
+        (f"fallbacks[{i}].region", f.region)
+        for i, f in enumerate(config.vertex.fallbacks) if f.region])]
     if config.vertex.batch_predict.destination.startswith("gs://"):
         places.append(("vertex.batch_predict.destination",
-                       config.vertex.batch_predict.destination))
+                       config.vertex.batch_predict.destination, region))
     source = mounted_gcs_uri(config.dataset.source) or config.dataset.source
     if source.startswith("gs://"):
-        places.append(("dataset.source", source))
+        places.append(("dataset.source", source, []))
     warnings, refused = [], []
-    for field, uri in places:
+    for field, uri, writers in places:
         bucket_name, _ = split_gcs_uri(uri)
         with remote_call(f"looking up the bucket {bucket_name}"):
             bucket = storage.lookup_bucket(bucket_name)
@@ -97,16 +101,11 @@ def check_bucket_locations(config: Config, storage: Any) -> list[str]:
                             "to these credentials)")
             continue
         location = (bucket.location or "").lower()
-        if field != "dataset.source":
-            regions = [("region", config.vertex.region)] + [
-                (f"fallbacks[{i}].region", f.region)
-                for i, f in enumerate(config.vertex.fallbacks)
-                if f.region and field == "vertex.pipeline_root"]
-            refused += [f"{field} bucket {bucket_name!r} is in {location.upper() or '?'} but "
-                        f"vertex.{name} is {region}: Vertex AI refuses a job whose outputs "
-                        "go to a bucket outside its region; use a bucket in "
-                        f"{region}" for name, region in regions if location != region]
-        elif location != config.vertex.region:
+        refused += [f"{field} bucket {bucket_name!r} is in {location.upper() or '?'} but "
+                    f"vertex.{name} is {where}: Vertex AI refuses a job whose outputs go to "
+                    f"a bucket outside its region; use a bucket in {where}"
+                    for name, where in writers if location != where]
+        if not writers and location != config.vertex.region:
             warnings.append(f"{field} bucket {bucket_name!r} is in {location.upper() or '?'}, "
                             f"not in the job's region {config.vertex.region}: reading and "
                             "writing data across regions makes jobs slower; use a bucket in "

@@ -39,10 +39,10 @@ class _Storage:
 
 class _Models:
     def __init__(self, models=(), refuse=False):
-        self.models, self.refuse = list(models), refuse
+        self.models, self.refuse, self.listed = list(models), refuse, 0
 
     def list_models(self, request):
-        self.listed = getattr(self, "listed", 0) + 1
+        self.listed += 1
         if self.refuse:
             raise exceptions.PermissionDenied("aiplatform.models.list denied")
         return self.models
