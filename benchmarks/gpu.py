@@ -44,11 +44,13 @@ import gpu_cases
 
 #: The cases `all` runs, most important first (`gpu_cases` reads the names): the plan's own,
 #: through the TFRecords and profiled; steps per execution, a larger batch and prefetching
-#: on it; bfloat16 with NVIDIA's environment and float32, side by side with it; XLA last,
-#: its GEMMs on cuBLAS (its warm-up ran past 210 s on an H200 with Triton's GEMMs, and
-#: stopped in their autotuner at level 0).
+#: on it; bfloat16 with NVIDIA's environment and float32, side by side with it; float32 in
+#: NHWC (its NCHW transposes were 11.2% of its step); XLA last, its GEMMs on cuBLAS (its
+#: warm-up ran past 210 s on an H200 with Triton's GEMMs, and stopped in their autotuner at
+#: level 0).
 CASES = ("plan+tfrecords+profile", "plan+spe4", "plan+b512", "plan+prefetch",
-         "bfloat16-noxla+nvenv", "float32-noxla", "float16-xla+nvenv+notriton")
+         "bfloat16-noxla+nvenv", "float32-noxla", "float32-noxla+nvenv+nhwc",
+         "float16-xla+nvenv+notriton")
 #: NVIDIA's device names -> the catalog's accelerator types (the plan's GPU facts).
 DEVICE_TYPES = (("H200", "NVIDIA_H200_141GB"), ("H100", "NVIDIA_H100_80GB"),
                 ("A100", "NVIDIA_TESLA_A100"), ("L4", "NVIDIA_L4"), ("T4", "NVIDIA_TESLA_T4"),

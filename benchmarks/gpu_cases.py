@@ -8,7 +8,8 @@ A case is named `PRECISION[-xla|-noxla][+OPTION]...`:
 - `-xla` / `-noxla`: XLA on the training step, or not (the plan's choice when left out);
 - options: `bN` (batch N per step), `speN` (Keras's `steps_per_execution`), `nvenv` (the
   environment NVIDIA's TensorFlow ResNet-50 sets: `training.nvidia_environment`), `prefetch`
-  (batches prefetched to the GPU: `training.prefetch_to_gpu`), `tfrecords` (after the
+  (batches prefetched to the GPU: `training.prefetch_to_gpu`), `nhwc` (the convolutions
+  kept in NHWC, Grappler's layout optimizer off: `training.keep_nhwc`), `tfrecords` (after the
   synthetic batches, the same model through the trainer's input pipeline), `profile` (a
   TensorFlow profiler trace of `PROFILE_STEPS` steps, summarised by
   `trainer.run.profile_summary`), `parallel` (XLA compiles its LLVM modules in parallel,
@@ -39,6 +40,10 @@ RESULT = "RESULT "
 PRECISIONS = ("plan", "float32", "float16", "bfloat16")
 #: The trainer's precision word for each of the benchmark's.
 TRAINER_PRECISION = {"float32": "off", "float16": "float16", "bfloat16": "bfloat16"}
+#: The options without a number -> the `Case` field each turns on.
+SWITCHES = {"nvenv": "nvidia_environment", "prefetch": "prefetch", "nhwc": "keep_nhwc",
+            "tfrecords": "tfrecords", "profile": "profile", "parallel": "parallel",
+            "notriton": "notriton"}
 PROFILE_STEPS = 5
 #: Steps through the TFRecords before they are timed (the pipeline fills its buffers).
 TFRECORDS_WARMUP = 3
@@ -59,6 +64,7 @@ class Case:
     steps_per_execution: int = 1
     nvidia_environment: bool = False
     prefetch: bool = False
+    keep_nhwc: bool = False
     tfrecords: bool = False
     profile: bool = False
     parallel: bool = False
@@ -84,12 +90,11 @@ def parse(name: str) -> Case:
                 and (number.group(1) != "autotune" or int(number.group(2)) <= 4):
             key = {"b": "batch", "spe": "steps_per_execution"}.get(number.group(1), "autotune")
             fields[key] = int(number.group(2))
-        elif option in ("nvenv", "prefetch", "tfrecords", "profile", "parallel", "notriton"):
-            fields[{"nvenv": "nvidia_environment"}.get(option, option)] = True
+        elif option in SWITCHES:
+            fields[SWITCHES[option]] = True
         else:
-            raise CaseError(f"case {name!r}: option {option!r} is not one of bN, speN, nvenv, "
-                            "prefetch, tfrecords, profile, parallel, notriton, autotuneN "
-                            "(N 0-4)")
+            raise CaseError(f"case {name!r}: option {option!r} is not one of bN, speN, "
+                            f"{', '.join(SWITCHES)}, autotuneN (N 0-4)")
     return Case(name, precision, **fields)
 
 
@@ -141,12 +146,13 @@ def run(case: Case, plan: Any, data: str, batch: int, size: int, classes: int, w
     import tf_keras as keras
 
     from trainer.models.factory import build_model
-    from trainer.run.distribution import apply_precision, create_strategy
+    from trainer.run.distribution import apply_precision, create_strategy, keep_nhwc
 
     batch = case.batch or batch
     gpu = "GPU:0" if tf.config.list_physical_devices("GPU") else None
     # The trainer's own strategy for the plan (`training.prefetch_to_gpu` with `prefetch`).
     strategy = create_strategy(tf, plan, prefetch_to_gpu=case.prefetch)
+    nhwc = keep_nhwc(tf, case.keep_nhwc)
     apply_precision(keras, plan)
     with strategy.scope():
         model = build_model(keras, "resnet50", size, classes, 1e-3, jit_compile=plan.xla,
@@ -155,7 +161,7 @@ def run(case: Case, plan: Any, data: str, batch: int, size: int, classes: int, w
               "policy": keras.mixed_precision.global_policy().name, "xla": plan.xla,
               "batch": batch, "image_size": size, "classes": classes,
               "steps_per_execution": case.steps_per_execution,
-              "nvidia_environment": nvidia, "prefetch": case.prefetch,
+              "nvidia_environment": nvidia, "prefetch": case.prefetch, "keep_nhwc": nhwc,
               "xla_flags": os.environ.get("XLA_FLAGS", ""),
               **({"xla_compiler": compiler} if compiler else {})}
     synthetic = inputs(tf, "synthetic", data, batch, size, classes)

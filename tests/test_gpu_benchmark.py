@@ -49,6 +49,7 @@ def test_case_names_parse_into_variants_and_bad_ones_name_what_is_valid(gpu_modu
     assert (case.precision, case.xla, case.batch, case.steps_per_execution) == (
         "bfloat16", True, 512, 4)
     assert case.nvidia_environment and case.prefetch and case.parallel and case.autotune == 2
+    assert not case.keep_nhwc and gpu_cases.parse("float32-noxla+nhwc").keep_nhwc
     assert gpu_cases.parse("plan").xla is None  # the plan's own choice
     env = gpu_cases.environment(case, xla=True, nvidia=True)
     assert env["TF_GPU_THREAD_MODE"] == "gpu_private"
@@ -60,7 +61,8 @@ def test_case_names_parse_into_variants_and_bad_ones_name_what_is_valid(gpu_modu
     assert "--xla_gpu_enable_llvm_module_compilation_parallelism=true" in env["XLA_FLAGS"]
     assert env["TF_CPP_VMODULE"] == "assemble_compilation_provider=4"
     for bad, says in (("fp8-xla", "PRECISION one of plan, float32"),
-                      ("plan+autotune9", "autotuneN (N 0-4)"), ("plan+b0", "option 'b0'")):
+                      ("plan+autotune9", "autotuneN (N 0-4)"), ("plan+b0", "option 'b0'"),
+                      ("plan+NHWC", "nvenv, prefetch, nhwc, tfrecords")):
         with pytest.raises(gpu_cases.CaseError, match=re.escape(says)):
             gpu_cases.parse(bad)
     done = subprocess.run([sys.executable, str(BENCHMARK), "all", "--cases", "plan+turbo"],

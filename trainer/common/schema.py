@@ -295,8 +295,9 @@ def add_arguments(parser: argparse.ArgumentParser | Any, model: type[pydantic.Ba
     for name, field in model.model_fields.items():
         dest = f"{prefix}_{name}" if prefix else name
         default = field.default if with_defaults else None
+        # argparse %-formats help: a literal % in a description is doubled.
         help_text = f"{field.description or name} Valid: {describe(field)}; default: " \
-                    f"{_plain(field.default)}."
+                    f"{_plain(field.default)}.".replace("%", "%%")
         names = [flag(dest)]
         if underscore_aliases and "_" in dest:
             names.append("--" + dest)

@@ -1,5 +1,6 @@
 """The training plan applied to TensorFlow: the distribution strategy with its all-reduce,
-and Keras's mixed-precision policy (XLA is the model's `jit_compile`, `trainer.models`)."""
+Keras's mixed-precision policy (XLA is the model's `jit_compile`, `trainer.models`), and the
+convolutions' layout on GPUs (`training.keep_nhwc`)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,22 @@ def apply_precision(keras: Any, plan: TrainingPlan) -> None:
     """Keras's global mixed-precision policy, as the plan says (before the model is built)."""
     if plan.mixed_precision != "off":
         keras.mixed_precision.set_global_policy(plan.policy)
+
+
+def keep_nhwc(tf: Any, keep: bool) -> bool:
+    """With `keep` (`training.keep_nhwc`) on a machine with GPUs, turns Grappler's layout
+    optimizer off, so that the convolutions run in the model's NHWC layout; returns whether
+    it did (before the first step is traced).
+
+    On GPUs that optimizer rewrites NHWC convolutions to NCHW, with transposes around them,
+    unless at least half of them are float16 (Volta or newer), bfloat16 (Ampere or newer) or
+    TF32 float32 without a float32 convolution gradient
+    (tensorflow/core/grappler/optimizers/generic_layout_optimizer.cc,
+    GetSrcAndDstDataFormats): mixed precision stays NHWC, float32 training goes to NCHW. On
+    an H200, float32's step spent 11.2% of its time in those transposes and ran its batch
+    norm and biases in NCHW kernels (docs/performance.md).
+    """
+    if not keep or not tf.config.list_physical_devices("GPU"):
+        return False
+    tf.config.optimizer.set_experimental_options({"layout_optimizer": False})
+    return True

@@ -36,7 +36,7 @@ from trainer.cluster.training_plan import (
 from trainer.common.errors import ProjectError
 from trainer.run import gpu_environment
 from trainer.run.arguments import parse_args
-from trainer.run.distribution import apply_precision, create_strategy
+from trainer.run.distribution import apply_precision, create_strategy, keep_nhwc
 from trainer.run.replica_setup import (
     SPLITS,
     Locations,
@@ -113,6 +113,9 @@ def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
     with formation_watch(info, wait, environ):
         # First TensorFlow op, as collectives need.
         strategy = create_strategy(tf, training, prefetch_to_gpu=args.options.prefetch_to_gpu)
+    if keep_nhwc(tf, args.options.keep_nhwc):
+        log.info("layout: NHWC kept on the GPUs (training.keep_nhwc: Grappler's layout "
+                 "optimizer off)")
     import tf_keras as keras
 
     from trainer.models.factory import model_for

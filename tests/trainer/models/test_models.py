@@ -183,6 +183,38 @@ def test_fine_tuning_unfreezes_the_top_of_the_base_but_not_batch_norm(float32_po
     assert int(model.optimizer.iterations.numpy()) == steps + 2
 
 
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16", "mixed_bfloat16"])
+def test_resnet50_trains_in_nhwc_with_fused_batch_norm_in_each_precision(policy,
+                                                                          float32_policy):
+    """The training step as built, before Grappler: every batch norm fused (cuDNN's kernels
+    forward and back), every convolution and its gradients in NHWC, no transpose. On GPUs
+    Grappler then keeps NHWC for float16 and bfloat16 and moves float32 to NCHW unless
+    `training.keep_nhwc` (`trainer.run.distribution.keep_nhwc`)."""
+    keras.mixed_precision.set_global_policy(policy)
+    model = build_model(keras, "resnet50", 32, 4, 0.001)
+
+    @tf.function
+    def step(images, labels):
+        with tf.GradientTape() as tape:
+            outputs = model(images, training=True)
+            loss = keras.losses.sparse_categorical_crossentropy(labels, outputs)
+        return tape.gradient(loss, model.trainable_variables)
+
+    graph = step.get_concrete_function(tf.TensorSpec([2, 32, 32, 3], tf.uint8),
+                                       tf.TensorSpec([2], tf.int64)).graph
+    ops = graph.get_operations()
+    kinds = [op.type for op in ops]
+    norms = [layer for layer in base_of(keras, model).layers
+             if isinstance(layer, keras.layers.BatchNormalization)]
+    assert len(norms) == 53 and all(layer.fused for layer in norms)
+    assert kinds.count("FusedBatchNormV3") == kinds.count("FusedBatchNormGradV3") == 53
+    convolutions = [op for op in ops if op.type.startswith("Conv2D")]
+    assert {op.type for op in convolutions} == {"Conv2D", "Conv2DBackpropInput",
+                                                 "Conv2DBackpropFilter"}
+    assert {op.get_attr("data_format") for op in convolutions} == {b"NHWC"}
+    assert "Transpose" not in kinds
+
+
 def test_model_option_errors():
     with pytest.raises(ModelConfigError, match="valid models are cnn, resnet50, efficientnet"):
         build_model(keras, "vgg", 32, 4, 0.1)

@@ -5,6 +5,8 @@ itself, nvlink's presence (parallel compilation), and a ptxas XLA warns about on
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import types
 
 from trainer.run import gpu_environment
@@ -65,14 +67,16 @@ def test_nvidias_environment_is_set_without_overriding_what_is_there():
     assert "TF_GPU_THREAD_COUNT" not in added and len(added) == 3
 
 
-def _fake_tf(gpus):
+def _fake_tf(gpus, grappler=None):
     made = []
+    optimizer = types.SimpleNamespace(set_experimental_options=lambda o: grappler.update(o))
     strategies = types.SimpleNamespace(
         MirroredStrategy=lambda: made.append("mirrored") or "mirrored",
         OneDeviceStrategy=lambda device: made.append(device) or f"one device {device}",
         get_strategy=lambda: "default")
     return types.SimpleNamespace(
-        config=types.SimpleNamespace(list_physical_devices=lambda kind: ["gpu"] * gpus),
+        config=types.SimpleNamespace(list_physical_devices=lambda kind: ["gpu"] * gpus,
+                                     optimizer=optimizer),
         distribute=strategies)
 
 
@@ -88,3 +92,26 @@ def test_prefetch_to_gpu_trains_one_gpu_under_a_one_device_strategy():
     # prefetches to each of them.
     assert create_strategy(_fake_tf(0), plan, prefetch_to_gpu=True) == "default"
     assert create_strategy(_fake_tf(2), plan, prefetch_to_gpu=True) == "mirrored"
+
+
+def test_keep_nhwc_turns_graplers_layout_optimizer_off_only_on_gpus():
+    from trainer.run.distribution import keep_nhwc
+
+    grappler = {}
+    assert keep_nhwc(_fake_tf(1, grappler), True) and grappler == {"layout_optimizer": False}
+    untouched = {}
+    # Off by default; on a CPU there is no layout to keep (Grappler converts only for GPUs).
+    assert not keep_nhwc(_fake_tf(1, untouched), False)
+    assert not keep_nhwc(_fake_tf(0, untouched), True) and untouched == {}
+
+
+def test_keep_nhwc_names_an_option_tensorflow_has():
+    """The option's key as TensorFlow reads it back: TensorFlow ignores a key it does not
+    know ('layout_optimiser' reads back as nothing), so only this shows it is the right one."""
+    script = ("import tensorflow as tf; "
+              "tf.config.optimizer.set_experimental_options({'layout_optimizer': False}); "
+              "print(tf.config.optimizer.get_experimental_options())")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "'layout_optimizer': False" in done.stdout
