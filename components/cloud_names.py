@@ -29,6 +29,8 @@ _NETWORK_ATTACHMENT = re.compile(r"projects/[^/\s]+/regions/([a-z0-9-]+)/network
 _KMS_KEY = re.compile(r"projects/[^/\s]+/locations/([a-z0-9-]+)/keyRings/[\w-]{1,63}/"
                       r"cryptoKeys/[\w-]{1,63}")
 _MODEL = re.compile(r"projects/[^/]+/locations/([^/]+)/models/[^/]+")
+#: Any regional Vertex AI resource: jobs, endpoints, models.
+_LOCATED = re.compile(r"projects/[^/\s]+/locations/([a-z0-9-]+)/[^\s]+")
 _WORKER_POOL = re.compile(r"projects/[^/\s]+/locations/([a-z0-9-]+)/workerPools/"
                           r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 # An https URL with a host and no spaces or credentials (those come from the build's account).
@@ -123,6 +125,12 @@ def model_region(model: str) -> str:
     """A Model Registry model's region (`projects/P/locations/R/models/ID` -> R), "" if
     malformed."""
     return _region_of(_MODEL, model)
+
+
+def resource_region(name: str) -> str:
+    """A regional Vertex AI resource's region (`projects/P/locations/R/customJobs/ID` -> R),
+    "" if malformed."""
+    return _region_of(_LOCATED, name)
 
 
 def kms_key_location(key: str) -> str:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from components.cloud_names import vertex_resource_uri
+from components.cloud_names import resource_region, vertex_resource_uri
 
 #: gcpc's `gcp_labels_util.SYSTEM_LABEL_ENV_VAR`.
 RUN_LABELS_ENV = "VERTEX_AI_PIPELINES_RUN_LABELS"
@@ -86,9 +86,9 @@ def jobs_in_gcp_resources(path: str) -> list[str]:
         resources = json.loads(file.read_text()).get("resources", [])
     except (ValueError, AttributeError):
         return []
-    return [str(r.get("resourceUri", "")).split("/v1/", 1)[-1] for r in resources
-            if isinstance(r, dict) and r.get("resourceType") == "CustomJob"
-            and "/customJobs/" in str(r.get("resourceUri", ""))]
+    names = [str(r.get("resourceUri", "")).split("/v1/", 1)[-1] for r in resources
+             if isinstance(r, dict) and r.get("resourceType") == "CustomJob"]
+    return [name for name in names if "/customJobs/" in name and resource_region(name)]
 
 
 def alternative_of(job: Any) -> int | None:
@@ -110,7 +110,7 @@ def find_earlier(project: str, regions: Sequence[str], jobs_for: Callable[[str],
 
     found: dict[str, Any] = {}
     for name in jobs_in_gcp_resources(gcp_resources_path):
-        region = name.split("/")[3]
+        region = resource_region(name)
         try:
             found[name] = jobs_for(region).get_custom_job(name=name)
         except Exception as exc:  # noqa: BLE001 - a job that cannot be read is not resumed

@@ -37,6 +37,7 @@ from components.capacity.following import (
     follow,
 )
 from components.capacity.job_records import alternative_of, write_gcp_resources
+from components.cloud_names import resource_region
 from components.gpu.alternatives import Alternative
 from trainer.common.errors import StageError
 
@@ -232,7 +233,7 @@ def _resume(alternatives: Sequence[Alternative], how: Launch, attempts: list[Att
     position = 0
     for job in how.find_earlier():
         index = alternative_of(job)
-        region = job.name.split("/")[3]
+        region = resource_region(job.name)
         alternative = by_index.get(index) if index is not None else next(
             (a for a in alternatives if a.region == region), None)
         if alternative is None:

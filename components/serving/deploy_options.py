@@ -15,7 +15,7 @@ from typing import Any, Literal
 import pydantic
 from pydantic import Field
 
-from components.cloud_names import ProjectId
+from components.cloud_names import ProjectId, resource_region
 from components.durations import duration_seconds
 from trainer.common.schema import STRICT, short
 
@@ -158,4 +158,4 @@ class DeployOptions(pydantic.BaseModel):
 def endpoint_region(endpoint: str) -> str | None:
     """The region of an endpoint's resource name; None for a display name."""
     match = re.fullmatch(ENDPOINT_NAME, endpoint)
-    return endpoint.split("/")[3] if match else None
+    return resource_region(endpoint) if match else None

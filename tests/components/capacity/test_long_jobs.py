@@ -234,3 +234,22 @@ def test_a_region_without_the_gpu_is_refused_by_stage_1_before_vertex_ai_would(a
     with pytest.raises(exceptions.BadRequest, match="NVIDIA_TESLA_A100 is not supported in "
                                                     "region us-west2"):
         client.create_custom_job(parent="projects/my-proj/locations/us-west2", custom_job=job)
+
+
+def test_the_jobs_gcp_resources_names_are_read_with_their_region(tmp_path):
+    """gcpc's form: the CustomJob's REST URI; an entry of another form is not a job to
+    follow, and an empty or unreadable file names none."""
+    from components.cloud_names import resource_region
+
+    job = "projects/123/locations/us-east1/customJobs/456"
+    path = tmp_path / "gcp_resources"
+    path.write_text(json.dumps({"resources": [
+        {"resourceType": "CustomJob",
+         "resourceUri": f"https://us-east1-aiplatform.googleapis.com/v1/{job}"},
+        {"resourceType": "CustomJob", "resourceUri": "https://x/v2/customJobs/789"},
+        {"resourceType": "BatchPredictionJob",
+         "resourceUri": "https://x/v1/projects/1/locations/us-east1/batchPredictionJobs/2"}]}))
+    assert job_records.jobs_in_gcp_resources(str(path)) == [job]
+    assert resource_region(job) == "us-east1" and resource_region("https://x/v2/customJobs/789") == ""
+    path.write_text("not json")
+    assert job_records.jobs_in_gcp_resources(str(path)) == []
