@@ -28,6 +28,7 @@ from components.cloud_names import (
     Tensorboard,
     WorkerPoolName,
     model_region,
+    resource_region,
 )
 from components.durations import duration_seconds
 from components.gpu.worker_pool import WorkerPool, parse_pools
@@ -263,6 +264,14 @@ class VertexOptions(pydantic.BaseModel):
             found.append(f"parent_model is in {where} but region is {self.region}; the run "
                          "registers the new version in its own region: give a model in "
                          f"{self.region}, or set region to {where}")
+        if self.tensorboard:
+            # Vertex AI works on a resource in its own location ("Vertex AI locations":
+            # "you must use the location of the resource you're operating on") and reaches
+            # none across regions (GoogleCloudPlatform/vertex-ai-samples#925).
+            found += self._regional("tensorboard", resource_region(self.tensorboard),
+                                    "a TensorBoard", "a job streams its logs to a "
+                                    f"TensorBoard in its region: use one in {self.region}",
+                                    keep=" with tensorboard set")
         found += self.deploy.in_region(self.region)
         found += self._key_problems()
         found += self._attachment_problems()

@@ -11,7 +11,12 @@ from components import images as project_images
 from components.gpu.pools import check_pools
 from components.gpu.validation import validate_worker_pool_specs
 from components.gpu.worker_pool import WorkerPool, parse_pools
-from components.training.vertex_job import TrainingSpecError, custom_job_spec, trainer_flags
+from components.training.vertex_job import (
+    TrainingSpecError,
+    custom_job,
+    custom_job_spec,
+    trainer_flags,
+)
 from pipelines.config import Config
 from trainer.common.schema import to_flags
 from trainer.run.training_options import TrainingOptions
@@ -131,3 +136,37 @@ def test_every_role_runs_the_trainer_gpu_pools_in_the_gpu_image_and_a_reduction_
     assert trainer_args[trainer_args.index("--strategy") + 1] == "multi_worker_mirrored"
     assert json.loads(trainer_args[trainer_args.index("--training-plan") + 1])[
         "strategy"] == "multi_worker_mirrored"
+
+
+def test_a_tensorboard_outside_the_jobs_region_is_refused_at_load_as_vertex_ai_refuses_it(
+        apis):
+    """Vertex AI uses a resource in its own location only ("Vertex AI locations";
+    GoogleCloudPlatform/vertex-ai-samples#925): the emulated Vertex AI refuses the job, and
+    the configuration is refused before any run."""
+    from google.api_core import exceptions
+
+    from pipelines.config import ConfigError
+    from tests.support.google_fakes import rest_client
+    from tests.support.launches import config, missing_images
+
+    board = "projects/my-proj/locations/us-central1/tensorboards/7"
+    cfg = config(tensorboard=board, service_account="trainer@my-proj.iam.gserviceaccount.com")
+    spec = custom_job_spec(cfg.vertex.pools, missing_images(), dataset_path="/gcs/d",
+                           output_uri="gs://b/job", output_path="/gcs/b/job")
+    job = custom_job(spec, cfg.vertex, "STANDARD")
+    jobs = rest_client(aiplatform_v1.JobServiceClient, apis)
+    assert jobs.create_custom_job(parent="projects/my-proj/locations/us-central1",
+                                  custom_job=job).job_spec.tensorboard == board
+    with pytest.raises(exceptions.BadRequest, match="is not in the job's location us-east1"):
+        jobs.create_custom_job(parent="projects/my-proj/locations/us-east1", custom_job=job)
+    with pytest.raises(ConfigError) as refused:
+        config(tensorboard=board.replace("us-central1", "europe-west4"),
+               service_account="trainer@my-proj.iam.gserviceaccount.com",
+               fallbacks=[{"region": "us-east1", "scheduling_strategy": "SPOT"}])
+    assert ("vertex.tensorboard is in europe-west4 but region is us-central1; a job streams "
+            "its logs to a TensorBoard in its region: use one in us-central1") \
+        in str(refused.value)
+    assert ("vertex.fallbacks[0] is in us-east1 but tensorboard is in europe-west4; a "
+            "configuration in another region needs a TensorBoard there, which a fallback "
+            "cannot give: keep fallbacks in europe-west4 with tensorboard set") \
+        in str(refused.value)

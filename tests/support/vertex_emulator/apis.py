@@ -346,6 +346,13 @@ class FakeGoogleApis:
         if missing:
             return 400, _error(400, f"Accelerator type {missing} is not supported in region "
                                     f"{region} (emulated wording)")
+        board = re.match(r"projects/[^/]+/locations/([^/]+)/",
+                         str(body.get("jobSpec", {}).get("tensorboard") or ""))
+        if board and board.group(1) != region:
+            # Vertex AI uses a resource in its own location only ("Vertex AI locations";
+            # GoogleCloudPlatform/vertex-ai-samples#925).
+            return 400, _error(400, f"Tensorboard {body['jobSpec']['tensorboard']} is not in "
+                                    f"the job's location {region} (emulated wording)")
         over = self._over_quota(region, body.get("jobSpec", {}))
         if over:  # Vertex AI refuses the request (GoogleCloudPlatform/stable-diffusion-on-gcp#12)
             return 429, _error(429, "The following quota metrics exceed quota limits: "
