@@ -62,5 +62,8 @@ def keep_nhwc(tf: Any, keep: bool) -> bool:
     """
     if not keep or not tf.config.list_physical_devices("GPU"):
         return False
+    # Holds after the strategy started TensorFlow's context: setting it drops the function
+    # call options that carry Grappler's config (eager/context.py), so the step traced
+    # next gets it.
     tf.config.optimizer.set_experimental_options({"layout_optimizer": False})
     return True
