@@ -4,6 +4,7 @@ body a request sends (what dry runs print)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from trainer.common.cloud_calls import remote_call
@@ -71,27 +72,24 @@ class Clients:
 
     def get_jobs(self, region: str) -> Any:
         """A Vertex AI JobServiceClient for `region` (the given one, else the region's)."""
-        if self.jobs is not None:
-            return self.jobs
-        if region not in self._regional:
-            from components.capacity.vertex_launch import jobs_client
+        from components.capacity.vertex_launch import jobs_client
 
-            with remote_call(f"connecting to Vertex AI in {region}"):
-                self._regional[region] = jobs_client(region)
-        return self._regional[region]
+        return self._in_region(self.jobs, region, jobs_client)
 
     def get_persistent(self, region: str) -> Any:
         """A Vertex AI PersistentResourceServiceClient for `region` (the given one, else
         the region's)."""
-        if self.persistent is None:
-            from google.cloud import aiplatform_v1
+        return self._in_region(self.persistent, region, persistent_client)
 
-            from components.cloud_names import vertex_endpoint
-
+    def _in_region(self, given: Any, region: str, make: Callable[[str], Any]) -> Any:
+        """`given` (tests), else the client `make` makes for `region`, made once: Vertex AI
+        answers a region's resources at that region's endpoint only."""
+        if given is not None:
+            return given
+        if (make, region) not in self._regional:
             with remote_call(f"connecting to Vertex AI in {region}"):
-                self.persistent = aiplatform_v1.PersistentResourceServiceClient(
-                    client_options={"api_endpoint": vertex_endpoint(region)})
-        return self.persistent
+                self._regional[make, region] = make(region)
+        return self._regional[make, region]
 
     def get_iam(self) -> tuple[Any, str]:
         """(an HTTP session for the IAM API, its endpoint)."""
@@ -122,6 +120,16 @@ def projects_client() -> Any:
     from google.cloud import resourcemanager_v3
 
     return resourcemanager_v3.ProjectsClient()
+
+
+def persistent_client(region: str) -> Any:
+    """A Vertex AI PersistentResourceServiceClient at `region`'s endpoint."""
+    from google.cloud import aiplatform_v1
+
+    from components.cloud_names import vertex_endpoint
+
+    return aiplatform_v1.PersistentResourceServiceClient(
+        client_options={"api_endpoint": vertex_endpoint(region)})
 
 
 def to_json(message: Any) -> str:

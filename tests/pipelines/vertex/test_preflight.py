@@ -328,3 +328,22 @@ def test_a_batch_source_on_this_machine_is_refused_before_a_vertex_run():
     # The machine under stage 1's rules: an A2 machine comes with its GPUs.
     assert "batch_predict (the prediction machine)" in message
     require_vertex_settings(config(batch_predict={"source": "gs://b/to-score/"}))
+
+
+def test_vertex_ai_clients_are_made_once_per_region_at_its_endpoint(monkeypatch):
+    """A region's resources are answered at its own endpoint: each region gets its client
+    (the persistent-resource client once kept the first region's for every region)."""
+    import google.auth
+
+    from pipelines.vertex.clients import Clients
+
+    monkeypatch.setattr(google.auth, "default",
+                        lambda *a, **k: (AnonymousCredentials(), "my-proj"))
+    clients = Clients()
+    for get in (clients.get_jobs, clients.get_persistent):
+        east, central = get("us-east1"), get("us-central1")
+        assert east is get("us-east1") and east is not central
+        assert east._transport._host.startswith("us-east1-aiplatform.googleapis.com")
+        assert central._transport._host.startswith("us-central1-aiplatform.googleapis.com")
+    given = Clients(persistent="recording client")
+    assert given.get_persistent("us-east1") == "recording client"  # tests pass their own
