@@ -250,6 +250,7 @@ def test_the_jobs_gcp_resources_names_are_read_with_their_region(tmp_path):
         {"resourceType": "BatchPredictionJob",
          "resourceUri": "https://x/v1/projects/1/locations/us-east1/batchPredictionJobs/2"}]}))
     assert job_records.jobs_in_gcp_resources(str(path)) == [job]
-    assert resource_region(job) == "us-east1" and resource_region("https://x/v2/customJobs/789") == ""
+    assert resource_region(job) == "us-east1"
+    assert resource_region("https://x/v2/customJobs/789") == ""
     path.write_text("not json")
     assert job_records.jobs_in_gcp_resources(str(path)) == []
