@@ -40,7 +40,9 @@ from pathlib import Path
 from typing import Any
 
 import common
-import gpu_cases
+
+from trainer.benchmark import cases as gpu_cases
+from trainer.cluster import case_names
 
 #: The cases `all` runs, most important first (`gpu_cases` reads the names): the plan's own,
 #: through the TFRecords and profiled; steps per execution, a larger batch and prefetching
@@ -267,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in ([args.name] if args.part == "case" else
                      args.cases.split(",") if args.part == "all" and args.cases else []):
-            gpu_cases.parse(name or "")
-    except gpu_cases.CaseError as exc:
+            case_names.parse(name or "")
+    except case_names.CaseError as exc:
         parser.error(str(exc))
     if args.part == "prepare":
         print(json.dumps(prepare(args.out, args.images, args.size)))
@@ -277,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.part == "case":
         capability = tuple(int(p) for p in args.capability.split(".")) \
             if args.capability else None
-        gpu_cases.run(gpu_cases.parse(args.name), plan_for(args.device, capability),
+        gpu_cases.run(case_names.parse(args.name), plan_for(args.device, capability),
                       args.data, args.batch, args.size, args.classes, args.warmup,
                       args.steps)
     else:

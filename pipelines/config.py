@@ -64,6 +64,13 @@ def _email(value: str) -> str:
     return value
 
 
+def measurements_location(measurements: str, pipeline_root: str) -> str:
+    """`training.measurements`, else `<pipeline_root>/measurements/` ("" without either):
+    where runs on Vertex AI read the user's GPU benchmark results."""
+    root = pipeline_root.rstrip("/")
+    return measurements or (f"{root}/measurements/" if root else "")
+
+
 class VertexConfig(VertexOptions):
     """The Vertex AI options, and what only the client needs to submit a run."""
 
@@ -161,6 +168,17 @@ class Config(pydantic.BaseModel):
         """The trainer's options (the pipeline's `training` parameter)."""
         return self.training
 
+    def measurements_location(self) -> str:
+        """Where the plan reads the user's GPU benchmark results on Vertex AI:
+        `training.measurements`, else `<vertex.pipeline_root>/measurements/` ("" without a
+        pipeline root). Local runs read only what `training.measurements` names."""
+        return measurements_location(self.training.measurements, self.vertex.pipeline_root)
+
+    def vertex_training(self) -> TrainingOptions:
+        """The training options as a run on Vertex AI plans with them (the measurements
+        location resolved)."""
+        return self.training.model_copy(update={"measurements": self.measurements_location()})
+
     def vertex_options(self) -> VertexOptions:
         """The run's Vertex AI options (the pipeline's `vertex` parameter)."""
         return VertexOptions(**self.vertex.model_dump(include=set(VertexOptions.model_fields)))
@@ -184,14 +202,14 @@ class Config(pydantic.BaseModel):
 
     def vertex_plan(self) -> TrainingPlan:
         """The training plan of the Vertex AI pools (made by stage 1's rules)."""
-        result = check_pools(self.vertex.worker_pool_specs, training=self.training)
+        result = check_pools(self.vertex.worker_pool_specs, training=self.vertex_training())
         return result.raise_for_errors().plan
 
     def alternatives(self) -> list[Alternative]:
         """The primary Vertex AI configuration and each fallback, checked by stage 1's
         rules, each with its training plan (`components.gpu.configuration`)."""
-        return check_configuration(self.vertex, self.training).checked.raise_for_errors() \
-            .alternatives
+        return check_configuration(self.vertex, self.vertex_training()).checked \
+            .raise_for_errors().alternatives
 
     def local_plan(self) -> TrainingPlan:
         """The training plan of `run --local`'s CPU processes (`local_layout`).

@@ -21,8 +21,9 @@ def local_arguments(config: Config, registry_root: str = "") -> dict:
 
 def vertex_arguments(config: Config, trainer_source_uri: str = "") -> dict:
     """Parameter values of `vertex_pipeline` for a configuration. A user's model code is
-    read where the image holds it (`submit` packs it into the build context)."""
-    training = config.training_options().model_dump()
+    read where the image holds it (`submit` packs it into the build context); the plan's
+    measurements are read where the run's configuration says (`measurements_location`)."""
+    training = config.vertex_training().model_dump()
     if training["user_code"]:
         training["user_code"] = USER_CODE_IN_IMAGE
     tuning = {"tuning": config.tuning.model_dump(exclude_none=True)} \

@@ -55,7 +55,8 @@ def test_layers_import_one_way(package, path):
 #: entry point `trainer/task.py` sits above them all.
 TRAINER_LAYERS = {"common": set(), "cluster": {"common"}, "models": {"common"},
                   "serving": {"common", "models"},
-                  "run": {"common", "cluster", "models", "serving"}}
+                  "run": {"common", "cluster", "models", "serving"},
+                  "benchmark": {"common", "cluster", "models", "run"}}
 
 
 def _imported_modules(path: Path) -> set[str]:

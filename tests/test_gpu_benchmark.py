@@ -43,19 +43,20 @@ def test_the_plan_is_the_one_stage_1_makes_for_the_gpu_tensorflow_names(gpu_modu
 
 
 def test_case_names_parse_into_variants_and_bad_ones_name_what_is_valid(gpu_module):
-    import gpu_cases
+    from trainer.benchmark import cases as gpu_cases
+    from trainer.cluster import case_names
 
-    case = gpu_cases.parse("bfloat16-xla+b512+spe4+nvenv+prefetch+parallel+autotune2")
+    case = case_names.parse("bfloat16-xla+b512+spe4+nvenv+prefetch+parallel+autotune2")
     assert (case.precision, case.xla, case.batch, case.steps_per_execution) == (
         "bfloat16", True, 512, 4)
     assert case.nvidia_environment and case.prefetch and case.parallel and case.autotune == 2
-    assert not case.keep_nhwc and gpu_cases.parse("float32-noxla+nhwc").keep_nhwc
-    assert gpu_cases.parse("plan").xla is None  # the plan's own choice
+    assert not case.keep_nhwc and case_names.parse("float32-noxla+nhwc").keep_nhwc
+    assert case_names.parse("plan").xla is None  # the plan's own choice
     env = gpu_cases.environment(case, xla=True, nvidia=True)
     assert env["TF_GPU_THREAD_MODE"] == "gpu_private"
     assert "TF_GPU_THREAD_MODE" not in gpu_cases.environment(case, xla=False, nvidia=False)
     assert "triton" not in env["XLA_FLAGS"]
-    cublas = gpu_cases.environment(gpu_cases.parse("float16-xla+notriton"), xla=True,
+    cublas = gpu_cases.environment(case_names.parse("float16-xla+notriton"), xla=True,
                                    nvidia=False)
     assert cublas["XLA_FLAGS"].split()[-1] == "--xla_gpu_enable_triton_gemm=false"
     assert "--xla_gpu_enable_llvm_module_compilation_parallelism=true" in env["XLA_FLAGS"]
@@ -63,8 +64,8 @@ def test_case_names_parse_into_variants_and_bad_ones_name_what_is_valid(gpu_modu
     for bad, says in (("fp8-xla", "PRECISION one of plan, float32"),
                       ("plan+autotune9", "autotuneN (N 0-4)"), ("plan+b0", "option 'b0'"),
                       ("plan+NHWC", "nvenv, prefetch, nhwc, tfrecords")):
-        with pytest.raises(gpu_cases.CaseError, match=re.escape(says)):
-            gpu_cases.parse(bad)
+        with pytest.raises(case_names.CaseError, match=re.escape(says)):
+            case_names.parse(bad)
     done = subprocess.run([sys.executable, str(BENCHMARK), "all", "--cases", "plan+turbo"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "option 'turbo' is not one of" in done.stderr

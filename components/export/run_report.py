@@ -116,10 +116,23 @@ def _model_section(trained: Mapping[str, Any], training: Mapping[str, Any]) -> s
                               if plan.get("accelerator") else ", no GPU")),
              ("precision and XLA", f"mixed precision {trained.get('mixed_precision', 'off')}, "
               f"XLA {'on' if trained.get('xla') else 'off'}"),
+             *([("the plan's evidence", _evidence(plan))] if plan.get("accelerator") else []),
              ("training time", f"{trained.get('train_seconds', 0.0):.1f} s, "
               f"{trained.get('examples_per_second', 0.0):.0f} training images/s end to "
               "end (warm-up and validation included)")]
     return "<h2>Model and training</h2>" + _facts(facts)
+
+
+def _evidence(plan: Mapping[str, Any]) -> str:
+    """Each GPU choice of the training plan and the results files it was measured in."""
+    measured = plan.get("measured") or {}
+    values = {"mixed_precision": plan.get("mixed_precision"), "xla": plan.get("xla"),
+              "nvidia_environment": plan.get("nvidia_environment"),
+              "keep_nhwc": plan.get("keep_nhwc"), "prefetch_to_gpu": plan.get("prefetch_to_gpu")}
+    said = {True: "on", False: "off", None: "off"}
+    return "; ".join(f"{name} {said.get(value, value)} ("
+                     + (", ".join(measured[name]) if measured.get(name) else "not measured")
+                     + ")" for name, value in values.items())
 
 
 def _cost_section(efficiency: Mapping[str, Any] | None) -> str:

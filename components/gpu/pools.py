@@ -177,11 +177,11 @@ def check_gpu_types(pools: Pools, strategy: str) -> list[str]:
             "only for the speed it gets"]
 
 
-def plan_for_pools(pools: Pools, *, strategy: str = "auto", mixed_precision: str = "auto",
-                   xla: str = "auto", nvidia_environment: str = "auto") -> TrainingPlan:
+def plan_for_pools(pools: Pools, **requested: Any) -> TrainingPlan:
     """The training plan of checked worker pools (`trainer.cluster.training_plan`, which
     chooses the strategy); with several GPU types on the training machines, the plan of
-    what every one can do.
+    what every one can do. `requested`: what the options ask of the plan
+    (`training_plan.requested`: strategy, mixed precision, XLA, ..., the measurements).
 
     Raises:
         PlanError: The options cannot work on these pools (`StrategyError` when the
@@ -194,9 +194,8 @@ def plan_for_pools(pools: Pools, *, strategy: str = "auto", mixed_precision: str
         known = [ACCELERATORS[k] for k in kinds if k in ACCELERATORS]
         return ((weakest(known) if len(known) > 1 else known[0]) if known else None), count
 
-    plan = plan_training(layout_of(pools), strategy=strategy, mixed_precision=mixed_precision,
-                         xla=xla, devices=devices, reduction_server=reduction_server(pools),
-                         nvidia_environment=nvidia_environment)
+    plan = plan_training(layout_of(pools), devices=devices,
+                         reduction_server=reduction_server(pools), **requested)
     kinds, _ = training_gpus(pools, plan.strategy)
     if len([k for k in kinds if k in ACCELERATORS]) > 1:  # the plan names every type it serves
         plan = dataclasses.replace(plan, accelerator="+".join(kinds))
@@ -293,11 +292,12 @@ def with_role_checks(result: ValidationResult, training: TrainingOptions | None 
         return result
     training = training if training is not None else TrainingOptions()
     pools = result.pools
-    errors, advice, problems = check_layout(pools), [], []
+    asked = requested(training)
+    # A results file or location the plan could not read is named, never fatal.
+    errors, advice, problems = check_layout(pools), list(asked["measurements"].problems), []
     plan = None
     try:  # An evaluator pool of several replicas is told once, by check_layout.
-        plan = plan_for_pools(pools, **requested(training)) if replicas(pools, 3) <= 1 \
-            else None
+        plan = plan_for_pools(pools, **asked) if replicas(pools, 3) <= 1 else None
     except StrategyError as exc:
         name = POOL_NAMES[2] if layout_of(pools).parameter_servers else POOL_NAMES[1]
         errors += [f"{name}: {problem}" for problem in exc.problems]

@@ -56,7 +56,7 @@ def validate_file(path: Path, region: str | None):
     from components.gpu.ai_platform_pools import validate_ai_platform_config
     from components.gpu.pools import check_pools, with_role_checks
     from components.vertex_options import VertexOptions
-    from pipelines.config import SECTIONS, VertexConfig
+    from pipelines.config import SECTIONS, VertexConfig, measurements_location
     from pipelines.config_loading import AI_PLATFORM_KEYS, without_deprecated_keys
     from pipelines.yaml_input import read_yaml
     from trainer.common.schema import validate
@@ -89,6 +89,9 @@ def validate_file(path: Path, region: str | None):
         except InputError as exc:
             problems.append(str(exc))
             training = defaults
+        root = vertex.get("pipeline_root")
+        training = training.model_copy(update={"measurements": measurements_location(
+            training.measurements, root if isinstance(root, str) else "")})
         try:  # the section's other fields (a misspelt key among them)
             validate(VertexConfig, {k: v for k, v in vertex.items() if k not in GPU_KEYS},
                      prefix="vertex", strict=False)

@@ -160,6 +160,7 @@ def _dry_run_credentials(dry_run: bool) -> Any:
 
 def summary(prepared: Prepared, config: Config) -> list[str]:
     """What a reader checks in the requests below: caching, images, serving, build account."""
+    from trainer.cluster.measurements import load as load_measurements
     from trainer.serving.container import SERVER_MODULE
 
     spec = prepared.request.pipeline_job.pipeline_spec
@@ -188,6 +189,7 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
         "training plan (every replica applies it, as --training-plan): "
         + plan.summary(),
         *(f"  {line}" for line in plan.describe()),
+        *load_measurements(config.measurements_location()).lines(),
         *capacity_summary(config),
         "cache: " + (f"only {', '.join(cached)} may be reused (keyed on the source's "
                      "fingerprint); every other task runs every time" if cached

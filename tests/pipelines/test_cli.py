@@ -205,7 +205,8 @@ def test_validate_gpu_reads_the_documents_config_yaml(tmp_path, capsys):
             assert report["training_plan"] == {
                 "strategy": "parameter_server", "all_reduce": "none", "mixed_precision": "off",
                 "xla": False, "accelerator": "NVIDIA_TESLA_T4", "gpus_per_machine": 4,
-                "reduction_server": False, "nvidia_environment": False,
+                "reduction_server": False, "nvidia_environment": False, "keep_nhwc": False,
+                "prefetch_to_gpu": False, "measured": {},
                 "reasons": report["training_plan"]["reasons"]}
         else:  # the legacy machine types carry K80s, which no CUDA 12 image runs
             assert report["training_plan"] is None
@@ -236,7 +237,7 @@ def test_validate_gpu_plans_a_reduction_server_under_europe_docker_and_names_its
         report = json.loads(capsys.readouterr().out)
         plan = report["training_plan"]
         assert (plan["strategy"], plan["all_reduce"], plan["reduction_server"], plan["xla"],
-                plan["mixed_precision"]) == ("multi_worker_mirrored", "nccl", True, True,
+                plan["mixed_precision"]) == ("multi_worker_mirrored", "nccl", True, False,
                                              "float16")
         assert report["ok"] and report["errors"] == []
         (said,) = [w for w in report["warnings"] if "NCCL plugin" in w]

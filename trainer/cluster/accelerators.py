@@ -93,6 +93,20 @@ ACCELERATORS = dict([
 ])
 
 
+#: NVIDIA's device names (what NVML and TensorFlow report) -> the accelerator types, the
+#: more specific mark first ("NVIDIA A100-SXM4-80GB" is an A100 80GB, "Tesla P4" no P40).
+DEVICE_MARKS = (("H200", "NVIDIA_H200_141GB"), ("H100", "NVIDIA_H100_80GB"),
+                ("A100-SXM4-80GB", "NVIDIA_A100_80GB"), ("A100 80GB", "NVIDIA_A100_80GB"),
+                ("A100", "NVIDIA_TESLA_A100"), ("L4", "NVIDIA_L4"), ("T4", "NVIDIA_TESLA_T4"),
+                ("V100", "NVIDIA_TESLA_V100"), ("P100", "NVIDIA_TESLA_P100"),
+                ("P4", "NVIDIA_TESLA_P4"))
+
+
+def accelerator_of_device(device_name: str) -> str:
+    """The accelerator type of a GPU as NVIDIA names it ("" when it is none of them)."""
+    return next((kind for mark, kind in DEVICE_MARKS if mark in device_name), "")
+
+
 def weakest(gpus: list[Accelerator]) -> Accelerator:
     """What several GPU types can all do, as one accelerator: the slowest card's name and
     figures, the lowest compute capability (tensor cores, bfloat16), and XLA only if every

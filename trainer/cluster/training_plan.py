@@ -2,10 +2,15 @@
 whole cluster from its layout and the training replicas' GPUs, with the reason for each.
 The one place that chooses the distribution strategy (`choose_strategy`).
 
-Where the training GPUs' architecture has figures measured on a real GPU
-(`trainer.cluster.measured_steps`), mixed precision, XLA and NVIDIA's environment are what
-measured fastest there, and the reason cites the figures; elsewhere the rules below decide
-(and NVIDIA's environment stays off: it is kept only where a GPU measured it faster).
+Where results files of the GPU benchmark speak for the training GPUs
+(`trainer.cluster.measurements`: the GPU's own, or another of its architecture standing in,
+said so), mixed precision, XLA, NVIDIA's environment, NHWC and prefetching are what measured
+faster there, each comparison between two cases of one file
+(`trainer.cluster.measured_plan`), and the reason names the figures and the file. What no
+file compares is "not measured", and the safe choice stands: XLA off, NVIDIA's environment,
+NHWC and prefetching off, mixed precision where the GPU's tensor cores compute it (bfloat16
+from Ampere, float16 from Volta). An option set explicitly wins; its reason says what
+measured faster.
 
 Stage 1 (GPU-config validation) makes it from the validated worker pools; it travels to
 every replica as `--training-plan` and the trainer applies it (`trainer.run.distribution`)
@@ -42,19 +47,14 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from trainer.cluster import gpu_choices as choices
 from trainer.cluster.accelerators import Accelerator
-from trainer.cluster.measured_steps import (
-    describe,
-    environment_faster,
-    fastest,
-    measured_on,
-    xla_unmeasured,
-)
+from trainer.cluster.measurements import Measurements, ResultsFile
 from trainer.cluster.roles import STRATEGIES, ClusterConfigError, Layout
 from trainer.common.errors import InputError
 
 ALL_REDUCES = ("nccl", "ring", "none")
-PRECISIONS = ("float16", "bfloat16", "off")
+PRECISIONS = choices.PRECISIONS
 STRATEGY_NAMES = ("single", "multi_worker_mirrored", "parameter_server")
 #: Keras's mixed-precision policy of each precision.
 POLICIES = {"float16": "mixed_float16", "bfloat16": "mixed_bfloat16", "off": "float32"}
@@ -89,6 +89,11 @@ class TrainingPlan:
         reduction_server: Pool 2 runs Vertex AI's Reduction Server.
         nvidia_environment: GPU replicas start TensorFlow with the environment NVIDIA's
             TensorFlow ResNet-50 sets (`trainer.run.gpu_environment`).
+        keep_nhwc: GPU replicas keep the convolutions in NHWC (Grappler's layout
+            optimizer off: `trainer.run.distribution.keep_nhwc`).
+        prefetch_to_gpu: A machine with one GPU prefetches batches to it (a one-device
+            strategy: `trainer.run.distribution.create_strategy`).
+        measured: The results files behind each decision made by measurements.
     """
 
     strategy: str
@@ -100,6 +105,9 @@ class TrainingPlan:
     gpus_per_machine: int = 0
     reduction_server: bool = False
     nvidia_environment: bool = False
+    keep_nhwc: bool = False
+    prefetch_to_gpu: bool = False
+    measured: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     @property
     def policy(self) -> str:
@@ -107,7 +115,8 @@ class TrainingPlan:
         return POLICIES[self.mixed_precision]
 
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "reasons": dict(self.reasons)}
+        return {**dataclasses.asdict(self), "reasons": dict(self.reasons),
+                "measured": {k: list(v) for k, v in self.measured.items()}}
 
     def to_json(self) -> str:
         """The plan as the trainer's `--training-plan` value."""
@@ -136,7 +145,11 @@ class TrainingPlan:
                    accelerator=str(data.get("accelerator") or ""),
                    gpus_per_machine=int(data.get("gpus_per_machine") or 0),
                    reduction_server=bool(data.get("reduction_server")),
-                   nvidia_environment=bool(data.get("nvidia_environment")))
+                   nvidia_environment=bool(data.get("nvidia_environment")),
+                   keep_nhwc=bool(data.get("keep_nhwc")),
+                   prefetch_to_gpu=bool(data.get("prefetch_to_gpu")),
+                   measured={str(k): tuple(v) for k, v in
+                             dict(data.get("measured") or {}).items()})
 
     @classmethod
     def from_json(cls, text: str) -> TrainingPlan:
@@ -156,23 +169,36 @@ class TrainingPlan:
                 + (" through the Reduction Server" if self.reduction_server else "")
                 + f"; mixed precision {self.mixed_precision}; XLA "
                 + ("on" if self.xla else "off")
-                + ("; NVIDIA's environment" if self.nvidia_environment else ""))
+                + ("; NVIDIA's environment" if self.nvidia_environment else "")
+                + ("; NHWC kept" if self.keep_nhwc else "")
+                + ("; prefetched to the GPU" if self.prefetch_to_gpu else ""))
 
     def describe(self) -> list[str]:
         """The decisions and their reasons, one line each."""
         values = {"strategy": self.strategy, "all_reduce": self.all_reduce,
                   "mixed_precision": self.mixed_precision, "xla": "on" if self.xla else "off",
-                  "nvidia_environment": "on" if self.nvidia_environment else "off"}
+                  "nvidia_environment": "on" if self.nvidia_environment else "off",
+                  "keep_nhwc": "on" if self.keep_nhwc else "off",
+                  "prefetch_to_gpu": "on" if self.prefetch_to_gpu else "off"}
         return [f"{name}: {value} ({self.reasons[name]})" if self.reasons.get(name)
                 else f"{name}: {value}" for name, value in values.items()]
 
 
-def requested(options: Any) -> dict[str, str]:
+#: The training options the plan takes as they are (`requested`).
+REQUESTED = ("strategy", "mixed_precision", "xla", "nvidia_environment", "keep_nhwc",
+             "prefetch_to_gpu", "model")
+
+
+def requested(options: Any) -> dict[str, Any]:
     """What training options (`TrainingOptions` or a section holding its fields) ask of
-    the plan: `strategy`, `mixed_precision`, `xla` and `nvidia_environment`, as
-    `plan_training` takes them."""
-    return {name: getattr(options, name)
-            for name in ("strategy", "mixed_precision", "xla", "nvidia_environment")}
+    the plan, as `plan_training` takes them: the options of `REQUESTED`, and the
+    measurements under `measurements` (read once per location: `measurements.load`)."""
+    from trainer.cluster.measurements import load
+
+    found: dict[str, Any] = {name: getattr(options, name) for name in REQUESTED
+                             if hasattr(options, name)}
+    found["measurements"] = load(getattr(options, "measurements", "") or "")
+    return found
 
 
 def choose_strategy(layout: Layout, requested: str = "auto") -> str:
@@ -210,8 +236,9 @@ def choose_strategy(layout: Layout, requested: str = "auto") -> str:
 def plan_training(layout: Layout, *, strategy: str = "auto", mixed_precision: str = "auto",
                   xla: str = "auto", gpu: Accelerator | None = None, gpus: int = 0,
                   devices: Callable[[str], tuple[Accelerator | None, int]] | None = None,
-                  reduction_server: bool = False,
-                  nvidia_environment: str = "auto") -> TrainingPlan:
+                  reduction_server: bool = False, nvidia_environment: str = "auto",
+                  keep_nhwc: str = "auto", prefetch_to_gpu: str = "auto", model: str = "",
+                  measurements: Measurements | None = None) -> TrainingPlan:
     """Decides how a cluster trains.
 
     Args:
@@ -226,6 +253,11 @@ def plan_training(layout: Layout, *, strategy: str = "auto", mixed_precision: st
             the strategy: the workers alone under ParameterServerStrategy).
         reduction_server: Pool 2 runs Vertex AI's Reduction Server.
         nvidia_environment: `auto`, `on` or `off` (`training.nvidia_environment`).
+        keep_nhwc: `auto`, `on` or `off` (`training.keep_nhwc`).
+        prefetch_to_gpu: `auto`, `on` or `off` (`training.prefetch_to_gpu`).
+        model: The model trained (`training.model`): its own measurements count first.
+        measurements: The results files to decide by (None: those shipped with the
+            trainer).
 
     Returns:
         The plan, with a reason for each decision.
@@ -244,16 +276,62 @@ def plan_training(layout: Layout, *, strategy: str = "auto", mixed_precision: st
     problems: list[str] = []
     reasons = {"strategy": _strategy_reason(chosen, layout, gpus)}
     all_reduce, reasons["all_reduce"] = _all_reduce(chosen, gpus, reduction_server, problems)
-    compiled, reasons["xla"] = _xla(xla, chosen, gpu, all_reduce, problems)
-    precision, reasons["mixed_precision"] = _precision(mixed_precision, chosen, gpu, problems,
-                                                       compiled, nvidia_environment)
-    environment, reasons["nvidia_environment"] = _environment(nvidia_environment, gpu,
-                                                              precision, compiled)
+    files = _evidence(gpu, model, measurements)
+    explicit = {"nvidia_environment": nvidia_environment, "keep_nhwc": keep_nhwc,
+                "prefetch": prefetch_to_gpu}
+    sources: dict[str, tuple[str, ...]] = {}
+
+    def decide(name: str, choice: tuple[Any, str, tuple[str, ...]]) -> Any:
+        value, reasons[name], found = choice
+        if found:
+            sources[name] = found
+        return value
+
+    compiled = decide("xla", choices.choose_xla(
+        xla, gpu, files, _xla_refusal(chosen, gpu, all_reduce), all_reduce, problems))
+    precision = decide("mixed_precision", choices.choose_precision(
+        mixed_precision, chosen == "parameter_server", gpu, files, compiled, explicit,
+        problems))
+    environment = decide("nvidia_environment", choices.choose_environment(
+        nvidia_environment, gpu, files, compiled, explicit, precision))
+    decided = {"precision": precision, "nvidia_environment": environment}
+    nhwc = decide("keep_nhwc", choices.choose_nhwc(keep_nhwc, gpu, files, compiled, explicit,
+                                                   decided))
+    prefetch = decide("prefetch_to_gpu", choices.choose_prefetch(
+        prefetch_to_gpu, chosen == "single" and gpus == 1, gpu, files, compiled, explicit,
+        {**decided, "keep_nhwc": nhwc}))
     if problems:
         raise PlanError(problems)
     return TrainingPlan(chosen, all_reduce, precision, compiled, reasons,
                         accelerator=gpu.name if gpu else "", gpus_per_machine=gpus if gpu else 0,
-                        reduction_server=reduction_server, nvidia_environment=environment)
+                        reduction_server=reduction_server, nvidia_environment=environment,
+                        keep_nhwc=nhwc, prefetch_to_gpu=prefetch, measured=sources)
+
+
+def _evidence(gpu: Accelerator | None, model: str,
+              measurements: Measurements | None) -> list[ResultsFile]:
+    """The results files that speak for the training GPUs, in the order they count."""
+    if gpu is None:
+        return []
+    from trainer.cluster.measurements import shipped
+
+    return (measurements if measurements is not None else shipped()).for_gpu(gpu.name, model)
+
+
+def _xla_refusal(chosen: str, gpu: Accelerator | None, all_reduce: str) -> str:
+    """Why XLA cannot work on this cluster ("" when it can)."""
+    if chosen == "parameter_server":
+        return ("under ParameterServerStrategy the compiled step runs on the workers, "
+                "where an XLA cluster cannot read the variables on the parameter servers "
+                "(TensorFlow: XLA known issues)")
+    if gpu is None and all_reduce == "ring":
+        return ("XLA has no collectives on CPUs (\"Collectives are not yet implemented for "
+                "CPU devices when compiling with XLA\"), and the step all-reduces")
+    if gpu is not None and not gpu.xla:
+        return (f"TensorFlow 2.21's XLA emits PTX of CUDA 12.5, which cannot target "
+                f"{gpu.name} ({gpu.architecture}, compute capability {gpu.capability}; "
+                "tensorflow/tensorflow#111958)")
+    return ""
 
 
 def _strategy_reason(chosen: str, layout: Layout, gpus: int) -> str:
@@ -289,99 +367,3 @@ def _all_reduce(chosen: str, gpus: int, reduction_server: bool,
                         + ("; the Reduction Server's NCCL plugin takes the cross-machine part"
                            if reduction_server else ""))
     return "ring", "CPUs: TensorFlow's ring all-reduce over gRPC"
-
-
-def _precision(requested: str, chosen: str, gpu: Accelerator | None,
-               problems: list[str], compiled: bool,
-               environment: str = "auto") -> tuple[str, str]:
-    requested = "float16" if requested == "on" else requested
-    ps = chosen == "parameter_server"
-    if requested == "off":
-        return "off", "asked for"
-    if ps and requested == "float16":
-        problems.append(
-            "training.mixed_precision is float16, which cannot work under "
-            "ParameterServerStrategy: its loss scaling needs one variable copy per replica, "
-            "and tf-keras refuses the mixed_float16 policy there; use bfloat16 (needs no loss "
-            "scaling; GPUs of compute capability 8.0+) or off")
-        return "off", ""
-    if gpu is None:
-        if requested == "auto":
-            return "off", "CPUs: float16 and bfloat16 are emulated there, slower than float32"
-        return requested, "asked for; on CPUs it is emulated, slower than float32"
-    where = f"{gpu.name} (compute capability {gpu.capability})"
-    if requested == "bfloat16" and not gpu.bfloat16:
-        problems.append(f"training.mixed_precision is bfloat16, but {where} has no bfloat16 "
-                        "(compute capability 8.0, Ampere, or newer); use float16 or off")
-        return "off", ""
-    if requested in ("float16", "bfloat16"):
-        slow = "" if gpu.tensor_cores else (f"; {where} has no tensor cores, where float16 "
-                                            "runs slower than float32")
-        return requested, "asked for" + slow
-    # Figures with NVIDIA's environment count only where the replicas may run with it.
-    rows = [r for r in measured_on(gpu.architecture, gpu.name)
-            if environment != "off" or not r.nvidia_environment]
-    allowed = tuple(p for p in PRECISIONS if not (p == "float16" and ps)
-                    and not (p == "bfloat16" and not gpu.bfloat16))
-    best = fastest(rows, precisions=allowed, xla=compiled)
-    if best is not None:
-        return best.precision, describe(best, rows)
-    if gpu.bfloat16:
-        return "bfloat16", f"{where} computes bfloat16 on its tensor cores, without loss scaling"
-    if ps:
-        return "off", (f"{where} has no bfloat16, and float16 needs loss scaling, which "
-                       "ParameterServerStrategy cannot do")
-    if gpu.tensor_cores:
-        return "float16", f"{where} has tensor cores (float16 with loss scaling)"
-    return "off", f"{where} has no tensor cores: float16 would run slower than float32"
-
-
-def _environment(requested: str, gpu: Accelerator | None, precision: str,
-                 compiled: bool) -> tuple[bool, str]:
-    if gpu is None:
-        return False, "CPUs: its settings are for TensorFlow's GPU threads and cuDNN"
-    if requested != "auto":
-        return requested == "on", "asked for"
-    faster, why = environment_faster(measured_on(gpu.architecture, gpu.name), precision,
-                                     compiled)
-    return faster, why or (f"not measured on {gpu.architecture}: off until a GPU of it "
-                           "measures it faster")
-
-
-def _xla(requested: str, chosen: str, gpu: Accelerator | None, all_reduce: str,
-         problems: list[str]) -> tuple[bool, str]:
-    if requested == "off":
-        return False, "asked for"
-    refusal = ""
-    if chosen == "parameter_server":
-        refusal = ("under ParameterServerStrategy the compiled step runs on the workers, "
-                   "where an XLA cluster cannot read the variables on the parameter servers "
-                   "(TensorFlow: XLA known issues)")
-    elif gpu is None and all_reduce == "ring":
-        refusal = ("XLA has no collectives on CPUs (\"Collectives are not yet implemented for "
-                   "CPU devices when compiling with XLA\"), and the step all-reduces")
-    elif gpu is not None and not gpu.xla:
-        refusal = (f"TensorFlow 2.21's XLA emits PTX of CUDA 12.5, which cannot target "
-                   f"{gpu.name} ({gpu.architecture}, compute capability {gpu.capability}; "
-                   "tensorflow/tensorflow#111958)")
-    if refusal:
-        if requested == "on":
-            problems.append(f"training.xla is on, but {refusal}; use xla off or auto")
-        return False, refusal
-    if requested == "on":
-        return True, "asked for" + (" (a single CPU process: no collectives to compile)"
-                                    if gpu is None else "")
-    if gpu is None:
-        return False, "CPUs: XLA's compile time outweighs what it saves on this work"
-    rows = measured_on(gpu.architecture, gpu.name)
-    with_xla = fastest(rows, precisions=PRECISIONS, xla=True)
-    without = fastest(rows, precisions=PRECISIONS, xla=False)
-    if without is not None and (with_xla is None or (without.images_per_second or 0)
-                                > (with_xla.images_per_second or 0)):
-        return False, (xla_unmeasured(rows) or "XLA off measured faster: "
-                       + describe(without, rows))
-    if with_xla is not None:
-        return True, "XLA on measured fastest: " + describe(with_xla, rows)
-    return True, ("GPUs: the step and its all-reduce are compiled together; XLA runs the "
-                  "all-reduce with NCCL" if all_reduce == "nccl" else
-                  "GPUs: XLA fuses the step's kernels")

@@ -1,6 +1,6 @@
 """The training plan applied to TensorFlow: the distribution strategy with its all-reduce,
 Keras's mixed-precision policy (XLA is the model's `jit_compile`, `trainer.models`), and the
-convolutions' layout on GPUs (`training.keep_nhwc`)."""
+convolutions' layout on GPUs (the plan's `keep_nhwc`)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def communication_options(tf: Any, plan: TrainingPlan) -> Any:
         else implementation.RING)
 
 
-def create_strategy(tf: Any, plan: TrainingPlan, *, prefetch_to_gpu: bool = False) -> Any:
-    """The plan's strategy; must run before any other TF op. With `prefetch_to_gpu`, a
+def create_strategy(tf: Any, plan: TrainingPlan) -> Any:
+    """The plan's strategy; must run before any other TF op. With `plan.prefetch_to_gpu`, a
     machine with one GPU trains under a one-device strategy, whose distributed dataset
     copies the next batches to the GPU while a step runs (the default strategy hands Keras
     the host's batches, copied inside each step)."""
@@ -36,7 +36,7 @@ def create_strategy(tf: Any, plan: TrainingPlan, *, prefetch_to_gpu: bool = Fals
     if gpus > 1:
         # Its default all-reduce between one machine's GPUs is NCCL (NcclAllReduce).
         return tf.distribute.MirroredStrategy()
-    if gpus == 1 and prefetch_to_gpu:
+    if gpus == 1 and plan.prefetch_to_gpu:
         return tf.distribute.OneDeviceStrategy("/gpu:0")
     return tf.distribute.get_strategy()
 
@@ -48,7 +48,7 @@ def apply_precision(keras: Any, plan: TrainingPlan) -> None:
 
 
 def keep_nhwc(tf: Any, keep: bool) -> bool:
-    """With `keep` (`training.keep_nhwc`) on a machine with GPUs, turns Grappler's layout
+    """With `keep` (the plan's `keep_nhwc`) on a machine with GPUs, turns Grappler's layout
     optimizer off, so that the convolutions run in the model's NHWC layout; returns whether
     it did (before the first step is traced).
 

@@ -112,9 +112,9 @@ def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
     wait = cluster_wait_seconds(args.options.cluster_wait, environ)
     with formation_watch(info, wait, environ):
         # First TensorFlow op, as collectives need.
-        strategy = create_strategy(tf, training, prefetch_to_gpu=args.options.prefetch_to_gpu)
-    if keep_nhwc(tf, args.options.keep_nhwc):
-        log.info("layout: NHWC kept on the GPUs (training.keep_nhwc: Grappler's layout "
+        strategy = create_strategy(tf, training)
+    if keep_nhwc(tf, training.keep_nhwc):
+        log.info("layout: NHWC kept on the GPUs (the plan's keep_nhwc: Grappler's layout "
                  "optimizer off)")
     import tf_keras as keras
 

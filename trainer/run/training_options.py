@@ -81,31 +81,36 @@ class TrainingOptions(pydantic.BaseModel):
         "the import path, and packed into the image built for Vertex AI."))
     mixed_precision: Precision = Field("auto", description=(
         "Compute type of the training replicas: float16 (tensor cores, loss scaling), "
-        "bfloat16 (compute capability 8.0+, no loss scaling) or off; auto: the training plan "
-        "chooses from the training replicas' GPUs and the strategy (on a GPU architecture "
-        "measured on a real GPU, what measured fastest); on: float16."))
+        "bfloat16 (compute capability 8.0+, no loss scaling) or off; auto: what measured "
+        "fastest on the training GPU (results files: measurements), else bfloat16 from "
+        "Ampere, float16 from Volta, off below and on CPUs; on: float16."))
     xla: Switch = Field("auto", description=(
-        "XLA-compile the training step; auto: off where a real GPU of the architecture "
-        "measured it no faster (Hopper), under parameter servers, on CPUs and on GPUs "
-        "TensorFlow's XLA cannot target; else on for GPU clusters."))
+        "XLA-compile the training step; auto: on only where a results file measured it "
+        "faster on the training GPU, else off (its first compile can take minutes), and "
+        "never under parameter servers, on CPUs or on GPUs TensorFlow's XLA cannot target."))
     nvidia_environment: Switch = Field("auto", description=(
         "GPU replicas start TensorFlow with the environment NVIDIA's TensorFlow ResNet-50 "
         "sets (TF_GPU_THREAD_MODE=gpu_private, TF_GPU_THREAD_COUNT=2, "
-        "TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT=1, TF_AUTOTUNE_THRESHOLD=2); auto: the "
-        "training plan turns it on where a real GPU of the architecture measured it faster "
-        "(Hopper), off elsewhere."))
+        "TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT=1, TF_AUTOTUNE_THRESHOLD=2); auto: on "
+        "where a results file measured it faster on the training GPU, else off."))
     steps_per_execution: int = Field(1, ge=1, le=1000, description=(
         "Training steps each call of the compiled step runs (Keras's steps_per_execution): "
         "the host hands over and returns to Python once per N steps, for a GPU that waits "
         "on the host; callbacks see every Nth step. 1 until a GPU measures more faster."))
-    keep_nhwc: bool = Field(False, description=(
+    keep_nhwc: Switch = Field("auto", description=(
         "GPUs: keep the convolutions in the model's NHWC layout (Grappler's layout "
         "optimizer off). TensorFlow moves float32 training to NCHW with transposes around "
-        "it (11.2% of the float32 step on an H200) and keeps float16 and bfloat16 in NHWC "
-        "either way; off until a GPU measures it faster."))
-    prefetch_to_gpu: bool = Field(False, description=(
+        "it and keeps float16 and bfloat16 in NHWC either way; auto: on where a results "
+        "file measured it faster on the training GPU, else off."))
+    prefetch_to_gpu: Switch = Field("auto", description=(
         "A machine with one GPU copies the next batches to it while a step runs (a "
-        "one-device strategy); off until a GPU measures it faster."))
+        "one-device strategy); auto: on where a results file measured it faster on the "
+        "training GPU, else off."))
+    measurements: str = Field("", description=(
+        "Where your GPU benchmark results files are (a folder or gs://BUCKET/PATH; every "
+        ".json under it): the training plan reads them before the ones shipped with the "
+        "trainer; empty: <vertex.pipeline_root>/measurements/ for runs on Vertex AI, none "
+        "for local runs."))
     cache: Switch = Field("auto", description=(
         "Keep decoded images in memory; auto: when they fit cache_budget_mb."))
     cache_budget_mb: float = Field(2048.0, gt=0, le=2**20, description=(

@@ -58,7 +58,9 @@ def _page(**changes):
                "num_workers": 2, "mixed_precision": "off", "train_seconds": 4.2,
                "examples_per_second": 87.0,
                "phases": [{"name": "train", "epochs": 3, "learning_rate": 0.003}],
-               "training_plan": {"accelerator": "NVIDIA_L4", "gpus_per_machine": 1},
+               "training_plan": {"accelerator": "NVIDIA_L4", "gpus_per_machine": 1,
+                                 "mixed_precision": "bfloat16", "xla": True,
+                                 "measured": {"xla": ["gs://b/measurements/l4.json"]}},
                "history": [{"epoch": 0, "loss": 1.0, "accuracy": 0.5}]}
     arguments = dict(
         run="run-<1>", model_name="shapes3", manifest=manifest, trained=trained,
@@ -90,7 +92,10 @@ def test_the_page_says_the_run_its_data_model_decision_metrics_and_cost():
                  "87 training images/s end to end", "Per class, on the test split",
                  "<td>circle</td><td>9</td><td>8</td><td>1.000</td><td>0.875</td>",
                  "about 1.50 USD", "<dt>registered</dt><dd>no</dd>",
-                 "<td>42</td><td>0</td><td>1</td><td>g2-standard-8 + 1 x NVIDIA_L4</td>"):
+                 "<td>42</td><td>0</td><td>1</td><td>g2-standard-8 + 1 x NVIDIA_L4</td>",
+                 # The plan's GPU choices, each with the results files behind it.
+                 "mixed_precision bfloat16 (not measured); xla on "
+                 "(gs://b/measurements/l4.json); nvidia_environment off (not measured)"):
         assert part in text, part
     assert page.count("<svg") == 2  # the confusion matrix and the curves
     assert page.startswith("<!doctype html>") and "http" not in text.replace(

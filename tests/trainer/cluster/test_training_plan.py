@@ -44,16 +44,17 @@ def pool(machine, gpu=None, count=0, replicas=1, image=None):
 
 #: A machine of each GPU family the catalog accepts, and what the plan chooses for two of
 #: them under MultiWorkerMirroredStrategy: (all-reduce, mixed precision, XLA, NVIDIA's
-#: environment). Hopper's is
-#: what measured fastest there (`trainer.cluster.measured_steps`), the others' the rules'.
+#: environment). Hopper's is what its results files measured fastest
+#: (`trainer/cluster/measured/`); the others were not measured: XLA off, the precision their
+#: tensor cores compute.
 FAMILIES = {
-    cat.P4: (("n1-standard-8", 1), ("nccl", "off", True, False)),
-    cat.P100: (("n1-standard-8", 1), ("nccl", "off", True, False)),
-    cat.V100: (("n1-standard-8", 1), ("nccl", "float16", True, False)),
-    cat.T4: (("n1-standard-8", 1), ("nccl", "float16", True, False)),
-    cat.A100: (("a2-highgpu-1g", 1), ("nccl", "bfloat16", True, False)),
-    cat.A100_80GB: (("a2-ultragpu-1g", 1), ("nccl", "bfloat16", True, False)),
-    cat.L4: (("g2-standard-8", 1), ("nccl", "bfloat16", True, False)),
+    cat.P4: (("n1-standard-8", 1), ("nccl", "off", False, False)),
+    cat.P100: (("n1-standard-8", 1), ("nccl", "off", False, False)),
+    cat.V100: (("n1-standard-8", 1), ("nccl", "float16", False, False)),
+    cat.T4: (("n1-standard-8", 1), ("nccl", "float16", False, False)),
+    cat.A100: (("a2-highgpu-1g", 1), ("nccl", "bfloat16", False, False)),
+    cat.A100_80GB: (("a2-ultragpu-1g", 1), ("nccl", "bfloat16", False, False)),
+    cat.L4: (("g2-standard-8", 1), ("nccl", "bfloat16", False, False)),
     cat.H100_80GB: (("a3-highgpu-8g", 8), ("nccl", "float16", False, True)),
     cat.H100_MEGA: (("a3-megagpu-8g", 8), ("nccl", "float16", False, True)),
     cat.H200: (("a3-ultragpu-8g", 8), ("nccl", "float16", False, True)),
@@ -76,7 +77,7 @@ def test_the_plan_of_each_gpu_family(gpu):
     assert plan.strategy == "multi_worker_mirrored" and plan.accelerator == gpu
     assert (plan.all_reduce, plan.mixed_precision, plan.xla, plan.nvidia_environment) == expected
     assert set(plan.reasons) == {"strategy", "all_reduce", "mixed_precision", "xla",
-                                 "nvidia_environment"}
+                                 "nvidia_environment", "keep_nhwc", "prefetch_to_gpu"}
     assert all(plan.reasons.values())
     # Under parameter servers: no all-reduce, no XLA, and no float16 (loss scaling).
     ps = plan_for_pools(parse_pools([pool(machine, gpu, count),
@@ -85,88 +86,6 @@ def test_the_plan_of_each_gpu_family(gpu):
     bf16 = ACCELERATORS[gpu].bfloat16 and ACCELERATORS[gpu].architecture != "Hopper"
     assert (ps.strategy, ps.all_reduce, ps.mixed_precision, ps.xla) == \
         ("parameter_server", "none", "bfloat16" if bf16 else "off", False)
-
-
-def test_on_hopper_the_plan_takes_what_measured_fastest_and_cites_it():
-    plan = plan_training(Layout(), gpu=ACCELERATORS[cat.H200], gpus=1)
-    assert (plan.mixed_precision, plan.xla, plan.nvidia_environment) == ("float16", False, True)
-    # The reason names the figures it chose by and the results files they come from.
-    assert plan.reasons["mixed_precision"].startswith(
-        "float16 with NVIDIA's environment measured fastest on an NVIDIA H200: 2,705 images/s "
-        "against float32 with NVIDIA's environment 2,005, float32 1,784, float16 1,636, "
-        "bfloat16 1,554")
-    assert "benchmarks/measured/gpu-h200-2026-11-27.json" in plan.reasons["mixed_precision"]
-    assert plan.reasons["nvidia_environment"].startswith(
-        "NVIDIA's environment measured faster: float16 2,705 images/s with it against 1,636 "
-        "without on an NVIDIA H200; float32 2,005 images/s with it against 1,784 without")
-    assert plan.reasons["xla"].startswith("no XLA step has been measured on Hopper: on an "
-                                          "NVIDIA H200, XLA's warm-up did not end within 210 s")
-    assert plan.summary().endswith("mixed precision float16; XLA off; NVIDIA's environment")
-    assert TrainingPlan.from_json(plan.to_json()) == plan
-    # An H100 and an H100 Mega are decided by the H200's figures: of the Hopper GPUs it
-    # measured the most cases (figures of two machines are never compared).
-    for gpu in (cat.H100_80GB, cat.H100_MEGA):
-        same = plan_training(Layout(), gpu=ACCELERATORS[gpu], gpus=1)
-        assert (same.mixed_precision, same.nvidia_environment) == ("float16", True)
-        assert "on an NVIDIA H200: 2,705" in same.reasons["mixed_precision"]
-    # Without NVIDIA's environment, only the figures measured without it count.
-    plain = plan_training(Layout(), gpu=ACCELERATORS[cat.H200], gpus=1, nvidia_environment="off")
-    assert (plain.mixed_precision, plain.nvidia_environment) == ("off", False)
-    assert plain.reasons["mixed_precision"].startswith(
-        "float32 measured fastest on an NVIDIA H200: 1,784 images/s against float16 1,636, "
-        "bfloat16 1,554")
-    assert plain.reasons["nvidia_environment"] == "asked for"
-    # Parameter servers rule float16 out: float32, with the environment, measured fastest.
-    ps = plan_training(Layout(workers=1, parameter_servers=1), gpu=ACCELERATORS[cat.H200],
-                       gpus=1)
-    assert (ps.mixed_precision, ps.nvidia_environment) == ("off", True)
-    # Asked for, XLA is on; no XLA figure exists, so the precision is the rules' again.
-    compiled = plan_training(Layout(), gpu=ACCELERATORS[cat.H200], gpus=1, xla="on")
-    assert (compiled.mixed_precision, compiled.xla) == ("bfloat16", True)
-    assert "computes bfloat16 on its tensor cores" in compiled.reasons["mixed_precision"]
-    # A precision asked for is kept; without figures (Ampere) the rules decide as before,
-    # and NVIDIA's environment stays off.
-    asked = plan_training(Layout(), gpu=ACCELERATORS[cat.H200], gpus=1,
-                          mixed_precision="bfloat16")
-    assert (asked.mixed_precision, asked.reasons["mixed_precision"]) == ("bfloat16", "asked for")
-    ampere = plan_training(Layout(), gpu=ACCELERATORS[cat.A100], gpus=1)
-    assert (ampere.mixed_precision, ampere.xla, ampere.nvidia_environment) == \
-        ("bfloat16", True, False)
-    assert ampere.reasons["nvidia_environment"].startswith("not measured on Ampere")
-    cpu = plan_training(Layout(), nvidia_environment="on")
-    assert not cpu.nvidia_environment and cpu.reasons["nvidia_environment"].startswith("CPUs")
-    # A plan written before the decision existed reads as without it.
-    older = {k: v for k, v in plan.to_dict().items() if k != "nvidia_environment"}
-    assert not TrainingPlan.from_dict(older).nvidia_environment
-
-
-def test_the_measured_table_picks_the_fastest_of_one_gpu():
-    from trainer.cluster.measured_steps import (
-        MeasuredStep,
-        environment_faster,
-        fastest,
-        xla_unmeasured,
-    )
-
-    rows = [MeasuredStep("G2", "T2", "Arch", "off", False, 900.0, "", "b.json"),
-            MeasuredStep("G2", "T2", "Arch", "bfloat16", True, 2000.0, "", "b.json"),
-            MeasuredStep("G1", "T1", "Arch", "off", False, 5000.0, "", "a.json")]
-    # The GPU with the most cases measured is the one compared: never a mix of two GPUs.
-    assert fastest(rows, precisions=("off", "bfloat16"), xla=None).images_per_second == 2000
-    # One case each: the first listed (the plan's own GPU is listed first).
-    assert fastest(rows, precisions=("off",), xla=None).gpu == "G2"
-    assert fastest(rows, precisions=("float16",), xla=None) is None
-    assert xla_unmeasured(rows) == ""  # an XLA step was measured
-    # NVIDIA's environment: on only where every pair measured both ways was faster with it.
-    assert environment_faster(rows, "off", False) == (False, "")
-    paired = [*rows, MeasuredStep("G2", "T2", "Arch", "off", False, 1000.0, "", "c.json", True)]
-    assert environment_faster(paired, "off", False) == (
-        True, "NVIDIA's environment measured faster: float32 1,000 images/s with it against "
-        "900 without on an G2 [c.json, b.json]")
-    slower = [*paired, MeasuredStep("G2", "T2", "Arch", "bfloat16", True, 1900.0, "", "c.json",
-                                    True)]
-    faster, why = environment_faster(slower, "off", False)
-    assert not faster and why.startswith("NVIDIA's environment measured no faster: float32")
 
 
 @pytest.mark.parametrize("gpu,machine,why", [
@@ -200,12 +119,12 @@ def test_the_seeds_layouts():
     v100 = pool("n1-standard-8", cat.V100, 1)
     lab = plan_for_pools(parse_pools([v100, v100]))
     assert (lab.strategy, lab.all_reduce, lab.mixed_precision, lab.xla) == \
-        ("multi_worker_mirrored", "nccl", "float16", True)
+        ("multi_worker_mirrored", "nccl", "float16", False)
     cpu = plan_for_pools(parse_pools([pool("n1-standard-8"), pool("n1-standard-8")]))
     assert (cpu.all_reduce, cpu.mixed_precision, cpu.xla) == ("ring", "off", False)
     # One machine: MirroredStrategy over its GPUs with NCCL, or nothing to reduce.
     single = plan_for_pools(parse_pools([pool("a2-highgpu-8g", cat.A100, 8)]))
-    assert (single.strategy, single.all_reduce, single.xla) == ("single", "nccl", True)
+    assert (single.strategy, single.all_reduce, single.xla) == ("single", "nccl", False)
     assert plan_for_pools(parse_pools([pool("n1-standard-8", cat.T4, 1)])).all_reduce == "none"
 
 
@@ -366,7 +285,7 @@ def test_the_trainer_applies_the_plan_given_and_refuses_one_for_another_cluster(
         training_plan(_args("--training-plan", ps.to_json()), mwms, 0, None)
     # Without a plan, the trainer makes one by the same rules from what it sees.
     own = training_plan(_args(), mwms, 2, (8, 0))
-    assert (own.all_reduce, own.mixed_precision, own.xla) == ("nccl", "bfloat16", True)
+    assert (own.all_reduce, own.mixed_precision, own.xla) == ("nccl", "bfloat16", False)
 
 
 @pytest.mark.parametrize("pools,hint", [
@@ -446,13 +365,14 @@ def test_training_machines_that_differ_only_in_gpu_type_train_as_the_weakest_car
         in warning
     plan = result.plan
     assert (plan.accelerator, plan.mixed_precision, plan.xla) == (
-        "NVIDIA_TESLA_T4+NVIDIA_TESLA_V100", "float16", True)
+        "NVIDIA_TESLA_T4+NVIDIA_TESLA_V100", "float16", False)
     # With an A100 beside the T4 the plan follows the T4: no bfloat16.
     mixed = [pool("a2-highgpu-1g", cat.A100, 1), pool("n1-standard-8", cat.T4, 1, replicas=2)]
     plan = plan_for_pools(parse_pools(mixed))
     assert (plan.accelerator, plan.mixed_precision) == ("NVIDIA_TESLA_T4+NVIDIA_TESLA_A100",
                                                         "float16")
-    assert plan.reasons["mixed_precision"].startswith("NVIDIA_TESLA_T4 (compute capability 7.5)")
+    assert plan.reasons["mixed_precision"].startswith(
+        "not measured on NVIDIA_TESLA_T4: NVIDIA_TESLA_T4 (compute capability 7.5)")
     with pytest.raises(PlanError, match=r"bfloat16, but NVIDIA_TESLA_T4 \(compute capability "
                                         r"7\.5\) has no bfloat16"):
         plan_for_pools(parse_pools(mixed), mixed_precision="bfloat16")
@@ -476,7 +396,7 @@ def test_the_reduction_server_is_recognised_under_any_artifact_registry_host(hos
     # NCCL through the reducers, not parameter servers (which would turn off mixed
     # precision and XLA and replace the reducer image by the trainer).
     assert (plan.strategy, plan.all_reduce, plan.reduction_server, plan.mixed_precision,
-            plan.xla) == ("multi_worker_mirrored", "nccl", True, "bfloat16", True)
+            plan.xla) == ("multi_worker_mirrored", "nccl", True, "bfloat16", False)
     # A look-alike elsewhere is not Vertex AI's image.
     pools[2]["container_spec"]["image_uri"] = \
         "europe-docker.pkg.dev/my-proj/training/reductionserver:latest"

@@ -4,6 +4,7 @@ itself, nvlink's presence (parallel compilation), and a ptxas XLA warns about on
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -86,12 +87,13 @@ def test_prefetch_to_gpu_trains_one_gpu_under_a_one_device_strategy():
     from trainer.run.distribution import create_strategy
 
     plan = plan_training(Layout())
-    assert create_strategy(_fake_tf(1), plan, prefetch_to_gpu=True) == "one device /gpu:0"
+    prefetching = dataclasses.replace(plan, prefetch_to_gpu=True)
+    assert create_strategy(_fake_tf(1), prefetching) == "one device /gpu:0"
     assert create_strategy(_fake_tf(1), plan) == "default"
     # Nothing to prefetch to on a CPU; several GPUs keep MirroredStrategy, which already
     # prefetches to each of them.
-    assert create_strategy(_fake_tf(0), plan, prefetch_to_gpu=True) == "default"
-    assert create_strategy(_fake_tf(2), plan, prefetch_to_gpu=True) == "mirrored"
+    assert create_strategy(_fake_tf(0), prefetching) == "default"
+    assert create_strategy(_fake_tf(2), prefetching) == "mirrored"
 
 
 def test_keep_nhwc_turns_graplers_layout_optimizer_off_only_on_gpus():

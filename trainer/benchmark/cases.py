@@ -1,23 +1,7 @@
 """The cases of the GPU benchmark (`benchmarks/gpu.py`): what one case is, and one case run
 in this process.
 
-A case is named `PRECISION[-xla|-noxla][+OPTION]...`:
-- PRECISION: `plan` (what the training plan chooses for the GPU: XLA and NVIDIA's
-  environment included), `float32`,
-  `float16` (with dynamic loss scaling) or `bfloat16`;
-- `-xla` / `-noxla`: XLA on the training step, or not (the plan's choice when left out);
-- options: `bN` (batch N per step), `speN` (Keras's `steps_per_execution`), `nvenv` (the
-  environment NVIDIA's TensorFlow ResNet-50 sets: `training.nvidia_environment`), `prefetch`
-  (batches prefetched to the GPU: `training.prefetch_to_gpu`), `nhwc` (the convolutions
-  kept in NHWC, Grappler's layout optimizer off: `training.keep_nhwc`), `tfrecords` (after the
-  synthetic batches, the same model through the trainer's input pipeline), `profile` (a
-  TensorFlow profiler trace of `PROFILE_STEPS` steps, summarised by
-  `trainer.run.profile_summary`), `parallel` (XLA compiles its LLVM modules in parallel,
-  linking with nvlink or the driver), `notriton` (XLA's GEMMs on cuBLAS instead of Triton
-  fusions, `--xla_gpu_enable_triton_gemm=false`: AlphaFold 3's "compilation time
-  workaround", google-deepmind/alphafold3 docs/performance.md; the H200 run of 2026-11-26
-  stopped in XLA's Triton GEMM autotuner, "could not compile any configs") and `autotuneN`
-  (XLA's autotuning level N, 0-4; 4 is its default).
+The case names are `trainer.cluster.case_names`'s.
 
 A case prints one `RESULT {...}` line per phase as soon as the phase ends (warm-up and
 synthetic batches, the profile, the TFRecords), so a case stopped by its time limit keeps
@@ -30,72 +14,17 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
 
+from trainer.cluster.case_names import TRAINER_PRECISION, Case
+
 RESULT = "RESULT "
-PRECISIONS = ("plan", "float32", "float16", "bfloat16")
-#: The trainer's precision word for each of the benchmark's.
-TRAINER_PRECISION = {"float32": "off", "float16": "float16", "bfloat16": "bfloat16"}
-#: The options without a number -> the `Case` field each turns on.
-SWITCHES = {"nvenv": "nvidia_environment", "prefetch": "prefetch", "nhwc": "keep_nhwc",
-            "tfrecords": "tfrecords", "profile": "profile", "parallel": "parallel",
-            "notriton": "notriton"}
 PROFILE_STEPS = 5
 #: Steps through the TFRecords before they are timed (the pipeline fills its buffers).
 TFRECORDS_WARMUP = 3
-
-
-class CaseError(ValueError):
-    """A case name that does not parse."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    """One way to run the trainer's step (see the module docstring)."""
-
-    name: str
-    precision: str = "plan"
-    xla: bool | None = None
-    batch: int | None = None
-    steps_per_execution: int = 1
-    nvidia_environment: bool = False
-    prefetch: bool = False
-    keep_nhwc: bool = False
-    tfrecords: bool = False
-    profile: bool = False
-    parallel: bool = False
-    notriton: bool = False
-    autotune: int | None = None
-
-
-def parse(name: str) -> Case:
-    """The case a name describes.
-
-    Raises:
-        CaseError: naming the part that is not valid and what is.
-    """
-    head, *options = name.split("+")
-    precision, _, compiled = head.partition("-")
-    if precision not in PRECISIONS or compiled not in ("", "xla", "noxla"):
-        raise CaseError(f"case {name!r}: {head!r} is not PRECISION[-xla|-noxla] with "
-                        f"PRECISION one of {', '.join(PRECISIONS)}")
-    fields: dict[str, Any] = {"xla": {"": None, "xla": True, "noxla": False}[compiled]}
-    for option in options:
-        number = re.fullmatch(r"(b|spe|autotune)(\d+)", option)
-        if number and (int(number.group(2)) > 0 or number.group(1) == "autotune") \
-                and (number.group(1) != "autotune" or int(number.group(2)) <= 4):
-            key = {"b": "batch", "spe": "steps_per_execution"}.get(number.group(1), "autotune")
-            fields[key] = int(number.group(2))
-        elif option in SWITCHES:
-            fields[SWITCHES[option]] = True
-        else:
-            raise CaseError(f"case {name!r}: option {option!r} is not one of bN, speN, "
-                            f"{', '.join(SWITCHES)}, autotuneN (N 0-4)")
-    return Case(name, precision, **fields)
 
 
 def environment(case: Case, xla: bool, nvidia: bool) -> dict[str, str]:
@@ -132,11 +61,15 @@ def run(case: Case, plan: Any, data: str, batch: int, size: int, classes: int, w
     xla = plan.xla if case.xla is None else case.xla
     precision = plan.mixed_precision if case.precision == "plan" else \
         TRAINER_PRECISION[case.precision]
-    # The plan's case runs with NVIDIA's environment where the plan turns it on; the others
-    # (and the plan's, with `nvenv`) where the case name asks for it.
-    nvidia = case.nvidia_environment or (case.precision == "plan" and plan.nvidia_environment)
+    # The plan's case runs with NVIDIA's environment, NHWC and prefetching where the plan
+    # turns them on; the others (and the plan's, with `nvenv`, `nhwc`, `prefetch`) where
+    # the case name asks for them.
+    own = case.precision == "plan"
+    nvidia = case.nvidia_environment or (own and plan.nvidia_environment)
     plan = dataclasses.replace(plan, xla=xla, mixed_precision=precision,
-                               nvidia_environment=nvidia)
+                               nvidia_environment=nvidia,
+                               keep_nhwc=case.keep_nhwc or (own and plan.keep_nhwc),
+                               prefetch_to_gpu=case.prefetch or (own and plan.prefetch_to_gpu))
     os.environ.update(environment(case, xla, nvidia))
     from trainer.run import gpu_environment
 
@@ -150,9 +83,9 @@ def run(case: Case, plan: Any, data: str, batch: int, size: int, classes: int, w
 
     batch = case.batch or batch
     gpu = "GPU:0" if tf.config.list_physical_devices("GPU") else None
-    # The trainer's own strategy for the plan (`training.prefetch_to_gpu` with `prefetch`).
-    strategy = create_strategy(tf, plan, prefetch_to_gpu=case.prefetch)
-    nhwc = keep_nhwc(tf, case.keep_nhwc)
+    # The trainer's own strategy and layout for the plan.
+    strategy = create_strategy(tf, plan)
+    nhwc = keep_nhwc(tf, plan.keep_nhwc)
     apply_precision(keras, plan)
     with strategy.scope():
         model = build_model(keras, "resnet50", size, classes, 1e-3, jit_compile=plan.xla,
@@ -161,7 +94,7 @@ def run(case: Case, plan: Any, data: str, batch: int, size: int, classes: int, w
               "policy": keras.mixed_precision.global_policy().name, "xla": plan.xla,
               "batch": batch, "image_size": size, "classes": classes,
               "steps_per_execution": case.steps_per_execution,
-              "nvidia_environment": nvidia, "prefetch": case.prefetch, "keep_nhwc": nhwc,
+              "nvidia_environment": nvidia, "prefetch": plan.prefetch_to_gpu, "keep_nhwc": nhwc,
               "xla_flags": os.environ.get("XLA_FLAGS", ""),
               **({"xla_compiler": compiler} if compiler else {})}
     synthetic = inputs(tf, "synthetic", data, batch, size, classes)
