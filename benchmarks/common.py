@@ -9,13 +9,10 @@ machine it ran on.
 from __future__ import annotations
 
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -28,32 +25,16 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 def machine() -> dict[str, Any]:
-    """Cores, CPU model, memory, OS, and the versions that matter for the figures."""
-    model = platform.processor() or platform.machine()
-    memory_gb = None
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f
-                          if line.startswith("model name")), model)
-        with open("/proc/meminfo") as f:
-            kb = next(int(line.split()[1]) for line in f if line.startswith("MemTotal"))
-            memory_gb = round(kb / 2**20, 1)
-    except (OSError, StopIteration):
-        pass
-    versions = {"python": platform.python_version()}
-    for package in ("tensorflow", "tf-keras", "kfp", "pillow"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            pass
+    """Cores, CPU model, memory, OS, the versions that matter for the figures, and the
+    checkout's commit."""
+    from trainer.benchmark.probe import machine as this_machine
+
     try:
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                                 capture_output=True, text=True, timeout=10).stdout.strip()
     except OSError:
         commit = ""
-    return {"cores": os.cpu_count(), "cpu": model, "memory_gb": memory_gb,
-            "system": f"{platform.system()} {platform.machine()}", "versions": versions,
-            "commit": commit}
+    return {**this_machine(), "commit": commit}
 
 
 def describe_machine(info: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 from components import identity
 from pipelines.commands import (
     batch_predict,
+    benchmark,
     compile,
     models,
     predict,
@@ -35,7 +36,8 @@ from trainer.common.errors import ProjectError
 #: The commands in the order `--help` lists them, by name.
 COMMANDS = {"run": run, "compile": compile, "submit": submit, "schedule": schedule,
             "models": models, "predict": predict, "batch-predict": batch_predict, "serve": serve,
-            "publish": publish, "validate-gpu": validate_gpu, "weights": weights}
+            "publish": publish, "validate-gpu": validate_gpu, "benchmark": benchmark,
+            "weights": weights}
 
 
 class _Parser(argparse.ArgumentParser):

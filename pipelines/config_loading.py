@@ -135,10 +135,12 @@ def _sections(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
 #: Training options that name local files: relative to the config file that sets them (or
 #: to the working directory, on the command line), made absolute at load, because the
 #: trainer's processes run elsewhere.
-LOCAL_PATHS = ("user_code", "weights")
+LOCAL_PATHS = ("user_code", "weights", "measurements")
 
 
-def _with_absolute_paths(data: Mapping[str, Any], base: Path) -> Mapping[str, Any]:
+def with_absolute_paths(data: Mapping[str, Any], base: Path) -> Mapping[str, Any]:
+    """The configuration with its training options' local paths (`LOCAL_PATHS`) made
+    absolute against `base` (the config file's folder, or the working directory)."""
     training = data.get("training")
     if not isinstance(training, Mapping):
         return data
@@ -251,10 +253,10 @@ def load_config(path: str | Path | None = None,
                                f"expected a mapping with the sections {', '.join(SECTIONS)}"])
         if AI_PLATFORM_KEYS & set(data):
             data = _from_ai_platform(data, path)
-        data = _with_absolute_paths(data, Path(path).resolve().parent)
+        data = with_absolute_paths(data, Path(path).resolve().parent)
         data = without_deprecated_keys(data, str(path), warnings)
     overrides = without_deprecated_keys(overrides or {}, "overrides", warnings)
-    data = _merge(data, _with_absolute_paths(overrides, Path.cwd()))
+    data = _merge(data, with_absolute_paths(overrides, Path.cwd()))
     sections, errors = _sections(data)
     errors += _preflight(sections, data, warnings)
     if errors:

@@ -18,31 +18,28 @@ from tests.support.paths import ROOT
 
 BENCHMARK = ROOT / "benchmarks" / "gpu.py"
 
-
-@pytest.fixture(scope="module")
-def gpu_module():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import gpu
-
-        yield gpu
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+# Exercised here without an import, in the benchmark's processes: `trainer.benchmark.runner`
+# (check, then each case in its own process), `trainer.benchmark.__main__` (its entry).
 
 
-def test_the_plan_is_the_one_stage_1_makes_for_the_gpu_tensorflow_names(gpu_module):
-    assert gpu_module.accelerator_type("NVIDIA H100 80GB HBM3") == "NVIDIA_H100_80GB"
-    assert gpu_module.accelerator_type("NVIDIA H200") == "NVIDIA_H200_141GB"
-    assert gpu_module.accelerator_type("Tesla T4") == "NVIDIA_TESLA_T4"
-    hopper = gpu_module.plan_for("NVIDIA H100 80GB HBM3", (9, 0))
+def test_the_plan_is_the_one_stage_1_makes_for_the_gpu_tensorflow_names():
+    from trainer.benchmark.probe import plan_for
+    from trainer.cluster.accelerators import accelerator_of_device
+
+    assert accelerator_of_device("NVIDIA H100 80GB HBM3") == "NVIDIA_H100_80GB"
+    assert accelerator_of_device("NVIDIA H200") == "NVIDIA_H200_141GB"
+    assert accelerator_of_device("Tesla T4") == "NVIDIA_TESLA_T4"
+    assert accelerator_of_device("NVIDIA A100-SXM4-80GB") == "NVIDIA_A100_80GB"
+    assert accelerator_of_device("NVIDIA A100-SXM4-40GB") == "NVIDIA_TESLA_A100"
+    hopper = plan_for("NVIDIA H100 80GB HBM3", (9, 0))
     assert (hopper.mixed_precision, hopper.xla, hopper.strategy, hopper.nvidia_environment) \
         == ("float16", False, "single", True)
-    assert gpu_module.plan_for("Tesla T4", (7, 5)).mixed_precision == "float16"
+    assert plan_for("Tesla T4", (7, 5)).mixed_precision == "float16"
     # A GPU the catalog does not name is planned from what TensorFlow reports of it.
-    assert gpu_module.plan_for("NVIDIA Future GPU", (8, 0)).mixed_precision == "bfloat16"
+    assert plan_for("NVIDIA Future GPU", (8, 0)).mixed_precision == "bfloat16"
 
 
-def test_case_names_parse_into_variants_and_bad_ones_name_what_is_valid(gpu_module):
+def test_case_names_parse_into_variants_and_bad_ones_name_what_is_valid():
     from trainer.benchmark import cases as gpu_cases
     from trainer.cluster import case_names
 
@@ -69,7 +66,9 @@ def test_case_names_parse_into_variants_and_bad_ones_name_what_is_valid(gpu_modu
     done = subprocess.run([sys.executable, str(BENCHMARK), "all", "--cases", "plan+turbo"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "option 'turbo' is not one of" in done.stderr
-    cpu = gpu_module.plan_for("cpu", None)
+    from trainer.benchmark.probe import plan_for
+
+    cpu = plan_for("cpu", None)
     assert (cpu.mixed_precision, cpu.xla) == ("off", False)
 
 
@@ -88,7 +87,10 @@ def test_the_benchmark_runs_the_trainers_step_as_planned_for_an_h100(tmp_path):
         env={**os.environ, "BENCH_AS_DEVICE": "NVIDIA H100 80GB HBM3"})
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads(output.read_text())
-    check = results["check"]
+    assert (results["schema"], results["accelerator"], results["device"], results["model"]) \
+        == (2, "", "cpu", "resnet50")
+    (run,) = results["runs"]
+    check = run["check"]
     assert check["gpus"] == 0 and check["build"]["is_cuda_build"]
     assert check["matmul"] and check["conv"] and check["xla"]
     # The trainer's GPU check passes with the GPUs there are and refuses one more.
@@ -96,25 +98,25 @@ def test_the_benchmark_runs_the_trainers_step_as_planned_for_an_h100(tmp_path):
     assert "--expected-gpus 1" in check["gpu_check_message"]
     assert "mixed precision float16; XLA off; NVIDIA's environment" in check["plan"]
     assert check["xla_compiler"]["compiler"] in ("ptxas", "driver")
-    phases = [(c["case"], c["phase"], c.get("input")) for c in results["cases"]]
+    phases = [(c["case"], c["phase"], c.get("input")) for c in run["cases"]]
     assert phases == [
         ("plan+tfrecords+profile", "warmup", None),
         ("plan+tfrecords+profile", "timed", "synthetic"),
         ("plan+tfrecords+profile", "timed", "tfrecords"),
         ("plan+tfrecords+profile", "profile", None),
         ("bfloat16-xla+b8", "warmup", None), ("bfloat16-xla+b8", "timed", "synthetic")]
-    plan, records = results["cases"][1], results["cases"][2]
+    plan, records = run["cases"][1], run["cases"][2]
     # The plan's case runs as the plan says: float16 with NVIDIA's environment on Hopper.
     assert (plan["policy"], plan["xla"], plan["batch"], plan["nvidia_environment"]) == (
         "mixed_float16", False, 4, True)
     assert records["images_per_second"] > 0 and records["step_ms"] > 0 and records["steps"] == 2
     assert plan["peak_memory_gib"] is None  # no GPU: no allocator to read
     # The profile ran the trainer's profiler; on a CPU it says there are no GPU kernels.
-    assert results["cases"][3]["profile"]["error"].startswith("no GPU kernels in the trace")
-    variant = results["cases"][5]
+    assert run["cases"][3]["profile"]["error"].startswith("no GPU kernels in the trace")
+    variant = run["cases"][5]
     assert (variant["policy"], variant["xla"], variant["batch"]) == ("mixed_bfloat16", True, 8)
     assert "xla_compiler" in variant  # planned for an H100: XLA's compiler is read
-    assert results["skipped"] == [] and results["machine"]["commit"]
+    assert run["skipped"] == [] and run["call"].startswith("benchmarks/gpu.py at commit ")
     assert (tmp_path / "logs" / "check.log").exists()
     assert (tmp_path / "logs" / "plan_tfrecords_profile.log").exists()
     assert "plan+tfrecords+profile: " in done.stdout and "images/s" in done.stdout

@@ -57,7 +57,11 @@ def validate_file(path: Path, region: str | None):
     from components.gpu.pools import check_pools, with_role_checks
     from components.vertex_options import VertexOptions
     from pipelines.config import SECTIONS, VertexConfig, measurements_location
-    from pipelines.config_loading import AI_PLATFORM_KEYS, without_deprecated_keys
+    from pipelines.config_loading import (
+        AI_PLATFORM_KEYS,
+        with_absolute_paths,
+        without_deprecated_keys,
+    )
     from pipelines.yaml_input import read_yaml
     from trainer.common.schema import validate
     from trainer.run.training_options import TrainingOptions
@@ -81,7 +85,8 @@ def validate_file(path: Path, region: str | None):
                              "expected a mapping with region, worker_pool_specs, ...")
         vertex = _section(data, "vertex")
         region = region or _text(vertex.get("region")) or VertexOptions().region
-        current = without_deprecated_keys(data, str(path), None)  # local-run keys: not here
+        current = with_absolute_paths(without_deprecated_keys(data, str(path), None),
+                                      path.resolve().parent)  # local-run keys: not here
         problems = []  # every section's, at once, as `run` and `compile` report them
         try:
             training = validate(TrainingOptions, _section(current, "training"),

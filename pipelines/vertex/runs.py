@@ -99,12 +99,22 @@ class Prepared:
     dataflow: Any = None
 
 
-def prepare_run(config: Config, work_dir: Path, *, dry_run: bool, clients: Clients,
-                credentials: Any = None, log: Callable[[str], None] = say) -> Prepared:
-    """Packs and uploads the sources, makes sure the image exists, and builds the job.
+@dataclasses.dataclass(frozen=True)
+class Images:
+    """The images a run uses (`found`, as the build stage outputs them), the sources'
+    URI, the Cloud Build request that builds them and the build context."""
 
-    With `dry_run`, nothing is uploaded or built: the returned requests show what would be.
-    """
+    found: dict[str, dict[str, Any]]
+    source_uri: str
+    build_request: Any
+    context: Any
+
+
+def ensure_images(config: Config, work_dir: Path, *, dry_run: bool, clients: Clients,
+                  log: Callable[[str], None] = say) -> Images:
+    """Packs and uploads the sources and makes sure the images exist (built by Cloud Build
+    unless their content tag does), named by digest. With `dry_run`, nothing is uploaded
+    or built: the references carry a placeholder digest."""
     require_vertex_settings(config)
     context = write_build_context(work_dir / "build-context",
                                   user_code=config.training.user_code or None)
@@ -128,12 +138,23 @@ def prepare_run(config: Config, work_dir: Path, *, dry_run: bool, clients: Clien
             found = cloud_build.ensure_images(repository.uri, context.tag, source_uri,
                                               build_client=builder, registry_client=registry,
                                               settings=settings, log=log)
+    return Images(found, source_uri, build_request, context)
+
+
+def prepare_run(config: Config, work_dir: Path, *, dry_run: bool, clients: Clients,
+                credentials: Any = None, log: Callable[[str], None] = say) -> Prepared:
+    """Packs and uploads the sources, makes sure the image exists, and builds the job.
+
+    With `dry_run`, nothing is uploaded or built: the returned requests show what would be.
+    """
+    built = ensure_images(config, work_dir, dry_run=dry_run, clients=clients, log=log)
+    found, source_uri = built.found, built.source_uri
     template = compile_for_vertex(config, work_dir / "pipeline.yaml",
                                   found[images.CPU.key]["reference"], source_uri)
     job = pipeline_job(config, template, source_uri, credentials)
     request = create_request(job, config)
-    return Prepared(job, request, found, source_uri, build_request, template,
-                    tuple(user_code_files(context)),
+    return Prepared(job, request, found, source_uri, built.build_request, template,
+                    tuple(user_code_files(built.context)),
                     dataflow_preview(config, found, request.pipeline_job_id))
 
 

@@ -56,8 +56,10 @@ def emit(found: dict[str, Any]) -> None:
 
 
 def run(case: Case, plan: Any, data: str, batch: int, size: int, classes: int, warmup: int,
-        steps: int) -> None:
-    """Runs one case in this process (TensorFlow not yet imported), printing each phase."""
+        steps: int, model: str = "resnet50", user_code: str = "") -> None:
+    """Runs one case of `model` (`training.model`; random weights) in this process
+    (TensorFlow not yet imported), printing each phase; `data` ("" for none) is a prepared
+    dataset for the `tfrecords` phase."""
     xla = plan.xla if case.xla is None else case.xla
     precision = plan.mixed_precision if case.precision == "plan" else \
         TRAINER_PRECISION[case.precision]
@@ -88,9 +90,9 @@ def run(case: Case, plan: Any, data: str, batch: int, size: int, classes: int, w
     nhwc = keep_nhwc(tf, plan.keep_nhwc)
     apply_precision(keras, plan)
     with strategy.scope():
-        model = build_model(keras, "resnet50", size, classes, 1e-3, jit_compile=plan.xla,
-                            steps_per_execution=case.steps_per_execution)
-    common = {"case": case.name, "mixed_precision": plan.mixed_precision,
+        built = build_model(keras, model, size, classes, 1e-3, jit_compile=plan.xla,
+                            steps_per_execution=case.steps_per_execution, user_code=user_code)
+    common = {"case": case.name, "model": model, "mixed_precision": plan.mixed_precision,
               "policy": keras.mixed_precision.global_policy().name, "xla": plan.xla,
               "batch": batch, "image_size": size, "classes": classes,
               "steps_per_execution": case.steps_per_execution,
@@ -99,19 +101,19 @@ def run(case: Case, plan: Any, data: str, batch: int, size: int, classes: int, w
               **({"xla_compiler": compiler} if compiler else {})}
     synthetic = inputs(tf, "synthetic", data, batch, size, classes)
     started = time.perf_counter()
-    model.fit(synthetic, steps_per_epoch=warmup, epochs=1, verbose=0)
+    built.fit(synthetic, steps_per_epoch=warmup, epochs=1, verbose=0)
     warm = time.perf_counter() - started
     emit({**common, "phase": "warmup", "warmup_steps": warmup,
           "warmup_seconds": round(warm, 1)})
     emit({**common, "phase": "timed", "input": "synthetic", "warmup_steps": warmup,
-          "warmup_seconds": round(warm, 1), **timed(tf, model, synthetic, steps, batch, gpu)})
-    if case.tfrecords:
+          "warmup_seconds": round(warm, 1), **timed(tf, built, synthetic, steps, batch, gpu)})
+    if case.tfrecords and data:
         records = inputs(tf, "tfrecords", data, batch, size, classes)
-        model.fit(records, steps_per_epoch=TFRECORDS_WARMUP, epochs=1, verbose=0)
+        built.fit(records, steps_per_epoch=TFRECORDS_WARMUP, epochs=1, verbose=0)
         emit({**common, "phase": "timed", "input": "tfrecords",
-              **timed(tf, model, records, steps, batch, gpu)})
+              **timed(tf, built, records, steps, batch, gpu)})
     if case.profile:  # last: a profiler that fails takes no figure with it
-        emit({**common, "phase": "profile", **profiled(tf, model, synthetic)})
+        emit({**common, "phase": "profile", **profiled(tf, built, synthetic)})
 
 
 def timed(tf: Any, model: Any, dataset: Any, steps: int, batch: int,

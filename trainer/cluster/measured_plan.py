@@ -96,6 +96,8 @@ def _shared(case: Case, setting: str) -> str:
 def cited(results: ResultsFile, accelerator: str) -> str:
     """Where figures come from: the GPU and file, and whether they stand in for another."""
     where = f"an {results.gpu}" if results.gpu else results.accelerator
+    if results.on_cpu:
+        return f"(measured on CPUs, not on a GPU: {results.source})"
     if stands_in(results, accelerator):
         return f"(extrapolated from {where}, {results.source})"
     return f"(on {where}, {results.source})"

@@ -93,6 +93,8 @@ class ResultsFile:
         user: From the user's measurements location (comes before the shipped files).
         cases: The cases, completed or not.
         image: The trainer image's digest it ran, if recorded.
+        on_cpu: Run on CPUs for `accelerator` (`--allow-cpu`: a local try, or the emulated
+            Vertex AI), not on the GPU: its figures come last and are said so.
     """
 
     source: str
@@ -103,6 +105,7 @@ class ResultsFile:
     user: bool
     cases: tuple[Case, ...]
     image: str = ""
+    on_cpu: bool = False
 
     @property
     def architecture(self) -> str:
@@ -137,7 +140,7 @@ def parse_results(data: Any, source: str, *, user: bool = False) -> ResultsFile:
     cases = tuple(case for run in runs for row in run.get("cases") or []
                   if isinstance(row, dict) and (case := _case(row, _plan_of(run))))
     return ResultsFile(source, accelerator, gpu, model, measured_at, user, cases,
-                       str(data.get("image") or ""))
+                       str(data.get("image") or ""), data.get("device") == "cpu")
 
 
 def _device(run: dict[str, Any]) -> str:
@@ -215,16 +218,17 @@ class Measurements:
 
     def for_gpu(self, accelerator: str, model: str = "") -> list[ResultsFile]:
         """The files that speak for `accelerator`, in the order they count: the GPU's own
-        before another GPU's of its architecture (standing in for it), the model's own
-        before another model's, the user's before the shipped ones, the newest first."""
+        before another GPU's of its architecture (standing in for it), before CPUs run for
+        it; the model's own before another model's, the user's before the shipped ones, the
+        newest first."""
         known = ACCELERATORS.get(accelerator)
         if known is None:
             return []
         same = [f for f in self.files if f.accelerator == accelerator
-                or (f.architecture == known.architecture and f.architecture)]
+                or (f.architecture == known.architecture and not f.on_cpu)]
         return sorted(same, key=lambda f: (
-            f.accelerator != accelerator and not _same_chip(f.accelerator, accelerator),
-            bool(model) and f.model != model, not f.user, _negated(f.measured_at), f.source))
+            f.on_cpu, stands_in(f, accelerator), bool(model) and f.model != model,
+            not f.user, _negated(f.measured_at), f.source))
 
 
 def _same_chip(measured: str, planned: str) -> bool:
@@ -237,9 +241,9 @@ def _negated(day: str) -> tuple[int, ...]:
 
 
 def stands_in(results: ResultsFile, accelerator: str) -> bool:
-    """Whether a file's figures stand in for another GPU than the one they measured."""
-    return results.accelerator != accelerator and not _same_chip(results.accelerator,
-                                                                 accelerator)
+    """Whether a file's figures stand in for a GPU they did not run on."""
+    return results.on_cpu or (results.accelerator != accelerator
+                              and not _same_chip(results.accelerator, accelerator))
 
 
 def read_folder(root: Path, *, user: bool, cited: str = "") -> tuple[list[ResultsFile],

@@ -422,6 +422,60 @@ def test_a_dry_run_estimates_the_cost_from_the_newest_model_s_measured_speed(emu
     assert all(r.method == "GET" for r in emulated_run["apis"].requests[before:])
 
 
+def test_the_benchmark_runs_as_a_custom_job_and_the_next_dry_run_cites_its_file(emulated_run):
+    """`gpu-pipeline benchmark`'s Vertex path: the images submit built (found by their
+    content tag), one CustomJob of the benchmark's real command on one T4 (the emulator
+    runs it on the CPUs: tiny sizes), its results file in the measurements location in
+    Cloud Storage, and the next `submit --dry-run` plans with it and names it."""
+    from pipelines.benchmark import benchmark_of
+    from pipelines.vertex.benchmark_job import BENCHMARK_COMMAND, run_on_vertex
+
+    lines: list[str] = []
+    config = load_config(overrides={
+        "vertex": {"project": "my-proj", "region": "us-central1",
+                   "pipeline_root": "gs://pipelines/root", "image_repository": REPO,
+                   "service_account": ACCOUNT, "job_name": "emulated",
+                   "prices": {"NVIDIA_TESLA_T4": 0.35}},
+        "training": {"batch_size": 4}})
+    benchmark = benchmark_of(config, classes=3, cases="float32-noxla,float16-noxla",
+                             budget=300, warmup=1, steps=2)
+    before = len(emulated_run["apis"].recorded(r"/customJobs$"))
+    results, output, cost = run_on_vertex(
+        config, benchmark, data="", folder=config.measurements_location(), dry_run=False,
+        clients=emulated_run["clients"], log=lines.append, poll_seconds=0.2)
+    (created,) = emulated_run["apis"].recorded(r"/customJobs$")[before:]
+    job = aiplatform_v1.CustomJob.from_json(json.dumps(created.body))
+    (pool,) = job.job_spec.worker_pool_specs
+    assert (pool.machine_spec.machine_type, pool.machine_spec.accelerator_type.name,
+            pool.machine_spec.accelerator_count) == ("n1-standard-8", "NVIDIA_TESLA_T4", 1)
+    assert re.fullmatch(rf"{REPO}/gpu-pipeline-gpu@sha256:[0-9a-f]{{64}}",
+                        pool.container_spec.image_uri)
+    assert list(pool.container_spec.command) == list(BENCHMARK_COMMAND)
+    args = list(pool.container_spec.args)
+    assert args[:5] == ["all", "--accelerator", "NVIDIA_TESLA_T4", "--model", "cnn"]
+    assert args[-2:] == ["--expected-gpus", "1"] and output in args
+    assert job.job_spec.service_account == ACCOUNT
+    assert job.job_spec.scheduling.timeout.total_seconds() == 300 + 1200
+    assert job.labels["gpu-pipeline-job"] == "benchmark"
+    assert output.startswith("gs://pipelines/root/measurements/NVIDIA_TESLA_T4/cnn/")
+    # The results file landed in the bucket; its figures are the CPUs', said so.
+    assert emulated_run["storage"].bucket("pipelines").blob(
+        output[len("gs://pipelines/"):]).exists()
+    assert (results["schema"], results["accelerator"], results["device"]) == (
+        2, "NVIDIA_TESLA_T4", "cpu")
+    timed = [c for c in results["runs"][0]["cases"] if c.get("phase") == "timed"]
+    assert [c["case"] for c in timed] == ["float32-noxla", "float16-noxla"]
+    assert cost[0].startswith("cost: about ") and "n1-standard-8 with its GPU" in cost[0]
+    # The next dry run reads the measurements location and cites the file.
+    lines.clear()
+    runs.submit(config, dry_run=True, clients=emulated_run["clients"],
+                credentials=AnonymousCredentials(), log=lines.append)
+    (precision,) = [line for line in lines if line.startswith("  mixed_precision: ")]
+    assert f"(measured on CPUs, not on a GPU: {output})" in precision
+    assert any(line.startswith("measurements: the training plan read 1 results file(s) "
+                               "under gs://pipelines/root/measurements/") for line in lines)
+
+
 def test_the_custom_job_request_and_the_environment_of_its_replicas(emulated_run):
     apis = emulated_run["apis"]
     (sent,) = apis.recorded(r"/customJobs$")

@@ -100,6 +100,10 @@ BEAM_BOOT_ALONE = [sys.executable, "-c",
                    "import sys; sys.exit('boot: No id provided.')"]
 
 
+#: The GPU benchmark's module (`pipelines.vertex.benchmark_job.BENCHMARK_COMMAND`).
+BENCHMARK_MODULE = "trainer.benchmark"
+
+
 def image_entrypoints(repository: str, root: Path) -> dict[str, list[str]]:
     """Each project image's entry point as its Dockerfile under `root` declares it, as this
     machine runs it: `python` is this interpreter, Beam's boot program exits as it does
@@ -875,6 +879,10 @@ class FakeGoogleApis:
             args, expected_gpus = _without_gpu_expectation(
                 [] if self.replica_command else container.get("args", []))
             args, plan = _on_cpus(args)
+            if expected_gpus and BENCHMARK_MODULE in command:
+                # The GPU benchmark measures this machine's CPUs in place of its GPU, and
+                # its results file says so (`"device": "cpu"`).
+                args.append("--allow-cpu")
             for index in range(len(hosts)):
                 env = {**self.environment, **(trial_env or {}),
                        **{e["name"]: e["value"] for e in container.get("env", [])}}
