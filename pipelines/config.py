@@ -175,9 +175,12 @@ class Config(pydantic.BaseModel):
         return measurements_location(self.training.measurements, self.vertex.pipeline_root)
 
     def vertex_training(self) -> TrainingOptions:
-        """The training options as a run on Vertex AI plans with them (the measurements
-        location resolved)."""
-        return self.training.model_copy(update={"measurements": self.measurements_location()})
+        """The training options as a run on Vertex AI uses them: the measurements location
+        and XLA's cache resolved under the pipeline root when not set."""
+        root = self.vertex.pipeline_root.rstrip("/")
+        return self.training.model_copy(update={
+            "measurements": self.measurements_location(),
+            "xla_cache": self.training.xla_cache or (f"{root}/xla-cache/" if root else "")})
 
     def vertex_options(self) -> VertexOptions:
         """The run's Vertex AI options (the pipeline's `vertex` parameter)."""

@@ -135,7 +135,7 @@ def _sections(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
 #: Training options that name local files: relative to the config file that sets them (or
 #: to the working directory, on the command line), made absolute at load, because the
 #: trainer's processes run elsewhere.
-LOCAL_PATHS = ("user_code", "weights", "measurements")
+LOCAL_PATHS = ("user_code", "weights", "measurements", "xla_cache")
 
 
 def with_absolute_paths(data: Mapping[str, Any], base: Path) -> Mapping[str, Any]:

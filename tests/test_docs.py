@@ -144,7 +144,8 @@ def _runnable(command: str) -> bool:
     if any(words.startswith(prefix) for prefix in NEEDS_MORE):
         return False
     # What would call Google Cloud runs here only as its dry run.
-    return not words.startswith(("submit", "schedule", "publish")) or "--dry-run" in command
+    return not words.startswith(("submit", "schedule", "publish", "benchmark")) \
+        or "--dry-run" in command
 
 
 RUNNABLE = [(page, command) for page, command in COMMANDS if _runnable(command)]

@@ -18,6 +18,7 @@ from components.training.job_names import (
     validate_job_name,
 )
 from trainer.common.errors import InputError
+from trainer.run.xla_compile import IMAGE_VARIABLE
 
 if TYPE_CHECKING:
     from components.vertex_options import VertexOptions
@@ -91,10 +92,12 @@ def custom_job_spec(pools: Sequence[WorkerPool | None], images: Mapping[str, Any
         spec = pool.to_api() if pool else {}
         if pool and not pool.reduction_server:  # which runs Vertex AI's own image
             gpus = pool.gpus_per_machine
+            image = images["gpu" if gpus else "cpu"]["reference"]
             spec["container_spec"] = {
-                "image_uri": images["gpu" if gpus else "cpu"]["reference"],
-                "command": list(TRAINER_COMMAND),
-                "args": [*args, "--expected-gpus", str(gpus)] if gpus else list(args)}
+                "image_uri": image, "command": list(TRAINER_COMMAND),
+                "args": [*args, "--expected-gpus", str(gpus)] if gpus else list(args),
+                # XLA's cache is kept per GPU type and image (trainer.run.xla_compile).
+                "env": [{"name": IMAGE_VARIABLE, "value": image}]}
         specs.append(spec)
     base = output_uri.rstrip("/")
     return {"worker_pool_specs": specs, "base_output_directory": base,

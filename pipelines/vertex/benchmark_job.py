@@ -40,6 +40,7 @@ def benchmark_job(config: Config, benchmark: Benchmark, images: Mapping[str, Any
     from components.training.job_names import unique_job_name
     from components.training.vertex_job import custom_job
     from trainer.common.gcs import to_mount_path
+    from trainer.run.xla_compile import cache_location
 
     primary = config.alternatives()[0]
     chief = primary.pools[0]
@@ -47,10 +48,13 @@ def benchmark_job(config: Config, benchmark: Benchmark, images: Mapping[str, Any
     image = images["gpu"]["reference"]
     machine_spec = {**chief.to_api()["machine_spec"], "machine_type": where.machine,
                     "accelerator_count": where.gpus}
+    training = config.vertex_training()
     arguments = benchmark.arguments(
-        config.model_copy(update={"training": config.vertex_training()}),
+        config.model_copy(update={"training": training}),
         data=to_mount_path(data) if data else "", output=output, image=image,
         call=f"gpu-pipeline benchmark on Vertex AI: {where.machine} ({where.why})")
+    # The `cache` cases read and fill the runs' own XLA cache of this GPU and image.
+    arguments += ["--xla-cache", cache_location(training.xla_cache, where.accelerator, image)]
     pool = {"machine_spec": machine_spec, "replica_count": 1,
             "container_spec": {
                 "image_uri": image, "command": list(BENCHMARK_COMMAND),

@@ -17,6 +17,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from trainer.cluster.case_names import TRAINER_PRECISION, Case
@@ -31,7 +32,7 @@ def environment(case: Case, xla: bool, nvidia: bool) -> dict[str, str]:
     """The variables a case sets before TensorFlow starts: XLA's log of its compiler
     choice, NVIDIA's environment (`nvidia`), XLA's flags of `parallel`, `notriton` and
     `autotuneN`."""
-    from trainer.run import gpu_environment
+    from trainer.run import gpu_environment, xla_compile
 
     changed: dict[str, str] = {}
     if xla:
@@ -39,15 +40,14 @@ def environment(case: Case, xla: bool, nvidia: bool) -> dict[str, str]:
         changed["TF_CPP_VMODULE"] = f"{gpu_environment.COMPILER_LOG_MODULE}=4"
     if nvidia:  # as the trainer sets it where the plan says so
         changed.update(gpu_environment.set_nvidia_environment({}))
-    # Parallel compilation needs nvlink or, without it (the image: the nvcc wheel has none),
-    # the driver's linker (assemble_compilation_provider.cc).
-    extra = (["--xla_gpu_enable_llvm_module_compilation_parallelism=true",
-              "--xla_gpu_unsafe_fallback_to_driver_on_ptxas_not_found=true"]
-             if case.parallel else []) + ([f"--xla_gpu_autotune_level={case.autotune}"]
-                                          if case.autotune is not None else []) \
-        + (["--xla_gpu_enable_triton_gemm=false"] if case.notriton else [])
-    if extra:
-        changed["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *extra]).strip()
+    # Parallel compilation needs a thread pool and nvlink or, without it (the image: the
+    # nvcc wheel has none), the driver's linker (trainer.run.xla_compile).
+    extra = (xla_compile.parallel_flags(os.cpu_count() or 1, driver_links=True)
+             if case.parallel else []) \
+        + ([xla_compile.flag("xla_gpu_autotune_level", case.autotune)]
+           if case.autotune is not None else []) \
+        + ([xla_compile.flag("xla_gpu_enable_triton_gemm", False)] if case.notriton else [])
+    changed.update(xla_compile.with_flags(os.environ, xla=extra))
     return changed
 
 
@@ -56,10 +56,11 @@ def emit(found: dict[str, Any]) -> None:
 
 
 def run(case: Case, plan: Any, data: str, batch: int, size: int, classes: int, warmup: int,
-        steps: int, model: str = "resnet50", user_code: str = "") -> None:
+        steps: int, model: str = "resnet50", user_code: str = "", xla_cache: str = "") -> None:
     """Runs one case of `model` (`training.model`; random weights) in this process
     (TensorFlow not yet imported), printing each phase; `data` ("" for none) is a prepared
-    dataset for the `tfrecords` phase."""
+    dataset for the `tfrecords` phase; `xla_cache`, with the `cache` switch, is where XLA's
+    caches are restored from before TensorFlow starts and saved to after the warm-up."""
     xla = plan.xla if case.xla is None else case.xla
     precision = plan.mixed_precision if case.precision == "plan" else \
         TRAINER_PRECISION[case.precision]
@@ -73,7 +74,13 @@ def run(case: Case, plan: Any, data: str, batch: int, size: int, classes: int, w
                                keep_nhwc=case.keep_nhwc or (own and plan.keep_nhwc),
                                prefetch_to_gpu=case.prefetch or (own and plan.prefetch_to_gpu))
     os.environ.update(environment(case, xla, nvidia))
-    from trainer.run import gpu_environment
+    from trainer.run import gpu_environment, xla_compile
+
+    cache, restored = None, 0
+    if case.xla_cache and xla_cache:
+        cache = Path(tempfile.mkdtemp(prefix="xla-cache-"))
+        restored = xla_compile.restore(xla_cache, cache)
+        os.environ.update(xla_compile.cache_environment(cache, os.environ))
 
     compiler = gpu_environment.compiler(os.environ) if xla and plan.gpus_per_machine else None
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -103,6 +110,9 @@ def run(case: Case, plan: Any, data: str, batch: int, size: int, classes: int, w
     started = time.perf_counter()
     built.fit(synthetic, steps_per_epoch=warmup, epochs=1, verbose=0)
     warm = time.perf_counter() - started
+    if cache is not None:  # the step is compiled: what is new goes to the cache now
+        common["xla_cache"] = {"start": "warm" if restored else "cold", "restored": restored,
+                               "saved": xla_compile.save(cache, xla_cache)}
     emit({**common, "phase": "warmup", "warmup_steps": warmup,
           "warmup_seconds": round(warm, 1)})
     emit({**common, "phase": "timed", "input": "synthetic", "warmup_steps": warmup,

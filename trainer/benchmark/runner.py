@@ -26,12 +26,14 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from trainer.benchmark.cases import RESULT
 from trainer.cluster.accelerators import accelerator_of_device
+from trainer.cluster.case_names import parse
 from trainer.cluster.measurements import SCHEMA
 
 #: The cases `all` runs by default, most important first: the plan's own through the
@@ -96,16 +98,21 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     found_device = ["--device", str(run["check"].get("device", "cpu")),
                     "--capability", ".".join(map(str, run["check"].get(
                         "compute_capability") or ()))]
-    for name in args.cases.split(",") if args.cases else CASES:
-        left = deadline - time.monotonic()
-        if left < min(args.case_timeout, 120) / 2:
-            run["skipped"].append(name)
-            continue
-        for found in _child([*me, "case", name, "--data", args.data, *shared, *found_device],
-                            min(args.case_timeout, left), args.logs, name):
-            run["cases"].append({"case": name, **found})
-            print(line(run["cases"][-1]), flush=True)
-        save(results, args.output)
+    with tempfile.TemporaryDirectory(prefix="xla-cache-") as scratch:
+        cache = ["--xla-cache", args.xla_cache or scratch]
+        for name in args.cases.split(",") if args.cases else CASES:
+            # A case with XLA's caches runs twice: cold (filling them), then warm.
+            for _ in range(2 if parse(name).xla_cache else 1):
+                left = deadline - time.monotonic()
+                if left < min(args.case_timeout, 120) / 2:
+                    run["skipped"].append(name)
+                    break
+                for found in _child([*me, "case", name, "--data", args.data, *shared,
+                                     *found_device, *cache], min(args.case_timeout, left),
+                                    args.logs, name):
+                    run["cases"].append({"case": name, **found})
+                    print(line(run["cases"][-1]), flush=True)
+                save(results, args.output)
     return results
 
 
@@ -168,8 +175,11 @@ def line(found: dict[str, Any]) -> str:
     if "error" in found:
         return f"{found['case']}: {found['error']}"
     if found.get("phase") == "warmup":
+        cache = found.get("xla_cache")
         return (f"{found['case']}: warm-up {found['warmup_seconds']} s "
-                f"({found['warmup_steps']} steps)")
+                f"({found['warmup_steps']} steps)"
+                + (f", {cache['start']} start: {cache['restored']} cached file(s) read, "
+                   f"{cache['saved']} saved" if cache else ""))
     if found.get("phase") == "profile":
         profile = found["profile"]
         return f"{found['case']}: profile " + (profile.get("error") or json.dumps(
@@ -212,6 +222,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", default="benchmarks/results/gpu.json",
                         help="Where `all` writes the results file (a path or gs://).")
     parser.add_argument("--logs", type=Path, help="Where `all` keeps each part's output.")
+    parser.add_argument("--xla-cache", default="", help="Where the `cache` cases keep XLA's "
+                        "caches (a folder, or gs:// through /gcs/); default: a temporary one.")
     return parser
 
 
@@ -219,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     """`all` (check, then the cases, writing the results file), or one part as `all` runs
     it (`check`, `case NAME`)."""
     from trainer.benchmark import cases, probe
-    from trainer.cluster.case_names import CaseError, parse
+    from trainer.cluster.case_names import CaseError
     from trainer.common.schema import validate
     from trainer.run.training_options import TrainingOptions
 
@@ -240,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.capability else None
         cases.run(parse(args.name), probe.plan_for(args.device, capability, options),
                   args.data, args.batch, args.size, args.classes, args.warmup, args.steps,
-                  model=args.model, user_code=args.user_code)
+                  model=args.model, user_code=args.user_code, xla_cache=args.xla_cache)
     else:
         results = run_all(args)
         print(f"results: {save(results, args.output)}")

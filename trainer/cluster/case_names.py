@@ -17,8 +17,9 @@ A case is named `PRECISION[-xla|-noxla][+OPTION]...`:
   (XLA's GEMMs on cuBLAS instead of Triton fusions, `--xla_gpu_enable_triton_gemm=false`:
   AlphaFold 3's "compilation time workaround", google-deepmind/alphafold3
   docs/performance.md; the H200 run of 2026-11-26 stopped in XLA's Triton GEMM autotuner,
-  "could not compile any configs") and `autotuneN` (XLA's autotuning level N, 0-4; 4 is its
-  default).
+  "could not compile any configs"), `autotuneN` (XLA's autotuning level N, 0-4; 4 is its
+  default) and `cache` (XLA's persistent caches, `trainer.run.xla_compile`: the case runs
+  twice, a cold start that fills them and a warm one that reads them).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ TRAINER_PRECISION = {"float32": "off", "float16": "float16", "bfloat16": "bfloat
 #: The options without a number -> the `Case` field each turns on.
 SWITCHES = {"nvenv": "nvidia_environment", "prefetch": "prefetch", "nhwc": "keep_nhwc",
             "tfrecords": "tfrecords", "profile": "profile", "parallel": "parallel",
-            "notriton": "notriton"}
+            "notriton": "notriton", "cache": "xla_cache"}
 
 class CaseError(InputError):
     """A case name that does not parse."""
@@ -57,6 +58,7 @@ class Case:
     profile: bool = False
     parallel: bool = False
     notriton: bool = False
+    xla_cache: bool = False
     autotune: int | None = None
 
 

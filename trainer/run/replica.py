@@ -34,7 +34,7 @@ from trainer.cluster.training_plan import (
     requested,
 )
 from trainer.common.errors import ProjectError
-from trainer.run import gpu_environment
+from trainer.run import gpu_environment, xla_compile
 from trainer.run.arguments import parse_args
 from trainer.run.distribution import apply_precision, create_strategy, keep_nhwc
 from trainer.run.replica_setup import (
@@ -106,6 +106,13 @@ def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
     if training.nvidia_environment and training.gpus_per_machine:
         log.info("NVIDIA's environment set: %s",
                  gpu_environment.set_nvidia_environment(os.environ))
+    cache, said = xla_compile.open_cache(args.options.xla_cache, training.accelerator,
+                                         os.environ) if training.xla else (None, "")
+    if said:
+        log.info("xla cache: %s", said)
+    if training.xla and training.gpus_per_machine:
+        os.environ.update(xla_compile.with_flags(
+            os.environ, xla=xla_compile.parallel_where_possible(os.environ)))
     tf = _start_tensorflow(environ)
     from trainer.cluster.watch import formation_watch
 
@@ -156,6 +163,9 @@ def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
              report["epochs_run"], report["train_seconds"],
              report["weights_sha256"])
     _export(tf, model, setup, report)
+    if cache is not None and info.is_chief:
+        log.info("xla cache: %s", xla_compile.close_cache(cache, args.options.xla_cache,
+                                                          training.accelerator, os.environ))
     return report
 
 

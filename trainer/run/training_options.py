@@ -111,6 +111,11 @@ class TrainingOptions(pydantic.BaseModel):
         ".json under it): the training plan reads them before the ones shipped with the "
         "trainer; empty: <vertex.pipeline_root>/measurements/ for runs on Vertex AI, none "
         "for local runs."))
+    xla_cache: str = Field("", description=(
+        "Where XLA's compiled steps and autotuning results are kept between runs (a folder "
+        "or gs://BUCKET/PATH), per GPU type and trainer image: with XLA on, a run restores "
+        "them before its warm-up and the chief saves what is new; empty: "
+        "<vertex.pipeline_root>/xla-cache/ on Vertex AI, none for local runs."))
     cache: Switch = Field("auto", description=(
         "Keep decoded images in memory; auto: when they fit cache_budget_mb."))
     cache_budget_mb: float = Field(2048.0, gt=0, le=2**20, description=(

@@ -377,16 +377,21 @@ def test_the_run_says_where_its_gpu_time_and_money_went(emulated_run):
     assert f'resource.labels.job_id="{job.name.rsplit("/", 1)[-1]}"' in query["filter"][0]
 
 
-def test_a_dry_run_estimates_the_cost_from_the_newest_model_s_measured_speed(emulated_run):
-    """`submit --dry-run` reads the newest registered model's efficiency.json (beside it
-    in Cloud Storage) and prices the configured epochs on the primary configuration."""
-    lines: list[str] = []
-    config = load_config(overrides={
+def _priced_config(training: dict):
+    """A configuration of the emulated project whose T4 costs 0.35 USD an hour."""
+    return load_config(overrides={
         "vertex": {"project": "my-proj", "region": "us-central1",
                    "pipeline_root": "gs://pipelines/root", "image_repository": REPO,
                    "service_account": ACCOUNT, "job_name": "emulated",
                    "prices": {"NVIDIA_TESLA_T4": 0.35}},
-        "training": {"epochs": 4}})
+        "training": training})
+
+
+def test_a_dry_run_estimates_the_cost_from_the_newest_model_s_measured_speed(emulated_run):
+    """`submit --dry-run` reads the newest registered model's efficiency.json (beside it
+    in Cloud Storage) and prices the configured epochs on the primary configuration."""
+    lines: list[str] = []
+    config = _priced_config({"epochs": 4})
     runs.submit(config, dry_run=True, clients=emulated_run["clients"],
                 credentials=AnonymousCredentials(), log=lines.append)
     rate = 2 * (2 * 0.21849885 + 0.35)  # two n1-standard-8 machines with a T4 each
@@ -422,60 +427,6 @@ def test_a_dry_run_estimates_the_cost_from_the_newest_model_s_measured_speed(emu
     assert all(r.method == "GET" for r in emulated_run["apis"].requests[before:])
 
 
-def test_the_benchmark_runs_as_a_custom_job_and_the_next_dry_run_cites_its_file(emulated_run):
-    """`gpu-pipeline benchmark`'s Vertex path: the images submit built (found by their
-    content tag), one CustomJob of the benchmark's real command on one T4 (the emulator
-    runs it on the CPUs: tiny sizes), its results file in the measurements location in
-    Cloud Storage, and the next `submit --dry-run` plans with it and names it."""
-    from pipelines.benchmark import benchmark_of
-    from pipelines.vertex.benchmark_job import BENCHMARK_COMMAND, run_on_vertex
-
-    lines: list[str] = []
-    config = load_config(overrides={
-        "vertex": {"project": "my-proj", "region": "us-central1",
-                   "pipeline_root": "gs://pipelines/root", "image_repository": REPO,
-                   "service_account": ACCOUNT, "job_name": "emulated",
-                   "prices": {"NVIDIA_TESLA_T4": 0.35}},
-        "training": {"batch_size": 4}})
-    benchmark = benchmark_of(config, classes=3, cases="float32-noxla,float16-noxla",
-                             budget=300, warmup=1, steps=2)
-    before = len(emulated_run["apis"].recorded(r"/customJobs$"))
-    results, output, cost = run_on_vertex(
-        config, benchmark, data="", folder=config.measurements_location(), dry_run=False,
-        clients=emulated_run["clients"], log=lines.append, poll_seconds=0.2)
-    (created,) = emulated_run["apis"].recorded(r"/customJobs$")[before:]
-    job = aiplatform_v1.CustomJob.from_json(json.dumps(created.body))
-    (pool,) = job.job_spec.worker_pool_specs
-    assert (pool.machine_spec.machine_type, pool.machine_spec.accelerator_type.name,
-            pool.machine_spec.accelerator_count) == ("n1-standard-8", "NVIDIA_TESLA_T4", 1)
-    assert re.fullmatch(rf"{REPO}/gpu-pipeline-gpu@sha256:[0-9a-f]{{64}}",
-                        pool.container_spec.image_uri)
-    assert list(pool.container_spec.command) == list(BENCHMARK_COMMAND)
-    args = list(pool.container_spec.args)
-    assert args[:5] == ["all", "--accelerator", "NVIDIA_TESLA_T4", "--model", "cnn"]
-    assert args[-2:] == ["--expected-gpus", "1"] and output in args
-    assert job.job_spec.service_account == ACCOUNT
-    assert job.job_spec.scheduling.timeout.total_seconds() == 300 + 1200
-    assert job.labels["gpu-pipeline-job"] == "benchmark"
-    assert output.startswith("gs://pipelines/root/measurements/NVIDIA_TESLA_T4/cnn/")
-    # The results file landed in the bucket; its figures are the CPUs', said so.
-    assert emulated_run["storage"].bucket("pipelines").blob(
-        output[len("gs://pipelines/"):]).exists()
-    assert (results["schema"], results["accelerator"], results["device"]) == (
-        2, "NVIDIA_TESLA_T4", "cpu")
-    timed = [c for c in results["runs"][0]["cases"] if c.get("phase") == "timed"]
-    assert [c["case"] for c in timed] == ["float32-noxla", "float16-noxla"]
-    assert cost[0].startswith("cost: about ") and "n1-standard-8 with its GPU" in cost[0]
-    # The next dry run reads the measurements location and cites the file.
-    lines.clear()
-    runs.submit(config, dry_run=True, clients=emulated_run["clients"],
-                credentials=AnonymousCredentials(), log=lines.append)
-    (precision,) = [line for line in lines if line.startswith("  mixed_precision: ")]
-    assert f"(measured on CPUs, not on a GPU: {output})" in precision
-    assert any(line.startswith("measurements: the training plan read 1 results file(s) "
-                               "under gs://pipelines/root/measurements/") for line in lines)
-
-
 def test_the_custom_job_request_and_the_environment_of_its_replicas(emulated_run):
     apis = emulated_run["apis"]
     (sent,) = apis.recorded(r"/customJobs$")
@@ -508,18 +459,24 @@ def test_the_custom_job_request_and_the_environment_of_its_replicas(emulated_run
         assert args[args.index("--epochs") + 1] == "3"
         assert args[args.index("--job-dir") + 1].startswith(emulated_run["mount"].prefix)
         assert args[args.index("--expected-gpus") + 1] == "1"
+        # XLA's cache is kept per GPU type and image: each replica is told the image, and
+        # where the runs' cache is (under the pipeline root, no location being set).
+        assert {e.name: e.value for e in pool.container_spec.env} == \
+            {"GPU_PIPELINE_IMAGE": gpu_image}
+        assert args[args.index("--xla-cache") + 1] == "gs://pipelines/root/xla-cache/"
     base = spec.base_output_directory.output_uri_prefix
     assert base.startswith("gs://pipelines/root/")
     job_record = next(iter(apis.jobs.values()))
     assert job_record.state == "JOB_STATE_SUCCEEDED"
     chief, worker = job_record.replicas
     assert chief.expected_gpus == worker.expected_gpus == 1
-    # Stage 1's training plan reached every replica of the pools: two T4 machines.
+    # Stage 1's training plan reached every replica of the pools: two T4 machines (XLA
+    # not measured on a T4: off).
     for replica in (chief, worker):
         plan = replica.training_plan
         assert (plan["strategy"], plan["all_reduce"], plan["mixed_precision"], plan["xla"],
                 plan["accelerator"], plan["gpus_per_machine"]) == (
-            "multi_worker_mirrored", "nccl", "float16", True, "NVIDIA_TESLA_T4", 1)
+            "multi_worker_mirrored", "nccl", "float16", False, "NVIDIA_TESLA_T4", 1)
     config = json.loads(chief.env["TF_CONFIG"])
     assert config["task"] == {"type": "chief", "index": 0, "trial": ""}
     assert set(config["cluster"]) == {"chief", "worker"} and config["environment"] == "cloud"
@@ -1394,3 +1351,65 @@ def test_under_the_cmek_org_policy_a_run_without_a_key_is_refused(emulated_run, 
     assert "Constraint `constraints/gcp.restrictNonCmekServices` violated for " \
         "`projects/my-proj` attempting to create a resource without specifying a KMS " \
         "CryptoKey." in str(refused.value)
+
+
+def test_the_benchmark_runs_as_a_custom_job_and_the_next_dry_run_cites_its_file(emulated_run):
+    """(Last in this module: it adds a job to the shared emulation.) `gpu-pipeline
+    benchmark`'s Vertex path: the images submit built (found by their content tag), one
+    CustomJob of the benchmark's real command on one T4 (the emulator
+    runs it on the CPUs: tiny sizes), its results file in the measurements location in
+    Cloud Storage, and the next `submit --dry-run` plans with it and names it."""
+    from pipelines.benchmark import benchmark_of
+    from pipelines.vertex.benchmark_job import BENCHMARK_COMMAND, run_on_vertex
+
+    lines: list[str] = []
+    config = _priced_config({"batch_size": 4})
+    benchmark = benchmark_of(config, classes=3,
+                             cases="float32-noxla,float16-noxla,float32-xla+cache",
+                             budget=300, warmup=1, steps=2)
+    before = len(emulated_run["apis"].recorded(r"/customJobs$"))
+    results, output, cost = run_on_vertex(
+        config, benchmark, data="", folder=config.measurements_location(), dry_run=False,
+        clients=emulated_run["clients"], log=lines.append, poll_seconds=0.2)
+    (created,) = emulated_run["apis"].recorded(r"/customJobs$")[before:]
+    job = aiplatform_v1.CustomJob.from_json(json.dumps(created.body))
+    (pool,) = job.job_spec.worker_pool_specs
+    assert (pool.machine_spec.machine_type, pool.machine_spec.accelerator_type.name,
+            pool.machine_spec.accelerator_count) == ("n1-standard-8", "NVIDIA_TESLA_T4", 1)
+    assert re.fullmatch(rf"{REPO}/gpu-pipeline-gpu@sha256:[0-9a-f]{{64}}",
+                        pool.container_spec.image_uri)
+    assert list(pool.container_spec.command) == list(BENCHMARK_COMMAND)
+    args = list(pool.container_spec.args)
+    assert args[:5] == ["all", "--accelerator", "NVIDIA_TESLA_T4", "--model", "cnn"]
+    assert args[-2:] == ["--expected-gpus", "1"] and output in args
+    assert job.job_spec.service_account == ACCOUNT
+    assert job.job_spec.scheduling.timeout.total_seconds() == 300 + 1200
+    assert job.labels["gpu-pipeline-job"] == "benchmark"
+    assert output.startswith("gs://pipelines/root/measurements/NVIDIA_TESLA_T4/cnn/")
+    # The results file landed in the bucket; its figures are the CPUs', said so.
+    assert emulated_run["storage"].bucket("pipelines").blob(
+        output[len("gs://pipelines/"):]).exists()
+    assert (results["schema"], results["accelerator"], results["device"]) == (
+        2, "NVIDIA_TESLA_T4", "cpu")
+    timed = [c for c in results["runs"][0]["cases"] if c.get("phase") == "timed"]
+    assert [c["case"] for c in timed] == ["float32-noxla", "float16-noxla",
+                                          "float32-xla+cache", "float32-xla+cache"]
+    # XLA's cache round-tripped through the bucket: the cold start filled the runs' cache
+    # of this GPU and image, the warm start read it back.
+    cold, warm = (c["xla_cache"] for c in results["runs"][0]["cases"]
+                  if c["case"] == "float32-xla+cache" and c.get("phase") == "warmup")
+    assert (cold["start"], cold["restored"], warm["start"]) == ("cold", 0, "warm")
+    assert cold["saved"] >= 1 and warm["restored"] == cold["saved"] and warm["saved"] == 0
+    digest = pool.container_spec.image_uri.rsplit(":", 1)[1][:16]
+    cached = [b.name for b in emulated_run["storage"].list_blobs(
+        "pipelines", prefix=f"root/xla-cache/NVIDIA_TESLA_T4/{digest}/")]
+    assert len(cached) == cold["saved"] and all("XLA_CPU_JIT" in n for n in cached)
+    assert cost[0].startswith("cost: about ") and "n1-standard-8 with its GPU" in cost[0]
+    # The next dry run reads the measurements location and cites the file.
+    lines.clear()
+    runs.submit(config, dry_run=True, clients=emulated_run["clients"],
+                credentials=AnonymousCredentials(), log=lines.append)
+    (precision,) = [line for line in lines if line.startswith("  mixed_precision: ")]
+    assert f"(measured on CPUs, not on a GPU: {output})" in precision
+    assert any(line.startswith("measurements: the training plan read 1 results file(s) "
+                               "under gs://pipelines/root/measurements/") for line in lines)
