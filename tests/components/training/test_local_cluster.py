@@ -91,7 +91,7 @@ def test_a_sidecar_evaluator_beside_multi_worker_training_reports_its_curve(
     # call of the compiled step train as one each, and are counted as two.
     chosen = run_local_cluster(Layout(workers=1, evaluators=1), [
         "--job-dir", str(job), "--data-dir", str(small_dataset), "--epochs", "3",
-        "--batch-size", "16", "--prefetch-to-gpu", "--nvidia-environment", "on",
+        "--batch-size", "16", "--prefetch-to-gpu", "on", "--nvidia-environment", "on",
         "--steps-per-execution", "2"],
         timeout_seconds=600, out=out)
     assert chosen == "multi_worker_mirrored"

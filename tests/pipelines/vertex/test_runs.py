@@ -202,10 +202,12 @@ def test_compiled_spec_builds_a_pipeline_job_request():
     from trainer.common.schema import validate
     from trainer.run.training_options import TrainingOptions
 
-    # The plan's measurements are read under the pipeline root (no location was set).
+    # The plan's measurements and XLA's cache are under the pipeline root (no location
+    # was set).
     assert validate(TrainingOptions, params["training"], strict=False) == \
         cfg.training_options().model_copy(update={
-            "measurements": f"{cfg.vertex.pipeline_root}/measurements/"})
+            "measurements": f"{cfg.vertex.pipeline_root}/measurements/",
+            "xla_cache": f"{cfg.vertex.pipeline_root}/xla-cache/"})
     vertex_options = validate(VertexOptions, params["vertex"], strict=False)
     normalised = validate_worker_pool_specs(vertex_options.worker_pool_specs,
                                             "us-central1").specs
