@@ -135,7 +135,9 @@ def describe_cpu_file(results: Mapping[str, Any], output: str) -> list[str]:
             "`gpu-pipeline benchmark --config CFG` measures the GPU itself on Vertex AI"]
 
 
-def lines_of(results: Mapping[str, Any], where: str, cost: Sequence[str] = ()) -> list[str]:
-    """What the command prints at the end: the table, the cost, where the file is, and
-    what CPU figures are worth."""
-    return [*table(results), *cost, f"results: {where}", *describe_cpu_file(results, where)]
+def lines_of(results: Mapping[str, Any], where: str, cost: Sequence[str] = (),
+             said: bool = False) -> list[str]:
+    """What the command prints at the end: the table, the cost, where the file is (unless
+    `said`: the runner here has printed it), and what CPU figures are worth."""
+    return [*table(results), *cost, *([] if said else [f"results: {where}"]),
+            *describe_cpu_file(results, where)]

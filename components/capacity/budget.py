@@ -3,18 +3,19 @@
 Before anything is created (`submit`, `schedule create`, their dry runs), each
 configuration the training step may run (the primary, then each fallback) is priced: its
 machines' and GPUs' hourly price (`components.capacity.cost`, the dated table with
-`vertex.prices` over it) times its hours, which are the configured epochs at the newest
-registered model's measured seconds per epoch, or, with no measured speed, the job's
-`vertex.timeout`: the longest Vertex AI lets it run (`scheduling.timeout`), so the
-estimate is what the job can cost at most. A configuration over the budget, or with a
-type the table cannot price, is dropped with a line; the run is refused when none is left.
+`vertex.prices` over it) times its own hours (`components.capacity.training_hours`: the
+newest registered model's speed where it trained on these machines, else the GPU
+benchmark's for its GPU and model over the dataset's images, else the job's
+`vertex.timeout`: the longest Vertex AI lets it run, so the estimate is what the job can
+cost at most). A configuration over the budget, or with a type the table cannot price, is
+dropped with a line; the run is refused when none is left.
 
 The training step holds its alternatives to the budget again before it creates its first
-job (`hold`), at the speed of the newest registered model then: a scheduled run, whose
-schedule was held when it was created, is refused or loses a fallback when the runs
-before it showed a slower speed. The step holds them to what the run leaves: the budget
-less what the run has cost before training (its study's trials, its steps, its Dataflow
-job and build, the run itself: `run_cost.before_training`).
+job (`hold`), with the prepared dataset's size and the newest registered model then: a
+scheduled run, whose schedule was held when it was created, is refused or loses a
+fallback when the runs before it showed a slower speed. The step holds them to what the
+run leaves: the budget less what the run has cost before training (its study's trials,
+its steps, its Dataflow job and build, the run itself: `run_cost.before_training`).
 
 While the job runs, the training step's follower (`components.capacity.following`) asks
 `running_guard` at every look: what the job has cost since it started plus what its
@@ -39,9 +40,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from components.capacity.cost import PRICES_READ, hourly, priced
-from trainer.common.errors import InputError, ProjectError, StageError
+from trainer.common.errors import InputError, StageError
 
 if TYPE_CHECKING:
+    from components.capacity.training_hours import Evidence
     from components.gpu.alternatives import Alternative
     from components.vertex_options import VertexOptions
 
@@ -99,30 +101,16 @@ def usd(amount: float) -> str:
     return f"{amount:.2f}" if amount >= 0.01 or amount == 0 else f"{amount:.2g}"
 
 
-def estimates(vertex: VertexOptions, alternatives: Sequence[Alternative], *, epochs: int,
-              seconds_per_epoch: float | None = None, measured_by: str = ""
-              ) -> list[Estimate]:
-    """Every alternative's estimate (prices of `PRICES_READ`, `vertex.prices` over them).
-
-    Args:
-        vertex: The run's options (prices, timeout).
-        alternatives: The primary and each fallback (`Config.alternatives()`).
-        epochs: The configured epochs (every phase's).
-        seconds_per_epoch: The newest measured speed, or None.
-        measured_by: What measured it (a model version), for the line.
-    """
-    from components.durations import duration_seconds
+def estimates(vertex: VertexOptions, alternatives: Sequence[Alternative],
+              evidence: Evidence) -> list[Estimate]:
+    """Every alternative's estimate: its price (`PRICES_READ`, `vertex.prices` over it)
+    times its own hours (`training_hours.hours_for`: what measured its machines or its
+    GPU, else `vertex.timeout`)."""
+    from components.capacity.training_hours import hours_for
 
     prices = priced(vertex.prices)
-    if seconds_per_epoch:
-        hours = seconds_per_epoch * epochs / 3600
-        basis = f"{epochs} epoch(s) at {seconds_per_epoch:.0f} s, as {measured_by} measured"
-    else:
-        hours = (duration_seconds(vertex.timeout) or 0.0) / 3600
-        basis = (f"no measured speed: vertex.timeout {vertex.timeout}, the longest the job "
-                 "may run")
-    return [Estimate(a.label, a.region, *_rate(a, prices), hours, basis)
-            for a in alternatives]
+    return [Estimate(a.label, a.region, *_rate(a, prices), hours.hours, hours.basis)
+            for a in alternatives for hours in [hours_for(a, evidence)]]
 
 
 def _rate(alternative: Alternative, prices: Mapping[str, float]) -> tuple[float, tuple[str, ...]]:
@@ -217,31 +205,21 @@ def within(vertex: Mapping[str, Any], kept: Sequence[int]) -> dict[str, Any]:
     return {**vertex, **first, "fallbacks": rest}
 
 
-def hold(vertex: VertexOptions, alternatives: Sequence[Alternative], epochs: int,
-         log: Callable[[str], None],
-         measured: Callable[[], tuple[str, dict[str, Any]] | None],
+def hold(vertex: VertexOptions, alternatives: Sequence[Alternative],
+         log: Callable[[str], None], evidence: Callable[[], Evidence],
          before: float = 0.0) -> list[Alternative]:
     """The training step's hold, before it creates a job: each alternative over what
     `vertex.budget_usd` leaves after `before` (what the run has cost before training) is
-    dropped with a line (`check`), at the seconds per epoch of the newest registered model
-    (`measured`: `measured_speed.newest_measured`), or at `vertex.timeout` when none
-    measured one or the registry cannot be read (said).
+    dropped with a line (`check`), at its hours from `evidence` (read only under a
+    budget: the newest registered model, the benchmark's results, the prepared dataset's
+    size).
 
     Raises:
         BudgetError: None fits; nothing is created.
     """
     if vertex.budget_usd <= 0:
         return list(alternatives)
-    from components.capacity.measured_speed import seconds_per_epoch
-
-    try:
-        found = measured()
-    except ProjectError as exc:  # the estimate falls back to the timeout, said
-        log(f"budget: the newest measured speed could not be read ({exc})")
-        found = None
-    per_epoch = seconds_per_epoch(found[1]) if found else None
-    priced_now = estimates(vertex, alternatives, epochs=epochs, seconds_per_epoch=per_epoch,
-                           measured_by=found[0] if found else "")
+    priced_now = estimates(vertex, alternatives, evidence())
     held = check(priced_now, vertex.budget_usd, before)
     for line in held.dropped:
         log(line)

@@ -1,13 +1,16 @@
-"""The newest measured training speed: the seconds per epoch of the newest model in the
-Vertex AI Model Registry that carries the figures its run measured (`efficiency.json`,
-written beside the model by the export stage). `submit --dry-run` estimates a run's cost
-from it (`pipelines.vertex.cost_estimate`), and so does every run's training step before
-it creates a job (`components.capacity.budget.hold`), so that a scheduled run is held to
-`vertex.budget_usd` at the speed its predecessors showed.
+"""The newest measured training run: the newest model in the Vertex AI Model Registry that
+carries the figures its run measured (`efficiency.json`, written beside the model by the
+export stage) with its lineage (`lineage.json` beside it: the cluster that trained it and
+the dataset's size). `submit --dry-run` estimates a run's cost from it
+(`pipelines.vertex.cost_estimate`), and so does every run's training step before it
+creates a job (`components.capacity.budget.hold`), so that a scheduled run is held to
+`vertex.budget_usd` at the speed its predecessors showed on the cluster they trained on
+(`components.capacity.training_hours`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +30,37 @@ def seconds_per_epoch(figures: dict[str, Any]) -> float | None:
                  default=0)
     seconds = figures.get("cluster", {}).get("train_seconds") or 0
     return seconds / epochs if epochs and seconds else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Registered:
+    """A registered model's measured run.
+
+    Attributes:
+        version: The model version (`projects/.../models/ID@VERSION`).
+        figures: Its `efficiency.json`.
+        lineage: Its `lineage.json` (`components.export.lineage`); {} when it has none.
+    """
+
+    version: str
+    figures: dict[str, Any]
+    lineage: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def seconds_per_epoch(self) -> float | None:
+        """Its training seconds per epoch, warm-up and validation included."""
+        return seconds_per_epoch(self.figures)
+
+    @property
+    def images_per_epoch(self) -> int:
+        """The training and validation images of an epoch of its dataset (0: unknown)."""
+        counts = (self.lineage.get("dataset") or {}).get("counts") or {}
+        return sum(int(counts.get(split) or 0) for split in ("train", "validation"))
+
+    @property
+    def worker_pool_specs(self) -> list[Any]:
+        """The pools that trained it ([] when its lineage does not say)."""
+        return list((self.lineage.get("cluster") or {}).get("worker_pool_specs") or [])
 
 
 def list_request(vertex: VertexOptions, project: str) -> Any:
@@ -71,14 +105,14 @@ def list_models(vertex: VertexOptions, project: str, client: Any = None) -> list
 
 
 def newest_measured(vertex: VertexOptions, project: str, model_client: Any = None,
-                    storage: Any = None) -> tuple[str, dict[str, Any]] | None:
-    """(the model version, its efficiency figures) of the newest registered model that has
-    them; None when none has (`storage`: a Cloud Storage client; the default one when
-    None).
+                    storage: Any = None) -> Registered | None:
+    """The newest registered model that has efficiency figures, with its lineage; None
+    when none has (`storage`: a Cloud Storage client; the default one when None).
 
     Raises:
         CloudCallError, CredentialsError: The registry or the bucket could not be read.
     """
+    from components.export.lineage import FILE as LINEAGE_FILE
     from components.training.efficiency import FILE
     from trainer.common.cloud_calls import remote_call
 
@@ -95,6 +129,11 @@ def newest_measured(vertex: VertexOptions, project: str, model_client: Any = Non
         bucket, _, path = uri[len("gs://"):].partition("/")
         blob = storage.bucket(bucket).blob(f"{path}/{FILE}")
         with remote_call(f"reading {uri}/{FILE}"):
-            if blob.exists():
-                return f"{model.name}@{model.version_id}", json.loads(blob.download_as_text())
+            if not blob.exists():
+                continue
+            figures = json.loads(blob.download_as_text())
+        lineage = storage.bucket(bucket).blob(f"{path}/{LINEAGE_FILE}")
+        with remote_call(f"reading {uri}/{LINEAGE_FILE}"):
+            found = json.loads(lineage.download_as_text()) if lineage.exists() else {}
+        return Registered(f"{model.name}@{model.version_id}", figures, found)
     return None

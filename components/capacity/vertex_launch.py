@@ -94,7 +94,6 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
     import time
 
     from components.capacity.budget import guard_for, hold
-    from components.capacity.measured_speed import newest_measured
 
     how = Launch(project, make_job, jobs_for,
                  quota_checker(quotas.quotas_client(), project, log), log,
@@ -109,6 +108,31 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
                              request_timeout=REQUEST_TIMEOUT),
                  guard_for=guard_for(options, trainer.total_epochs, output_path, time.time,
                                      before),
-                 hold=lambda found: hold(options, found, trainer.total_epochs, log,
-                                         lambda: newest_measured(options, project), before))
+                 hold=lambda found: hold(options, found, log, lambda: step_evidence(
+                     options, trainer, project, dataset_path, log), before))
     return launch(checked, how)
+
+
+def step_evidence(options: Any, trainer: Any, project: str, dataset_path: str,
+                  log: Callable[[str], None]) -> Any:
+    """What the training step estimates its configurations' hours from
+    (`training_hours.Evidence`): the prepared dataset's size and image size, the GPU
+    benchmark's results under `training.measurements`, and the newest registered model
+    (a registry that cannot be read is said, and the estimate goes on without it)."""
+    from components.capacity.measured_speed import newest_measured
+    from components.capacity.training_hours import Evidence, epoch_images
+    from trainer.cluster.measurements import load
+    from trainer.common.contract import load_manifest
+    from trainer.common.errors import ProjectError
+    from trainer.common.gcs import to_mount_path
+
+    manifest = load_manifest(to_mount_path(dataset_path))
+    try:
+        registered = newest_measured(options, project)
+    except ProjectError as exc:
+        log(f"budget: the newest measured run could not be read ({exc})")
+        registered = None
+    return Evidence(epochs=trainer.total_epochs, timeout=options.timeout, model=trainer.model,
+                    batch=trainer.batch_size, image_size=int(manifest["image_size"][0]),
+                    images=epoch_images(manifest), images_from="the prepared dataset",
+                    registered=registered, measurements=load(trainer.measurements))

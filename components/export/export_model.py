@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from components.cloud_names import vertex_endpoint
 from components.export import local_registry as local
 from components.export.gate import Decision, decide, other_questions
+from components.export.lineage import FILE as LINEAGE_FILE
 from components.export.lineage import lineage
 from components.export.saved_models import (
     model_classes,
@@ -120,7 +121,7 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
                      images=images, version=version, metrics=challenger, tuning=tuning,
                      efficiency=summary(efficiency) if efficiency else None)
     saved = publish_model(trained_model, destination, challenger, dataset_dir, extra={
-        "lineage.json": record, "decision.json": decision.to_dict(),
+        LINEAGE_FILE: record, "decision.json": decision.to_dict(),
         "champion_evaluation.json": champion,
         **({EFFICIENCY_FILE: dict(efficiency)} if efficiency else {})})
     measured_here = ([] if measured_by_trainer else ["challenger"]) + (

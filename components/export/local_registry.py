@@ -21,6 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from components.export.lineage import FILE as LINEAGE_FILE
 from trainer.common import files
 from trainer.common.committed_dirs import commit_directory, committed
 from trainer.common.errors import InputError
@@ -91,7 +92,7 @@ def register(model_dir: str | os.PathLike, saved_model: str | os.PathLike,
     number = str(1 + max((int(v["version"]) for v in index["versions"]), default=0))
     with commit_directory(model_dir / "versions" / number, written_by="registry") as copy:
         shutil.copytree(saved_model, copy, dirs_exist_ok=True)
-        (Path(copy) / "lineage.json").write_text(json.dumps(lineage, indent=2) + "\n")
+        (Path(copy) / LINEAGE_FILE).write_text(json.dumps(lineage, indent=2) + "\n")
     entry = {"version": number,
              "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
              "metrics": metrics, "lineage": lineage, "decision": decision}

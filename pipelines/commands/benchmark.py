@@ -90,7 +90,7 @@ def _run_here(args: argparse.Namespace) -> int:
                                           call="gpu-pipeline benchmark --local"),
                      "--allow-cpu"])
     results = json.loads(Path(output).read_text())
-    for line in lines_of(results, output):
+    for line in lines_of(results, output, said=True):  # the runner printed "results:"
         print(line)
     return 0 if _measured(results) else 1
 

@@ -168,7 +168,9 @@ def run_on_vertex(config: Config, benchmark: Benchmark, *, data: str, folder: st
             log(line)
         raise StageError(f"the benchmark's CustomJob {done.name} ended {done.state.name}: "
                          f"{done.error.message or 'no message'}")
-    bucket, name = output[len("gs://"):].split("/", 1)
+    from trainer.common.gcs import split_gcs_uri
+
+    bucket, name = split_gcs_uri(output)
     text = clients.get_storage().bucket(bucket).blob(name).download_as_bytes()
     return json.loads(text), output, cost
 

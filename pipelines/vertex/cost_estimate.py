@@ -1,12 +1,15 @@
-"""`submit --dry-run`'s cost estimate: the configured epochs at the speed the newest
-registered model measured (its `efficiency.json`, written beside it by the export stage),
-on each configuration's machines (the primary and every fallback), priced as the training
-step prices its jobs (`components.capacity.cost`); and `vertex.budget_usd` held against
-them before anything is created (`components.capacity.budget`).
+"""`submit --dry-run`'s cost estimate: each configuration (the primary and every fallback)
+at its own hours (`components.capacity.training_hours`: the newest registered model's
+measured speed where it trained on the same machines, else the GPU benchmark's figures for
+the configuration's GPU and model over the newest registered model's dataset size, else
+`vertex.timeout`), priced as the training step prices its jobs
+(`components.capacity.cost`); and `vertex.budget_usd` held against them before anything
+is created (`components.capacity.budget`).
 
-The speed is the newest model's, whatever cluster trained it: an estimate for another
-cluster or another dataset is as far off as they differ, so the lines name the model and
-its figures. Tuning trials, queueing and provisioning are not counted.
+Before the first model is registered the dataset's size is not known here (it is
+prepared by the run): configurations without their own measured run are estimated at
+`vertex.timeout`, said, and the training step holds the budget again with the prepared
+dataset. Tuning trials, queueing and provisioning are not counted.
 """
 
 from __future__ import annotations
@@ -16,14 +19,14 @@ from collections.abc import Callable
 from typing import Any
 
 from components.capacity.cost import PRICES_READ
-from components.capacity.measured_speed import newest_measured, seconds_per_epoch
+from components.capacity.measured_speed import Registered, newest_measured
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients
 from trainer.common.errors import ProjectError
 
 
 class NewestSpeed:
-    """The newest registered model's measured speed for `config`'s project, read from the
+    """The newest registered model's measured run for `config`'s project, read from the
     registry once, when first asked (a submit without a budget, not a dry run, never reads
     it; a dry run with one reads it once for the budget and the estimate lines)."""
 
@@ -31,9 +34,8 @@ class NewestSpeed:
         self._config, self._clients = config, clients
 
     @functools.cached_property
-    def found(self) -> tuple[tuple[str, dict[str, Any]] | None, str]:
-        """(the model version and its figures, or None; why there are none, "" if there
-        are)."""
+    def found(self) -> tuple[Registered | None, str]:
+        """(the model's measured run, or None; why there is none, "" if there is)."""
         try:
             found = newest_measured(self._config.vertex, self._config.vertex.project,
                                     self._clients.model_api, self._clients.get_storage())
@@ -45,16 +47,22 @@ class NewestSpeed:
 
 def _estimates(config: Config, speed: NewestSpeed) -> tuple[list[Any], str]:
     """Every configuration's estimate (`components.capacity.budget.estimates`), and why
-    there is no measured speed ("" when there is one)."""
+    there is no registered run to estimate from ("" when there is one)."""
     from components.capacity.budget import estimates
+    from components.capacity.training_hours import Evidence
+    from trainer.cluster.measurements import load
 
-    epochs = config.training_options().total_epochs
+    training = config.vertex_training()
     found, why = speed.found
-    per_epoch = seconds_per_epoch(found[1]) if found else None
-    if found and not per_epoch:
-        why = f"{found[0]}'s efficiency.json has no epochs"
-    return estimates(config.vertex, config.alternatives(), epochs=epochs,
-                     seconds_per_epoch=per_epoch, measured_by=found[0] if found else ""), why
+    if found and not found.seconds_per_epoch:
+        why = f"{found.version}'s efficiency.json has no epochs"
+    images = found.images_per_epoch if found else 0
+    evidence = Evidence(
+        epochs=training.total_epochs, timeout=config.vertex.timeout, model=training.model,
+        batch=training.batch_size, image_size=config.dataset.image_size, images=images,
+        images_from=f"as the dataset of {found.version}" if found and images else "",
+        registered=found, measurements=load(training.measurements))
+    return estimates(config.vertex, config.alternatives(), evidence), why
 
 
 def estimate_lines(config: Config, speed: NewestSpeed) -> list[str]:
@@ -68,7 +76,7 @@ def estimate_lines(config: Config, speed: NewestSpeed) -> list[str]:
             "provisioning" + (f"; vertex.budget_usd {usd(budget)} USD" if budget else "")
             + "):")
     return [head, *(f"  {e.line()}" for e in found)] + \
-        ([f"  no measured speed: {why}"] if why else [])
+        ([f"  no measured run: {why}"] if why else [])
 
 
 def hold_budget(config: Config, speed: NewestSpeed, log: Callable[[str], None]) -> Config:

@@ -68,6 +68,7 @@ def test_local_writes_a_results_file_that_the_plan_then_takes(tmp_path, capsys):
     (path,) = folder.rglob("*.json")
     assert str(path.relative_to(tmp_path)).startswith("measurements/NVIDIA_TESLA_T4/cnn/local/")
     assert f"results: {folder.name}/" in out or f"results: {folder}" in out
+    assert out.count("results: ") == 1  # said once
     results = json.loads(path.read_text())
     assert (results["schema"], results["device"], results["accelerator"], results["model"],
             results["batch"]) == (2, "cpu", cat.T4, "cnn", 4)

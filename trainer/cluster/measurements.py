@@ -57,6 +57,7 @@ class Case:
         batch: Images per step.
         steps_per_execution: Keras's steps per execution.
         input: `synthetic` or `tfrecords`.
+        image_size: The images' side in pixels (0: not recorded).
         images_per_second: None when the case completed no timed step.
         warmup_seconds: The warm-up's time (compilation, autotuning), if it ended.
         error: Why it has no figure ("" if it has one).
@@ -71,6 +72,7 @@ class Case:
     batch: int = 256
     steps_per_execution: int = 1
     input: str = "synthetic"
+    image_size: int = 0
     images_per_second: float | None = None
     warmup_seconds: float | None = None
     error: str = ""
@@ -188,6 +190,7 @@ def _case(row: dict[str, Any], plan: tuple[str, bool] | None) -> Case | None:
         steps_per_execution=int(row.get("steps_per_execution")
                                 or named.steps_per_execution),
         input=str(row.get("input") or "synthetic"),
+        image_size=int(row.get("image_size") or 0),
         images_per_second=None if error else float(row["images_per_second"]),
         warmup_seconds=row.get("warmup_seconds"),
         error=str(error or ""))

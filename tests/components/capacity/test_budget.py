@@ -13,31 +13,52 @@ import pytest
 
 from components.capacity import budget
 from components.capacity.launcher import launch
+from components.gpu import catalog as cat
+from tests.components.capacity.test_training_hours import T4_POOLS, evidence, measured, registered
 from tests.support.launches import L4, FakeTime, config, launch_settings, pools, pushed_images
+from tests.trainer.cluster.test_measured_plan import results
 
 N1_8 = 2 * 0.21849885  # n1-standard-8 in the table: twice n1-standard-4
 
 
-def _estimates(cfg, **kwargs):
-    return budget.estimates(cfg.vertex, cfg.alternatives(), epochs=10, **kwargs)
+def _evidence(seconds: float | None = None, l4_seconds: float | None = None,
+              timeout: str = "604800s"):
+    """10 epochs of 900 images in `seconds` on the default pools (two T4 machines), as the
+    newest registered model measured; in `l4_seconds` on two L4 machines, as the L4's GPU
+    benchmark measured (no warm-up); `timeout`: `vertex.timeout`."""
+    l4 = results(cat.L4, "2026-11-28T10:00:00+00:00", ("bfloat16", 9000 / 2 / l4_seconds, {
+        "precision": "bfloat16", "image_size": 32}), model="cnn") if l4_seconds else None
+    return evidence(
+        timeout=timeout, images=900,
+        registered=registered(seconds, T4_POOLS) if seconds else None,
+        measurements=measured(("l4.json", l4)) if l4 else None)
+
+
+def _estimates(cfg, found=None):
+    return budget.estimates(cfg.vertex, cfg.alternatives(), found or _evidence())
 
 
 def test_each_configuration_is_priced_from_the_measured_speed_or_the_timeout():
     cfg = config(prices={"NVIDIA_TESLA_T4": 0.35, "SPOT:NVIDIA_L4": 0.2, "g2-standard-8": 0.9},
                  fallbacks=[{"worker_pool_specs": pools(L4), "scheduling_strategy": "SPOT"},
                             {"region": "us-east1"}])
-    primary, spot, east = _estimates(cfg, seconds_per_epoch=360.0, measured_by="m@2")
+    primary, spot, east = _estimates(cfg, _evidence(3600.0, l4_seconds=1800.0))
     rate = 2 * (N1_8 + 0.35)  # the default pools: 2 machines with a T4 each
     assert primary.line() == (f"primary (us-central1): {rate:.2f} USD an hour, about 1.00 h "
-                              f"(10 epoch(s) at 360 s, as m@2 measured): {rate:.2f} USD")
+                              "(10 epoch(s) at 360 s, as models/7@3 measured on these "
+                              f"machines): {rate:.2f} USD")
+    # Each configuration at its own speed: the L4s at their benchmark's, the T4s in
+    # us-east1 at the registered run's (the same machines).
+    assert (spot.hours, east.hours) == (0.5, 1.0)
     # A Spot configuration takes its SPOT: price where one is given (the L4's here; the
     # machine's on-demand one, an upper bound).
     assert spot.usd_per_hour == pytest.approx(2 * (0.9 + 0.2))
     assert east.region == "us-east1"
-    (unmeasured,) = _estimates(config(timeout="7200s"))
+    (unmeasured,) = _estimates(config(timeout="7200s"),
+                                _evidence(l4_seconds=1800.0, timeout="7200s"))
     assert unmeasured.hours == 2.0 and unmeasured.unpriced == ("NVIDIA_TESLA_T4",)
-    assert "no measured speed: vertex.timeout 7200s, the longest the job may run" in \
-        unmeasured.line()
+    assert ("no measured speed for 2 x NVIDIA_TESLA_T4 with cnn: vertex.timeout 7200s, the "
+            "longest the job may run") in unmeasured.line()
 
 
 def test_a_configuration_over_the_budget_or_unpriced_is_dropped_and_the_first_left_leads():
@@ -46,7 +67,7 @@ def test_a_configuration_over_the_budget_or_unpriced_is_dropped_and_the_first_le
                                          "SPOT:NVIDIA_L4": 0.1},
                  fallbacks=[{"worker_pool_specs": pools(L4), "scheduling_strategy": "SPOT"},
                             {"region": "us-east1", "worker_pool_specs": pools(L4)}])
-    found = _estimates(cfg, seconds_per_epoch=180.0, measured_by="m@2")  # 0.5 h each
+    found = _estimates(cfg, _evidence(1800.0, l4_seconds=1800.0))  # 0.5 h each
     assert [round(e.usd, 2) for e in found] == [0.79, 0.3, 1.6]
     held = budget.check(found, 1.0)
     assert held.kept == (0, 1)
@@ -59,7 +80,7 @@ def test_a_configuration_over_the_budget_or_unpriced_is_dropped_and_the_first_le
     assert vertex["worker_pool_specs"] == pools(L4) and vertex["fallbacks"] == []
     assert (vertex["region"], vertex["scheduling_strategy"]) == ("us-central1", "SPOT")
     # A type without a price cannot be held to a budget.
-    (unpriced,) = _estimates(config(), seconds_per_epoch=1.0, measured_by="m@1")
+    (unpriced,) = _estimates(config(), _evidence(10.0))
     with pytest.raises(budget.BudgetError) as refused:
         budget.check([unpriced], 100.0)
     assert str(refused.value).startswith("vertex.budget_usd is 100.00 USD and no "
@@ -70,7 +91,7 @@ def test_a_configuration_over_the_budget_or_unpriced_is_dropped_and_the_first_le
 def test_no_configuration_under_the_budget_is_refused_naming_the_budget_and_each_estimate():
     cfg = config(budget_usd=0.5, prices={"NVIDIA_TESLA_T4": 0.35},
                  fallbacks=[{"region": "us-east1"}])
-    found = _estimates(cfg, seconds_per_epoch=180.0, measured_by="m@2")
+    found = _estimates(cfg, _evidence(1800.0))
     with pytest.raises(budget.BudgetError) as refused:
         budget.check(found, 0.5)
     message = str(refused.value)
@@ -115,14 +136,14 @@ def test_the_job_is_held_to_what_the_run_leaves_after_what_it_cost_before_traini
     # the 0.70 USD the run leaves after 0.30 USD of trials.
     cfg = config(budget_usd=1.0, prices={"NVIDIA_TESLA_T4": 0.35})
     lines: list[str] = []
-    budget.hold(cfg.vertex, cfg.alternatives(), 10, lines.append, _measured(1800.0),
+    budget.hold(cfg.vertex, cfg.alternatives(), lines.append, lambda: _evidence(1800.0),
                 before=0.1)
     assert lines[-1].endswith("0.79 USD, within vertex.budget_usd 1.00 USD (0.90 USD left: "
                               "the run has cost about 0.10 USD before training)")
     with pytest.raises(budget.BudgetError, match=r"^vertex\.budget_usd is 1\.00 USD \(0\.70 "
                        r"USD left: the run has cost about 0\.30 USD before training\) and no "
                        r"configuration fits it: primary \(us-central1\): 1\.57 USD an hour"):
-        budget.hold(cfg.vertex, cfg.alternatives(), 10, lines.append, _measured(1800.0),
+        budget.hold(cfg.vertex, cfg.alternatives(), lines.append, lambda: _evidence(1800.0),
                     before=0.3)
 
 
@@ -153,44 +174,35 @@ def test_a_running_job_that_would_pass_the_budget_is_cancelled_and_its_cost_reco
     assert [(a["outcome"], a["job"]) for a in record["attempts"]] == [("budget", job.name)]
 
 
-def _measured(seconds: float):
-    figures = {"cluster": {"train_seconds": seconds},
-               "replicas": {"chief": {"epochs": [{}] * 10}}}
-    return lambda: ("models/7@3", figures)
-
-
-def test_the_training_step_holds_its_configurations_at_the_newest_measured_speed():
+def test_the_training_step_holds_its_configurations_each_at_its_own_measured_speed():
     cfg = config(budget_usd=1.0, prices={"NVIDIA_TESLA_T4": 0.35, "g2-standard-8": 0.9,
                                          "NVIDIA_L4": 0.7},
                  fallbacks=[{"worker_pool_specs": pools(L4), "region": "us-east1"}])
     alternatives, lines = cfg.alternatives(), []
-    # 10 epochs in 1,800 s: the primary 0.79 USD, the L4 fallback 1.60 USD.
-    kept = budget.hold(cfg.vertex, alternatives, 10, lines.append, _measured(1800.0))
+    # The T4s at 180 s an epoch: 0.79 USD; the L4s at 360 s: 3.20 USD.
+    kept = budget.hold(cfg.vertex, alternatives, lines.append,
+                       lambda: _evidence(1800.0, l4_seconds=3600.0))
     assert [a.label for a in kept] == ["primary"]
-    assert lines[0].startswith("budget: fallbacks[0] dropped: about 1.60 USD passes "
+    assert lines[0].startswith("budget: fallbacks[0] dropped: about 3.20 USD passes "
                                "vertex.budget_usd 1.00 USD")
     assert lines[1] == ("budget: primary (us-central1): 1.57 USD an hour, about 0.50 h (10 "
-                        "epoch(s) at 180 s, as models/7@3 measured): 0.79 USD, within "
-                        "vertex.budget_usd 1.00 USD")
+                        "epoch(s) at 180 s, as models/7@3 measured on these machines): 0.79 "
+                        "USD, within vertex.budget_usd 1.00 USD")
     # The runs before it showed a slower speed: nothing fits, nothing is created.
     with pytest.raises(budget.BudgetError, match=r"^vertex\.budget_usd is 1\.00 USD and no "
                        r"configuration fits it: primary \(us-central1\): 1\.57 USD an hour, "
                        r"about 1\.00 h \(10 epoch\(s\) at 360 s"):
-        budget.hold(cfg.vertex, alternatives, 10, lines.append, _measured(3600.0))
-    # A registry that cannot be read: the estimate is the timeout's, and the line says why.
-    from trainer.common.cloud_calls import CloudCallError
+        budget.hold(cfg.vertex, alternatives, lines.append, lambda: _evidence(3600.0))
+    # Nothing measured: the timeout's estimate, said.
+    with pytest.raises(budget.BudgetError, match="no measured speed for 2 x NVIDIA_TESLA_T4 "
+                       "with cnn: vertex.timeout 604800s"):
+        budget.hold(cfg.vertex, alternatives, lines.append, _evidence)
 
-    def unreadable():
-        raise CloudCallError("listing the Model Registry failed: 403 denied")
+    def unread():
+        raise AssertionError("read without a budget")
 
-    lines.clear()
-    with pytest.raises(budget.BudgetError, match="no measured speed: vertex.timeout"):
-        budget.hold(cfg.vertex, alternatives, 10, lines.append, unreadable)
-    assert lines[0] == ("budget: the newest measured speed could not be read (listing the "
-                        "Model Registry failed: 403 denied)")
     # No budget: nothing is read, everything stays.
-    assert budget.hold(config().vertex, alternatives, 10, lines.append, unreadable) == \
-        alternatives
+    assert budget.hold(config().vertex, alternatives, lines.append, unread) == alternatives
 
 
 def test_the_launcher_holds_before_its_first_job_and_never_past_an_earlier_one(apis):

@@ -1,6 +1,6 @@
-"""The dry run's cost estimate from the newest registered model's measured speed (end to
-end against the emulated Vertex AI in `test_emulated_run`); here its arithmetic and what it
-says when there is nothing to estimate from."""
+"""The dry run's cost estimate from the newest registered model's measured speed on the
+machines it trained on (end to end against the emulated Vertex AI in `test_emulated_run`);
+here its arithmetic and what it says when there is nothing to estimate from."""
 
 from __future__ import annotations
 
@@ -58,10 +58,22 @@ def _figures(seconds, epochs, images=1200.0):
             "replicas": {"chief-0": {"epochs": [{}] * epochs}, "worker-0": {"epochs": [{}]}}}
 
 
+def _lineage(specs=None, images=(700, 200)):
+    """A lineage record: trained on `specs` (the default pools when None)."""
+    return json.dumps({"cluster": {"worker_pool_specs": specs or config().vertex.worker_pool_specs},
+                       "dataset": {"counts": {"train": images[0], "validation": images[1]}}})
+
+
+def _run(uri, seconds, epochs, specs=None):
+    """A registered model's files: its efficiency figures and lineage."""
+    return {f"{uri}/efficiency.json": json.dumps(_figures(seconds, epochs)),
+            f"{uri}/lineage.json": _lineage(specs)}
+
+
 def test_the_newest_model_with_figures_gives_the_seconds_per_epoch():
     assert seconds_per_epoch(_figures(900.0, 3)) == 300.0
     assert seconds_per_epoch({"cluster": {}, "replicas": {}}) is None
-    storage = _Storage({"gs://b/m2/efficiency.json": json.dumps(_figures(900.0, 3))})
+    storage = _Storage(_run("gs://b/m2", 900.0, 3))
     models = _Models([_model("3", "gs://b/m3"), _model("2", "gs://b/m2")])  # 3 has none
     speed = NewestSpeed(config(), Clients(storage=storage, model_api=models))
     head, primary = estimate_lines(config(), speed)
@@ -70,7 +82,8 @@ def test_the_newest_model_with_figures_gives_the_seconds_per_epoch():
     hours = 300.0 * 10 / 3600  # the default 10 epochs
     assert primary == (f"  primary (us-central1): {RATE:.2f} USD an hour, about {hours:.2f} h "
                        "(10 epoch(s) at 300 s, as projects/p/locations/us-central1/models/7@2 "
-                       f"measured): {RATE * hours:.2f} USD; without a price for "
+                       f"measured on these machines): {RATE * hours:.2f} USD; without a "
+                       "price for "
                        "NVIDIA_TESLA_T4: give it in vertex.prices")
 
 
@@ -79,49 +92,55 @@ def test_no_measured_speed_is_said_and_never_fails_the_dry_run():
     _, primary, why = estimate_lines(config(), NewestSpeed(config(), clients))
     # Without a measured speed, the hours are the most the job may run: vertex.timeout.
     assert primary.startswith(f"  primary (us-central1): {RATE:.2f} USD an hour, about "
-                              "168.00 h (no measured speed: vertex.timeout 604800s, the "
-                              "longest the job may run): ")
-    assert why == ("  no measured speed: the first registered model carries efficiency.json, "
+                              "168.00 h (no measured speed for 2 x NVIDIA_TESLA_T4 with cnn: "
+                              "vertex.timeout 604800s, the longest the job may run): ")
+    assert why == ("  no measured run: the first registered model carries efficiency.json, "
                    "and the next dry run estimates from it")
     refused = Clients(storage=_Storage({}), model_api=_Models(refuse=True))
     assert estimate_lines(config(), NewestSpeed(config(), refused))[-1].startswith(
-        "  no measured speed: listing the Model Registry failed: ")
+        "  no measured run: listing the Model Registry failed: ")
 
 
-def _budgeted(budget, fallback_region="us-east1"):
+def _budgeted(budget, measurements="", fallback_region="us-east1"):
     """Two configurations: the default pools (2 x n1-standard-8 with a T4, 1.57 USD an
-    hour), and one T4 machine in `fallback_region` (0.57 USD an hour)."""
-    return config(budget_usd=budget, prices={"NVIDIA_TESLA_T4": 0.35}, fallbacks=[{
+    hour), and one T4 machine in `fallback_region` (0.57 USD an hour); the GPU benchmark's
+    results under `measurements`."""
+    found = config(budget_usd=budget, prices={"NVIDIA_TESLA_T4": 0.35}, fallbacks=[{
         "region": fallback_region, "worker_pool_specs": [{"machine_spec": {
             "machine_type": "n1-standard-4", "accelerator_type": "NVIDIA_TESLA_T4",
             "accelerator_count": 1}, "replica_count": 1}]}])
+    return found.model_copy(update={"training": found.training.model_copy(
+        update={"measurements": str(measurements)})})
 
 
-def test_submit_holds_the_budget_before_anything_is_created():
+def test_submit_holds_the_budget_before_anything_is_created(tmp_path):
     from components.capacity.budget import BudgetError
     from pipelines.vertex import runs
     from pipelines.vertex.cost_estimate import hold_budget
 
-    # 1 h an epoch, as the newest model measured: the default 10 epochs cost 15.74 USD on
-    # the first, 5.68 USD on the second.
-    storage = _Storage({"gs://b/m1/efficiency.json": json.dumps(_figures(10800.0, 3))})
+    # 1 h an epoch on the default pools, as the newest model measured: its 10 epochs cost
+    # 15.74 USD. The fallback's single T4, which trained no registered model, at the
+    # speed the GPU benchmark measured there: 1 h an epoch too, 10 epochs 5.68 USD.
+    _t4_benchmarked(tmp_path)
+    storage = _Storage(_run("gs://b/m1", 10800.0, 3))
     models = _Models([_model("1", "gs://b/m1")])
     clients = Clients(storage=storage, model_api=models)
     lines = []
-    unread = NewestSpeed(_budgeted(0), clients)
-    assert hold_budget(_budgeted(0), unread, lines.append) == _budgeted(0)  # no budget
+    unbudgeted = _budgeted(0, tmp_path)
+    unread = NewestSpeed(unbudgeted, clients)
+    assert hold_budget(unbudgeted, unread, lines.append) == unbudgeted  # no budget
     assert "found" not in vars(unread)  # nor a registry read
-    speed = NewestSpeed(_budgeted(20.0), clients)
-    kept = hold_budget(_budgeted(20.0), speed, lines.append)
-    assert kept == _budgeted(20.0) and lines == []  # both fit
+    speed = NewestSpeed(_budgeted(20.0, tmp_path), clients)
+    kept = hold_budget(_budgeted(20.0, tmp_path), speed, lines.append)
+    assert kept == _budgeted(20.0, tmp_path) and lines == []  # both fit
     # A dry run's estimate lines use what the budget's hold read: one registry read.
     assert "1.57 USD an hour" in estimate_lines(kept, speed)[1] and models.listed == 1
     dropped_primary = ("budget: primary dropped: about 15.74 USD passes vertex.budget_usd "
                        "6.00 USD (primary (us-central1): 1.57 USD an hour, about 10.00 h (10 "
                        "epoch(s) at 3600 s, as projects/p/locations/us-central1/models/7@1 "
-                       "measured): 15.74 USD)")
+                       "measured on these machines): 15.74 USD)")
     # The first configuration that fits is in the run's region: it becomes the primary.
-    near = _budgeted(6.0, fallback_region="us-central1")
+    near = _budgeted(6.0, tmp_path, fallback_region="us-central1")
     fitting = hold_budget(near, NewestSpeed(near, clients), lines.append)
     assert fitting.vertex.region == "us-central1" and fitting.vertex.fallbacks == []
     assert fitting.vertex.worker_pool_specs[0]["machine_spec"]["machine_type"] == \
@@ -130,8 +149,9 @@ def test_submit_holds_the_budget_before_anything_is_created():
     # In another region: the run stays in its region (its pipeline, bucket, registry and
     # endpoint are there) with the primary, which its training step drops again.
     lines.clear()
-    far = hold_budget(_budgeted(6.0), NewestSpeed(_budgeted(6.0), clients), lines.append)
-    assert far == _budgeted(6.0) and far.vertex.region == "us-central1"
+    over = _budgeted(6.0, tmp_path)
+    far = hold_budget(over, NewestSpeed(over, clients), lines.append)
+    assert far == over and far.vertex.region == "us-central1"
     assert lines == [dropped_primary, (
         "budget: the run stays in us-central1 (vertex.region: its pipeline, bucket, Model "
         "Registry and endpoint are there); its training step drops the primary again and "
@@ -139,18 +159,28 @@ def test_submit_holds_the_budget_before_anything_is_created():
     # Nothing fits: refused before the permissions are checked, anything uploaded or built
     # (the clients it would need next are not there).
     with pytest.raises(BudgetError) as refused:
-        runs.submit(_budgeted(1.0), dry_run=False, clients=clients, log=lines.append)
+        runs.submit(_budgeted(1.0, tmp_path), dry_run=False, clients=clients, log=lines.append)
     assert str(refused.value).startswith("vertex.budget_usd is 1.00 USD and no "
                                          "configuration fits it: primary (us-central1): ")
     assert "fallbacks[0] (us-east1): 0.57 USD an hour, about 10.00 h" in str(refused.value)
 
 
-def test_a_study_gets_as_many_trials_as_the_budget_holds_beside_the_training():
+def _t4_benchmarked(folder):
+    """The GPU benchmark's results for a T4 in `folder`: 0.25 images/s with the cnn at
+    32 px, so the newest model's 900 images an epoch take 3,600 s on one T4."""
+    from components.gpu import catalog as cat
+    from tests.trainer.cluster.test_measured_plan import results, write
+
+    write(folder, "t4.json", results(cat.T4, "2026-11-28T10:00:00+00:00", (
+        "float32", 0.25, {"precision": "off", "image_size": 32}), model="cnn"))
+
+
+def test_a_study_gets_as_many_trials_as_the_budget_holds_beside_the_training(tmp_path):
     from components.capacity.budget import BudgetError
     from pipelines.config_loading import load_config
     from pipelines.vertex.cost_estimate import hold_budget
 
-    storage = _Storage({"gs://b/m1/efficiency.json": json.dumps(_figures(10800.0, 3))})
+    storage = _Storage(_run("gs://b/m1", 10800.0, 3))
     speed = NewestSpeed(config(), Clients(storage=storage,
                                           model_api=_Models([_model("1", "gs://b/m1")])))
     study = {"max_trials": 8, "parallel_trials": 4, "max_failed_trials": 5, "parameters": [
@@ -174,7 +204,9 @@ def test_a_study_gets_as_many_trials_as_the_budget_holds_beside_the_training():
         hold_budget(tuned(20.0), speed, lines.append)
     # The trials train on the primary's pools in the run's region: a primary over the
     # budget, whose fallback is in another region, leaves them nowhere to train.
-    far = load_config(overrides={"vertex": _budgeted(6.0).vertex.model_dump(), "tuning": study})
+    _t4_benchmarked(tmp_path)
+    far = load_config(overrides={"vertex": _budgeted(6.0).vertex.model_dump(), "tuning": study,
+                                 "training": {"measurements": str(tmp_path)}})
     with pytest.raises(BudgetError) as refused:
         hold_budget(far, speed, lines.append)
     assert str(refused.value).startswith(

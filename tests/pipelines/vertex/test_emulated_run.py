@@ -388,8 +388,9 @@ def _priced_config(training: dict):
 
 
 def test_a_dry_run_estimates_the_cost_from_the_newest_model_s_measured_speed(emulated_run):
-    """`submit --dry-run` reads the newest registered model's efficiency.json (beside it
-    in Cloud Storage) and prices the configured epochs on the primary configuration."""
+    """`submit --dry-run` reads the newest registered model's efficiency.json and
+    lineage.json (beside it in Cloud Storage) and prices the configured epochs on the
+    primary configuration, the machines that trained it."""
     lines: list[str] = []
     config = _priced_config({"epochs": 4})
     runs.submit(config, dry_run=True, clients=emulated_run["clients"],
@@ -399,7 +400,8 @@ def test_a_dry_run_estimates_the_cost_from_the_newest_model_s_measured_speed(emu
     assert lines[head] == ("cost estimate (prices of 2026-10-07, without tuning trials, "
                            "queueing and provisioning):")
     found = re.fullmatch(rf"  primary \(us-central1\): {rate:.2f} USD an hour, about "
-                         r"([0-9.]+) [hs] \(4 epoch\(s\) at (\d+) s, as (\S+) measured\): "
+                         r"([0-9.]+) [hs] \(4 epoch\(s\) at (\d+) s, as (\S+) measured on these "
+                         r"machines\): "
                          r"([0-9.]+) USD", lines[head + 1])
     assert found, lines[head + 1]
     model, _, version = found[3].partition("@")
@@ -1023,19 +1025,20 @@ def _budgeted_rerun(emulated_run, budget_usd, name):
 
 def _estimated_usd(emulated_run, usd_per_hour):
     """What the training step estimates the first run's 3 epochs cost at `usd_per_hour`:
-    at the seconds per epoch of the newest registered model that measured them, read as
-    the step reads it (`measured_speed.newest_measured`, against the emulated registry
-    and Cloud Storage)."""
-    from components.capacity.measured_speed import newest_measured, seconds_per_epoch
+    at the seconds per epoch of the newest registered model that measured them on the
+    same machines, read as the step reads it (`measured_speed.newest_measured`, against
+    the emulated registry and Cloud Storage)."""
+    from components.capacity.measured_speed import newest_measured
     from components.vertex_options import VertexOptions
     from trainer.common.schema import validate
 
     task = emulated_run["tasks"]["train-on-vertex-ai"]
     values = task.executor_input["inputs"]["parameterValues"]
     vertex = validate(VertexOptions, values["vertex"], prefix="vertex", strict=False)
-    _, figures = newest_measured(vertex, values["project"], emulated_run["clients"].model_api,
-                                 emulated_run["storage"])
-    return usd_per_hour * 3 * seconds_per_epoch(figures) / 3600
+    found = newest_measured(vertex, values["project"], emulated_run["clients"].model_api,
+                            emulated_run["storage"])
+    assert found.worker_pool_specs and found.images_per_epoch  # its lineage says where
+    return usd_per_hour * 3 * found.seconds_per_epoch / 3600
 
 
 def test_a_run_whose_estimate_passes_its_budget_is_refused_before_its_first_job(emulated_run):
@@ -1053,7 +1056,8 @@ def test_a_run_whose_estimate_passes_its_budget_is_refused_before_its_first_job(
     assert re.search(r"training failed: vertex\.budget_usd is [0-9.]+ USD \([0-9.]+ USD left: "
                      r"the run has cost about 0\.03 USD before training\) and no configuration "
                      r"fits it: primary \(us-central1\): 72\.87 USD an hour, about [0-9.]+ [hs] "
-                     r"\(3 epoch\(s\) at \d+ s, as projects/.+ measured\): [0-9.]+ USD", message), \
+                     r"\(3 epoch\(s\) at \d+ s, as projects/.+ measured on these machines\): "
+                     r"[0-9.]+ USD", message), \
         message[-3000:]
     assert "Traceback" not in message
     assert len(apis.jobs) == jobs  # nothing was created
@@ -1409,7 +1413,10 @@ def test_the_benchmark_runs_as_a_custom_job_and_the_next_dry_run_cites_its_file(
     lines.clear()
     runs.submit(config, dry_run=True, clients=emulated_run["clients"],
                 credentials=AnonymousCredentials(), log=lines.append)
-    (precision,) = [line for line in lines if line.startswith("  mixed_precision: ")]
-    assert f"(measured on CPUs, not on a GPU: {output})" in precision
+    # XLA on or off is decided by the file's two float32 cases (close on CPUs: either may
+    # win), and precision by its cases with that XLA: one of the two cites the file.
+    plan = [line for line in lines if line.startswith(("  mixed_precision: ", "  xla: "))]
+    assert len(plan) == 2 and any(
+        f"(measured on CPUs, not on a GPU: {output})" in line for line in plan), plan
     assert any(line.startswith("measurements: the training plan read 1 results file(s) "
                                "under gs://pipelines/root/measurements/") for line in lines)

@@ -1,0 +1,143 @@
+"""Each configuration's hours come from what measured it (`training_hours`): the newest
+registered model where it trained on the same machines, else the GPU benchmark's case for
+its GPU, model and image size, else `vertex.timeout`; one configuration's speed is never
+lent to another."""
+
+from __future__ import annotations
+
+from components.capacity.measured_speed import Registered
+from components.capacity.training_hours import Evidence, hours_for
+from components.gpu import catalog as cat
+from tests.support.launches import L4, config, pools
+from tests.trainer.cluster.test_measured_plan import results
+from trainer.cluster.measurements import Measurements, parse_results, shipped
+
+T4_POOLS = config().vertex.worker_pool_specs  # the default: 2 x n1-standard-8 with a T4
+
+
+def registered(seconds: float, specs, counts=(700, 200)) -> Registered:
+    """A registered model that trained 10 epochs in `seconds` on `specs`."""
+    return Registered("models/7@3", {"cluster": {"train_seconds": seconds},
+                                     "replicas": {"chief-0": {"epochs": [{}] * 10}}},
+                      {"cluster": {"worker_pool_specs": list(specs)},
+                       "dataset": {"counts": {"train": counts[0], "validation": counts[1],
+                                              "test": 100}}})
+
+
+def measured(*files) -> Measurements:
+    return Measurements(tuple(parse_results(data, name, user=True) for name, data in files))
+
+
+def evidence(**kwargs) -> Evidence:
+    return Evidence(**{"epochs": 10, "timeout": "7200s", "model": "cnn", "batch": 64,
+                       "image_size": 32, **kwargs})
+
+
+def test_a_registered_run_counts_only_for_the_machines_it_trained_on():
+    cfg = config(fallbacks=[{"worker_pool_specs": pools(L4)}])
+    primary, l4 = cfg.alternatives()
+    found = evidence(registered=registered(1800.0, T4_POOLS), images=900)
+    assert hours_for(primary, found).basis == ("10 epoch(s) at 180 s, as models/7@3 "
+                                               "measured on these machines")
+    assert hours_for(primary, found).hours == 0.5
+    # The L4 fallback did not train it: its speed is not lent, the timeout bounds it.
+    other = hours_for(l4, found)
+    assert (other.hours, other.measured) == (2.0, False)
+    assert other.basis == ("no measured speed for 2 x NVIDIA_L4 with cnn: vertex.timeout "
+                           "7200s, the longest the job may run")
+    # A dataset twice the size: the epoch takes twice as long.
+    bigger = hours_for(primary, evidence(registered=registered(1800.0, T4_POOLS),
+                                         images=1800))
+    assert bigger.hours == 1.0 and bigger.basis.endswith(
+        "measured on these machines, scaled from its 900 images an epoch to 1,800")
+
+
+def test_a_benchmarked_gpu_gives_its_case_closest_to_the_plan_times_the_gpus():
+    cfg = config(worker_pool_specs=pools(L4))
+    (l4,) = cfg.alternatives()
+    assert (l4.plan.mixed_precision, l4.plan.xla) == ("bfloat16", False)
+    file = results(cat.L4, "2026-11-28T10:00:00+00:00",
+                   ("bfloat16", 900.0, {"precision": "bfloat16", "image_size": 32,
+                                       "warmup_seconds": 60.0}),
+                   ("bfloat16+tfrecords", 800.0, {"precision": "bfloat16", "image_size": 32,
+                                                 "input": "tfrecords",
+                                                 "warmup_seconds": 60.0}),
+                   ("float32", 500.0, {"precision": "off", "image_size": 32}),
+                   ("bfloat16-224", 100.0, {"precision": "bfloat16", "image_size": 224}),
+                   model="cnn")
+    found = hours_for(l4, evidence(measurements=measured(("l4.json", file)), images=16000,
+                                   images_from="the prepared dataset"))
+    # The run's own TFRecords agree with the plan more than synthetic batches do:
+    # 10 x 16,000 images at 800 images/s on each of 2 GPUs, and the 60 s warm-up.
+    assert found.hours * 3600 == 10 * 16000 / (800 * 2) + 60
+    assert found.basis == (
+        "10 epoch(s) of 16,000 images (the prepared dataset) at 800 images/s a GPU x 2 + "
+        "60 s warm-up: the case closest to the plan, bfloat16+tfrecords (on an NVIDIA_L4, "
+        "l4.json); 2 GPUs taken to scale linearly from one (not measured)")
+    # Another image size, another model or no dataset size yet: not measured.
+    for other in (evidence(measurements=measured(("l4.json", file)), images=16000,
+                           image_size=64),
+                  evidence(measurements=measured(("l4.json", file)), images=16000,
+                           model="resnet50"),
+                  evidence(measurements=measured(("l4.json", file)))):
+        assert not hours_for(l4, other).measured
+    assert hours_for(l4, evidence(measurements=measured(("l4.json", file)))).basis.endswith(
+        "NVIDIA_L4 was benchmarked, but the dataset's size is known once it is prepared (the "
+        "training step holds the budget again then)")
+
+
+def test_an_h100_stands_in_from_an_h200_and_a_cpu_measurement_never_counts():
+    cfg = config(worker_pool_specs=[{"machine_spec": {
+        "machine_type": "a3-highgpu-1g", "accelerator_type": cat.H100_80GB,
+        "accelerator_count": 1}, "replica_count": 1}])
+    (h100,) = cfg.alternatives()
+    shipped_only = evidence(model="resnet50", image_size=224, images=1_281_167 + 50_000,
+                            images_from="ImageNet's", measurements=shipped())
+    found = hours_for(h100, shipped_only)
+    assert found.measured and "x 1 +" in found.basis and "scale linearly" not in found.basis
+    # Its plan runs float16 (the H200's figures); the H100's own file, first, measured
+    # none: its slowest case speaks for it (bfloat16, 1,477 images/s).
+    assert h100.plan.mixed_precision == "float16"
+    assert found.basis.endswith(
+        "at 1,477 images/s a GPU x 1 + 40 s warm-up: its slowest case: none ran the plan's "
+        "precision and XLA, plan-no-xla (on an NVIDIA H100 80GB HBM3, "
+        "trainer/cluster/measured/gpu-h100-2026-11-26.json)")
+    # Without it, the H200's figures stand in, and are said to.
+    h200_only = Measurements(tuple(f for f in shipped().files if f.accelerator == cat.H200))
+    stand_in = hours_for(h100, evidence(model="resnet50", image_size=224, images=1000,
+                                        measurements=h200_only)).basis
+    assert "float16-noxla+nvenv (extrapolated from an NVIDIA H200" in stand_in, stand_in
+    on_cpu = {**results(cat.H100_80GB, "2026-11-28T10:00:00+00:00",
+                        ("float16", 12.0, {"precision": "float16", "image_size": 224}),
+                        model="resnet50"), "device": "cpu"}
+    with_cpu = evidence(model="resnet50", image_size=224, images=1000,
+                        measurements=measured(("cpu.json", on_cpu)))
+    assert not hours_for(h100, with_cpu).measured
+
+
+def test_the_training_step_estimates_from_the_prepared_dataset_and_says_an_unread_registry(
+        tmp_path, monkeypatch):
+    import json
+
+    from components.capacity import measured_speed
+    from components.capacity.vertex_launch import step_evidence
+    from trainer.common.cloud_calls import CloudCallError
+    from trainer.common.contract import MANIFEST_NAME
+
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps({
+        "format_version": 2, "image_size": [48, 48],
+        "splits": {"train": {"count": 700}, "validation": {"count": 200},
+                   "test": {"count": 100}}}))
+
+    def unreadable(*args):
+        raise CloudCallError("listing the Model Registry failed: 403 denied")
+
+    monkeypatch.setattr(measured_speed, "newest_measured", unreadable)
+    cfg = config()
+    lines = []
+    found = step_evidence(cfg.vertex, cfg.training, "my-proj", str(tmp_path), lines.append)
+    assert (found.images, found.image_size, found.registered) == (900, 48, None)
+    assert found.images_from == "the prepared dataset"
+    assert found.measurements.files == shipped().files  # training.measurements unset
+    assert lines == ["budget: the newest measured run could not be read (listing the Model "
+                     "Registry failed: 403 denied)"]
