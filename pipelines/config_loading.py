@@ -32,6 +32,7 @@ from pipelines.config import (
 from pipelines.yaml_input import YamlFileError, read_yaml
 from trainer.common.gcs import GCS_MOUNT
 from trainer.common.schema import OptionsError, short, validate
+from trainer.common.suggest import did_you_mean
 from trainer.models.backbones import IMAGENET
 from trainer.models.user_model import is_reference, module_files
 from trainer.run.training_options import TrainingOptions
@@ -109,10 +110,17 @@ def without_deprecated_keys(data: Mapping[str, Any], where: str,
     return {**data, "training": kept, "local": local}
 
 
+def unknown_sections(data: Mapping[str, Any]) -> list[str]:
+    """A line per section the configuration does not have: the closest one when it looks
+    mistyped, else every valid section."""
+    return [f"unknown section {name!r}" + (did_you_mean(str(name), SECTIONS) or
+                                          f"; valid sections are {', '.join(SECTIONS)}")
+            for name in data if name not in SECTIONS]
+
+
 def _sections(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Each section validated on its own, so that every section's problems are reported."""
-    errors = [f"unknown section {name!r}; valid sections are {', '.join(SECTIONS)}"
-              for name in data if name not in SECTIONS]
+    errors = unknown_sections(data)
     sections = {}
     for name, field in Config.model_fields.items():
         raw = data.get(name, {})

@@ -12,6 +12,7 @@ from typing import Any
 from components.gpu import catalog as cat
 from components.gpu import optimized_zones as optimized
 from trainer.common.schema import short
+from trainer.common.suggest import did_you_mean
 
 GPU_REGIONS = cat.GPU_REGIONS
 
@@ -32,6 +33,12 @@ def offered_zones(region: str) -> dict[str, set[str]]:
     return zones
 
 
+def known_regions() -> list[str]:
+    """Every region a GPU list here names (the GPU guide's, the zone snapshots')."""
+    return sorted({*GPU_REGIONS, *cat.ZONES,
+                   *(r for regions in optimized.ZONES.values() for r in regions)})
+
+
 def covers(gpu: str, region: str) -> bool:
     """Whether a snapshot records where `gpu` is offered in `region`: the accelerator-
     optimized types everywhere, the zone snapshot's types in the regions it lists."""
@@ -49,6 +56,12 @@ def check_region(region: str, pools: Sequence[tuple[str, Mapping[str, Any]]],
             used.setdefault(gpu, []).append(name)
     if not used:
         return
+    if region not in known_regions():
+        near = did_you_mean(region, known_regions())
+        if near:  # a typo, not a region without GPUs
+            errors.append(f"region is {short(region)}{near}, which no GPU list here knows; "
+                          f"GPU regions: {listed(GPU_REGIONS)}")
+            return
     guide = [g for g in used if optimized.regions_of(g) is None]
     if guide and region not in GPU_REGIONS and not any(optimized.regions_of(g) for g in used):
         errors.append(f"region is {short(region)}, which offers no GPUs for training; GPU regions: "

@@ -280,18 +280,14 @@ def _validate_pool(name: str, index: int, pool: Mapping[str, Any], errors: list[
 
 
 def did_you_mean(value: str, choices: Iterable[str]) -> str:
-    """` (did you mean X?)` for the closest of `choices` to a mistyped `value` ("" if none
-    is close), case and `-`/`_` aside."""
-    import difflib
+    """` (did you mean X?)` for the closest of `choices` to a mistyped machine or GPU type
+    ("" if none is close); a GPU type is compared by its model (NVIDIA_TESLA_T4 -> T4)."""
+    from trainer.common.suggest import did_you_mean as suggest
 
-    def key(text: str) -> str:  # a GPU type by its model: NVIDIA_TESLA_T4 -> T4
+    def key(text: str) -> str:
         return text.upper().replace("-", "_").removeprefix("NVIDIA_").removeprefix("TESLA_")
 
-    by_key = {key(c): c for c in choices}
-    wanted = key(value)
-    same_model = [k for k in by_key if k == wanted or k.startswith(wanted + "_")]
-    found = same_model or difflib.get_close_matches(wanted, list(by_key), n=1, cutoff=0.75)
-    return f" (did you mean {by_key[found[0]]}?)" if found else ""
+    return suggest(value, choices, key)
 
 
 def validate_worker_pool_specs(specs: Sequence[Mapping[str, Any]], region: str | None = None,

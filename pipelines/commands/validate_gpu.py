@@ -59,6 +59,7 @@ def validate_file(path: Path, region: str | None):
     from pipelines.config import SECTIONS, VertexConfig, measurements_location
     from pipelines.config_loading import (
         AI_PLATFORM_KEYS,
+        unknown_sections,
         with_absolute_paths,
         without_deprecated_keys,
     )
@@ -79,7 +80,7 @@ def validate_file(path: Path, region: str | None):
         region = region or _text(data.get("region"))
         return (check_pools(data["worker_pool_specs"], region=region, training=defaults),
                 region, "vertex worker pool specs", defaults)
-    if isinstance(data, dict) and set(data) <= set(SECTIONS):
+    if isinstance(data, dict) and set(data) & set(SECTIONS):
         if data.get("vertex") is not None and not isinstance(data["vertex"], dict):
             raise InputError(f"--config {str(path)!r}: vertex is {short(data['vertex'])}; "
                              "expected a mapping with region, worker_pool_specs, ...")
@@ -87,7 +88,8 @@ def validate_file(path: Path, region: str | None):
         region = region or _text(vertex.get("region")) or VertexOptions().region
         current = with_absolute_paths(without_deprecated_keys(data, str(path), None),
                                       path.resolve().parent)  # local-run keys: not here
-        problems = []  # every section's, at once, as `run` and `compile` report them
+        # Every section's problems at once, as `run` and `compile` report them.
+        problems = unknown_sections(data)
         try:
             training = validate(TrainingOptions, _section(current, "training"),
                                 prefix="training", strict=False)

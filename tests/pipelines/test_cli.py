@@ -13,6 +13,7 @@ import yaml
 
 from pipelines.cli import main
 from pipelines.config import ConfigError
+from trainer.run.training_options import TrainingOptions
 from pipelines.config_loading import load_config
 
 # Exercised here without an import, through `cli.COMMANDS` and `main`: the command modules
@@ -384,8 +385,20 @@ def test_tensorflow_start_up_lines_are_kept_out_of_a_commands_output(capfd):
 
 def test_validate_gpu_reports_every_misspelt_field_at_once_as_run_does(tmp_path, capsys):
     config = tmp_path / "typos.yaml"
-    config.write_text("vertex:\n  regon: us-central1\ntraining:\n  epocs: 3\n")
-    assert main(["validate-gpu", "--config", str(config)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: invalid configuration:\n  - unknown field training.epocs")
-    assert "\n  - unknown field vertex.regon; valid fields of vertex are" in err
+    config.write_text("vertex:\n  regoin: us-central1\ntraining:\n  bach_size: 3\n"
+                      "  colour: red\ntraning:\n  epochs: 2\n")
+    for command in (["validate-gpu"], ["compile", "--output", str(tmp_path / "p.yaml")]):
+        assert main([*command, "--config", str(config)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: invalid configuration:\n  - unknown section 'traning' "
+                              "(did you mean training?)\n")
+        # A typo gets the field it most likely meant; a name like none, every valid one.
+        for said in ("unknown field training.bach_size (did you mean training.batch_size?)",
+                     "unknown field training.colour; valid fields of training are "
+                     + ", ".join(sorted(TrainingOptions.model_fields)),
+                     "unknown field vertex.regoin (did you mean vertex.region?)"):
+            assert said in err, err
+    config.write_text("vertex:\n  region: us-centrl1\n")
+    assert main(["validate-gpu", "--config", str(config)]) == 1  # a GPU rule refused it
+    assert "region is 'us-centrl1' (did you mean us-central1?), which no GPU list here " \
+        "knows; GPU regions: us-west1, " in capsys.readouterr().out

@@ -166,6 +166,21 @@ def _field_at(model: type[pydantic.BaseModel], loc: tuple) -> tuple[Any, FieldIn
     return model, field
 
 
+def _unknown_field(model: type[pydantic.BaseModel], loc: tuple, path: str) -> str:
+    """A field the model does not have: the closest one when it looks mistyped, else every
+    valid field."""
+    from trainer.common.suggest import closest
+
+    parent, _ = _field_at(model, loc[:-1]) if len(loc) > 1 else (model, None)
+    fields = sorted(getattr(parent, "model_fields", {}))
+    where = path.rpartition(".")[0]
+    near = closest(str(loc[-1]), fields) if loc else None
+    if near:
+        return f"unknown field {path} (did you mean {f'{where}.' if where else ''}{near}?)"
+    return (f"unknown field {path}; valid fields {f'of {where} ' if where else ''}are "
+            f"{', '.join(fields) or 'none'}")
+
+
 def messages(error: pydantic.ValidationError, model: type[pydantic.BaseModel],
              prefix: str = "") -> list[str]:
     """One message per problem of a pydantic validation error, in the project's words."""
@@ -181,11 +196,7 @@ def messages(error: pydantic.ValidationError, model: type[pydantic.BaseModel],
         value = short(item.get("input"))
         kind = item["type"]
         if kind == "extra_forbidden":
-            parent, _ = _field_at(model, loc[:-1]) if len(loc) > 1 else (model, None)
-            valid = ", ".join(sorted(getattr(parent, "model_fields", {}))) or "none"
-            where = path.rpartition(".")[0]
-            found.append(f"unknown field {path}; valid fields "
-                         f"{f'of {where} ' if where else ''}are {valid}")
+            found.append(_unknown_field(model, loc, path))
         elif kind in ("value_error", "assertion_error"):
             found.append(f"{path} is {value}; {str(item['msg']).split(', ', 1)[-1]}")
         elif kind in ("model_type", "model_attributes_type", "dict_type") \
