@@ -13,8 +13,8 @@ import yaml
 
 from pipelines.cli import main
 from pipelines.config import ConfigError
-from trainer.run.training_options import TrainingOptions
 from pipelines.config_loading import load_config
+from trainer.run.training_options import TrainingOptions
 
 # Exercised here without an import, through `cli.COMMANDS` and `main`: the command modules
 # `pipelines.commands.run`, `pipelines.commands.compile`, `pipelines.commands.submit`,
