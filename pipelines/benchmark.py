@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.config import Config
+from trainer.common.shell_name import command
 
 #: Seconds for all the cases, and at most per case (XLA's warm-up ran past 200 s on
 #: Hopper: its case is bounded, and runs last).
@@ -132,7 +133,7 @@ def describe_cpu_file(results: Mapping[str, Any], output: str) -> list[str]:
     return [f"note: this machine has no GPU: {output} holds CPU figures for "
             f"{results.get('accelerator') or 'no GPU type'}; a plan reads it only from "
             "training.measurements, after any GPU's own files, and says \"measured on CPUs\"; "
-            "`gpu-pipeline benchmark --config CFG` measures the GPU itself on Vertex AI"]
+            f"`{command()} benchmark --config CFG` measures the GPU itself on Vertex AI"]
 
 
 def lines_of(results: Mapping[str, Any], where: str, cost: Sequence[str] = (),

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from components.dataset.sources import DatasetError, kind_of
+from components.gpu.ai_platform_job import carried
 from components.gpu.ai_platform_pools import convert_ai_platform_config
 from components.gpu.configuration import check_configuration
 from components.gpu.pools import check_pools
@@ -65,18 +66,21 @@ def _merge(*layers: Mapping[str, Any]) -> dict[str, Any]:
 AI_PLATFORM_KEYS = {"trainingInput", "scaleTier", "masterType"}
 
 
-def _from_ai_platform(data: Mapping[str, Any], path: str | Path) -> dict[str, Any]:
+def _from_ai_platform(data: Mapping[str, Any], path: str | Path,
+                      warnings: list[str] | None) -> dict[str, Any]:
     """An AI Platform Training config.yaml as a configuration: its cluster becomes the
     Vertex AI worker pools (master 0, workers 1, parameter servers 2, evaluators 3), which
-    `run --local` then starts as processes too; its `hyperparameters`, the `tuning`
-    section."""
-    conversion = convert_ai_platform_config(data)
+    `run --local` then starts as processes too; its job fields the `vertex` options that do
+    the same (`ai_platform_job.CARRIED`), the others named in a warning; its
+    `hyperparameters`, the `tuning` section."""
+    conversion = convert_ai_platform_config(data, check_legacy=True)
     errors = list(conversion.errors)
+    if warnings is not None:
+        warnings += conversion.warnings
     training_input = data.get("trainingInput", data)
     converted: dict[str, Any] = {"vertex": {"worker_pool_specs": conversion.specs}}
     if isinstance(training_input, Mapping):
-        if isinstance(training_input.get("region"), str):
-            converted["vertex"]["region"] = training_input["region"]
+        converted["vertex"].update(carried(training_input))
         if "hyperparameters" in training_input:
             converted["tuning"], problems = convert_hyperparameters(
                 training_input["hyperparameters"])
@@ -260,7 +264,7 @@ def load_config(path: str | Path | None = None,
             raise ConfigError([f"config file {str(path)!r} holds a {type(data).__name__}; "
                                f"expected a mapping with the sections {', '.join(SECTIONS)}"])
         if AI_PLATFORM_KEYS & set(data):
-            data = _from_ai_platform(data, path)
+            data = _from_ai_platform(data, path, warnings)
         data = with_absolute_paths(data, Path(path).resolve().parent)
         data = without_deprecated_keys(data, str(path), warnings)
     overrides = without_deprecated_keys(overrides or {}, "overrides", warnings)

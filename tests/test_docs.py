@@ -39,6 +39,14 @@ def test_the_pages_show_commands():
     assert len(COMMANDS) >= 15, COMMANDS  # the extraction did find them
 
 
+def test_every_command_shown_runs_in_the_shell_the_readme_leaves():
+    """The README installs into `.venv` and runs from the checkout: a command shown as
+    `gpu-pipeline ...` would be `command not found` there (nothing puts it on the PATH)."""
+    bare = [f"{page}: {command}" for page, command in COMMANDS
+            if not command.startswith(".venv/bin/gpu-pipeline ")]
+    assert not bare, bare
+
+
 @pytest.mark.parametrize("page,command", COMMANDS, ids=[f"{p}: {c[:60]}" for p, c in COMMANDS])
 def test_every_command_shown_parses(page, command):
     # `[--dry-run]` in a page means "optionally": both forms must parse.
@@ -107,7 +115,7 @@ def _normalised(lines: list[str]) -> list[str]:
 #: Sample outputs a page shows whole, each with the command that prints it (None: the
 #: block's first line, after `$ `) and the start of its block.
 SAMPLES = [
-    ("vertex-ai.md", None, "$ gpu-pipeline submit --dry-run"),
+    ("vertex-ai.md", None, "$ .venv/bin/gpu-pipeline submit --dry-run"),
     ("gpu-configuration.md",
      "gpu-pipeline validate-gpu --config examples/pools.json --region us-central1",
      "invalid GPU configuration (vertex worker pool specs):"),

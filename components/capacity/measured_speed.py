@@ -112,7 +112,7 @@ def newest_measured(vertex: VertexOptions, project: str, model_client: Any = Non
     Raises:
         CloudCallError, CredentialsError: The registry or the bucket could not be read.
     """
-    from components.export.lineage import FILE as LINEAGE_FILE
+    from components.export.model_files import LINEAGE as LINEAGE_FILE
     from components.training.efficiency import FILE
     from trainer.common.cloud_calls import remote_call
 

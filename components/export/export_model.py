@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from components.cloud_names import vertex_endpoint
 from components.export import local_registry as local
 from components.export.gate import Decision, decide, other_questions
-from components.export.lineage import FILE as LINEAGE_FILE
 from components.export.lineage import lineage
+from components.export.model_files import LINEAGE as LINEAGE_FILE
 from components.export.saved_models import (
     model_classes,
     model_metrics,

@@ -10,9 +10,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-#: The lineage record's file, beside every published model.
-FILE = "lineage.json"
-
 
 def lineage(*, manifest: Mapping[str, Any], training: Mapping[str, Any],
             cluster: Mapping[str, Any], images: Mapping[str, Any], version: str,

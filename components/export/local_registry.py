@@ -21,10 +21,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from components.export.lineage import FILE as LINEAGE_FILE
+from components.export.model_files import LINEAGE as LINEAGE_FILE
 from trainer.common import files
 from trainer.common.committed_dirs import commit_directory, committed
 from trainer.common.errors import InputError
+from trainer.common.shell_name import command
 
 INDEX = "registry.json"
 #: Each local run's decision, by pipeline job name, for the run's summary (exit handler).
@@ -69,7 +70,7 @@ def served(registry_root: str | os.PathLike, name: str, version: str = ""
     if not index["versions"]:
         known = ", ".join(models(registry_root)) or "none"
         raise RegistryError(f"no model {name!r} in the local registry {str(registry_root)!r} "
-                            f"(models there: {known}); `gpu-pipeline run --local` registers "
+                            f"(models there: {known}); `{command()} run --local` registers "
                             "the models the gate accepts")
     wanted = version or index["default"]
     for entry in index["versions"]:

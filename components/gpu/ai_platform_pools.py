@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from components.gpu import catalog as cat
+from components.gpu.ai_platform_job import not_used
 from components.gpu.validation import (
     POOL_ROLES,
     GpuConfigError,
@@ -54,11 +55,15 @@ def _gpu_type(value: Any) -> Any:
     return value.strip().upper().replace("-", "_") if isinstance(value, str) else value
 
 
-def convert_ai_platform_config(training_input: Any) -> Conversion:
+def convert_ai_platform_config(training_input: Any, *, check_legacy: bool = False
+                               ) -> Conversion:
     """Converts an AI Platform Training `trainingInput` to Vertex AI worker pool specs.
 
     Args:
         training_input: The parsed config.yaml, with or without its `trainingInput` key.
+        check_legacy: Refuse a legacy type or tier whose GPUs the image cannot run, with
+            the configuration to paste instead (`legacy_gpus.refusal`); off, they convert
+            as the GPU guide's tables say (and the image's check refuses their GPUs).
 
     Returns:
         The specs (not yet checked against the GPU rules) with every conversion problem.
@@ -78,6 +83,7 @@ def convert_ai_platform_config(training_input: Any) -> Conversion:
         errors.append(f"trainingInput has the unknown key {short(key)}"
                       + (f"; did you mean {close[0]}?" if close else
                          f"; valid keys are {listed(sorted(TRAINING_INPUT_KEYS))}"))
+    warnings += not_used(training_input)  # the job's fields the pipeline does not take
     tier = training_input.get("scaleTier", "BASIC")
     if not isinstance(tier, str):
         errors.append(f"trainingInput.scaleTier is {short(tier)}; expected one of "
@@ -88,6 +94,13 @@ def convert_ai_platform_config(training_input: Any) -> Conversion:
         warnings.append(f"trainingInput.scaleTier {short(tier)} read as {tier.upper()}, the "
                         "spelling the API takes")
         tier = tier.upper()
+    if check_legacy:
+        from components.gpu.legacy_gpus import refusal
+
+        refused = refusal({**training_input, "scaleTier": tier}, None,
+                          convert_ai_platform_config)
+        if refused:
+            return Conversion([], refused, warnings, labels)
     cluster_fields = [k for k in training_input if k.startswith(
         tuple(task for task, _ in _TASKS))]
     if tier in cat.SCALE_TIERS:
@@ -217,4 +230,20 @@ def validate_ai_platform_config(training_input: Any, region: str | None = None
     if conversion.errors:
         return ValidationResult(False, conversion.errors, conversion.warnings, conversion.specs)
     result = validate_worker_pool_specs(conversion.specs, region, labels=conversion.labels)
-    return dataclasses.replace(result, warnings=conversion.warnings + result.warnings)
+    result = dataclasses.replace(result, warnings=conversion.warnings + result.warnings)
+    from components.gpu.legacy_gpus import refusal
+
+    refused = refusal(_inner(training_input), region, convert_ai_platform_config)
+    if not refused:
+        return result
+    # The legacy types imply the GPUs: say so, with what to paste, rather than refuse a GPU
+    # type the user never wrote.
+    others = [e for e in result.errors if " cannot run the trainer image" not in e]
+    return dataclasses.replace(result, ok=False, errors=refused + others)
+
+
+def _inner(training_input: Any) -> Mapping[str, Any]:
+    """The `trainingInput` mapping of a parsed config.yaml, with or without that key."""
+    if isinstance(training_input, Mapping) and "trainingInput" in training_input:
+        training_input = training_input["trainingInput"]
+    return training_input if isinstance(training_input, Mapping) else {}

@@ -18,8 +18,6 @@ The same images, the same instances and the same output on both sides:
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -88,17 +86,28 @@ def image_paths(source: str, field: str = "SOURCE") -> list[str]:
     return found
 
 
-def instances(paths: Sequence[str], read: Callable[[str], bytes] | None = None
+def instances(paths: Sequence[str], read: Callable[[str], bytes] | None = None,
+              unreadable: Callable[[str, str], None] | None = None
               ) -> Iterator[dict[str, str]]:
-    """Each image as an instance with its key (module docstring)."""
+    """Each image as an instance with its key (module docstring).
+
+    Args:
+        paths: The images.
+        read: Reads one (local paths and gs:// URIs by default).
+        unreadable: Told (path, why) of an image that cannot be read, which is then left
+            out; None: such an image stops everything (`BatchSourceError`).
+    """
     from trainer.common.gcs import read_bytes
 
     for path in paths:
         try:
             data = (read or read_bytes)(path)
         except OSError as exc:
-            raise BatchSourceError(f"image {path!r} cannot be read: {exc.strerror or exc}"
-                                   ) from None
+            why = f"cannot be read: {exc.strerror or exc}"
+            if unreadable is None:
+                raise BatchSourceError(f"image {path!r} {why}") from None
+            unreadable(path, why)
+            continue
         yield {KEY: path, **encoded_instance(data)}
 
 
@@ -177,7 +186,8 @@ def score(predictor: Any, paths: Sequence[str], *, batch_size: int = 32,
           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(result lines, error lines) of the images, in batches through `predictor` (a loaded
     `trainer.serving.app.SavedModelPredictor`). A batch the model refuses is retried one
-    image at a time, so that one bad image costs only its own line."""
+    image at a time, so that one bad image costs only its own line; so does an image that
+    cannot be read."""
     from fastapi import HTTPException
 
     def run(batch: list[dict[str, str]]) -> list[dict[str, Any]]:
@@ -186,11 +196,11 @@ def score(predictor: Any, paths: Sequence[str], *, batch_size: int = 32,
 
     results: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
-    pending: list[dict[str, str]] = []
-    for number, instance in enumerate(instances(paths), 1):
-        pending.append(instance)
-        if len(pending) < batch_size and number < len(paths):
-            continue
+
+    def unreadable(path: str, why: str) -> None:  # a missing file costs its own line too
+        errors.append({KEY: path, "error": {"code": 400, "message": f"the image {why}"}})
+
+    def answer(pending: list[dict[str, str]]) -> None:
         try:
             answered = list(zip(pending, run(pending), strict=True))
         except HTTPException:
@@ -202,22 +212,29 @@ def score(predictor: Any, paths: Sequence[str], *, batch_size: int = 32,
                     detail = str(exc.detail).replace("instances[0]", "the image")
                     errors.append({KEY: one[KEY], "error": {"code": exc.status_code,
                                                             "message": detail}})
-        results += [{KEY: one[KEY], "prediction": answer} for one, answer in answered]
-        pending = []
-        progress(number)
+        results.extend({KEY: one[KEY], "prediction": got} for one, got in answered)
+        progress(len(results) + len(errors))
+
+    pending: list[dict[str, str]] = []
+    for instance in instances(paths, unreadable=unreadable):
+        pending.append(instance)
+        if len(pending) == batch_size:
+            answer(pending)
+            pending = []
+    if pending:
+        answer(pending)
     return results, errors
 
 
 def write_output(directory: str | Path, results: list[dict[str, Any]],
                  errors: list[dict[str, Any]]) -> list[Path]:
-    """Writes the two files (each complete, or not there: written beside and renamed)."""
+    """Writes the two files (each complete, or not there: written beside and renamed),
+    with the permissions the user's umask gives a new file."""
+    from trainer.common import files
+
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     written = []
     for name, lines in ((RESULTS, results), (ERRORS, errors)):
-        handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
-        with os.fdopen(handle, "w") as f:
-            f.writelines(json.dumps(line) + "\n" for line in lines)
-        os.replace(temporary, directory / name)
+        files.write_text(directory / name, "".join(json.dumps(line) + "\n" for line in lines))
         written.append(directory / name)
     return written

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from components.training.local_cluster import free_ports
-from trainer.common.errors import StageError
+from trainer.common.errors import InputError, StageError
 from trainer.serving import container
 
 #: How long the server may take to load TensorFlow and the model and answer its health
@@ -42,21 +42,52 @@ def server_environment(model_dir: str, port: int) -> dict[str, str]:
             "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
+class PortInUseError(InputError):
+    """The port asked for is taken."""
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuses a port something already listens on, before the server loads TensorFlow.
+
+    Raises:
+        PortInUseError: Naming the port and the flag that changes it.
+    """
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise PortInUseError(
+                f"port {port} on {host} is taken ({exc.strerror or exc}); choose another "
+                f"with --port, e.g. --port {port + 1}") from None
+
+
 @contextlib.contextmanager
-def model_server(model_dir: str, *, port: int = 0,
+def model_server(model_dir: str, *, port: int = 0, host: str | None = None,
                  startup_seconds: float = STARTUP_SECONDS) -> Iterator[str]:
     """Runs the model server on `model_dir` until the block ends; yields its base URL.
+
+    Args:
+        model_dir: The model (a SavedModel and the serving files).
+        port: Its port (0: a free one).
+        host: Where it listens: None runs aiplatform's own `__main__`, as the serving
+            container does (every interface); a host runs the same app bound there
+            (`trainer.serving.loopback_server`).
+        startup_seconds: How long it may take to answer its health route.
 
     Raises:
         ServerError: It exited, or did not answer its health route in time (its output's
             last lines say why).
     """
     port = port or free_ports(1)[0]
-    command = [sys.executable, "-m", container.SERVER_MODULE]
+    command = [sys.executable, "-m", container.SERVER_MODULE] if host is None else \
+        [sys.executable, "-m", "trainer.serving.loopback_server", "--host", host]
     env = server_environment(model_dir, port)
     with tempfile.TemporaryFile("w+") as log:
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-        base = f"http://127.0.0.1:{port}"
+        base = f"http://{_reach(host)}:{port}"
         try:
             _wait_healthy(base, process, log, startup_seconds)
             yield base
@@ -68,6 +99,13 @@ def model_server(model_dir: str, *, port: int = 0,
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
+
+
+def _reach(host: str | None) -> str:
+    """How this machine reaches a server listening on `host` (every interface: loopback)."""
+    if host in (None, "", "0.0.0.0", "::"):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
 
 
 def _wait_healthy(base: str, process: subprocess.Popen, log: Any, seconds: float) -> None:

@@ -100,7 +100,7 @@ def predict(endpoint: str, region: str, images: list[bytes], *, client: Any = No
     Args:
         endpoint: The endpoint's resource name.
         region: Its region (the API host).
-        images: Encoded images (JPEG, PNG, GIF or BMP).
+        images: Encoded images (`trainer.serving.container.FORMATS`).
         client: A PredictionServiceClient (made for the region when None).
         models: A ModelServiceClient to read the class names with (made when None).
         address: For a Private Service Connect endpoint, the PSC endpoint's IP address or

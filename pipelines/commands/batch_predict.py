@@ -61,8 +61,11 @@ def run(args: argparse.Namespace) -> int:
                                     flush=True))
     written = batch.write_output(args.output, results, errors)
     seconds = time.monotonic() - started
+    for error in errors:  # each also in the errors file, as Vertex AI writes it
+        print(f"batch-predict: refused {error[batch.KEY]}: {error['error']['message']}",
+              file=sys.stderr)
     print(f"batch-predict: {len(results)} predicted, {len(errors)} refused, in {seconds:.1f} s "
           f"({len(paths) / seconds:.1f} images/s)")
     for path in written:
         print(f"  {path}")
-    return 0
+    return 1 if errors else 0

@@ -17,6 +17,7 @@ from pipelines.commands.common import (
     make_directory,
 )
 from trainer.common.schema import short
+from trainer.common.shell_name import command
 
 
 def add_parser(commands: Any, parser_class: type) -> None:
@@ -67,6 +68,6 @@ def _say_it_is_a_template(path: Path) -> None:
     named = sum(e.get("container", {}).get("image") == placeholder for e in executors.values())
     if named:
         say(f"it is a template: {named} of its {len(executors)} steps run the placeholder "
-            f"image {placeholder}; `gpu-pipeline submit --config CONFIG` builds the images and "
-            "runs it on Vertex AI, and `gpu-pipeline publish DESTINATION --config CONFIG` "
+            f"image {placeholder}; `{command()} submit --config CONFIG` builds the images and "
+            f"runs it on Vertex AI, and `{command()} publish DESTINATION --config CONFIG` "
             "shares a spec that runs (its images built or found, by digest)")

@@ -12,6 +12,7 @@ from pipelines.commands.common import (
     DEFAULT_LOCAL_ROOT,
     load,
 )
+from trainer.common.shell_name import command
 
 
 def add_parser(commands: Any, parser_class: type) -> None:
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         root = args.pipeline_root / REGISTRY
         found = local.models(root)
         if not found:
-            say(f"no model registered under {str(root)!r} yet (`gpu-pipeline run --local` "
+            say(f"no model registered under {str(root)!r} yet (`{command()} run --local` "
                 "registers the models the gate accepts)")
         for name, index in found.items():
             print("\n".join(local.describe(name, index)))

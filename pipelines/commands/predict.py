@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from pipelines.commands.common import (
     positive_int,
     tensorflow_start_quietly,
 )
+from trainer.serving.container import FORMATS
 
 
 def add_model_flags(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +52,7 @@ def add_parser(commands: Any, parser_class: type) -> None:
     parser = commands.add_parser(
         "predict", help="Classify images with the champion, local or on its Vertex AI endpoint.")
     parser.add_argument("images", nargs="+", type=Path, metavar="IMAGE",
-                        help="JPEG, PNG, GIF or BMP files.")
+                        help=f"{FORMATS} files.")
     parser.add_argument("--top", type=positive_int, default=3,
                         help="How many classes to print per image (default: %(default)s).")
     add_model_flags(parser)
@@ -66,14 +68,14 @@ def add_parser(commands: Any, parser_class: type) -> None:
                         help="Print the request instead of sending it.")
 
 
-def read_images(paths: list[Path]) -> list[bytes]:
-    """The images' bytes; a file that cannot be read is the user's mistake."""
-    images = []
+def read_images(paths: list[Path]) -> list[bytes | str]:
+    """Each image's bytes, or why it cannot be read."""
+    images: list[bytes | str] = []
     for path in paths:
         try:
             images.append(path.read_bytes())
         except OSError as exc:
-            raise UsageError(f"IMAGE {str(path)!r} cannot be read: {exc.strerror}") from None
+            images.append(f"cannot be read: {exc.strerror}")
     return images
 
 
@@ -95,9 +97,13 @@ def run(args: argparse.Namespace) -> int:
                          "or --endpoint with it (a local prediction sends nothing)")
     from trainer.serving.container import METADATA_FILE, encoded_instance
 
-    # The user's mistakes (a file, a version) are said before the predictor's imports.
+    # The user's mistakes (a version, every file unreadable) are said before the
+    # predictor's imports.
     entry, saved = local_model(args)
-    instances = [encoded_instance(image) for image in read_images(args.images)]
+    images = read_images(args.images)
+    if all(isinstance(image, str) for image in images):
+        raise UsageError("; ".join(f"IMAGE {str(path)!r} {why}"
+                                   for path, why in zip(args.images, images, strict=True)))
     from fastapi import HTTPException
 
     from trainer.serving.app import SavedModelPredictor
@@ -107,14 +113,24 @@ def run(args: argparse.Namespace) -> int:
         predictor.load(saved)
     classes = json.loads((Path(saved) / METADATA_FILE).read_text())["class_names"]
     print(f"{args.model} version {entry['version']} ({saved})")
-    for path, instance in zip(args.images, instances, strict=True):
-        try:
-            answer = predictor.answer({"instances": [instance]})["predictions"][0]
-        except HTTPException as exc:  # what the server would answer with 400
-            raise UsageError(f"IMAGE {str(path)!r}: {exc.detail.replace('instances[0]', 'it')}"
-                             ) from None
+    failed = 0
+    for path, image in zip(args.images, images, strict=True):
+        # One bad image costs its own line; the others are still predicted.
+        why = f" {image}" if isinstance(image, str) else ""
+        if not why:
+            try:
+                answer = predictor.answer(
+                    {"instances": [encoded_instance(image)]})["predictions"][0]
+            except HTTPException as exc:  # what the server would answer with 400
+                why = ": " + exc.detail.replace("instances[0]", "it")
+        if why:
+            failed += 1
+            print(f"error: IMAGE {str(path)!r}{why}", file=sys.stderr)
+            continue
         print(f"{path}: {top_classes(answer['probabilities'], classes, args.top)}")
-    return 0
+    if failed:
+        print(f"error: {failed} of {len(images)} image(s) not predicted", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _endpoint(args: argparse.Namespace) -> tuple[str, str, str, str, str]:

@@ -54,8 +54,10 @@ def add_parser(commands: Any, parser_class: type) -> None:
 def run(args: argparse.Namespace) -> int:
     """Runs the pipeline on this machine; prints where everything went."""
     if not args.local:
-        raise UsageError("`run` runs on this machine: use `gpu-pipeline run --local`; on "
-                         "Vertex AI, `gpu-pipeline submit --config CONFIG` builds and submits "
+        from trainer.common.shell_name import command
+
+        raise UsageError(f"`run` runs on this machine: use `{command()} run --local`; on "
+                         f"Vertex AI, `{command()} submit --config CONFIG` builds and submits "
                          "the run")
     config = load(args)  # Pre-flight: every configuration error before any work.
     check_model(config)
@@ -135,6 +137,7 @@ def _how_to_call(config, pipeline_root, registered: str) -> None:
     from components.vertex_options import VertexOptions
     from pipelines.commands.serve import request_example
     from pipelines.local_run import REGISTRY
+    from trainer.common.shell_name import command
 
     name = config.vertex.model_display_name
     default = local.load(pipeline_root / REGISTRY / name)["default"]
@@ -147,8 +150,9 @@ def _how_to_call(config, pipeline_root, registered: str) -> None:
          else "")
     if not registered:
         say(f"this run registered no model: the champion is still {name} version {default}")
-    say(f"call the champion ({name} version {default}): gpu-pipeline predict IMAGE...{flags}, "
-        f"or gpu-pipeline serve{flags} (the model server on http://127.0.0.1:8080) and then:")
+    cli = command()  # as the user's shell runs it (nothing may have put it on the PATH)
+    say(f"call the champion ({name} version {default}): {cli} predict IMAGE...{flags}, "
+        f"or {cli} serve{flags} (the model server on http://127.0.0.1:8080) and then:")
     print(request_example("http://127.0.0.1:8080"))
 
 

@@ -23,6 +23,7 @@ from trainer.common.cloud_calls import remote_call
 from trainer.common.errors import InputError
 from trainer.common.gcs import split_gcs_uri, storage_client
 from trainer.common.schema import short
+from trainer.common.shell_name import command
 
 #: Artifact Registry Kubeflow Pipelines repositories, or a registry on loopback (tests, a
 #: port-forwarded registry).
@@ -104,12 +105,12 @@ def publish(spec: Path, destination: str, tags: Sequence[str], *, storage: Any =
         Where the spec now is (registry `package/version`, or gs:// objects).
     """
     if not spec.is_file():
-        raise PublishError(f"{spec} does not exist; run `gpu-pipeline compile` first")
+        raise PublishError(f"{spec} does not exist; run `{command()} compile` first")
     unpinned = unpinned_images(spec)
     if unpinned:
         raise PublishError(f"{spec} runs its components in {', '.join(unpinned)}, which is not "
                            "pinned by digest (the placeholder of compiled/ names no image that "
-                           "exists); publish with `gpu-pipeline publish --config FILE "
+                           f"exists); publish with `{command()} publish --config FILE "
                            "DESTINATION`, which builds or finds the image first")
     check_target(destination, tags)
     if destination.startswith("gs://"):

@@ -14,6 +14,7 @@ import yaml
 from pipelines.cli import main
 from pipelines.config import ConfigError
 from pipelines.config_loading import load_config
+from trainer.common.shell_name import command
 from trainer.run.training_options import TrainingOptions
 
 # Exercised here without an import, through `cli.COMMANDS` and `main`: the command modules
@@ -73,7 +74,7 @@ def run(*args, cwd=None):
     (["run", "--local", "--epochs", "0"], "training.epochs is 0; expected an integer from 1 "
                                           "to 10000"),
     (["run", "--local", "--colour", "red"], "unrecognized arguments: --colour red"),
-    (["run"], "use `gpu-pipeline run --local`"),
+    (["run"], "gpu-pipeline run --local`"),
     (["run", "--local", "--config", "/no/such.yaml"], "--config '/no/such.yaml' is not a "
                                                       "readable file"),
     (["run", "--local", "--dataset-source", "/no/such/dir"], "dataset.source is '/no/such/dir'"),
@@ -120,9 +121,9 @@ def test_an_empty_config_file_is_warned_about(tmp_path, capsys):
         "(config.example.yaml shows them)" in err
     # The spec names the images by a placeholder: it says so, and what makes one that runs.
     assert re.search(r"it is a template: \d+ of its \d+ steps run the placeholder image "
-                     r"us-central1-docker\.pkg\.dev/PROJECT_ID/\S+; `gpu-pipeline submit "
-                     r"--config CONFIG` builds the images .* `gpu-pipeline publish DESTINATION "
-                     r"--config CONFIG` shares a spec that runs", out)
+                     r"us-central1-docker\.pkg\.dev/PROJECT_ID/\S+; `\S*gpu-pipeline submit "
+                     r"--config CONFIG` builds the images .* `\S*gpu-pipeline publish "
+                     r"DESTINATION --config CONFIG` shares a spec that runs", out)
 
 
 def test_invalid_config_refused_before_compiling(tmp_path):
@@ -211,8 +212,10 @@ def test_validate_gpu_reads_the_documents_config_yaml(tmp_path, capsys):
                 "reasons": report["training_plan"]["reasons"]}
         else:  # the legacy machine types carry K80s, which no CUDA 12 image runs
             assert report["training_plan"] is None
-            assert all("NVIDIA_TESLA_K80 cannot run the trainer image" in e
+            assert all("complex_model_m_gpu, a legacy AI Platform machine type that carries "
+                       "4 x NVIDIA_TESLA_K80, which the trainer image cannot run" in e
                        for e in report["errors"])
+            assert "to paste in its place:\n      trainingInput:\n" in report["errors"][-1]
 
 
 def test_validate_gpu_plans_a_reduction_server_under_europe_docker_and_names_its_plugin(
@@ -364,7 +367,7 @@ def test_version_and_run_without_local_point_where_to_go(capsys):
     assert capsys.readouterr().out == f"gpu-pipeline {identity.version()}\n"
     assert main(["run"]) == 2
     err = capsys.readouterr().err
-    assert "`gpu-pipeline run --local`" in err and "gpu-pipeline submit --config CONFIG" in err
+    assert f"`{command()} run --local`" in err and f"`{command()} submit --config CONFIG`" in err
 
 
 def test_tensorflow_start_up_lines_are_kept_out_of_a_commands_output(capfd):
@@ -387,8 +390,8 @@ def test_validate_gpu_reports_every_misspelt_field_at_once_as_run_does(tmp_path,
     config = tmp_path / "typos.yaml"
     config.write_text("vertex:\n  regoin: us-central1\ntraining:\n  bach_size: 3\n"
                       "  colour: red\ntraning:\n  epochs: 2\n")
-    for command in (["validate-gpu"], ["compile", "--output", str(tmp_path / "p.yaml")]):
-        assert main([*command, "--config", str(config)]) == 2
+    for argv in (["validate-gpu"], ["compile", "--output", str(tmp_path / "p.yaml")]):
+        assert main([*argv, "--config", str(config)]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: invalid configuration:\n  - unknown section 'traning' "
                               "(did you mean training?)\n")

@@ -180,3 +180,44 @@ def test_patterned_values_are_refused_with_what_they_accept_in_words():
             "vertex.component_memory is 'lots'; expected a size with K, M or G, e.g. 32G or "
             "512M"):
         assert f"  - {expected}" in lines, (expected, lines)
+
+
+def test_an_ai_platform_configs_job_fields_are_carried_or_named(tmp_path):
+    """Every field of a `trainingInput` either becomes the option that does the same or is
+    named in a warning with what to do instead; a K80-era legacy type is refused with the
+    configuration to paste."""
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "trainingInput:\n  scaleTier: CUSTOM\n  masterType: n1-standard-8\n  masterConfig:\n"
+        "    imageUri: gcr.io/team/trainer:1\n"
+        "    acceleratorConfig: {count: 1, type: NVIDIA_TESLA_T4}\n"
+        "  region: us-east1\n  runtimeVersion: '2.11'\n  pythonVersion: '3.7'\n"
+        "  args: ['--epochs', '3']\n  scheduling: {maxRunningTime: 7200s}\n"
+        "  serviceAccount: trainer@my-proj.iam.gserviceaccount.com\n")
+    warnings: list[str] = []
+    config = load_config(path, warnings=warnings)
+    assert (config.vertex.region, config.vertex.timeout,
+            config.vertex.training_service_account) == (
+        "us-east1", "7200s", "trainer@my-proj.iam.gserviceaccount.com")
+    assert warnings == [
+        "trainingInput.runtimeVersion ('2.11') is not used: the trainer image pins its own "
+        "TensorFlow (requirements/gpu.lock): leave it out",
+        "trainingInput.pythonVersion ('3.7') is not used: the trainer image pins its own "
+        "Python: leave it out",
+        "trainingInput.args (['--epochs', '3']) is not used: the trainer takes its options "
+        "from the configuration's training section (training.epochs, training.batch_size, "
+        "...): write them there",
+        "trainingInput.masterConfig.imageUri ('gcr.io/team/trainer:1') is not used: the "
+        "pipeline trains with its own trainer, in its own image (built by `submit`, named by "
+        "digest); bring your model as training.user_code (docs/models.md)"]
+    path.write_text("trainingInput:\n  scaleTier: BASIC_GPU\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    message = str(refused.value)
+    assert "trainingInput.scaleTier is BASIC_GPU, a legacy AI Platform scale tier that " \
+        "carries 1 x NVIDIA_TESLA_K80, which the trainer image cannot run" in message
+    pasted = message.split("to paste in its place:\n", 1)[1]
+    path.write_text(pasted)
+    assert load_config(path).vertex.worker_pool_specs == [{"machine_spec": {
+        "machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
+        "accelerator_count": 1}, "replica_count": 1}]

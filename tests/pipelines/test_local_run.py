@@ -7,6 +7,7 @@ import json
 import os
 import re
 import socket
+import stat
 import subprocess
 import sys
 import urllib.request
@@ -21,7 +22,8 @@ from pipelines.local_run import LocalRunError, run_local
 from trainer.common.committed_dirs import committed
 
 # Exercised here without an import, through the command line: `pipelines.commands.predict`
-# and `pipelines.commands.serve` (the demo's champion classified and served); through
+# and `pipelines.commands.serve` (the demo's champion classified and served, by
+# `trainer.serving.loopback_server` in the server's process); through
 # `components.serving.deploy_stage`: `components.serving.local_endpoint` (the local
 # rollout).
 
@@ -171,27 +173,41 @@ def test_demo_checked_the_model_in_its_server_and_says_how_to_call_it(demo):
                      r"server, one request each: 24 x HTTP 200; p95 latency [0-9.]+ s \(bound "
                      r"2 s; first request [0-9.]+ s\); top-1 agrees with the SavedModel's own "
                      r"on 24/24", stdout), stdout[-3000:]
-    assert "call the champion (gpu-pipeline-model version 1): gpu-pipeline predict IMAGE..." \
-        in stdout
+    hint = re.search(r"call the champion \(gpu-pipeline-model version 1\): (\S+) predict "
+                     r"IMAGE\.\.\., or (\S+) serve ", stdout)
+    assert hint and hint[1] == hint[2], stdout[-3000:]
     summary = json.loads(stdout.strip().splitlines()[-1])
     dataset = Path(summary["artifacts"]["prepare-dataset/dataset"])
     for number, image in enumerate(held_out_images(dataset, "test", 2)):
         (cwd / f"image{number}.png").write_bytes(image)
-    result = subprocess.run([str(BIN), "predict", "image0.png", "image1.png", "--top", "2"],
-                            cwd=cwd, capture_output=True, text=True, timeout=300)
+    # The hint runs as printed, in a fresh shell whose PATH knows nothing of the project.
+    result = subprocess.run(["bash", "-c", f"{hint[1]} predict image0.png image1.png --top 2"],
+                            cwd=cwd, capture_output=True, text=True, timeout=300,
+                            env={"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/")})
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
     assert lines[0].startswith("gpu-pipeline-model version 1 (")
     assert all(re.fullmatch(r"image\d\.png: \w+ [01]\.\d{3}, \w+ [01]\.\d{3}", line)
                for line in lines[1:3]), lines
     (cwd / "notes.txt").write_text("not an image")
-    for argv, message in ((["missing.png"], "IMAGE 'missing.png' cannot be read"),
-                          (["notes.txt"], "IMAGE 'notes.txt': it is not a JPEG, PNG"),
-                          (["image0.png", "--version", "9"], "has no version '9'")):
+    for argv, code, message in (
+            (["missing.png"], 2, "IMAGE 'missing.png' cannot be read"),
+            (["notes.txt"], 1, "IMAGE 'notes.txt': it is not a JPEG, PNG, GIF, BMP or WebP"),
+            (["image0.png", "--version", "9"], 2, "has no version '9'")):
         result = subprocess.run([str(BIN), "predict", *argv], cwd=cwd, capture_output=True,
                                 text=True, timeout=300)
-        assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
+        assert result.returncode == code and message in result.stderr, result.stderr[-2000:]
         assert "Traceback" not in result.stderr
+    # A bad or missing file among good ones costs its own line; the rest are predicted.
+    result = subprocess.run([str(BIN), "predict", "missing.png", "image0.png", "notes.txt"],
+                            cwd=cwd, capture_output=True, text=True, timeout=300)
+    predicted = result.stdout.splitlines()[1:]
+    assert result.returncode == 1 and len(predicted) == 1, result.stdout
+    assert predicted[0].startswith("image0.png: ")
+    assert result.stderr.splitlines() == [
+        "error: IMAGE 'missing.png' cannot be read: No such file or directory",
+        "error: IMAGE 'notes.txt': it is not a JPEG, PNG, GIF, BMP or WebP image",
+        "error: 2 of 3 image(s) not predicted"], result.stderr
 
     # batch-predict: a folder (one file in it is no image) and a manifest, scored by the
     # champion; Vertex AI's output files, one line per image.
@@ -203,8 +219,10 @@ def test_demo_checked_the_model_in_its_server_and_says_how_to_call_it(demo):
     result = subprocess.run([str(BIN), "batch-predict", "to-score", "--output", "scored",
                              "--batch-size", "2"], cwd=cwd, capture_output=True, text=True,
                             timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.returncode == 1, result.stderr[-2000:]  # one image refused
     assert "batch-predict: 2 predicted, 1 refused" in result.stdout, result.stdout
+    assert "batch-predict: refused to-score/more/broken.png: the image is not a JPEG" in \
+        result.stderr
     results = [json.loads(line) for line in (cwd / "scored" / "prediction.results-00000-of-"
                                              "00001").read_text().splitlines()]
     assert [r["key"] for r in results] == ["to-score/a.png", "to-score/more/b.png"]
@@ -213,17 +231,37 @@ def test_demo_checked_the_model_in_its_server_and_says_how_to_call_it(demo):
     (refused,) = [json.loads(line) for line in (cwd / "scored" / "prediction.errors_stats-"
                                                 "00000-of-00001").read_text().splitlines()]
     assert refused == {"key": "to-score/more/broken.png", "error": {
-        "code": 400, "message": "the image is not a JPEG, PNG, GIF or BMP image"}}
-    (cwd / "list.txt").write_text("# to score\nimage1.png\n\nimage0.png\n")
+        "code": 400, "message": "the image is not a JPEG, PNG, GIF, BMP or WebP image"}}
+    # The outputs keep the user's umask (not a temporary file's 0600).
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE((cwd / "scored" / "prediction.results-00000-of-00001").stat()
+                        .st_mode) == 0o666 & ~umask
+    (cwd / "list.txt").write_text("# to score\nimage1.png\n\nmissing.png\nimage0.png\n")
     result = subprocess.run([str(BIN), "batch-predict", "list.txt", "--output", "scored"],
                             cwd=cwd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and "already holds predictions" in result.stderr
     result = subprocess.run([str(BIN), "batch-predict", "list.txt", "--output", "listed"],
                             cwd=cwd, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
+    # A missing file in the list costs its own line; the others are predicted.
+    assert result.returncode == 1, result.stderr[-2000:]
     assert [json.loads(line)["key"] for line in (cwd / "listed" / "prediction.results-00000-"
                                                  "of-00001").read_text().splitlines()] == [
         "image1.png", "image0.png"]
+    assert [json.loads(line) for line in (cwd / "listed" / "prediction.errors_stats-00000-of-"
+                                          "00001").read_text().splitlines()] == [
+        {"key": "missing.png", "error": {"code": 400, "message": "the image cannot be read: "
+                                                                 "No such file or directory"}}]
+    # A port already taken: one line naming it and --port, before TensorFlow loads.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        result = subprocess.run([str(BIN), "serve", "--port", str(busy)], cwd=cwd,
+                                capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stdout, result.stderr.splitlines()) == (2, "", [
+        f"error: port {busy} on 127.0.0.1 is taken (Address already in use); choose another "
+        f"with --port, e.g. --port {busy + 1}"])
     port = free_port()
     server = subprocess.Popen([str(BIN), "serve", "--port", str(port)], cwd=cwd,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -244,6 +282,11 @@ def test_demo_checked_the_model_in_its_server_and_says_how_to_call_it(demo):
         with direct.open(request, timeout=60) as answer:
             predictions = json.loads(answer.read())["predictions"]
         assert len(predictions) == 1 and len(predictions[0]["probabilities"]) == 4
+        # It listens on loopback alone (Linux's table: 0100007F is 127.0.0.1, 0A LISTEN).
+        listening = [line.split()[1] for line in Path("/proc/net/tcp").read_text()
+                     .splitlines()[1:] if line.split()[3] == "0A"
+                     and line.split()[1].endswith(f":{port:04X}")]
+        assert listening == [f"0100007F:{port:04X}"], listening
     finally:
         server.send_signal(signal.SIGINT)
         output.append(server.communicate(timeout=60)[0])

@@ -27,6 +27,8 @@ from typing import Any
 
 from google.cloud.aiplatform.prediction.predictor import Predictor
 
+from trainer.serving.container import FORMATS
+
 
 def _bad_request(message: str) -> Exception:
     from fastapi import HTTPException
@@ -83,8 +85,8 @@ class SavedModelPredictor(Predictor):
             try:
                 self._tf.io.decode_image(data, channels=3, expand_animations=False)
             except self._tf.errors.InvalidArgumentError:
-                raise _bad_request(f"instances[{index}] is not a JPEG, PNG, GIF or BMP "
-                                   "image") from None
+                raise _bad_request(f"instances[{index}] is not a {FORMATS} image"
+                                   ) from None
             return "encoded", data
         try:
             image = self._tf.constant(instance, dtype=self._tf.float32)

@@ -33,8 +33,14 @@ ENVIRONMENT = {
 }
 
 
+#: The image formats the predictor decodes (`tf.io.decode_image`: TensorFlow 2.21's
+#: DecodeImage reads WebP too; tests/trainer/serving/test_app.py sends one), as every
+#: message and help text names them.
+FORMATS = "JPEG, PNG, GIF, BMP or WebP"
+
+
 def encoded_instance(image: bytes) -> dict[str, str]:
-    """An encoded image (JPEG, PNG, GIF, BMP) as the predict route takes one instance
+    """An encoded image (one of `FORMATS`) as the predict route takes one instance
     (`trainer.serving.app`; the endpoint passes the body on unchanged)."""
     return {"b64": base64.b64encode(image).decode()}
 

@@ -15,6 +15,7 @@ from components.dataset.sources.base import (
     SourceListing,
 )
 from trainer.common.errors import first_line
+from trainer.common.shell_name import command
 
 TFDS_PREFIX = "tfds://"
 
@@ -42,7 +43,7 @@ class Tfds(SourceKind):
         return ("a TensorFlow Datasets dataset on this machine's disk, which the pipeline on "
                 "Vertex AI cannot read: its images hold neither TFDS nor the data; export the "
                 "images to Cloud Storage as class folders or a CSV/JSONL manifest and give its "
-                "gs:// URI (or run it locally: gpu-pipeline run --local)")
+                f"gs:// URI (or run it locally: {command()} run --local)")
 
     @classmethod
     def listing(cls, source: str, image_size: int, per_class: int) -> SourceListing:

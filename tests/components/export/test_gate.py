@@ -178,6 +178,8 @@ def test_the_runs_hint_calls_the_runs_own_model_or_says_there_is_none(tmp_path, 
 
     root = tmp_path / "runs"
     config = load_config(overrides={"vertex": {"model_display_name": "shapes3"}})
+    from trainer.common.shell_name import command
+
     _how_to_call(config, root, registered="")
     assert "no model to call: this run registered none and the local registry has no " \
            "'shapes3'" in capsys.readouterr().out
@@ -186,8 +188,9 @@ def test_the_runs_hint_calls_the_runs_own_model_or_says_there_is_none(tmp_path, 
                    {"test_accuracy": 0.9}, _record(), made, default=True)
     _how_to_call(config, root, registered="1")
     out = capsys.readouterr().out
-    assert f"call the champion (shapes3 version 1): gpu-pipeline predict IMAGE... --model " \
-           f"shapes3 --pipeline-root {root}, or gpu-pipeline serve --model shapes3 " \
+    cli = command()  # as this environment runs it (`test_local_run` runs the hint)
+    assert f"call the champion (shapes3 version 1): {cli} predict IMAGE... --model " \
+           f"shapes3 --pipeline-root {root}, or {cli} serve --model shapes3 " \
            f"--pipeline-root {root} (the model server" in out
     _how_to_call(config, root, registered="")  # a run the gate turned down
     assert "this run registered no model: the champion is still shapes3 version 1" in \

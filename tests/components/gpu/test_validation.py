@@ -192,8 +192,25 @@ def test_documents_config_example_with_compute_engine_machines():
 
 def test_documents_config_example_with_legacy_machines():
     result = ai.validate_ai_platform_config(yaml.safe_load(SEED_CONFIG_LEGACY), "us-central1")
-    # Converted and valid by the guide's rules; refused only for its K80s (no CUDA 12).
-    assert not rule_errors(result) and len(result.errors) == 2, result.errors
+    # Converted and valid by the guide's rules; refused only for the K80s its legacy types
+    # carry (no CUDA 12), said of the types, with the same machines on T4s to paste.
+    master, worker = result.errors
+    assert master.startswith("trainingInput.masterType is complex_model_m_gpu, a legacy AI "
+                             "Platform machine type that carries 4 x NVIDIA_TESLA_K80, which "
+                             "the trainer image cannot run: its GPUs (Kepler, ")
+    head, block = worker.split(":\n", 1)
+    assert head == ("trainingInput.workerType is complex_model_m_gpu, a legacy AI Platform "
+                    "machine type that carries 4 x NVIDIA_TESLA_K80, which the trainer image "
+                    "cannot run; the nearest supported configuration, the same machines with "
+                    "supported GPUs, to paste in its place")
+    pasted = yaml.safe_load(block)
+    assert pasted == {"trainingInput": {
+        "scaleTier": "CUSTOM", "masterType": "n1-standard-16", "workerCount": 9,
+        "workerType": "n1-standard-16", "parameterServerCount": 3,
+        "parameterServerType": "large_model",
+        "masterConfig": {"acceleratorConfig": {"count": 4, "type": cat.T4}},
+        "workerConfig": {"acceleratorConfig": {"count": 4, "type": cat.T4}}}}
+    assert ai.validate_ai_platform_config(pasted, "us-central1").ok
     assert [p["machine_spec"] for p in result.specs] == [
         {"machine_type": "n1-standard-16", "accelerator_type": cat.K80, "accelerator_count": 4},
         {"machine_type": "n1-standard-16", "accelerator_type": cat.K80, "accelerator_count": 4},
@@ -460,3 +477,36 @@ def test_a_replica_count_of_non_ascii_digits_is_an_error_not_a_crash():
     # '²'.isdigit() is True, but int('²') raises (found by the random documents test).
     result = gv.validate_worker_pool_specs([{"machine_spec": None, "replica_count": "²"}])
     assert not result.ok and any("replica_count" in e for e in result.errors)
+
+
+def test_every_k80_legacy_type_is_refused_with_the_same_machine_on_a_gpu_that_runs():
+    from components.gpu import legacy_gpus
+
+    for legacy, info in cat.LEGACY_MACHINES.items():
+        if not info.gpu or info.gpu[0] != cat.K80:
+            continue
+        given = {"scaleTier": "CUSTOM", "masterType": legacy}
+        (error,) = legacy_gpus.refusal(given, "us-central1", ai.convert_ai_platform_config)
+        assert error.startswith(f"trainingInput.masterType is {legacy}, a legacy AI Platform "
+                                f"machine type that carries {info.gpu[1]} x {cat.K80}")
+        nearest = legacy_gpus.replacement(given, "us-central1", ai.convert_ai_platform_config)
+        assert nearest["masterType"] == info.equivalent
+        # T4s where they come in that count, else V100s (8 of them).
+        assert nearest["masterConfig"]["acceleratorConfig"] == {
+            "count": info.gpu[1], "type": cat.T4 if info.gpu[1] <= 4 else cat.V100}
+        assert ai.validate_ai_platform_config(nearest, "us-central1").ok
+    # A supported legacy type needs no replacement.
+    assert legacy_gpus.refusal({"masterType": "standard_v100", "scaleTier": "CUSTOM"}, None,
+                               ai.convert_ai_platform_config) == []
+
+
+def test_every_training_input_field_is_converted_carried_or_named():
+    """Nothing of a `trainingInput` is dropped unsaid: the cluster's fields become pools,
+    the job's an option (`CARRIED`) or a warning (`NOT_USED`), `hyperparameters` a study."""
+    from components.gpu.ai_platform_job import CARRIED, NOT_USED
+
+    cluster = {k for k in ai.TRAINING_INPUT_KEYS
+               if k.startswith(("master", "worker", "parameterServer", "evaluator"))}
+    job = {path.split(".")[0] for path in (*CARRIED, *NOT_USED)}
+    assert job <= ai.TRAINING_INPUT_KEYS
+    assert ai.TRAINING_INPUT_KEYS - cluster - job == {"scaleTier", "hyperparameters"}

@@ -11,6 +11,7 @@ import pytest
 from google.api_core import exceptions
 
 from components.capacity.measured_speed import seconds_per_epoch
+from components.export.model_files import LINEAGE
 from pipelines.vertex.clients import Clients
 from pipelines.vertex.cost_estimate import NewestSpeed, estimate_lines
 from tests.support.launches import config
@@ -67,7 +68,7 @@ def _lineage(specs=None, images=(700, 200)):
 def _run(uri, seconds, epochs, specs=None):
     """A registered model's files: its efficiency figures and lineage."""
     return {f"{uri}/efficiency.json": json.dumps(_figures(seconds, epochs)),
-            f"{uri}/lineage.json": _lineage(specs)}
+            f"{uri}/{LINEAGE}": _lineage(specs)}
 
 
 def test_the_newest_model_with_figures_gives_the_seconds_per_epoch():

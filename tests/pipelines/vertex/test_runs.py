@@ -552,7 +552,7 @@ def test_publish_errors(tmp_path, pinned_spec):
         publish.publish(pinned_spec, "gs://b/x", ["sha256:abc"])
     with pytest.raises(publish.PublishError, match="not pinned by digest"):
         publish.publish(SPEC, "gs://b/x", ["v1"])
-    with pytest.raises(publish.PublishError, match="run `gpu-pipeline compile` first"):
+    with pytest.raises(publish.PublishError, match="gpu-pipeline compile` first"):
         publish.publish(tmp_path / "none.yaml", "gs://b/x", ["v1"])
 
 

@@ -161,7 +161,7 @@ def test_jpeg_and_float_images_get_the_same_classes(server, small_dataset):
 @pytest.mark.parametrize("body,detail", [
     ({"instances": [{"b64": "not base64!"}]}, "instances[0].b64 is not valid base64"),
     ({"instances": [{"b64": base64.b64encode(b"plain text").decode()}]},
-     "instances[0] is not a JPEG, PNG, GIF or BMP image"),
+     "instances[0] is not a JPEG, PNG, GIF, BMP or WebP image"),
     ({"instances": [[[[0.5, 0.5, 0.5]]]]}, "instances[0] has shape [1, 1, 3]; float images "
                                            "are [32, 32, 3]"),
     ({"instances": [{"image": "x"}]}, "instances[0] is an object without \"b64\""),
