@@ -15,6 +15,7 @@ import pydantic
 from pydantic import AfterValidator, Field
 
 from components import images
+from components.build.given_images import GivenImages
 from components.cloud_names import (
     HttpsUrl,
     ImageReference,
@@ -194,6 +195,9 @@ class VertexOptions(pydantic.BaseModel):
         "before it may serve (0: no check); its answers must match the SavedModel's own."))
     serving_p95_seconds: float = Field(2.0, gt=0, description=(
         "The bound on the 95th percentile of one prediction request's time in that check."))
+    images: GivenImages = Field(default_factory=GivenImages, description=(
+        "The project's images built elsewhere (gpu and cpu, each by digest): nothing builds "
+        "them then (components/build/given_images.py); empty: built from the sources."))
     serving_image: ImageReference = Field("", description=(
         "Image serving the registered model, by digest; empty: the run's own CPU image (the "
         "TensorFlow it was trained with); to serve on GPUs, the run's GPU image."))

@@ -22,6 +22,7 @@ def run_build_stage(context_dir: str, context_uri: str, image_repository: str, *
                     trainer_source_uri: str = "", user_code: str = "",
                     settings: cloud_build.BuildSettings | None = None,
                     clients: tuple[Any, Any, Any] | None = None,
+                    given: dict[str, dict[str, Any]] | None = None,
                     log: Callable[[str], None] = say) -> tuple[dict[str, Any], dict[str, Any]]:
     """Stage 3: the build context, and on Vertex the images built from it.
 
@@ -39,6 +40,8 @@ def run_build_stage(context_dir: str, context_uri: str, image_repository: str, *
         settings: Machine, timeout and service account of a Cloud Build (its defaults when
             None).
         clients: (storage, Cloud Build, Artifact Registry) clients; created when None.
+        given: Images built elsewhere (`vertex.images`, as `GivenImages.found` gives them):
+            on Vertex passed on as they are, nothing built or looked up.
         log: Where progress lines go.
 
     Returns:
@@ -56,6 +59,12 @@ def run_build_stage(context_dir: str, context_uri: str, image_repository: str, *
             "pushed (no Docker engine is used); training uses the trainer installed in this "
             "environment")
         return {}, {**metadata, "pushed": False}
+    if given:
+        log("images given by vertex.images (built elsewhere), nothing built: "
+            + ", ".join(f"{key} {image['reference']}" for key, image in given.items()))
+        return dict(given), {**metadata, "references": {k: v["reference"]
+                                                        for k, v in given.items()},
+                             "pushed": False, "given": True}
 
     with remote_call("connecting to Cloud Storage, Cloud Build and Artifact Registry"):
         storage, builder, registry = clients or cloud_clients()

@@ -148,6 +148,7 @@ def build_images(vertex: dict, training: dict, push: bool, trainer_source_uri: s
         found, metadata = run_build_stage(
             build_context.path, build_context.uri, options.image_repository, push=push,
             trainer_source_uri=trainer_source_uri, user_code=training.get("user_code", ""),
-            settings=options.build_settings())
+            settings=options.build_settings(),
+            given=options.images.found() if options.images.given else None)
     build_context.metadata.update(metadata)
     return found

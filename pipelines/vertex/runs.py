@@ -118,6 +118,9 @@ def ensure_images(config: Config, work_dir: Path, *, dry_run: bool, clients: Cli
     require_vertex_settings(config)
     context = write_build_context(work_dir / "build-context",
                                   user_code=config.training.user_code or None)
+    if config.vertex.images.given:  # built elsewhere: nothing to upload or build
+        log("images: vertex.images, built elsewhere: nothing is uploaded or built")
+        return Images(config.vertex.images.found(), "", None, context)
     repository = cloud_build.Repository.parse(config.vertex.image_repository)
     bucket, name = cloud_build.context_object(config.vertex.pipeline_root, context.digest)
     source_uri = f"gs://{bucket}/{name}"
@@ -188,10 +191,12 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
     dags = [spec["root"]["dag"]] + [c["dag"] for c in spec["components"].values() if "dag" in c]
     cached = sorted(name for dag in dags for name, task in dag["tasks"].items()
                     if task.get("cachingOptions", {}).get("enableCache"))
-    build = prepared.build_request.build
     gpu, cpu = (prepared.images[i.key] for i in (images.GPU, images.CPU))
     placeholder = " (digest placeholder: a dry run builds nothing)" \
         if gpu["reference"].endswith(images.UNBUILT_DIGEST) else ""
+    named = (f"images, named by digest alone{placeholder}, content tag {gpu['tag']}:"
+             if prepared.build_request is not None else
+             "images, given by vertex.images (built elsewhere; no sources uploaded, no build):")
     user_code, plan = config.training.user_code, config.vertex_plan()
     return [
         *([f"your model {config.training.model}: {len(prepared.user_code_files)} file(s) of "
@@ -215,12 +220,24 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
         "cache: " + (f"only {', '.join(cached)} may be reused (keyed on the source's "
                      "fingerprint); every other task runs every time" if cached
                      else "off for every task"),
-        f"images, named by digest alone{placeholder}, content tag {gpu['tag']}:",
+        named,
         f"  GPU worker pools run {gpu['reference']}",
         f"  components and CPU-only pools run {cpu['reference']}",
         f"the registered model is served by {config.vertex.serving_image or cpu['reference']} "
         f"(python -m {SERVER_MODULE}, predictor trainer.serving.app)",
-        f"Cloud Build: {request_location(prepared.build_request)}, "
+        *build_summary(prepared.build_request, config),
+        *dataflow_summary(prepared.dataflow),
+    ]
+
+
+def build_summary(request: Any, config: Config) -> list[str]:
+    """The dry run's lines on the Cloud Build that makes the images (none when
+    `vertex.images` gives them)."""
+    if request is None:
+        return []
+    build = request.build
+    return [
+        f"Cloud Build: {request_location(request)}, "
         + (f"in the private pool {build.options.pool.name} (its machines)" if
            build.options.pool.name else build.options.machine_type.name)
         + f", timeout {build.timeout.seconds} s, as "
@@ -232,7 +249,6 @@ def summary(prepared: Prepared, config: Config) -> list[str]:
         "  the GPU image's Reduction Server plugin: "
         + images.reduction_server_plugin_source(),
         *(f"  {line}" for line in config.vertex.build_settings().sources.lines()),
-        *dataflow_summary(prepared.dataflow),
     ]
 
 
@@ -308,10 +324,11 @@ def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,
     check_capacity(config, clients, dry_run=dry_run, log=log, verbose=verbose, sent=sent)
     with prepared_run(config, dry_run, clients, credentials, log) as (prepared, _):
         if dry_run:
-            log(f"sources would go to {prepared.source_uri}; for the images whose tag "
-                f"{prepared.images[images.GPU.key]['tag']} is missing, Cloud Build would "
-                "receive:")
-            show(prepared.build_request, log, verbose=verbose, sent=sent)
+            if prepared.build_request is not None:
+                log(f"sources would go to {prepared.source_uri}; for the images whose tag "
+                    f"{prepared.images[images.GPU.key]['tag']} is missing, Cloud Build would "
+                    "receive:")
+                show(prepared.build_request, log, verbose=verbose, sent=sent)
             log("Vertex AI would receive this CreatePipelineJobRequest:")
             show(prepared.request, log, verbose=verbose, sent=sent)
             if prepared.dataflow is not None:

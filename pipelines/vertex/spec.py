@@ -24,12 +24,19 @@ def compile_for_vertex(config: Config, output: Path, component_image: str,
     `compiled/` names (`images.pipeline_image()`), but the export stage in
     `vertex.serving_image` when it is set."""
     path = compile_config(config, output, trainer_source_uri)
+    return pin_components(path, component_image, config.vertex.serving_image)
+
+
+def pin_components(path: Path, component_image: str, serving_image: str = "") -> Path:
+    """Rewrites a compiled spec so that every component of the project runs in
+    `component_image` instead of the placeholder (`images.pipeline_image()`), but the export
+    stage in `serving_image` when one is given."""
     spec = yaml.safe_load(path.read_text())
     default = images.pipeline_image()
     for name, executor in spec["deploymentSpec"]["executors"].items():
         container = executor.get("container")
         if container and container.get("image") == default:
-            container["image"] = config.vertex.serving_image if (
-                name == EXPORT_EXECUTOR and config.vertex.serving_image) else component_image
+            container["image"] = serving_image if (
+                name == EXPORT_EXECUTOR and serving_image) else component_image
     files.write_text(path, yaml.safe_dump(spec, sort_keys=False))
     return path

@@ -1357,6 +1357,41 @@ def test_under_the_cmek_org_policy_a_run_without_a_key_is_refused(emulated_run, 
         "CryptoKey." in str(refused.value)
 
 
+def test_images_built_elsewhere_are_passed_on_and_nothing_is_built(emulated_run, tmp_path):
+    """`vertex.images` (a team's CI built them): `compile --image` writes a spec whose
+    components run the CPU image by digest and that names no placeholder; the run's build
+    step, run again by the real executor with them, passes them on and asks Cloud Build and
+    Artifact Registry nothing."""
+    import yaml
+
+    from pipelines.cli import main
+
+    apis, pipelines = emulated_run["apis"], emulated_run["pipelines"]
+    repository = "europe-west4-docker.pkg.dev/team-proj/ci-images"
+    given = {"gpu": f"{repository}/trainer@sha256:{'a' * 64}",
+             "cpu": f"{repository}/components@sha256:{'b' * 64}"}
+    spec = tmp_path / "pipeline.yaml"
+    assert main(["compile", "--output", str(spec), "--image", f"trainer={given['gpu']}",
+                 "--image", f"cpu={given['cpu']}"]) == 0
+    text = spec.read_text()
+    assert "PROJECT_ID" not in text and "gpu-pipeline-cpu:" not in text
+    executors = yaml.safe_load(text)["deploymentSpec"]["executors"]
+    assert {e["container"]["image"] for e in executors.values()
+            if e["container"]["image"].startswith(repository)} == {given["cpu"]}
+    builds, lookups = len(apis.recorded(r"/builds$")), len(apis.recorded(r"/tags/"))
+    task = emulated_run["tasks"]["build-images"]
+    vertex = task.executor_input["inputs"]["parameterValues"]["vertex"]
+    again = pipelines.rerun("build-images", artifacts_under="gs://pipelines/root/given",
+                            parameters={"vertex": {**vertex, "images": given}})
+    assert again.parameters["Output"] == {
+        key: {"reference": reference, "tag": "", "built": False}
+        for key, reference in given.items()}
+    assert (len(apis.recorded(r"/builds$")), len(apis.recorded(r"/tags/"))) == \
+        (builds, lookups)
+    assert "images given by vertex.images (built elsewhere), nothing built" in \
+        again.log.read_text()
+
+
 def test_the_benchmark_runs_as_a_custom_job_and_the_next_dry_run_cites_its_file(emulated_run):
     """(Last in this module: it adds a job to the shared emulation.) `gpu-pipeline
     benchmark`'s Vertex path: the images submit built (found by their content tag), one

@@ -225,6 +225,23 @@ def _task_caching(pipeline_spec):
             if "componentRef" in task and not name.startswith("condition")}
 
 
+def test_submit_with_images_built_elsewhere_uploads_and_builds_nothing(cloud, capsys):
+    given = {"gpu": f"{REPO}/trainer@sha256:{'a' * 64}",
+             "cpu": f"{REPO}/components@sha256:{'b' * 64}"}
+    cfg = config(images=given)
+    runs.submit(cfg, dry_run=True, clients=dataclasses.replace(cloud))
+    out = capsys.readouterr().out
+    assert "images, given by vertex.images (built elsewhere; no sources uploaded, no " \
+        f"build):\n[gpu-pipeline]   GPU worker pools run {given['gpu']}" in out
+    assert "Cloud Build" not in out.split("images, given by")[1]
+    runs.submit(cfg, dry_run=False, clients=cloud, credentials=AnonymousCredentials())
+    assert cloud.build.requests == [] and not list(cloud.storage.list_blobs("pipelines"))
+    spec = cloud.pipeline_api.calls[-1].pipeline_job.pipeline_spec
+    ours = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()
+            if "container" in e and e["container"]["image"].startswith(REPO)}
+    assert ours == {given["cpu"]}
+
+
 @pytest.mark.parametrize("enable_caching", [True, False])
 def test_only_the_dataset_preparation_may_be_served_from_cache(enable_caching):
     # aiplatform's enable_caching=True overrides every task's setting: a weekly run would
