@@ -193,49 +193,15 @@ GPU_REGIONS = (
     "australia-southeast1",
 )
 
-#: Source of ZONES (the GPU guide give no zones).
-ZONES_SOURCE = (
-    "Compute Engine accelerator availability per zone as listed by `gcloud compute "
-    "accelerator-types list`, in skypilot-org/skypilot-catalog catalogs/v2/gcp.csv (commit "
-    "d72d6709, a 2022 snapshot covering the US regions), read on 2026-11-21. The live page, "
-    "https://cloud.google.com/compute/docs/gpus/gpu-regions-zones, was not reachable here.")
-
-#: GPU types offered per zone, for the regions the source covers. One deliberate change
-#: from the snapshot: it lists T4 in us-central1-c, but the GPU guide state that no single
-#: us-central1 zone offers T4, K80 and P100 together for training, so T4 is left out there.
-ZONES: dict[str, dict[str, frozenset[str]]] = {
-    "us-central1": {
-        "us-central1-a": frozenset({A100, T4, P4, V100, K80}),
-        "us-central1-b": frozenset({A100, T4, V100}),
-        "us-central1-c": frozenset({A100, P4, V100, K80, P100}),
-        "us-central1-f": frozenset({A100, T4, V100, P100}),
-    },
-    "us-east1": {
-        "us-east1-b": frozenset({A100, P100}),
-        "us-east1-c": frozenset({P100, T4, V100, K80}),
-        "us-east1-d": frozenset({T4, K80}),
-    },
-    "us-east4": {
-        "us-east4-a": frozenset({T4, P4}),
-        "us-east4-b": frozenset({T4, P4}),
-        "us-east4-c": frozenset({T4, P4}),
-    },
-    "us-west1": {
-        "us-west1-a": frozenset({T4, V100, P100}),
-        "us-west1-b": frozenset({T4, V100, P100, A100, K80}),
-    },
-    "us-west2": {
-        "us-west2-b": frozenset({P4, T4}),
-        "us-west2-c": frozenset({P4, T4}),
-    },
+#: The K80's zones, from the last snapshot that lists K80 (2022, US regions: Compute
+#: Engine accelerator availability per zone as `gcloud compute accelerator-types list`
+#: gives it, in skypilot-org/skypilot-catalog catalogs/v2/gcp.csv, commit d72d6709, read
+#: 2026-11-21); every other type's zones are read as data by `accelerator_zones`.
+K80_ZONES: dict[str, tuple[str, ...]] = {
+    "us-central1": ("us-central1-a", "us-central1-c"),
+    "us-east1": ("us-east1-c", "us-east1-d"),
+    "us-west1": ("us-west1-b",),
 }
-
-#: The GPU types the zone snapshot records: a job using one in a region it covers must
-#: find the type in one of the region's zones. Where Vertex AI offers the others (A100 80GB,
-#: L4, H100, H200, B200, GB200) is not recorded here: Vertex AI's locations page lists it per
-#: region, but its table could not be read when this was written (2026-11-26).
-ZONED_ACCELERATORS = frozenset(g for zones in ZONES.values() for offered in zones.values()
-                               for g in offered)
 
 #: BEYOND THE GPU GUIDE: K80 reached end of support on Compute Engine on 2024-05-01
 #: (https://cloud.google.com/compute/docs/eol/k80-eol); Vertex AI marks it deprecated.

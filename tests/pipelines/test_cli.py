@@ -404,4 +404,4 @@ def test_validate_gpu_reports_every_misspelt_field_at_once_as_run_does(tmp_path,
     config.write_text("vertex:\n  region: us-centrl1\n")
     assert main(["validate-gpu", "--config", str(config)]) == 1  # a GPU rule refused it
     assert "region is 'us-centrl1' (did you mean us-central1?), which no GPU list here " \
-        "knows; GPU regions: us-west1, " in capsys.readouterr().out
+        "knows; GPU regions: asia-east1, " in capsys.readouterr().out

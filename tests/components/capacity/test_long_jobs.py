@@ -225,7 +225,7 @@ def test_a_region_without_the_gpu_is_refused_by_stage_1_before_vertex_ai_would(a
     from pipelines.config import ConfigError
 
     with pytest.raises(ConfigError, match="NVIDIA_TESLA_A100 is not offered in region "
-                                          "us-west2; regions offering it: us-central1"):
+                                          "us-west2; regions offering it: asia-northeast1, "):
         config(region="us-west2", worker_pool_specs=pools(A100))
     # What Vertex AI (the emulated one) says when stage 1 is bypassed.
     alternatives, how, _, _ = launch_settings(apis, config(worker_pool_specs=pools(A100)))

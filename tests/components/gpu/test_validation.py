@@ -325,12 +325,18 @@ def test_raise_for_errors():
 
 
 def test_region_without_gpus():
+    # Johannesburg: no zone of it offers a GPU type in the zone data.
     result = gv.validate_worker_pool_specs(pools(("n1-standard-8", cat.T4, 1)),
-                                           region="europe-north1")
+                                           region="africa-south1")
     assert not result.ok and "offers no GPUs" in result.errors[0]
     assert "us-central1" in result.errors[0]
     # A CPU-only job needs no GPU region.
-    assert gv.validate_worker_pool_specs(pools(("n1-standard-8",)), region="europe-north1").ok
+    assert gv.validate_worker_pool_specs(pools(("n1-standard-8",)), region="africa-south1").ok
+    # A region with other GPUs (europe-north1: H100s) names where T4s are instead.
+    result = gv.validate_worker_pool_specs(pools(("n1-standard-8", cat.T4, 1)),
+                                           region="europe-north1")
+    assert "NVIDIA_TESLA_T4 is not offered in region europe-north1; regions offering it: " in \
+        result.errors[0]
 
 
 def test_documents_zone_example_t4_k80_p100_in_us_central1():
@@ -348,21 +354,62 @@ def test_documents_zone_example_t4_k80_p100_in_us_central1():
 def test_gpu_not_offered_in_region():
     result = gv.validate_worker_pool_specs(pools(("n1-standard-8", cat.P100, 1)), "us-east4")
     assert "NVIDIA_TESLA_P100 is not offered in region us-east4; regions offering it: " \
-           "us-central1, us-east1, us-west1" in result.errors[0]
+           "asia-east1, australia-southeast1, europe-west1, europe-west4, us-central1, " \
+           "us-east1, us-west1 (Compute Engine's accelerator types per zone" in result.errors[0]
+
+
+def test_every_region_of_the_guides_types_is_known_outside_the_us_too():
+    """The 2026 snapshot, read as data: V100 only where Compute Engine offers it (not in
+    europe-west2 or asia-south1), T4 refused in europe-west6 (where the L4 is offered) with
+    every region that offers it, never "offers no GPUs"."""
+    from components.gpu import accelerator_zones
+
+    v100 = "asia-east1, europe-west4, us-central1, us-east1, us-west1"
+    for region in ("europe-west2", "asia-south1", "us-west2"):
+        result = gv.validate_worker_pool_specs(pools(("n1-standard-8", cat.V100, 1)), region)
+        assert f"NVIDIA_TESLA_V100 is not offered in region {region}; regions offering it: " \
+               f"{v100} (" in result.errors[0], result.errors
+    result = gv.validate_worker_pool_specs(pools(("n1-standard-8", cat.T4, 1)), "europe-west6")
+    (error,) = result.errors
+    assert "NVIDIA_TESLA_T4 is not offered in region europe-west6; regions offering it: " \
+        "asia-east1, asia-east2, " in error and "offers no GPUs" not in error
+    assert listed_regions(error) == accelerator_zones.regions_of(cat.T4)
+    assert gv.validate_worker_pool_specs(pools(("g2-standard-8", cat.L4, 1)), "europe-west6").ok
+    assert gv.validate_worker_pool_specs(pools(("n1-standard-8", cat.V100, 1)),
+                                         "europe-west4").ok
+    # Outside the GPU guide's list but offered by Compute Engine: a warning, not a refusal.
+    result = gv.validate_worker_pool_specs(pools(("n1-standard-8", cat.T4, 1)), "me-west1")
+    assert result.ok and "me-west1 is not among the GPU guide's GPU regions" in \
+        result.warnings[0]
+
+
+def listed_regions(error):
+    return error.split("regions offering it: ", 1)[1].split(" (", 1)[0].split(", ")
 
 
 def test_zone_data_is_sourced_and_consistent():
-    assert "2026-11-21" in cat.ZONES_SOURCE and "skypilot-catalog" in cat.ZONES_SOURCE
-    for region, zones in cat.ZONES.items():
-        assert region in cat.GPU_REGIONS
+    from components.gpu import accelerator_zones
+
+    assert "2026-11-28" in accelerator_zones.SOURCE and "skypilot-catalog" in \
+        accelerator_zones.SOURCE
+    data = accelerator_zones.zones()
+    assert len(data) > 20  # every region, not the US alone
+    for region, zones in data.items():
         for zone, gpus in zones.items():
             assert zone.startswith(region + "-") and gpus <= set(cat.ACCELERATOR_TYPES)
+    # The GPU guide's rule: no us-central1 zone offers T4, K80 and P100 together.
+    assert not any({cat.T4, cat.K80, cat.P100} <= gpus
+                   for gpus in data["us-central1"].values())
 
 
 def test_unknown_zones_warn_when_mixing_types():
     specs = pools(("n1-standard-8", cat.T4, 1), ("n1-standard-8", cat.V100, 1))
     result = gv.validate_worker_pool_specs(specs, region="europe-west4")
-    assert result.ok and "zone data for this region is not recorded" in result.warnings[0]
+    assert result.ok, result.errors  # both in europe-west4-a, -b, -c
+    apart = pools(("n1-standard-8", cat.P100, 1), ("n1-standard-8", cat.P4, 1))
+    result = gv.validate_worker_pool_specs(apart, region="europe-west4")
+    assert "which no single zone of europe-west4 offers together (europe-west4-a: " in \
+        result.errors[0]
 
 
 # --- Job names ----------------------------------------------------------------------------
@@ -405,9 +452,12 @@ def test_an_a100_pool_is_refused_where_the_region_has_no_a100s(region):
     a100 = pools(("a2-highgpu-1g", cat.A100, 1), ("a2-highgpu-1g", cat.A100, 1))
     result = gv.validate_worker_pool_specs(a100, region=region)
     assert not result.ok
-    assert (f"worker_pool_specs[0] (chief), worker_pool_specs[1] (worker): NVIDIA_TESLA_A100 "
-            f"is not offered in region {region}; regions offering it: us-central1, us-east1, "
-            "us-west1") in result.errors
+    (error,) = result.errors
+    assert error.startswith(
+        f"worker_pool_specs[0] (chief), worker_pool_specs[1] (worker): NVIDIA_TESLA_A100 is "
+        f"not offered in region {region}; regions offering it: asia-northeast1, "
+        "asia-northeast3, asia-southeast1, europe-west4, me-west1, us-central1, us-east1, "
+        "us-west1, us-west3, us-west4 (")
     assert gv.validate_worker_pool_specs(a100, region="us-central1").ok
 
 

@@ -394,15 +394,15 @@ class FakeGoogleApis:
     @staticmethod
     def _not_offered(region: str, spec: dict[str, Any]) -> str:
         """A GPU type of the job that the region does not offer, by the zone data the
-        project reads (`components.gpu.catalog.ZONES` for the regions and types it records,
-        `components.gpu.optimized_zones` for the accelerator-optimized types); "" if
+        project reads (`components.gpu.accelerator_zones` for the GPU guide's types,
+        `components.gpu.optimized_zones` for the accelerator-optimized ones); "" if
         none."""
-        from components.gpu.regions import covers, offered_zones
+        from components.gpu.regions import offered_zones, regions_offering
 
         zones = offered_zones(region)
         for pool in map(aiplatform_pool, spec.get("workerPoolSpecs", [])):
             gpu = pool.get("machine_spec", {}).get("accelerator_type") if pool else ""
-            if gpu and covers(gpu, region) and \
+            if gpu and regions_offering(gpu) is not None and \
                     not any(gpu in offered for offered in zones.values()):
                 return gpu
         return ""
