@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.cli import main
+from pipelines.cli import build_parser, main
 from pipelines.config import ConfigError
 from pipelines.config_loading import load_config
 from trainer.common.shell_name import command
@@ -124,6 +125,13 @@ def test_an_empty_config_file_is_warned_about(tmp_path, capsys):
                      r"us-central1-docker\.pkg\.dev/PROJECT_ID/\S+; `\S*gpu-pipeline submit "
                      r"--config CONFIG` builds the images .* `\S*gpu-pipeline publish "
                      r"DESTINATION --config CONFIG` shares a spec that runs", out)
+    # Each command it prints parses as printed (with its placeholders filled in).
+    printed = re.findall(r"`(\S*gpu-pipeline [^`]+)`", out)
+    assert len(printed) == 2, out
+    for command in printed:
+        words = shlex.split(command.replace("CONFIG", "my.yaml").replace(
+            "DESTINATION", "gs://bucket/shared/"))
+        build_parser().parse_args(words[1:])
 
 
 def test_invalid_config_refused_before_compiling(tmp_path):
