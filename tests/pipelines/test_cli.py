@@ -128,8 +128,8 @@ def test_an_empty_config_file_is_warned_about(tmp_path, capsys):
     # Each command it prints parses as printed (with its placeholders filled in).
     printed = re.findall(r"`(\S*gpu-pipeline [^`]+)`", out)
     assert len(printed) == 2, out
-    for command in printed:
-        words = shlex.split(command.replace("CONFIG", "my.yaml").replace(
+    for line in printed:
+        words = shlex.split(line.replace("CONFIG", "my.yaml").replace(
             "DESTINATION", "gs://bucket/shared/"))
         build_parser().parse_args(words[1:])
 
