@@ -1066,8 +1066,8 @@ def test_a_run_whose_estimate_passes_its_budget_is_refused_before_its_first_job(
 def test_a_job_that_would_pass_its_budget_is_cancelled_and_the_step_says_why(emulated_run):
     """`vertex.budget_usd` while the job runs (the pre-flight's share is
     `test_cost_estimate`): the first run's training step run again as a run with a budget
-    of the run's own 0.03 USD plus twice what the step estimates from the measured speed
-    (so its hold lets it start), and the T4 at 36 USD an hour. The job's start-up is
+    of the run's own 0.03 USD plus 1.25 times what the step estimates from the measured
+    speed (so its hold lets it start), and the T4 at 36 USD an hour. The job's start-up is
     billed too, and the projection counts
     it in every epoch, so what it has cost plus what its remaining epochs would passes the
     budget: the step cancels it, records what it cost, and fails saying why, not as a
@@ -1075,7 +1075,10 @@ def test_a_job_that_would_pass_its_budget_is_cancelled_and_the_step_says_why(emu
     from components.capacity.run_cost import PIPELINE_RUN_USD
 
     apis = emulated_run["apis"]
-    left = round(2 * _estimated_usd(emulated_run, 72.87), 4)
+    # 1.25 x the estimate: the hold lets the job start, and a projection that counts the
+    # start-up (s) in each of the 3 epochs (e each) passes it once s > 0.43 e; twice the
+    # estimate needed s > 3 e, which a loaded machine's slower epochs did not always give.
+    left = round(1.25 * _estimated_usd(emulated_run, 72.87), 4)
     budget_usd = left + PIPELINE_RUN_USD  # the run's own 0.03 USD is spent before training
     message = _budgeted_rerun(emulated_run, budget_usd, "budgeted-run")
     held = (f"vertex.budget_usd is {budget_usd:.2f} USD ({budget_usd - 0.03:.2f} USD left: "
