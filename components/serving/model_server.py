@@ -42,15 +42,15 @@ def server_environment(model_dir: str, port: int) -> dict[str, str]:
             "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
-class PortInUseError(InputError):
-    """The port asked for is taken."""
+class CannotListenError(InputError):
+    """The host or port asked for cannot be listened on (taken, or not this machine's)."""
 
 
 def check_port(host: str, port: int) -> None:
     """Refuses a port something already listens on, before the server loads TensorFlow.
 
     Raises:
-        PortInUseError: Naming the port and the flag that changes it.
+        CannotListenError: Naming the port and the flag that changes it.
     """
     import socket
 
@@ -58,8 +58,13 @@ def check_port(host: str, port: int) -> None:
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         try:
             probe.bind((host, port))
+        except (socket.gaierror, OverflowError) as exc:  # no such interface, or port
+            raise CannotListenError(
+                f"--host {host!r} --port {port} cannot be listened on ({exc}); give an "
+                "address of this machine (127.0.0.1, 0.0.0.0) and a port from 1 to "
+                "65535") from None
         except OSError as exc:
-            raise PortInUseError(
+            raise CannotListenError(
                 f"port {port} on {host} is taken ({exc.strerror or exc}); choose another "
                 f"with --port, e.g. --port {port + 1}") from None
 

@@ -230,3 +230,21 @@ def test_the_serving_check_passes_a_good_model_and_names_what_fails(exported, sm
     assert not failed.ok and failed.requests == 0
     assert "the model server (google.cloud.aiplatform.prediction.model_server) exited" in \
         failed.problems[0]
+
+
+def test_a_port_or_host_that_cannot_be_listened_on_is_one_line_before_anything_starts():
+    import socket
+
+    from components.serving.model_server import CannotListenError, check_port
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        with pytest.raises(CannotListenError, match=rf"^port {busy} on 127\.0\.0\.1 is taken "
+                                                    rf"\(.+\); choose another with --port, "
+                                                    rf"e\.g\. --port {busy + 1}$"):
+            check_port("127.0.0.1", busy)
+    with pytest.raises(CannotListenError, match=r"^--host 'no-such-host\.invalid' --port 8080 "
+                                                r"cannot be listened on"):
+        check_port("no-such-host.invalid", 8080)
