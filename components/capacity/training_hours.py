@@ -92,12 +92,12 @@ def training_gpus(alternative: Alternative) -> tuple[str, int]:
     """(the slowest GPU type of its training machines, how many GPUs train in all); ("",
     0) without GPUs. Under ParameterServerStrategy the workers alone train."""
     from components.gpu.pools import training_gpus as kinds_of
+    from components.gpu.pools import training_pools
 
     strategy = alternative.plan.strategy if alternative.plan else "multi_worker_mirrored"
     kinds, _ = kinds_of(alternative.pools, strategy)
-    roles = (1,) if strategy == "parameter_server" else (0, 1)
-    count = sum(p.replicas * p.gpus_per_machine for p in alternative.pools[:2]
-                if p and p.role in roles)
+    count = sum(p.replicas * p.gpus_per_machine
+                for p in training_pools(alternative.pools, strategy))
     return (kinds[0] if kinds else ""), count
 
 

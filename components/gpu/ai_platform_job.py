@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from trainer.cluster.roles import POOLS
 from trainer.common.schema import short
 
 #: `trainingInput` field (a dotted path into it) -> the option that does the same.
@@ -47,7 +48,8 @@ TASK_NOT_USED = {
     "containerArgs": "the trainer takes its options from the configuration's training section",
     "tpuTfVersion": "the pipeline trains on GPUs: leave it out",
 }
-TASKS = ("master", "worker", "parameterServer", "evaluator")
+#: AI Platform's tasks, in Vertex AI's order of worker pools.
+TASKS = tuple(pool.ai_platform for pool in POOLS)
 
 
 def _at(data: Mapping[str, Any], path: str) -> Any:

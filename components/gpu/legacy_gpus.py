@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from components.gpu import catalog as cat
+from components.gpu.ai_platform_job import TASKS
 from components.gpu.image_support import image_cannot_serve
 
 #: The GPU types offered in place of one the image cannot run, oldest first (both attach
@@ -30,7 +31,7 @@ def unsupported_legacy(training_input: Mapping[str, Any]) -> dict[str, tuple[str
         bad = legacy.gpu and image_cannot_serve(legacy.gpu[0])
         return {"master": ("scaleTier", training_input.get("scaleTier"))} if bad else {}
     found = {}
-    for task in ("master", "worker", "parameterServer", "evaluator"):
+    for task in TASKS:
         machine = training_input.get(f"{task}Type")
         legacy = cat.LEGACY_MACHINES.get(machine) if isinstance(machine, str) else None
         if legacy and legacy.gpu and image_cannot_serve(legacy.gpu[0]):
@@ -79,7 +80,7 @@ def replacement(training_input: Mapping[str, Any], region: str | None,
 
 
 def _index(task: str) -> int:
-    return ("master", "worker", "parameterServer", "evaluator").index(task)
+    return TASKS.index(task)
 
 
 def refusal(training_input: Mapping[str, Any], region: str | None,

@@ -130,6 +130,14 @@ def check_scheduling(pools: Pools, strategy: str, timeout: str) -> list[str]:
     return errors
 
 
+def training_pools(pools: Pools, strategy: str) -> list[WorkerPool]:
+    """The pools whose machines run training steps: the workers (pool 1) under
+    ParameterServerStrategy, where the chief only coordinates; the chief and the workers
+    (pools 0 and 1) otherwise."""
+    roles = (1,) if strategy == "parameter_server" else (0, 1)
+    return [pool for pool in pools[:2] if pool and pool.role in roles]
+
+
 def training_gpus(pools: Pools, strategy: str) -> tuple[list[str], int]:
     """The GPU types (slowest first) and count of the machines that run training steps:
     the workers (pool 1) under ParameterServerStrategy, where the chief only coordinates;
@@ -140,8 +148,7 @@ def training_gpus(pools: Pools, strategy: str) -> tuple[list[str], int]:
             a machine has (a different type with the same count is allowed:
             `check_gpu_types` warns).
     """
-    roles = (1,) if strategy == "parameter_server" else (0, 1)
-    found = [pool for pool in pools[:2] if pool and pool.role in roles]
+    found = training_pools(pools, strategy)
     counts = {pool.gpus_per_machine for pool in found}
     if len(counts) > 1:
         described = "; ".join(
