@@ -117,6 +117,30 @@ MODERN_MACHINES = {
     "a4x-highgpu-4g": Machine(140, 884, (GB200, 4), True, arm=True),
 }
 
+#: BEYOND THE GPU GUIDE (Compute Engine's general-purpose machine pages): GB of memory per
+#: vCPU of the predefined shapes of families without GPUs that the pipeline's own steps
+#: run on (Vertex AI Pipelines runs a step on an e2-standard-4 unless told otherwise).
+PREDEFINED_GB_PER_VCPU = {"e2-standard": 4, "e2-highmem": 8, "e2-highcpu": 1,
+                          "n2-standard": 4, "n2-highmem": 8, "n2-highcpu": 1}
+
+
+def machine_shape(machine: str) -> Machine | None:
+    """A machine type's vCPUs and GB of memory (None for a type this catalog cannot size):
+    the tables above, else the predefined N1, E2 and N2 shapes, whose memory grows with
+    their vCPUs."""
+    known = N1_MACHINES.get(machine) or A2_MACHINES.get(machine) or MODERN_MACHINES.get(machine)
+    if known:
+        return known
+    family, _, size = machine.rpartition("-")
+    if not size.isdigit():
+        return None
+    if family in ("n1-standard", "n1-highmem", "n1-highcpu"):
+        return _n1(family.split("-")[1], int(size))[1]
+    if family in PREDEFINED_GB_PER_VCPU:
+        return Machine(int(size), float(int(size) * PREDEFINED_GB_PER_VCPU[family]))
+    return None
+
+
 #: The platform of the trainer image (its lock file is resolved for x86_64 wheels:
 #: `components.images.LOCK_PLATFORM`).
 TRAINER_PLATFORM = "linux/amd64"

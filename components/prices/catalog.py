@@ -1,0 +1,72 @@
+"""Reading Google's price catalog: the Cloud Billing Catalog API's public SKUs of Vertex AI
+and Compute Engine (`google-cloud-billing`'s `CloudCatalogClient.list_skus`, with the
+user's credentials; the API lists at most 5,000 SKUs a page and gives a `nextPageToken`
+until the last: Cloud Billing docs, "Get Google Cloud pricing information" and the
+Catalog API's how-to)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from components.prices.sku_match import COMPUTE_ENGINE, VERTEX_AI, Sku, from_rest
+from trainer.common.errors import StageError, first_line
+
+#: The services a job is billed on: Vertex AI (training, management fees, prediction) and
+#: Compute Engine (Spot and DWS Flex-start machines and GPUs).
+SERVICES = (VERTEX_AI, COMPUTE_ENGINE)
+PAGE_SIZE = 5000
+
+
+class CatalogUnreadable(StageError):
+    """The catalog could not be read (no network, no credentials, no permission)."""
+
+
+def catalog_client() -> Any:
+    """A CloudCatalogClient with the default credentials."""
+    from google.cloud import billing_v1
+
+    return billing_v1.CloudCatalogClient()
+
+
+def read_skus(client: Any, services: tuple[str, ...] = SERVICES) -> list[Sku]:
+    """Every priced SKU of `services`, in USD, every page.
+
+    Raises:
+        CatalogUnreadable: A listing failed; the message names the service and the error.
+    """
+    from google.api_core import exceptions
+    from google.auth import exceptions as auth_exceptions
+    from google.cloud import billing_v1
+    from google.protobuf import json_format
+
+    found = []
+    for service in services:
+        request = billing_v1.ListSkusRequest(parent=f"services/{service}", currency_code="USD",
+                                             page_size=PAGE_SIZE)
+        try:
+            for sku in client.list_skus(request=request):
+                rest = json_format.MessageToDict(type(sku).pb(sku))
+                parsed = from_rest(rest, service)
+                if parsed:
+                    found.append(parsed)
+        except (exceptions.GoogleAPIError, auth_exceptions.GoogleAuthError, OSError) as exc:
+            raise CatalogUnreadable(
+                f"the Cloud Billing Catalog API's SKUs of services/{service} could not be read"
+                f" ({type(exc).__name__}: {first_line(exc)})"
+            ) from exc
+    return found
+
+
+def open_client(make: Any = None) -> Any:
+    """`make()` (default: `catalog_client`), its failure (no credentials) as unreadable.
+
+    Raises:
+        CatalogUnreadable: The client could not be made.
+    """
+    from google.auth import exceptions as auth_exceptions
+
+    try:
+        return (make or catalog_client)()
+    except (auth_exceptions.GoogleAuthError, OSError, ValueError) as exc:
+        raise CatalogUnreadable(f"no client for the Cloud Billing Catalog API "
+                                f"({type(exc).__name__}: {first_line(exc)})") from exc
