@@ -171,8 +171,9 @@ class VertexOptions(pydantic.BaseModel):
         "e2-standard-4 for the pipeline's steps; DATAFLOW:VCPU, DATAFLOW:MEMORY_GB and "
         "DATAFLOW:DISK_GB per vCPU- or GB-hour of the dataset stage's Dataflow job; "
         "CLOUD_BUILD:E2_HIGHCPU_8 per hour of a build the build stage makes): the "
-        "cost estimates' prices, over the dated table of components/capacity/cost.py "
-        "(which types it lacks, the estimate names)."))
+        "cost estimates' prices, over those read from the Cloud Billing Catalog API, its "
+        "cache or the shipped table (components/prices; `gpu-pipeline prices` shows them; "
+        "which types none holds, the estimate names)."))
     psc_network_attachment: NetworkAttachment = Field("", description=(
         "A Private Service Connect interface for the PipelineJob and every CustomJob: the "
         "network attachment (projects/P/regions/REGION/networkAttachments/NAME) in the "

@@ -23,6 +23,7 @@ from pipelines.commands import (
     compile,
     models,
     predict,
+    prices,
     publish,
     run,
     schedule,
@@ -37,7 +38,7 @@ from trainer.common.errors import ProjectError
 COMMANDS = {"run": run, "compile": compile, "submit": submit, "schedule": schedule,
             "models": models, "predict": predict, "batch-predict": batch_predict, "serve": serve,
             "publish": publish, "validate-gpu": validate_gpu, "benchmark": benchmark,
-            "weights": weights}
+            "weights": weights, "prices": prices}
 
 
 class _Parser(argparse.ArgumentParser):

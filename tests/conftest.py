@@ -15,6 +15,32 @@ from components.dataset.sources import BUILTIN_SHAPES
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+def _no_account():
+    from google.auth.exceptions import DefaultCredentialsError
+
+    raise DefaultCredentialsError("no credentials in the tests")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_price_catalog_in_the_session(tmp_path_factory):
+    """No test reads Google's price catalog or a user's cache of it, module fixtures and
+    the processes they start included: the catalog client finds no account (as on a
+    machine without credentials; a test that prices from the fake catalog gives its own
+    client), and the cache is the session's own."""
+    from components.prices import catalog
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+        patch.setattr(catalog, "catalog_client", _no_account)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def no_price_catalog(tmp_path, monkeypatch):
+    """Each test's price cache is its own (what one test read is not another's)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+
+
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory):
     """The builtin shapes, 80 images per class, in 4 shards per split."""

@@ -2,8 +2,9 @@
 
 Before anything is created (`submit`, `schedule create`, their dry runs), each
 configuration the training step may run (the primary, then each fallback) is priced: its
-machines' and GPUs' hourly price (`components.capacity.cost`, the dated table with
-`vertex.prices` over it) times its own hours (`components.capacity.training_hours`: the
+machines' and GPUs' hourly price in its own region (`components.prices.price_list`:
+Google's price catalog, its cache or the shipped table, said which, with `vertex.prices`
+over them) times its own hours (`components.capacity.training_hours`: the
 newest registered model's speed where it trained on these machines, else the GPU
 benchmark's for its GPU and model over the dataset's images, else the job's
 `vertex.timeout`: the longest Vertex AI lets it run, so the estimate is what the job can
@@ -39,7 +40,8 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from components.capacity.cost import PRICES_READ, hourly, priced
+from components.capacity.cost import rate
+from components.prices.price_list import PriceBook, unpriced_words
 from trainer.common.errors import InputError, StageError
 
 if TYPE_CHECKING:
@@ -75,6 +77,8 @@ class Estimate:
         unpriced: The types no price is known for (then `usd` leaves them out).
         hours: How long it is expected to train.
         basis: Where `hours` comes from, in words.
+        prices: Where its prices come from, in words (`PriceList.words`).
+        on_demand: Its Spot or Flex-start types priced on demand for want of their own.
     """
 
     label: str
@@ -83,6 +87,8 @@ class Estimate:
     unpriced: tuple[str, ...]
     hours: float
     basis: str
+    prices: str = ""
+    on_demand: tuple[str, ...] = ()
 
     @property
     def usd(self) -> float:
@@ -90,10 +96,12 @@ class Estimate:
 
     def line(self) -> str:
         """The estimate in one line."""
-        missing = (f"; without a price for {', '.join(self.unpriced)}: give it in "
-                   "vertex.prices" if self.unpriced else "")
         return (f"{self.label} ({self.region}): {self.usd_per_hour:.2f} USD an hour, about "
-                f"{self.hours:.2f} h ({self.basis}): {usd(self.usd)} USD{missing}")
+                f"{self.hours:.2f} h ({self.basis}): {usd(self.usd)} USD"
+                + (f" ({self.prices})" if self.prices else "")
+                + (f"; {', '.join(self.on_demand)} priced on demand: no Spot or Flex-start "
+                   "price found, an upper bound" if self.on_demand else "")
+                + unpriced_words(self.unpriced))
 
 
 def usd(amount: float) -> str:
@@ -102,20 +110,19 @@ def usd(amount: float) -> str:
 
 
 def estimates(vertex: VertexOptions, alternatives: Sequence[Alternative],
-              evidence: Evidence) -> list[Estimate]:
-    """Every alternative's estimate: its price (`PRICES_READ`, `vertex.prices` over it)
-    times its own hours (`training_hours.hours_for`: what measured its machines or its
-    GPU, else `vertex.timeout`)."""
+              evidence: Evidence, book: PriceBook | None = None) -> list[Estimate]:
+    """Every alternative's estimate: its price in its region (`book`; default: read with
+    the default credentials, `vertex.prices` over it) times its own hours
+    (`training_hours.hours_for`: what measured its machines or its GPU, else
+    `vertex.timeout`)."""
     from components.capacity.training_hours import hours_for
 
-    prices = priced(vertex.prices)
-    return [Estimate(a.label, a.region, *_rate(a, prices), hours.hours, hours.basis)
-            for a in alternatives for hours in [hours_for(a, evidence)]]
-
-
-def _rate(alternative: Alternative, prices: Mapping[str, float]) -> tuple[float, tuple[str, ...]]:
-    rate, unpriced = hourly(alternative.pools, prices, alternative.scheduling_strategy)
-    return rate, tuple(unpriced)
+    book = book or PriceBook(vertex.prices, default_region=vertex.region)
+    return [Estimate(a.label, a.region, found.usd, found.unpriced, hours.hours, hours.basis,
+                     prices.words(), found.on_demand)
+            for a in alternatives for hours in [hours_for(a, evidence)]
+            for prices in [book.region(a.region)]
+            for found in [rate(a.pools, prices, a.scheduling_strategy)]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,8 +166,8 @@ def check(found: Sequence[Estimate], budget: float, before: float = 0.0) -> Chec
         raise BudgetError(
             f"vertex.budget_usd is {words} and no configuration fits it: "
             + "; ".join(e.line() for e in found)
-            + f" (prices of {PRICES_READ}); raise the budget, lower vertex.timeout or the "
-              "epochs, or give cheaper fallbacks")
+            + "; raise the budget, lower vertex.timeout or the epochs, or give cheaper "
+              "fallbacks")
     return Check(tuple(kept), tuple(dropped))
 
 
@@ -207,19 +214,20 @@ def within(vertex: Mapping[str, Any], kept: Sequence[int]) -> dict[str, Any]:
 
 def hold(vertex: VertexOptions, alternatives: Sequence[Alternative],
          log: Callable[[str], None], evidence: Callable[[], Evidence],
-         before: float = 0.0) -> list[Alternative]:
+         before: float = 0.0, book: PriceBook | None = None) -> list[Alternative]:
     """The training step's hold, before it creates a job: each alternative over what
     `vertex.budget_usd` leaves after `before` (what the run has cost before training) is
     dropped with a line (`check`), at its hours from `evidence` (read only under a
     budget: the newest registered model, the benchmark's results, the prepared dataset's
-    size).
+    size), at `book`'s prices (default: read now, `vertex.prices` over them).
 
     Raises:
         BudgetError: None fits; nothing is created.
     """
     if vertex.budget_usd <= 0:
         return list(alternatives)
-    priced_now = estimates(vertex, alternatives, evidence())
+    book = book or PriceBook(vertex.prices, log=log, default_region=vertex.region)
+    priced_now = estimates(vertex, alternatives, evidence(), book)
     held = check(priced_now, vertex.budget_usd, before)
     for line in held.dropped:
         log(line)
@@ -229,8 +237,8 @@ def hold(vertex: VertexOptions, alternatives: Sequence[Alternative],
 
 
 def canary_window(budget: float, spent: float | None, usd_per_hour: float,
-                  unpriced: Sequence[str], window: float, interval: float
-                  ) -> tuple[float | None, str]:
+                  unpriced: Sequence[str], window: float, interval: float,
+                  grace: float = 0.0) -> tuple[float | None, str]:
     """How long the canary may be watched under `vertex.budget_usd`: (seconds, or None to
     skip it; a line saying why when it is not the whole `window`, else "").
 
@@ -243,6 +251,9 @@ def canary_window(budget: float, spent: float | None, usd_per_hour: float,
         window: `deploy.watch_window`, in seconds.
         interval: `deploy.check_interval`, in seconds: a window shorter than two looks
             decides nothing.
+        grace: `deploy.grace_period`, in seconds: after a promotion the old model stays
+            deployed that long on the same machines, so its cost is held beside the
+            window's.
     """
     if budget <= 0:
         return window, ""
@@ -251,10 +262,13 @@ def canary_window(budget: float, spent: float | None, usd_per_hour: float,
                       f"vertex.prices), so its cost cannot be held to vertex.budget_usd "
                       f"{usd(budget)} USD; the champion keeps serving")
     unknown = spent is None
-    left = budget - (spent or 0.0)
+    kept = usd_per_hour * grace / 3600  # the old model beside the new after a promotion
+    left = budget - (spent or 0.0) - kept
     fits = left / usd_per_hour * 3600 if usd_per_hour > 0 else window
     so_far = ("what the run has cost so far could not be read; held against the whole "
-              "budget" if unknown else f"the run has cost about {usd(spent or 0.0)} USD")
+              "budget" if unknown else f"the run has cost about {usd(spent or 0.0)} USD") + (
+        f"; the old model's {grace:.0f} s of deploy.grace_period after a promotion "
+        f"{usd(kept)} USD" if kept else "")
     if fits >= window:
         return window, ""
     if fits < 2 * interval:
@@ -306,16 +320,18 @@ def running_guard(budget: float, usd_per_hour: float, epochs: int,
 
 
 def guard_for(vertex: VertexOptions, epochs: int, job_dir: str,
-              clock: Callable[[], float], before: float = 0.0
+              clock: Callable[[], float], before: float = 0.0,
+              book: PriceBook | None = None
               ) -> Callable[[Alternative], Callable[[Any], str]] | None:
     """The launcher's `guard_for` under `vertex.budget_usd` (None without a budget): each
-    alternative at its own price, its progress read from the job directory's history,
-    held to what the budget leaves after `before` (what the run cost before training)."""
+    alternative at its own price in its region (`book`; default: read now), its progress
+    read from the job directory's history, held to what the budget leaves after `before`
+    (what the run cost before training)."""
     if vertex.budget_usd <= 0:
         return None
     from trainer.run.history import load_history
 
-    prices = priced(vertex.prices)
+    book = book or PriceBook(vertex.prices, default_region=vertex.region)
 
     def progress() -> int:
         try:
@@ -324,4 +340,6 @@ def guard_for(vertex: VertexOptions, epochs: int, job_dir: str,
             return 0
 
     return lambda alternative: running_guard(
-        vertex.budget_usd, _rate(alternative, prices)[0], epochs, progress, clock, before)
+        vertex.budget_usd, rate(alternative.pools, book.region(alternative.region),
+                                alternative.scheduling_strategy).usd,
+        epochs, progress, clock, before)

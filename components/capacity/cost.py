@@ -1,24 +1,17 @@
-"""What a run's training cost: a dated price table, and every attempt's machines for the
-time Vertex AI bills them.
-
-The table (`PRICES`) holds what was read from Google's price list (Vertex AI pricing,
-custom training, us-central1; transcribed on PRICES_READ, see PRICES_SOURCE), and the
-n1-standard machines derived from it: Compute Engine prices a predefined family per vCPU
-and GB of memory, which grow together within it, so n1-standard-N costs N/4 of
-n1-standard-4. Anything else is priced by the user (`vertex.prices`, USD per hour by
-machine or accelerator type, which also overrides the table); what is priced by neither
-is named in the estimate, never taken as free.
+"""What a run's training cost: every attempt's machines for the time Vertex AI bills them,
+each at its region's prices (`components.prices.price_list`: Google's price catalog, its
+cache or the shipped table, said which, with `vertex.prices` over them).
 
 Billing (Vertex AI pricing: "You pay only for compute hours used; if training fails for
 any reason other than a user-initiated cancellation, you are not billed for the time. You
 are charged for training time if you cancel the operation."): a succeeded job is billed,
 a cancelled one too (the training step's own cancellation of a job queued past
-`vertex.queue_limit` is a user's), a failed or expired one is not. The time is the job's
-`start_time` (when all its replicas run) to its `end_time`: the provisioning before
-`start_time` is left out, so this estimate is a lower bound; region prices differ from
-us-central1's; disks, network and storage are not counted. A Spot or DWS Flex-start job
-(`jobSpec.scheduling.strategy`) takes `SPOT:<type>` or `FLEX_START:<type>` prices from
-`vertex.prices`; without them it is priced on demand and the estimate says so.
+`vertex.queue_limit` is a user's), a failed or expired one is not (`BILLED`). The time is
+the job's `start_time` (when all its replicas run) to its `end_time`: the provisioning
+before `start_time` is left out, so this estimate is a lower bound; disks, network and
+storage are not counted. A Spot or DWS Flex-start job (`jobSpec.scheduling.strategy`) is
+priced at its own SKUs (Compute Engine's plus Vertex AI's management fee); a type without
+them is priced on demand and the estimate says so.
 """
 
 from __future__ import annotations
@@ -28,19 +21,48 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from components.gpu.worker_pool import WorkerPool, parse_pools
+from components.prices.price_list import DISCOUNTED, PriceBook, price_of, unpriced_words
 
-PRICES_READ = "2026-10-07"
-PRICES_SOURCE = ("https://cloud.google.com/vertex-ai/pricing (custom training, us-central1), "
-                 "as transcribed on 2026-10-07 in api-evangelist/google-vertex-ai "
-                 "plans/google-vertex-ai-plans-pricing.yml")
-_N1_STANDARD_4 = 0.21849885
-#: USD per hour: machine types (the machine alone) and accelerator types (one GPU).
-PRICES: dict[str, float] = {
-    **{f"n1-standard-{n}": round(_N1_STANDARD_4 * n / 4, 8) for n in (4, 8, 16, 32, 64, 96)},
-    "NVIDIA_H100_80GB": 9.79655057,
-}
-#: Job states Vertex AI bills (a failed job is not billed).
-BILLED = {"JOB_STATE_SUCCEEDED", "JOB_STATE_CANCELLED", "JOB_STATE_CANCELLING"}
+#: The states Vertex AI bills a job or a batch prediction in, the one table of them: done,
+#: cancelled by the user (also while cancelling), or partly done (a batch prediction).
+BILLED = {"JOB_STATE_SUCCEEDED", "JOB_STATE_CANCELLED", "JOB_STATE_CANCELLING",
+          "JOB_STATE_PARTIALLY_SUCCEEDED"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Rate:
+    """Pools' price: USD an hour, the types with no price, and the Spot or Flex-start types
+    priced on demand for want of their own."""
+
+    usd: float
+    unpriced: tuple[str, ...]
+    on_demand: tuple[str, ...] = ()
+
+
+def rate(pools: Iterable[WorkerPool | None], prices: Mapping[str, float],
+         strategy: str = "") -> Rate:
+    """The pools' machines and GPUs, every replica, at `prices` (`price_of`) for `strategy`
+    (a scheduling strategy, or PREDICTION for prediction nodes)."""
+    total, unpriced, on_demand = 0.0, [], []
+    for pool in pools:
+        if not pool or not pool.replicas:
+            continue
+        for kind, count in ((pool.machine, 1), (pool.accelerator, pool.gpus_per_machine)):
+            if not kind or not count:
+                continue
+            found = price_of(prices, kind, strategy)
+            if found.usd is None:
+                unpriced += [kind] if kind not in unpriced else []
+                continue
+            total += pool.replicas * count * found.usd
+            on_demand += [kind] if found.on_demand and kind not in on_demand else []
+    return Rate(total, tuple(unpriced), tuple(on_demand))
+
+
+def region_of(name: str, default: str = "") -> str:
+    """The region of a Vertex AI resource name (`projects/P/locations/R/...`)."""
+    parts = name.split("/")
+    return parts[3] if len(parts) > 3 and parts[2] == "locations" else default
 
 
 @dataclasses.dataclass
@@ -53,7 +75,8 @@ class JobCost:
     usd: float
     unpriced: list[str]
     strategy: str = ""  # SPOT or FLEX_START: priced apart from on-demand
-    on_demand_rate: bool = False  # a discounted job priced at the on-demand rate
+    on_demand_rate: bool = False  # a Spot or Flex-start type priced at the on-demand rate
+    prices: str = ""  # where its prices come from (`PriceList.words`)
     pools: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # `itemised`
 
     @property
@@ -61,42 +84,9 @@ class JobCost:
         return self.state in BILLED
 
 
-#: Provisioning models priced apart from on-demand: Spot prices change up to once a day
-#: (Compute Engine, "Spot VMs pricing"), DWS Flex-start has prices of its own; no table can
-#: hold them, so `vertex.prices` gives them as `SPOT:<type>` or `FLEX_START:<type>`.
-DISCOUNTED = ("SPOT", "FLEX_START")
-
-
-def prediction_prices(prices: Mapping[str, float]) -> dict[str, float]:
-    """The `PREDICTION:<type>` prices of `vertex.prices`, by type (prediction nodes have
-    price lists of their own; the table holds training prices)."""
-    return {k.split(":", 1)[1]: v for k, v in prices.items() if k.startswith("PREDICTION:")}
-
-
-def hourly(pools: Iterable[WorkerPool | None], prices: Mapping[str, float],
-           strategy: str = "") -> tuple[float, list[str]]:
-    """(USD per hour of the pools' machines and GPUs, the types with no price); a Spot or
-    DWS `strategy` takes `<strategy>:<type>` prices first, else the on-demand one (any
-    other scheduling strategy is priced on demand)."""
-    strategy = strategy if strategy in DISCOUNTED else ""
-    total, unpriced = 0.0, []
-    for pool in pools:
-        if not pool or not pool.replicas:
-            continue
-        for kind, count in ((pool.machine, 1), (pool.accelerator, pool.gpus_per_machine)):
-            if not kind or not count:
-                continue
-            if f"{strategy}:{kind}" in prices:
-                total += pool.replicas * count * prices[f"{strategy}:{kind}"]
-            elif kind in prices:
-                total += pool.replicas * count * prices[kind]
-            elif kind not in unpriced:
-                unpriced.append(kind)
-    return total, unpriced
-
-
-def job_cost(job: Mapping[str, Any], prices: Mapping[str, float]) -> JobCost:
-    """A CustomJob resource's estimate (REST field names, as the API returns them)."""
+def job_cost(job: Mapping[str, Any], book: PriceBook) -> JobCost:
+    """A CustomJob resource's estimate (REST field names, as the API returns them), at its
+    region's prices."""
     from components.capacity.cost_item import seconds_of
 
     seconds = seconds_of(job)
@@ -105,11 +95,12 @@ def job_cost(job: Mapping[str, Any], prices: Mapping[str, float]) -> JobCost:
     strategy = str((spec.get("scheduling") or {}).get("strategy") or "")
     strategy = strategy if strategy in DISCOUNTED else ""
     pools = parse_pools(spec.get("workerPoolSpecs", []))
-    rate, unpriced = hourly(pools, prices, strategy)
-    usd = rate * seconds / 3600 if state in BILLED else 0.0
-    on_demand = bool(strategy) and not any(key.startswith(f"{strategy}:") for key in prices)
-    return JobCost(str(job.get("name", "")), state, round(seconds, 1), round(usd, 4), unpriced,
-                   strategy, on_demand,
+    name = str(job.get("name", ""))
+    prices = book.region(region_of(name, book.default_region))
+    found = rate(pools, prices, strategy)
+    usd = found.usd * seconds / 3600 if state in BILLED else 0.0
+    return JobCost(name, state, round(seconds, 1), round(usd, 4), list(found.unpriced),
+                   strategy, bool(found.on_demand), prices.words(),
                    itemised(pools, prices, strategy, seconds if state in BILLED else 0.0))
 
 
@@ -121,35 +112,38 @@ def itemised(pools: Iterable[WorkerPool | None], prices: Mapping[str, float], st
     for pool in pools:
         if not pool or not pool.replicas:
             continue
-        rate, unpriced = hourly([pool], prices, strategy)
+        found_rate = rate([pool], prices, strategy)
         found.append({"pool": pool.role, "replicas": pool.replicas, "machine": pool.machine,
                       "accelerator": pool.accelerator, "gpus_per_machine":
-                      pool.gpus_per_machine, "usd_per_hour": round(rate, 6),
-                      "hours": round(seconds / 3600, 4), "usd": round(rate * seconds / 3600, 4),
-                      "unpriced": unpriced})
+                      pool.gpus_per_machine, "usd_per_hour": round(found_rate.usd, 6),
+                      "hours": round(seconds / 3600, 4),
+                      "usd": round(found_rate.usd * seconds / 3600, 4),
+                      "unpriced": list(found_rate.unpriced)})
     return found
 
 
-def run_cost(jobs: Iterable[Mapping[str, Any]], prices: Mapping[str, float], *,
+def run_cost(jobs: Iterable[Mapping[str, Any]], book: PriceBook, *,
              epochs: int, training_images: int) -> dict[str, Any]:
     """The run's estimate from its jobs (each once), per epoch and per 1,000 images, and
     for each configuration the run tried (`configurations`)."""
     seen: dict[str, JobCost] = {}
     labels: dict[str, str] = {}
     for job in jobs:
-        cost = job_cost(job, prices)
+        cost = job_cost(job, book)
         seen[cost.job] = cost
         labels[cost.job] = _label(job)
     usd = round(sum(c.usd for c in seen.values()), 4)
     unpriced = sorted({kind for c in seen.values() for kind in c.unpriced})
+    sources = list(dict.fromkeys(c.prices for c in seen.values())) or \
+        [book.region(book.default_region).words()]
     return {"usd": usd, "per_epoch_usd": round(usd / epochs, 4) if epochs else None,
             "per_1000_images_usd": round(1000 * usd / training_images, 6)
             if training_images else None,
             "jobs": [dataclasses.asdict(c) | {"billed": c.billed} for c in seen.values()],
             "configurations": configurations(seen, labels, epochs, training_images),
-            "unpriced": unpriced, "prices_read": PRICES_READ, "prices_source": PRICES_SOURCE,
-            "leaves_out": "provisioning before each job's start_time, other regions' "
-                          "prices, disks, network, storage and the pipeline's own steps"}
+            "unpriced": unpriced, "prices_read": "; ".join(sources),
+            "leaves_out": "provisioning before each job's start_time, disks, network, "
+                          "storage and the pipeline's own steps"}
 
 
 def _label(job: Mapping[str, Any]) -> str:
@@ -190,25 +184,24 @@ UNBILLED_TRIALS = {"FAILED", "INFEASIBLE"}
 def tuning_cost(trials: Iterable[Mapping[str, Any]], pools: Iterable[WorkerPool | None],
                 prices: Mapping[str, float]) -> dict[str, Any]:
     """A study's estimate: every trial but the failed ones on the trials' pools (each
-    trial a job of its own) for its `seconds`, start to end."""
-    rate, unpriced = hourly(pools, prices)
+    trial a job of its own) for its `seconds`, start to end, at `prices` (the study's
+    region's)."""
+    found = rate(pools, prices)
     trials = list(trials)
     billed = [t for t in trials if t["state"] not in UNBILLED_TRIALS]
     seconds = sum(float(t.get("seconds") or 0) for t in billed)
-    return {"usd": round(rate * seconds / 3600, 4), "trials": len(trials),
+    return {"usd": round(found.usd * seconds / 3600, 4), "trials": len(trials),
             "billed_trials": len(billed), "seconds": round(seconds, 1),
-            "usd_per_hour": round(rate, 6), "unpriced": unpriced,
-            "prices_read": PRICES_READ}
+            "usd_per_hour": round(found.usd, 6), "unpriced": list(found.unpriced),
+            "prices_read": getattr(prices, "words", lambda: "vertex.prices")()}
 
 
 def tuning_line(cost: Mapping[str, Any]) -> str:
     """A study's estimate in one line."""
     return (f"tuning cost: about {cost['usd']:.2f} USD for {cost['billed_trials']} billed "
             f"trial(s) of {cost['trials']} ({cost['seconds'] / 3600:.3f} trial-hours at "
-            f"{cost['usd_per_hour']:.2f} USD an hour; a failed trial is not billed; prices "
-            f"of {cost['prices_read']})"
-            + (f"; without a price for {', '.join(cost['unpriced'])}: give it in "
-               "vertex.prices (USD per hour)" if cost["unpriced"] else ""))
+            f"{cost['usd_per_hour']:.2f} USD an hour; a failed trial is not billed; "
+            f"{cost['prices_read']})" + unpriced_words(cost["unpriced"]))
 
 
 def line(cost: Mapping[str, Any]) -> str:
@@ -218,15 +211,13 @@ def line(cost: Mapping[str, Any]) -> str:
             + (f", {cost['per_epoch_usd']:.4f} USD per epoch" if cost["per_epoch_usd"] else "")
             + (f", {cost['per_1000_images_usd']:.4f} USD per 1,000 training images"
                if cost["per_1000_images_usd"] else "")
-            + f" (prices of {cost['prices_read']}; a lower bound: it leaves out "
+            + f" ({cost['prices_read']}; a lower bound: it leaves out "
             f"{cost['leaves_out']})")
     not_billed = [f"{j['job'].rsplit('/', 1)[-1]} {j['state'].replace('JOB_STATE_', '')}"
                   for j in jobs if not j["billed"]]
     if not_billed:
         text += f"; not billed: {', '.join(not_billed)}"
-    if cost["unpriced"]:
-        text += (f"; without a price for {', '.join(cost['unpriced'])}: give it in "
-                 "vertex.prices (USD per hour)")
+    text += unpriced_words(cost["unpriced"])
     compared = [c for c in cost.get("configurations", []) if c["per_epoch_usd"] is not None]
     if len(compared) > 1 or any(not c["trained"] for c in compared):
         text += "; per configuration tried: " + ", ".join(
@@ -236,21 +227,21 @@ def line(cost: Mapping[str, Any]) -> str:
             + (" (trained)" if c["trained"] else "") for c in compared)
     at_list = sorted({j["strategy"] for j in jobs if j.get("on_demand_rate")})
     if at_list:
-        text += (f"; {' and '.join(at_list)} job(s) priced at on-demand rates, an upper bound "
-                 f"(Spot prices change daily: give {at_list[0]}:<type> in vertex.prices)")
+        text += (f"; {' and '.join(at_list)} job(s) priced at on-demand rates where no "
+                 f"{' or '.join(at_list)} price was found, an upper bound (give "
+                 f"{at_list[0]}:<type> in vertex.prices)")
     return text
 
 
 FILE = "cost.json"
 
 
-def estimate_run(record: Mapping[str, Any], prices: Mapping[str, float], job_dir: str,
+def estimate_run(record: Mapping[str, Any], book: PriceBook, job_dir: str,
                  client_for: Any) -> dict[str, Any]:
     """The training step's estimate: every job of the capacity record (`record`; a job a
     resumed step followed counted once) read from Vertex AI (`client_for(region)`: a
-    JobServiceClient), priced with `prices` (`priced`: the table and the run's own), per
-    epoch and per 1,000 training images from the trainer's report in `job_dir`; written
-    there as `cost.json`."""
+    JobServiceClient), each at its region's prices (`book`), per epoch and per 1,000
+    training images from the trainer's report in `job_dir`; written there as `cost.json`."""
     import os
 
     from google.protobuf import json_format
@@ -271,33 +262,31 @@ def estimate_run(record: Mapping[str, Any], prices: Mapping[str, float], job_dir
     epochs = int(report.get("epochs_run", 0) or 0)
     images = epochs * int(report.get("steps_per_epoch", 0) or 0) * \
         int(report.get("global_batch_size", 0) or 0)
-    cost = run_cost(jobs, prices, epochs=epochs, training_images=images)
+    cost = run_cost(jobs, book, epochs=epochs, training_images=images)
     files.write_json(os.path.join(job_dir, FILE), cost)
     return cost
 
 
-def priced(overrides: Mapping[str, float]) -> dict[str, float]:
-    """The table with a run's own prices (`vertex.prices`) over it."""
-    return {**PRICES, **overrides}
-
-
-def prices_of(vertex: Mapping[str, Any]) -> dict[str, float]:
-    """The table with the `vertex` parameter's prices over it (a component's input)."""
+def book_of(vertex: Mapping[str, Any], log: Any = None) -> PriceBook:
+    """The prices of a run (its `vertex` parameter: `vertex.prices` over what was read, its
+    region the default), for a component; `log` gets the line saying the catalog could not
+    be read."""
     from components.vertex_options import VertexOptions
     from trainer.common.schema import validate
 
-    return priced(validate(VertexOptions, vertex, prefix="vertex", strict=False).prices)
+    options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
+    return PriceBook(options.prices, log=log, default_region=options.region)
 
 
 def tell_cost(record: Mapping[str, Any], vertex: Mapping[str, Any], job_dir: str,
               log: Any, client_for: Any) -> dict[str, Any] | None:
-    """The training step's last words: the estimate in one line (`vertex.prices` over the
-    table; `client_for(region)`: a JobServiceClient). What the run cost is told, never a
-    reason to fail the step: an estimate that cannot be made says why."""
+    """The training step's last words: the estimate in one line (`client_for(region)`: a
+    JobServiceClient). What the run cost is told, never a reason to fail the step: an
+    estimate that cannot be made says why."""
     from trainer.common.errors import ProjectError
 
     try:
-        cost = estimate_run(record, prices_of(vertex), job_dir, client_for)
+        cost = estimate_run(record, book_of(vertex, log), job_dir, client_for)
     except ProjectError as exc:
         log(f"cost: not estimated ({exc})")
         return None

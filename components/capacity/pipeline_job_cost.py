@@ -5,35 +5,52 @@ build stage's Cloud Build build)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from components.capacity.cost_item import Item, seconds_of
+from components.prices.price_list import price_of
 
 #: The machine Vertex AI Pipelines runs a step on (docs, "Specify the machine configuration
 #: for a pipeline step": "By default, the component will run on as a Vertex AI CustomJob
 #: using an e2-standard-4 machine"); the steps given `vertex.component_cpu` and
-#: `component_memory` run on a machine Vertex AI picks for those, priced as this one.
+#: `component_memory` run on a machine Vertex AI picks for those, priced as this one. Its
+#: price is its 4 vCPUs and 16 GB at Vertex AI's E2 core and RAM prices.
 STEP_MACHINE = "e2-standard-4"
 
 
-def step_items(pipeline_job: Mapping[str, Any], prices: Mapping[str, float]) -> list[Item]:
+def step_items(pipeline_job: Mapping[str, Any], prices: Mapping[str, float],
+               machine_of: Callable[[str], str] | None = None) -> list[Item]:
     """The pipeline's own steps (the run's PipelineJob, REST field names): every container
-    task that ended, from its start to its end, on STEP_MACHINE at its training price."""
+    task that ended, from its start to its end, on the machine of the CustomJob it ran as
+    (`machine_of(its containerDetail.mainJob)`: "" when it cannot be read), else
+    STEP_MACHINE, at its training price."""
     steps = [t for t in pipeline_job.get("jobDetail", {}).get("taskDetails", [])
              if "containerDetail" in t.get("executorDetail", {}) and t.get("startTime")]
     if not steps:
         return []
     ended = [t for t in steps if t.get("endTime")]
-    hours = sum(seconds_of(t) for t in ended) / 3600
-    rate = prices.get(STEP_MACHINE)
+    hours: dict[str, float] = {}
+    read = 0
+    for step in ended:
+        job = str(step["executorDetail"]["containerDetail"].get("mainJob") or "")
+        machine = machine_of(job) if machine_of and job else ""
+        read += bool(machine)
+        machine = machine or STEP_MACHINE
+        hours[machine] = hours.get(machine, 0.0) + seconds_of(step) / 3600
+    rates = {machine: price_of(prices, machine).usd for machine in hours}
     running = len(steps) - len(ended)
     return [Item("pipeline steps", str(pipeline_job.get("name", "")),
-                 round((rate or 0.0) * hours, 4), round(hours, 4),
-                 f"{len(ended)} step(s) on {STEP_MACHINE} machines, each from its start to "
-                 "its end" + (f"; {running} still running (the step reading the run among "
-                              "them), not counted" if running else ""),
-                 [] if rate is not None else [STEP_MACHINE])]
+                 round(sum((rates[m] or 0.0) * h for m, h in hours.items()), 4),
+                 round(sum(hours.values()), 4),
+                 f"{len(ended)} step(s) on {', '.join(hours)} machines"
+                 + ("" if read == len(ended) else
+                    f" ({len(ended) - read} on {STEP_MACHINE}, Vertex AI Pipelines' default: "
+                    "their jobs were not read)")
+                 + ", each from its start to its end"
+                 + (f"; {running} still running (the step reading the run among them), not "
+                    "counted" if running else ""),
+                 [m for m, rate in rates.items() if rate is None])]
 
 
 #: What Dataflow bills a batch job's workers by: `vertex.prices`' key (USD per unit-hour)
@@ -58,7 +75,7 @@ def build_items(pipeline_job: Mapping[str, Any], prices: Mapping[str, float]) ->
         machine = str(build.get("machine", ""))
         hours = seconds_of({"startTime": build.get("start_time"),
                             "endTime": build.get("finish_time")}) / 3600
-        rate = prices.get(f"CLOUD_BUILD:{machine}")
+        rate = price_of(prices, f"CLOUD_BUILD:{machine}").usd
         found.append(Item("cloud build", f"Cloud Build {build.get('id', '')}",
                           round((rate or 0.0) * hours, 4), round(hours, 4),
                           f"{hours * 60:.1f} build-minute(s) on {machine}",
@@ -81,16 +98,41 @@ def _dataflow_item(usage: Mapping[str, Any], prices: Mapping[str, float]) -> Ite
         return Item("dataflow", name, 0.0, 0.0, "not counted: what it used could not be "
                     f"read ({usage['unread']})")
     used = {key: float(usage.get(key) or 0.0) for key in DATAFLOW_PRICES}
+    rates = {key: price_of(prices, DATAFLOW_PRICES[key]).usd for key in DATAFLOW_PRICES}
     missing = [DATAFLOW_PRICES[key] for key, amount in used.items()
-               if amount and DATAFLOW_PRICES[key] not in prices]
+               if amount and rates[key] is None]
     hours = seconds_of({"startTime": usage.get("start_time"), "endTime": usage.get("end_time")})
-    return Item("dataflow", name, round(sum(amount * prices.get(DATAFLOW_PRICES[key], 0.0)
+    return Item("dataflow", name, round(sum(amount * (rates[key] or 0.0)
                                             for key, amount in used.items()), 4),
                 round(hours / 3600, 4),
                 f"{used['vcpu_hours']:.3f} vCPU-hours, {used['memory_gb_hours']:.3f} GB-hours "
                 f"of memory, {used['disk_gb_hours'] + used['ssd_gb_hours']:.3f} GB-hours of "
                 f"disk on {usage.get('machine_type', '')} workers, as the job reported them",
                 missing)
+
+
+def job_machines(jobs_for: Callable[[str], Any]) -> Callable[[str], str]:
+    """`step_items`' `machine_of`: a step's CustomJob read (GetCustomJob in its region,
+    `jobs_for(region)`: a JobServiceClient) for its first pool's machine type; "" when it
+    cannot be read (the step is then priced as STEP_MACHINE, and said)."""
+    from components.capacity.cost import region_of
+    from trainer.common.cloud_calls import remote_call
+    from trainer.common.errors import ProjectError
+
+    clients: dict[str, Any] = {}
+
+    def machine_of(name: str) -> str:
+        region = region_of(name)
+        try:
+            with remote_call(f"reading the step's job {name}"):
+                if region not in clients:
+                    clients[region] = jobs_for(region)
+                job = clients[region].get_custom_job(name=name)
+        except ProjectError:
+            return ""
+        pools = list(job.job_spec.worker_pool_specs)
+        return pools[0].machine_spec.machine_type if pools else ""
+    return machine_of
 
 
 def read_pipeline_job(name: str, client: Any) -> dict[str, Any]:

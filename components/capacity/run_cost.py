@@ -37,22 +37,18 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from components.capacity.cost import (
-    PRICES_READ,
-    hourly,
-    job_cost,
-    prediction_prices,
-    tuning_cost,
-)
+from components.capacity.cost import BILLED, job_cost, rate, region_of, tuning_cost
 from components.capacity.cost_item import Item, seconds_of
 from components.capacity.pipeline_job_cost import (
     build_items,
     dataflow_items,
+    job_machines,
     pipelines_client,
     read_pipeline_job,
     step_items,
 )
 from components.gpu.worker_pool import WorkerPool
+from components.prices.price_list import PriceBook, unpriced_words
 
 if TYPE_CHECKING:
     from components.vertex_options import VertexOptions
@@ -66,20 +62,19 @@ NOT_COUNTED = ("the champion's own serving nodes (they serve anyway)",
                "disks, network, storage and logging")
 
 
-def training_items(jobs: Iterable[Mapping[str, Any]], prices: Mapping[str, float]) -> list[Item]:
-    """Each training CustomJob (REST field names)."""
+def training_items(jobs: Iterable[Mapping[str, Any]], book: PriceBook) -> list[Item]:
+    """Each training CustomJob (REST field names), at its region's prices."""
     found = []
     for job in jobs:
-        cost = job_cost(job, prices)
+        cost = job_cost(job, book)
         found.append(Item("training", cost.job, cost.usd, round(cost.seconds / 3600, 4),
                           f"{cost.state.replace('JOB_STATE_', '').lower()}"
                           + ("" if cost.billed else ", not billed"), cost.unpriced))
     return found
 
 
-def tuning_items(studies: Iterable[Mapping[str, Any]], prices: Mapping[str, float]
-                 ) -> list[Item]:
-    """Each HyperparameterTuningJob's trials, on the trials' pools."""
+def tuning_items(studies: Iterable[Mapping[str, Any]], book: PriceBook) -> list[Item]:
+    """Each HyperparameterTuningJob's trials, on the trials' pools, at its region's prices."""
     from components.gpu.worker_pool import parse_pools
 
     found = []
@@ -87,6 +82,7 @@ def tuning_items(studies: Iterable[Mapping[str, Any]], prices: Mapping[str, floa
         pools = parse_pools(study.get("trialJobSpec", {}).get("workerPoolSpecs", []))
         trials = [{"state": str(t.get("state", "")), "seconds": seconds_of(t)}
                   for t in study.get("trials", [])]
+        prices = book.region(region_of(str(study.get("name", "")), book.default_region))
         cost = tuning_cost(trials, pools, prices)
         found.append(Item("tuning", str(study.get("name", "")), cost["usd"],
                           round(cost["seconds"] / 3600, 4),
@@ -95,8 +91,9 @@ def tuning_items(studies: Iterable[Mapping[str, Any]], prices: Mapping[str, floa
     return found
 
 
-def batch_items(jobs: Iterable[Mapping[str, Any]], prices: Mapping[str, float]) -> list[Item]:
-    """Each BatchPredictionJob, at its maximum replica count for its whole time."""
+def batch_items(jobs: Iterable[Mapping[str, Any]], book: PriceBook) -> list[Item]:
+    """Each BatchPredictionJob, at its maximum replica count for its whole time, at its
+    region's prediction prices."""
     found = []
     for job in jobs:
         resources = job.get("dedicatedResources", {})
@@ -106,15 +103,16 @@ def batch_items(jobs: Iterable[Mapping[str, Any]], prices: Mapping[str, float]) 
         pool = WorkerPool(role=0, machine=str(spec.get("machineType", "")),
                           replicas=nodes, accelerator=str(spec.get("acceleratorType", "") or ""),
                           gpus_per_machine=int(spec.get("acceleratorCount") or 0))
-        rate, unpriced = hourly([pool], prediction_prices(prices))
+        name = str(job.get("name", ""))
+        found_rate = rate([pool], book.region(region_of(name, book.default_region)),
+                          "PREDICTION")
         seconds = seconds_of(job)
-        billed = job.get("state") in ("JOB_STATE_SUCCEEDED", "JOB_STATE_CANCELLED",
-                                      "JOB_STATE_PARTIALLY_SUCCEEDED")
-        found.append(Item("batch prediction", str(job.get("name", "")),
-                          round(rate * seconds / 3600, 4) if billed else 0.0,
+        found.append(Item("batch prediction", name,
+                          round(found_rate.usd * seconds / 3600, 4)
+                          if job.get("state") in BILLED else 0.0,
                           round(seconds / 3600, 4),
                           f"{nodes} x {pool.machine} node(s), the most it may have run",
-                          [f"PREDICTION:{kind}" for kind in unpriced]))
+                          [f"PREDICTION:{kind}" for kind in found_rate.unpriced]))
     return found
 
 
@@ -125,8 +123,8 @@ def rollout_items(rollouts: Iterable[tuple[str, Mapping[str, Any]]], nodes: Work
     deploy rule's machines)."""
     from components.durations import timestamp_seconds
 
-    rate, unpriced = hourly([nodes], prediction_prices(prices))
-    missing = [f"PREDICTION:{kind}" for kind in unpriced]
+    found_rate = rate([nodes], prices, "PREDICTION")
+    usd_per_hour, missing = found_rate.usd, [f"PREDICTION:{k}" for k in found_rate.unpriced]
     each = f"{nodes.replicas} x {nodes.machine} node(s)"
     found = []
     for model, rollout in rollouts:
@@ -136,31 +134,37 @@ def rollout_items(rollouts: Iterable[tuple[str, Mapping[str, Any]]], nodes: Work
             continue
         start, end = (timestamp_seconds(at[name]["at"]) for name in ("canary", ended))
         hours = max(0.0, end - start) / 3600
-        found.append(Item("canary", f"{model}'s canary", round(rate * hours, 4),
+        found.append(Item("canary", f"{model}'s canary", round(usd_per_hour * hours, 4),
                           round(hours, 4), f"{each} from its deployment until {ended}",
                           missing))
         kept = at.get("old model kept", {}).get("until")
         if ended == "promoted" and kept:
             hours = max(0.0, timestamp_seconds(kept) - end) / 3600
             found.append(Item("grace period", f"the old model beside {model}",
-                              round(rate * hours, 4), round(hours, 4),
+                              round(usd_per_hour * hours, 4), round(hours, 4),
                               f"{each} at 0% until {kept}, at least (the next rollout "
                               "undeploys it), on the deploy rule's machines", missing))
     return found
 
 
 def itemise(*, training: Sequence[Mapping[str, Any]], studies: Sequence[Mapping[str, Any]],
-            batch: Sequence[Mapping[str, Any]], prices: Mapping[str, float],
+            batch: Sequence[Mapping[str, Any]], book: PriceBook,
             rollouts: Sequence[tuple[str, Mapping[str, Any]]] = (),
             nodes: WorkerPool | None = None,
-            pipeline_job: Mapping[str, Any] | None = None) -> dict[str, Any]:
+            pipeline_job: Mapping[str, Any] | None = None,
+            machine_of: Callable[[str], str] | None = None) -> dict[str, Any]:
     """The run's `cost.json`: every item, the total of what was priced, and what is not
     (`rollouts`: (model, its rollout record) on `nodes`, the deploy rule's machines;
-    `pipeline_job`: the run's PipelineJob, whose steps are billed too)."""
-    items = [*training_items(training, prices), *tuning_items(studies, prices),
-             *batch_items(batch, prices),
+    `pipeline_job`: the run's PipelineJob, whose steps are billed too, each on its job's
+    machine, `machine_of(job name)` (`pipeline_job_cost.step_items`)), each at its
+    region's prices (`book`; the canary, steps and builds in `book.default_region`, the
+    run's)."""
+    prices = book.region(book.default_region)
+    items = [*training_items(training, book), *tuning_items(studies, book),
+             *batch_items(batch, book),
              *(rollout_items(rollouts, nodes, prices) if nodes is not None else []),
-             *step_items(pipeline_job or {}, prices), *dataflow_items(pipeline_job or {}, prices),
+             *step_items(pipeline_job or {}, prices, machine_of),
+             *dataflow_items(pipeline_job or {}, prices),
              *build_items(pipeline_job or {}, prices),
              Item("pipeline", "the pipeline run", PIPELINE_RUN_USD, 0.0, PIPELINE_RUN_SOURCE)]
     unpriced = sorted({kind for item in items for kind in item.unpriced})
@@ -169,15 +173,14 @@ def itemise(*, training: Sequence[Mapping[str, Any]], studies: Sequence[Mapping[
             "by_kind": {kind: round(sum(i.usd for i in items if i.kind == kind), 4)
                         for kind in dict.fromkeys(i.kind for i in items)},
             "unpriced": unpriced, "not_counted": list(NOT_COUNTED),
-            "prices_read": PRICES_READ}
+            "prices_read": "; ".join(book.region(r).words() for r in book.read_regions())}
 
 
 def line(cost: Mapping[str, Any]) -> str:
     """The run's cost in one line."""
     parts = ", ".join(f"{kind} {usd:.2f}" for kind, usd in cost["by_kind"].items())
-    return (f"cost: about {cost['usd']:.2f} USD ({parts}; prices of {cost['prices_read']})"
-            + (f"; without a price for {', '.join(cost['unpriced'])}: give it in "
-               "vertex.prices" if cost["unpriced"] else "")
+    return (f"cost: about {cost['usd']:.2f} USD ({parts}; {cost['prices_read']})"
+            + unpriced_words(cost["unpriced"])
             + f"; not counted: {'; '.join(cost['not_counted'])}")
 
 
@@ -255,13 +258,12 @@ def models_client(region: str) -> Any:
         client_options={"api_endpoint": vertex_endpoint(region)})
 
 
-def of_run(project: str, vertex: VertexOptions, pipeline_job: str = ""
-           ) -> tuple[dict[str, Any] | None, str]:
+def of_run(project: str, vertex: VertexOptions, pipeline_job: str = "",
+           book: PriceBook | None = None) -> tuple[dict[str, Any] | None, str]:
     """(the run's itemised cost so far, its line; or None and why not), read from Vertex AI
     in the run's regions by the run's billing label (`VERTEX_AI_PIPELINES_RUN_LABELS`), and
     its steps from `pipeline_job` (the run's resource name); what cannot be read is said,
     never raised."""
-    from components.capacity.cost import priced
     from components.capacity.job_records import BILLING_LABEL, run_labels
     from components.capacity.vertex_launch import jobs_client
     from trainer.common.errors import ProjectError
@@ -278,8 +280,10 @@ def of_run(project: str, vertex: VertexOptions, pipeline_job: str = ""
             if pipeline_job else None
     except (ProjectError, OSError, ValueError) as exc:
         return None, f"not estimated ({exc})"
-    cost = itemise(**found, prices=priced(vertex.prices), rollouts=rollouts,
-                   nodes=vertex.deploy.nodes(), pipeline_job=run)
+    cost = itemise(**found, book=book or PriceBook(vertex.prices,
+                                                   default_region=vertex.region),
+                   rollouts=rollouts, nodes=vertex.deploy.nodes(), pipeline_job=run,
+                   machine_of=job_machines(jobs_client))
     return cost, line(cost).removeprefix("cost: ")
 
 

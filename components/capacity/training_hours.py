@@ -124,9 +124,16 @@ def hours_for(alternative: Alternative, evidence: Evidence) -> Hours:
     unknown = "" if not found else (
         f"; {gpu} was benchmarked, but the dataset's size is known once it is prepared (the "
         "training step holds the budget again then)")
-    return Hours((_seconds(evidence.timeout)) / 3600,
-                 f"no measured speed for {what}: vertex.timeout {evidence.timeout}, the "
-                 f"longest the job may run{unknown}", measured=False)
+    bound = timeout_bound(evidence.timeout)
+    return dataclasses.replace(bound, basis=f"no measured speed for {what}: {bound.basis}"
+                                            f"{unknown}")
+
+
+def timeout_bound(timeout: str) -> Hours:
+    """`vertex.timeout` as the most a job may train (Vertex AI stops it then: its
+    `scheduling.timeout`), the one place this bound is made."""
+    return Hours(_seconds(timeout) / 3600, f"vertex.timeout {timeout}, the longest the job "
+                                           "may run", measured=False)
 
 
 def _seconds(duration: str) -> float:

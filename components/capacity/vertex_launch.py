@@ -94,7 +94,11 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
     import time
 
     from components.capacity.budget import guard_for, hold
+    from components.prices.price_list import PriceBook
 
+    # Read when the budget first needs them, once for the step: at its start, not at submit
+    # (prices move).
+    book = PriceBook(options.prices, log=log, default_region=options.region)
     how = Launch(project, make_job, jobs_for,
                  quota_checker(quotas.quotas_client(), project, log), log,
                  rounds=options.capacity_rounds,
@@ -107,9 +111,9 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
                              retry_first_delay=RETRY_FIRST_DELAY,
                              request_timeout=REQUEST_TIMEOUT),
                  guard_for=guard_for(options, trainer.total_epochs, output_path, time.time,
-                                     before),
+                                     before, book),
                  hold=lambda found: hold(options, found, log, lambda: step_evidence(
-                     options, trainer, project, dataset_path, log), before))
+                     options, trainer, project, dataset_path, log), before, book))
     return launch(checked, how)
 
 

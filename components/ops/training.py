@@ -123,7 +123,7 @@ def best_vertex_trial(gcp_resources: str, training: dict, tuning: dict, vertex: 
     training options with the best trial's parameters, and what the study cost."""
     from collections import namedtuple
 
-    from components.capacity.cost import prices_of, tuning_line
+    from components.capacity.cost import book_of, region_of, tuning_line
     from components.stage_messages import say, stage_errors
     from components.tuning.trials import trials_table
     from components.tuning.tuning_options import TuningOptions
@@ -133,8 +133,10 @@ def best_vertex_trial(gcp_resources: str, training: dict, tuning: dict, vertex: 
 
     with stage_errors("tuning"):
         study = validate(TuningOptions, tuning, prefix="tuning", strict=False)
-        record = finished_study(read_tuning_job(job_name_of(gcp_resources)), study,
-                                prices_of(vertex))
+        name = job_name_of(gcp_resources)
+        book = book_of(vertex, say)
+        record = finished_study(read_tuning_job(name), study,
+                                book.region(region_of(name, book.default_region)))
     files.write_text(trials.path, trials_table(record))
     say(f"tuning: best trial {record['best_trial']} of {len(record['trials'])} "
         f"({study.metric} {record['best_metric']:.4f}): " + ", ".join(

@@ -139,7 +139,7 @@ class DeployOptions(pydantic.BaseModel):
 
     def nodes(self) -> Any:
         """The canary's nodes at their most (`max_replica_count`), as a `WorkerPool` for
-        the price tables (`components.capacity.cost.hourly`)."""
+        the price tables (`components.capacity.cost.rate`)."""
         from components.gpu.worker_pool import WorkerPool
 
         return WorkerPool(role=0, machine=self.machine_type, accelerator=self.accelerator_type,

@@ -45,20 +45,23 @@ def serving_quota_refusals(project: str, options: VertexOptions, client: Any = N
 def canary_budget(options: VertexOptions, spent: Callable[[], float | None]
                   ) -> tuple[float | None, str]:
     """The canary's watch window under `vertex.budget_usd` (`budget.canary_window`): its
-    nodes (`max_replica_count` of them) at their `PREDICTION:` prices, beside what the run
+    nodes (`max_replica_count` of them) at their prediction prices in the run's region,
+    and the old model's for `deploy.grace_period` after a promotion, beside what the run
     has cost so far (`spent`, read only under a budget)."""
     from components.capacity.budget import canary_window
-    from components.capacity.cost import hourly, prediction_prices, priced
+    from components.capacity.cost import rate
     from components.durations import duration_seconds
+    from components.prices.price_list import PriceBook
 
     rule = options.deploy
     window = duration_seconds(rule.watch_window) or 0.0
     if options.budget_usd <= 0:
         return window, ""
-    rate, unpriced = hourly([rule.nodes()], prediction_prices(priced(options.prices)))
-    return canary_window(options.budget_usd, spent(), rate,
-                         [f"PREDICTION:{kind}" for kind in unpriced], window,
-                         duration_seconds(rule.check_interval) or 60.0)
+    found = rate([rule.nodes()], PriceBook(options.prices).region(options.region), "PREDICTION")
+    return canary_window(options.budget_usd, spent(), found.usd,
+                         [f"PREDICTION:{kind}" for kind in found.unpriced], window,
+                         duration_seconds(rule.check_interval) or 60.0,
+                         duration_seconds(rule.grace_period) or 0.0)
 
 
 def deploy_on_vertex(project: str, options: VertexOptions, model: str, job_name: str,

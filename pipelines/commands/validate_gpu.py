@@ -145,36 +145,41 @@ def _config_vertex(path: Path | None) -> dict[str, Any]:
     return vertex if isinstance(vertex, dict) else {}
 
 
-def _prices_of(vertex: dict[str, Any]) -> dict[str, float]:
-    """A config's `vertex` section's prices, or {}."""
+def _book_of(vertex: dict[str, Any]) -> Any:
+    """The prices of a config's `vertex` section (its `prices` over what is read)."""
+    from components.prices.price_list import PriceBook
+
     prices = vertex.get("prices")
-    return {str(k): float(v) for k, v in prices.items()} if isinstance(prices, dict) else {}
+    return PriceBook({str(k): float(v) for k, v in prices.items()}
+                     if isinstance(prices, dict) else {}, log=lambda line: print(line))
 
 
-def most_line(pools: Any, prices: dict[str, float], strategy: str, timeout: str) -> str:
-    """The most a configuration's job can cost: its price for the whole `vertex.timeout`
-    (offline there is no measured speed; `submit --dry-run` estimates the configured
-    epochs at the newest registered model's)."""
+def most_line(pools: Any, prices: Any, strategy: str, timeout: str) -> str:
+    """The most a configuration's job can cost: its price (`prices`: its region's) for the
+    whole `vertex.timeout` (offline there is no measured speed; `submit --dry-run` estimates
+    the configured epochs at the newest registered model's)."""
     from components.capacity.budget import usd
-    from components.capacity.cost import hourly, priced
-    from components.durations import duration_seconds
+    from components.capacity.cost import rate
+    from components.capacity.training_hours import timeout_bound
 
-    rate, unpriced = hourly(pools, priced(prices), strategy)
-    hours = (duration_seconds(timeout) or 0.0) / 3600
-    return (f"cost: at most {usd(rate * hours)} USD, the job running its whole vertex.timeout "
-            f"{timeout} ({hours:g} h)" + (" without the unpriced types" if unpriced else "")
+    found, bound = rate(pools, prices, strategy), timeout_bound(timeout)
+    return (f"cost: at most {usd(found.usd * bound.hours)} USD, the job running its whole "
+            f"{bound.basis} ({bound.hours:g} h)"
+            + (" without the unpriced types" if found.unpriced else "")
             + "; submit --dry-run estimates the configured epochs from the measured speed")
 
 
-def price_line(pools: Any, prices: dict[str, float], strategy: str = "") -> str:
-    """What the pools cost an hour (`components.capacity.cost`: the dated table with
-    `vertex.prices` over it), in one line."""
-    from components.capacity.cost import PRICES_READ, hourly, priced
+def price_line(pools: Any, prices: Any, strategy: str = "") -> str:
+    """What the pools cost an hour at `prices` (a region's
+    `components.prices.price_list.PriceList`), in one line."""
+    from components.capacity.cost import rate
+    from components.prices.price_list import unpriced_words
 
-    rate, unpriced = hourly(pools, priced(prices), strategy)
-    return (f"price: {rate:.2f} USD an hour, every replica (prices of {PRICES_READ}"
-            + (f"; without a price for {', '.join(unpriced)}: give it in vertex.prices"
-               if unpriced else "") + ")")
+    found = rate(pools, prices, strategy)
+    return (f"price: {found.usd:.2f} USD an hour, every replica ({prices.words()}"
+            + (f"; {', '.join(found.on_demand)} at on-demand prices, no {strategy} price "
+               "found" if found.on_demand else "")
+            + unpriced_words(found.unpriced) + ")")
 
 
 def _report_alternatives(checked: Checked, source: str, as_json: bool,
@@ -186,7 +191,7 @@ def _report_alternatives(checked: Checked, source: str, as_json: bool,
     from components.gpu.alternatives import batch_lines, input_pipelines_of
     from components.vertex_options import VertexOptions
 
-    prices = _prices_of(vertex or {})
+    book = _book_of(vertex or {})
     timeout = str((vertex or {}).get("timeout") or VertexOptions.model_fields["timeout"].default)
 
     pipelines = input_pipelines_of(checked.alternatives)
@@ -207,7 +212,7 @@ def _report_alternatives(checked: Checked, source: str, as_json: bool,
         if alternative.plan is not None:
             print(f"  training plan: {alternative.plan.summary()}")
         if result.ok:
-            strategy = alternative.scheduling_strategy
+            strategy, prices = alternative.scheduling_strategy, book.region(alternative.region)
             print(f"  {price_line(alternative.pools, prices, strategy)}")
             print(f"  {most_line(alternative.pools, prices, strategy, timeout)}")
     if not checked.ok:
@@ -267,7 +272,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"training plan: {result.plan.summary()}")
             for line in result.plan.describe():
                 print(f"  {line}")
-            print(price_line(result.pools, _prices_of(_config_vertex(args.config))))
+            print(price_line(result.pools, _book_of(_config_vertex(args.config)).region(
+                region or "us-central1")))
         else:
             print(f"invalid GPU configuration ({source}):")
             for error in result.errors:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from components.gpu.benchmark_machine import BenchmarkMachine, benchmark_machine
+from components.prices.price_list import PriceBook, unpriced_words
 from pipelines.benchmark import Benchmark
 from pipelines.config import Config
 
@@ -102,22 +103,21 @@ def run_job(client: Any, parent: str, job: Any, log: Callable[[str], None],
     return done
 
 
-def job_cost_lines(job: Any, prices: Mapping[str, float]) -> list[str]:
+def job_cost_lines(job: Any, book: PriceBook) -> list[str]:
     """What the job cost (its machine and GPUs for the time Vertex AI billed), as the runs'
     cost lines price a CustomJob (`components.capacity.cost.job_cost`)."""
     from google.protobuf.json_format import MessageToDict
 
     from components.capacity.cost import job_cost
 
-    found = job_cost(MessageToDict(type(job).pb(job)), prices)
+    found = job_cost(MessageToDict(type(job).pb(job)), book)
     minutes = found.seconds / 60
     if not found.billed:
         return [f"cost: nothing billed ({found.state}: Vertex AI bills no failed job)"]
-    unpriced = (f"; without a price for {', '.join(found.unpriced)}: give it in vertex.prices"
-                if found.unpriced else "")
     return [f"cost: about {found.usd:.2f} USD, {minutes:.1f} minutes of one "
             f"{found.pools[0]['machine'] if found.pools else 'machine'} with its GPU"
-            + (f" ({found.strategy})" if found.strategy else "") + unpriced]
+            + (f" ({found.strategy})" if found.strategy else "") + f" ({found.prices})"
+            + unpriced_words(found.unpriced)]
 
 
 def run_on_vertex(config: Config, benchmark: Benchmark, *, data: str, folder: str,
@@ -139,7 +139,6 @@ def run_on_vertex(config: Config, benchmark: Benchmark, *, data: str, folder: st
 
     from google.cloud import aiplatform_v1
 
-    from components.capacity.cost import prices_of
     from pipelines.benchmark import results_name
     from pipelines.vertex.dry_run import NOTHING_SENT, show
     from pipelines.vertex.runs import ensure_images
@@ -162,7 +161,7 @@ def run_on_vertex(config: Config, benchmark: Benchmark, *, data: str, folder: st
         log(NOTHING_SENT)
         return None, output, []
     done = run_job(clients.get_jobs(region), parent, job, log, poll_seconds)
-    cost = job_cost_lines(done, prices_of(config.vertex_options().model_dump()))
+    cost = job_cost_lines(done, clients.price_book(config.vertex, log))
     if done.state.name != "JOB_STATE_SUCCEEDED":
         for line in cost:
             log(line)

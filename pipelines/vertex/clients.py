@@ -36,6 +36,8 @@ class Clients:
     quotas: Any = None  # Cloud Quotas client (ListQuotaInfos)
     jobs: Any = None  # Vertex AI JobServiceClient for every region (tests); else per region
     persistent: Any = None  # Vertex AI PersistentResourceServiceClient (tests); else made
+    billing: Any = None  # makes a Cloud Billing CloudCatalogClient (tests); else the default
+    refresh_prices: bool = False  # read the price catalog even when today's is cached
     _regional: dict = dataclasses.field(default_factory=dict)
 
     def get_storage(self) -> Any:
@@ -60,6 +62,14 @@ class Clients:
             with remote_call("connecting to Resource Manager"):
                 self.projects = projects_client()
         return self.projects
+
+    def price_book(self, vertex: Any, log: Callable[[str], None] | None = None) -> Any:
+        """The prices of a run (`components.prices.price_list.PriceBook`) with `vertex`'s
+        (VertexOptions) `prices` over them, read through this session's catalog client."""
+        from components.prices.price_list import PriceBook
+
+        return PriceBook(vertex.prices, client=self.billing, refresh=self.refresh_prices,
+                         log=log, default_region=vertex.region)
 
     def get_quotas(self) -> Any:
         """The Cloud Quotas client (the default one unless given)."""

@@ -3,8 +3,10 @@ at its own hours (`components.capacity.training_hours`: the newest registered mo
 measured speed where it trained on the same machines, else the GPU benchmark's figures for
 the configuration's GPU and model over the newest registered model's dataset size, else
 `vertex.timeout`), priced as the training step prices its jobs
-(`components.capacity.cost`); and `vertex.budget_usd` held against them before anything
-is created (`components.capacity.budget`).
+(`components.capacity.cost`), each in its region at the prices of Google's price catalog,
+its cache or the shipped table (`components.prices.price_list`, said which); and
+`vertex.budget_usd` held against them before anything is created
+(`components.capacity.budget`).
 
 Before the first model is registered the dataset's size is not known here (it is
 prepared by the run): configurations without their own measured run are estimated at
@@ -18,7 +20,6 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from components.capacity.cost import PRICES_READ
 from components.capacity.measured_speed import Registered, newest_measured
 from pipelines.config import Config
 from pipelines.vertex.clients import Clients
@@ -28,10 +29,21 @@ from trainer.common.errors import ProjectError
 class NewestSpeed:
     """The newest registered model's measured run for `config`'s project, read from the
     registry once, when first asked (a submit without a budget, not a dry run, never reads
-    it; a dry run with one reads it once for the budget and the estimate lines)."""
+    it; a dry run with one reads it once for the budget and the estimate lines), and the
+    prices, read once too (`log` gets the line saying the catalog could not be read)."""
 
-    def __init__(self, config: Config, clients: Clients):
-        self._config, self._clients = config, clients
+    def __init__(self, config: Config, clients: Clients,
+                 log: Callable[[str], None] | None = None):
+        self._config, self._clients, self._log = config, clients, log
+
+    @functools.cached_property
+    def _book(self) -> Any:
+        return self._clients.price_book(self._config.vertex, self._log)
+
+    def prices(self, vertex: Any) -> Any:
+        """The prices of a run with `vertex` (VertexOptions: its `prices` over them, its
+        region the default), read once for every config asked about."""
+        return self._book.over(vertex.prices, vertex.region)
 
     @functools.cached_property
     def found(self) -> tuple[Registered | None, str]:
@@ -62,7 +74,9 @@ def _estimates(config: Config, speed: NewestSpeed) -> tuple[list[Any], str]:
         batch=training.batch_size, image_size=config.dataset.image_size, images=images,
         images_from=f"as the dataset of {found.version}" if found and images else "",
         registered=found, measurements=load(training.measurements))
-    return estimates(config.vertex, config.alternatives(), evidence), why
+    found_estimates = estimates(config.vertex, config.alternatives(), evidence,
+                                speed.prices(config.vertex))
+    return found_estimates, why
 
 
 def estimate_lines(config: Config, speed: NewestSpeed) -> list[str]:
@@ -72,9 +86,8 @@ def estimate_lines(config: Config, speed: NewestSpeed) -> list[str]:
 
     found, why = _estimates(config, speed)
     budget = config.vertex.budget_usd
-    head = (f"cost estimate (prices of {PRICES_READ}, without tuning trials, queueing and "
-            "provisioning" + (f"; vertex.budget_usd {usd(budget)} USD" if budget else "")
-            + "):")
+    head = ("cost estimate (without tuning trials, queueing and provisioning"
+            + (f"; vertex.budget_usd {usd(budget)} USD" if budget else "") + "):")
     return [head, *(f"  {e.line()}" for e in found)] + \
         ([f"  no measured run: {why}"] if why else [])
 

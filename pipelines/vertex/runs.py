@@ -318,7 +318,7 @@ def submit(config: Config, *, dry_run: bool, clients: Clients | None = None,
         log = functools.partial(print, LOG_PREFIX, file=sys.stderr, flush=True)
         verbose = False
     require_vertex_settings(config)
-    speed = NewestSpeed(config, clients)
+    speed = NewestSpeed(config, clients, log)
     config = hold_budget(config, speed, log)  # before anything is created
     planned = check_permissions(config, clients, dry_run=dry_run, log=log)
     check_capacity(config, clients, dry_run=dry_run, log=log, verbose=verbose, sent=sent)

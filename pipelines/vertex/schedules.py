@@ -40,7 +40,8 @@ def create_schedule(config: Config, *, dry_run: bool, clients: Clients | None = 
     from pipelines.vertex.cost_estimate import NewestSpeed, hold_budget
 
     clients = clients or Clients()
-    config = hold_budget(config, NewestSpeed(config, clients), log)  # before anything is created
+    # Before anything is created.
+    config = hold_budget(config, NewestSpeed(config, clients, log), log)
     with prepared_run(config, dry_run, clients, credentials, log) as (prepared, credentials):
         request = schedule_request(config, prepared.request)
         if dry_run:

@@ -172,8 +172,9 @@ def test_validate_gpu_prices_each_configuration(tmp_path, capsys):
     assert main(["validate-gpu", "--machine-type", "n1-standard-8", "--accelerator-type",
                  "NVIDIA_TESLA_T4", "--accelerator-count", "1", "--replica-count", "2"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
-        f"price: {2 * n1_8:.2f} USD an hour, every replica (prices of 2026-10-07; without a "
-        "price for NVIDIA_TESLA_T4: give it in vertex.prices)")
+        f"price: {2 * n1_8:.2f} USD an hour, every replica (us-central1 prices of 2025-08-16 "
+        "to 2026-10-07, from the shipped table; without a price for NVIDIA_TESLA_T4: give it "
+        "in vertex.prices (USD per hour))")
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"vertex": {
         "prices": {"NVIDIA_TESLA_T4": 0.35, "SPOT:NVIDIA_TESLA_T4": 0.1},
@@ -182,15 +183,20 @@ def test_validate_gpu_prices_each_configuration(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     prices = [line for line in out if "price:" in line]
     # The default pools (2 machines, a T4 each), on demand and then as Spot VMs.
-    assert prices == [f"  price: {2 * (n1_8 + 0.35):.2f} USD an hour, every replica (prices "
-                      "of 2026-10-07)",
-                      f"  price: {2 * (n1_8 + 0.1):.2f} USD an hour, every replica (prices "
-                      "of 2026-10-07)"]
+    # The shipped table (the catalog cannot be read here) has no Spot price for the
+    # machine: its on-demand one is used, and said.
+    shipped = "us-central1 prices of 2025-08-16 to 2026-10-07, from the shipped table; " \
+        "vertex.prices over them"
+    assert prices == [f"  price: {2 * (n1_8 + 0.35):.2f} USD an hour, every replica "
+                      f"({shipped})",
+                      f"  price: {2 * (n1_8 + 0.1):.2f} USD an hour, every replica "
+                      f"({shipped}; n1-standard-8 at on-demand prices, no SPOT price found)"]
     # Offline there is no measured speed: the most each job can cost is its whole timeout
     # (the default 7 days).
     most = [line for line in out if "cost:" in line]
     assert most[0] == (f"  cost: at most {2 * (n1_8 + 0.35) * 168:.2f} USD, the job running "
-                       "its whole vertex.timeout 604800s (168 h); submit --dry-run estimates "
+                       "its whole vertex.timeout 604800s, the longest the job may run (168 h); "
+                       "submit --dry-run estimates "
                        "the configured epochs from the measured speed")
     assert most[1].startswith(f"  cost: at most {2 * (n1_8 + 0.1) * 168:.2f} USD")
 

@@ -46,13 +46,21 @@ def test_each_configuration_is_priced_from_the_measured_speed_or_the_timeout():
     rate = 2 * (N1_8 + 0.35)  # the default pools: 2 machines with a T4 each
     assert primary.line() == (f"primary (us-central1): {rate:.2f} USD an hour, about 1.00 h "
                               "(10 epoch(s) at 360 s, as models/7@3 measured on these "
-                              f"machines): {rate:.2f} USD")
+                              f"machines): {rate:.2f} USD (us-central1 prices of 2025-08-16 "
+                              "to 2026-10-07, from the shipped table; vertex.prices over them)")
+    # us-east1 is priced at us-east1's prices: here the shipped table's, said to be
+    # us-central1's.
+    assert "us-east1 prices of 2025-08-16 to 2026-10-07, from the shipped table " \
+        "(us-central1's: us-east1's differ)" in east.line()
     # Each configuration at its own speed: the L4s at their benchmark's, the T4s in
     # us-east1 at the registered run's (the same machines).
     assert (spot.hours, east.hours) == (0.5, 1.0)
     # A Spot configuration takes its SPOT: price where one is given (the L4's here; the
-    # machine's on-demand one, an upper bound).
+    # machine's on-demand one, an upper bound, said).
     assert spot.usd_per_hour == pytest.approx(2 * (0.9 + 0.2))
+    assert spot.on_demand == ("g2-standard-8",)
+    assert "; g2-standard-8 priced on demand: no Spot or Flex-start price found, an upper " \
+        "bound" in spot.line()
     assert east.region == "us-east1"
     (unmeasured,) = _estimates(config(timeout="7200s"),
                                 _evidence(l4_seconds=1800.0, timeout="7200s"))
@@ -138,8 +146,10 @@ def test_the_job_is_held_to_what_the_run_leaves_after_what_it_cost_before_traini
     lines: list[str] = []
     budget.hold(cfg.vertex, cfg.alternatives(), lines.append, lambda: _evidence(1800.0),
                 before=0.1)
-    assert lines[-1].endswith("0.79 USD, within vertex.budget_usd 1.00 USD (0.90 USD left: "
-                              "the run has cost about 0.10 USD before training)")
+    assert lines[-1].endswith("0.79 USD (us-central1 prices of 2025-08-16 to 2026-10-07, "
+                              "from the shipped table; vertex.prices over them), within "
+                              "vertex.budget_usd 1.00 USD (0.90 USD left: the run has cost "
+                              "about 0.10 USD before training)")
     with pytest.raises(budget.BudgetError, match=r"^vertex\.budget_usd is 1\.00 USD \(0\.70 "
                        r"USD left: the run has cost about 0\.30 USD before training\) and no "
                        r"configuration fits it: primary \(us-central1\): 1\.57 USD an hour"):
@@ -183,11 +193,16 @@ def test_the_training_step_holds_its_configurations_each_at_its_own_measured_spe
     kept = budget.hold(cfg.vertex, alternatives, lines.append,
                        lambda: _evidence(1800.0, l4_seconds=3600.0))
     assert [a.label for a in kept] == ["primary"]
-    assert lines[0].startswith("budget: fallbacks[0] dropped: about 3.20 USD passes "
+    # The catalog cannot be read here (no account): said once, then the shipped table.
+    assert lines[0] == ("prices: no client for the Cloud Billing Catalog API "
+                        "(DefaultCredentialsError: no credentials in the tests); using the "
+                        "newest cached prices, else the shipped table")
+    assert lines[1].startswith("budget: fallbacks[0] dropped: about 3.20 USD passes "
                                "vertex.budget_usd 1.00 USD")
-    assert lines[1] == ("budget: primary (us-central1): 1.57 USD an hour, about 0.50 h (10 "
+    assert lines[2] == ("budget: primary (us-central1): 1.57 USD an hour, about 0.50 h (10 "
                         "epoch(s) at 180 s, as models/7@3 measured on these machines): 0.79 "
-                        "USD, within vertex.budget_usd 1.00 USD")
+                        "USD (us-central1 prices of 2025-08-16 to 2026-10-07, from the shipped "
+                        "table; vertex.prices over them), within vertex.budget_usd 1.00 USD")
     # The runs before it showed a slower speed: nothing fits, nothing is created.
     with pytest.raises(budget.BudgetError, match=r"^vertex\.budget_usd is 1\.00 USD and no "
                        r"configuration fits it: primary \(us-central1\): 1\.57 USD an hour, "

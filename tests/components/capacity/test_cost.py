@@ -6,6 +6,7 @@ import pytest
 
 from components.capacity import cost
 from components.gpu.worker_pool import parse_pools
+from components.prices.price_list import PriceBook
 
 T4_POOLS = [{"machineSpec": {"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_TESLA_T4",
                              "acceleratorCount": 1}, "replicaCount": 1},
@@ -19,7 +20,7 @@ def _job(name, state, start, end, pools=T4_POOLS):
 
 
 def test_every_job_is_billed_as_vertex_ai_bills_it():
-    prices = {**cost.PRICES, "NVIDIA_TESLA_T4": 0.35}
+    prices = PriceBook({"NVIDIA_TESLA_T4": 0.35})  # over the shipped table (no catalog)
     jobs = [
         # Cancelled after 30 minutes in a queue of machines (our cancellation: billed).
         _job("1", "JOB_STATE_CANCELLED", "2026-11-01T10:00:00Z", "2026-11-01T10:30:00Z"),
@@ -58,14 +59,18 @@ def test_a_type_without_a_price_is_named_never_free():
              {"machineSpec": {"machineType": "a3-highgpu-8g", "acceleratorType":
                               "NVIDIA_H100_80GB", "acceleratorCount": 8}, "replicaCount": 1}]
     estimate = cost.run_cost([_job("9", "JOB_STATE_SUCCEEDED", "2026-11-01T10:00:00Z",
-                                   "2026-11-01T11:00:00Z", pools)], cost.PRICES,
+                                   "2026-11-01T11:00:00Z", pools)], PriceBook(),
                              epochs=0, training_images=0)
-    # Only the H100s are priced (9.79655057 an hour each, read from Google's list).
-    assert estimate["usd"] == pytest.approx(8 * 9.79655057, abs=1e-4)
-    assert estimate["unpriced"] == ["NVIDIA_TESLA_A100", "a2-highgpu-1g", "a3-highgpu-8g"]
+    # Only the shipped table's H100s (11.2660332 an hour each) and a3-highgpu-8g (its 208
+    # vCPUs and 1,872 GB at A3's 0.0293227 and 0.0025534) are priced.
+    assert estimate["usd"] == pytest.approx(8 * 11.2660332 + 208 * 0.0293227
+                                            + 1872 * 0.0025534, abs=1e-4)
+    assert estimate["unpriced"] == ["NVIDIA_TESLA_A100", "a2-highgpu-1g"]
     assert estimate["per_epoch_usd"] is None
-    assert "without a price for NVIDIA_TESLA_A100, a2-highgpu-1g, a3-highgpu-8g: give it " \
-           "in vertex.prices" in cost.line(estimate)
+    assert "without a price for NVIDIA_TESLA_A100, a2-highgpu-1g: give it in vertex.prices" \
+        in cost.line(estimate)
+    assert "us-central1 prices of 2025-08-16 to 2026-10-07, from the shipped table" in \
+        cost.line(estimate)
 
 
 def test_a_study_is_billed_for_every_trial_but_the_failed_ones():
@@ -73,13 +78,13 @@ def test_a_study_is_billed_for_every_trial_but_the_failed_ones():
               {"state": "STOPPING", "seconds": 900.0}]
     pools = [{"machineSpec": {"machineType": "n1-standard-8", "acceleratorType":
                               "NVIDIA_H100_80GB", "acceleratorCount": 2}, "replicaCount": "1"}]
-    found = cost.tuning_cost(trials, parse_pools(pools), cost.PRICES)
-    # 0.75 h billed at 2 x 0.21849885 + 2 x 9.79655057 an hour.
-    assert found["usd"] == pytest.approx(0.75 * (0.4369977 + 19.59310114), abs=1e-4)
+    found = cost.tuning_cost(trials, parse_pools(pools), PriceBook().region("us-central1"))
+    # 0.75 h billed at 2 x 0.21849885 + 2 x 11.2660332 an hour.
+    assert found["usd"] == pytest.approx(0.75 * (0.4369977 + 22.5320664), abs=1e-4)
     assert (found["trials"], found["billed_trials"], found["seconds"]) == (3, 2, 2700.0)
     assert cost.tuning_line(found).startswith(
         f"tuning cost: about {found['usd']:.2f} USD for 2 billed trial(s) of 3 (0.750 "
-        "trial-hours at 20.03 USD an hour")
+        "trial-hours at 22.97 USD an hour")
 
 
 def _spot_job(state="JOB_STATE_SUCCEEDED"):
@@ -92,18 +97,23 @@ def _spot_job(state="JOB_STATE_SUCCEEDED"):
 
 
 def test_a_spot_job_takes_its_spot_price_or_says_it_was_priced_on_demand():
-    # 2 h of two machines: with a Spot price for the GPU, the machine still on demand.
-    spot = cost.job_cost(_spot_job(), {**cost.PRICES, "SPOT:NVIDIA_H100_80GB": 3.0})
-    assert spot.usd == pytest.approx(2 * 2 * (0.21849885 + 3.0), abs=1e-4)
+    # 2 h of two machines, at their Spot prices.
+    spot = cost.job_cost(_spot_job(), PriceBook({"SPOT:NVIDIA_H100_80GB": 3.0,
+                                                 "SPOT:n1-standard-4": 0.1}))
+    assert spot.usd == pytest.approx(2 * 2 * (0.1 + 3.0), abs=1e-4)
     assert (spot.strategy, spot.on_demand_rate) == ("SPOT", False)
-    on_demand = cost.run_cost([_spot_job()], cost.PRICES, epochs=2, training_images=0)
-    assert on_demand["usd"] == pytest.approx(2 * 2 * (0.21849885 + 9.79655057), abs=1e-4)
-    assert "SPOT job(s) priced at on-demand rates, an upper bound (Spot prices change " \
-        "daily: give SPOT:<type> in vertex.prices)" in cost.line(on_demand)
+    # With a Spot price for the GPU only, the machine is priced on demand, and said.
+    mixed = cost.job_cost(_spot_job(), PriceBook({"SPOT:NVIDIA_H100_80GB": 3.0}))
+    assert mixed.usd == pytest.approx(2 * 2 * (0.21849885 + 3.0), abs=1e-4)
+    assert mixed.on_demand_rate
+    on_demand = cost.run_cost([_spot_job()], PriceBook(), epochs=2, training_images=0)
+    assert on_demand["usd"] == pytest.approx(2 * 2 * (0.21849885 + 11.2660332), abs=1e-4)
+    assert "SPOT job(s) priced at on-demand rates where no SPOT price was found, an upper " \
+        "bound (give SPOT:<type> in vertex.prices)" in cost.line(on_demand)
 
 
 def test_each_configuration_tried_is_priced_per_epoch_at_the_speed_that_trained():
-    prices = {**cost.PRICES, "NVIDIA_TESLA_T4": 0.35, "g2-standard-8": 0.9, "NVIDIA_L4": 0.7}
+    prices = PriceBook({"NVIDIA_TESLA_T4": 0.35, "g2-standard-8": 0.9, "NVIDIA_L4": 0.7})
     l4 = [{"machineSpec": {"machineType": "g2-standard-8", "acceleratorType": "NVIDIA_L4",
                            "acceleratorCount": 1}, "replicaCount": 1}]
     queued = {**_job("1", "JOB_STATE_CANCELLED", "2026-11-01T10:00:00Z",

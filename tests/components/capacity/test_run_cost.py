@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from components.capacity import cost_item, pipeline_job_cost, run_cost
-from components.capacity.cost import priced
+from components.prices.price_list import PriceBook
 
 T4_POOLS = [{"machineSpec": {"machineType": "n1-standard-8", "acceleratorType":
                              "NVIDIA_TESLA_T4", "acceleratorCount": 1}, "replicaCount": "2"}]
@@ -20,7 +20,7 @@ def _job(name, state, seconds, pools=T4_POOLS):
 
 
 def test_every_resource_is_priced_for_its_billed_time_and_the_rest_is_named():
-    prices = priced({"NVIDIA_TESLA_T4": 0.35, "PREDICTION:n1-standard-4": 0.25})
+    prices = PriceBook({"NVIDIA_TESLA_T4": 0.35, "PREDICTION:n1-standard-4": 0.25})
     study = {"name": "studies/1", "trialJobSpec": {"workerPoolSpecs": T4_POOLS},
              "trials": [{"state": "SUCCEEDED", "startTime": "2026-11-27T09:00:00Z",
                          "endTime": "2026-11-27T09:30:00Z"},
@@ -33,7 +33,7 @@ def test_every_resource_is_priced_for_its_billed_time_and_the_rest_is_named():
     cost = run_cost.itemise(
         training=[_job("jobs/1", "JOB_STATE_FAILED", 600), _job("jobs/2", "JOB_STATE_SUCCEEDED",
                                                                  1800)],
-        studies=[study], batch=[batch], prices=prices)
+        studies=[study], batch=[batch], book=prices)
     rate = 2 * (2 * 0.21849885 + 0.35)  # two n1-standard-8 with a T4 each
     failed, trained, tuning, scored, fee = cost["items"]
     assert (failed["usd"], failed["basis"]) == (0.0, "failed, not billed")
@@ -50,7 +50,7 @@ def test_every_resource_is_priced_for_its_billed_time_and_the_rest_is_named():
     assert said.startswith(f"cost: about {cost['usd']:.2f} USD (training ")
     assert "; not counted: the champion's own serving nodes" in said
     # Without a prediction price, the batch job is named, never taken as free.
-    unpriced = run_cost.itemise(training=[], studies=[], batch=[batch], prices=priced({}))
+    unpriced = run_cost.itemise(training=[], studies=[], batch=[batch], book=PriceBook())
     assert unpriced["unpriced"] == ["PREDICTION:n1-standard-4"]
     assert "without a price for PREDICTION:n1-standard-4: give it in vertex.prices" in \
         run_cost.line(unpriced)
@@ -68,7 +68,7 @@ def test_a_canary_and_the_old_model_kept_are_billed_for_their_time_on_the_rule_s
     rolled_back = {"steps": [{"step": "canary", "at": "2026-11-27T12:00:00Z"},
                              {"step": "rolled back", "at": "2026-11-27T12:06:00Z"}]}
     killed = {"steps": [{"step": "canary", "at": "2026-11-27T13:00:00Z"}]}  # no end: left out
-    prices = priced({"PREDICTION:n1-standard-4": 0.25})
+    prices = PriceBook({"PREDICTION:n1-standard-4": 0.25}).region("us-central1")
     canary, grace, back = run_cost.rollout_items(
         [("m@2", promoted), ("m@3", rolled_back), ("m@4", killed)], nodes, prices)
     # Two nodes at 0.25 USD an hour: half an hour of canary, an hour kept, 6 minutes.
@@ -79,7 +79,8 @@ def test_a_canary_and_the_old_model_kept_are_billed_for_their_time_on_the_rule_s
         "m@3's canary", pytest.approx(0.05), "2 x n1-standard-4 node(s) from its deployment "
         "until rolled back")
     # Unpriced, they are named.
-    (alone,) = run_cost.rollout_items([("m@3", rolled_back)], nodes, priced({}))
+    (alone,) = run_cost.rollout_items([("m@3", rolled_back)], nodes,
+                                         PriceBook().region("us-central1"))
     assert (alone.usd, alone.unpriced) == (0.0, ["PREDICTION:n1-standard-4"])
 
 
@@ -102,22 +103,33 @@ def test_the_pipeline_s_own_steps_are_billed_on_their_machines_while_they_ran():
             _step("summarize-run", "2026-11-27T10:31:00Z", "")]}}
     assert pipeline_job_cost.STEP_MACHINE == "e2-standard-4"  # Vertex AI Pipelines' default
     priced_steps = run_cost.itemise(training=[], studies=[], batch=[], pipeline_job=job,
-                                    prices=priced({"e2-standard-4": 0.2}))
+                                    book=PriceBook({"e2-standard-4": 0.2}))
     steps, fee = priced_steps["items"]
     assert (steps["kind"], steps["name"], steps["hours"]) == (
         "pipeline steps", job["name"], 0.5)
     assert steps["usd"] == pytest.approx(0.1) and steps["unpriced"] == []
-    assert steps["basis"] == ("2 step(s) on e2-standard-4 machines, each from its start to "
-                              "its end; 1 still running (the step reading the run among them), "
-                              "not counted")
+    assert steps["basis"] == ("2 step(s) on e2-standard-4 machines (2 on e2-standard-4, "
+                              "Vertex AI Pipelines' default: their jobs were not read), each "
+                              "from its start to its end; 1 still running (the step reading "
+                              "the run among them), not counted")
+    # Each step on the machine of the job it ran as, where that job can be read.
+    machines = {"jobs/prepare-dataset": "e2-standard-8"}
+    read = run_cost.itemise(training=[], studies=[], batch=[], pipeline_job=job,
+                            book=PriceBook({"e2-standard-4": 0.2, "e2-standard-8": 0.4}),
+                            machine_of=lambda name: machines.get(name, ""))
+    (steps_read, _) = read["items"]
+    # prepare-dataset's 6 minutes on an e2-standard-8, train's 24 on an e2-standard-4.
+    assert steps_read["usd"] == pytest.approx(0.1 * 0.4 + 0.4 * 0.2)
+    assert steps_read["basis"].startswith("2 step(s) on e2-standard-8, e2-standard-4 machines "
+                                          "(1 on e2-standard-4, Vertex AI Pipelines' default")
     assert priced_steps["usd"] == pytest.approx(0.1 + run_cost.PIPELINE_RUN_USD)
     # Without a price for the step machine, the steps are named, never taken as free.
     unpriced = run_cost.itemise(training=[], studies=[], batch=[], pipeline_job=job,
-                                prices=priced({}))
+                                book=PriceBook())
     assert unpriced["items"][0]["usd"] == 0.0 and unpriced["unpriced"] == ["e2-standard-4"]
     # No run read (a summary that could not name it): no step item.
     assert [i["kind"] for i in run_cost.itemise(training=[], studies=[], batch=[],
-                                                prices=priced({}))["items"]] == ["pipeline"]
+                                                book=PriceBook())["items"]] == ["pipeline"]
 
 
 def test_the_dataflow_job_is_priced_by_what_it_reported_using():
@@ -132,8 +144,8 @@ def test_the_dataflow_job_is_priced_by_what_it_reported_using():
     dataset = {"outputs": {"dataset": {"artifacts": [{"uri": "gs://b/d", "metadata": {
         "classes": ["a"], "dataflow_job": usage}}]}}}
     job = {"name": "run", "jobDetail": {"taskDetails": [dataset]}}
-    prices = priced({"DATAFLOW:VCPU": 0.06, "DATAFLOW:MEMORY_GB": 0.004})
-    cost = run_cost.itemise(training=[], studies=[], batch=[], pipeline_job=job, prices=prices)
+    prices = PriceBook({"DATAFLOW:VCPU": 0.06, "DATAFLOW:MEMORY_GB": 0.004})
+    cost = run_cost.itemise(training=[], studies=[], batch=[], pipeline_job=job, book=prices)
     item = cost["items"][0]
     assert (item["kind"], item["name"], item["hours"]) == (
         "dataflow", "Dataflow job 2026-11-27_1 (us-central1)",
@@ -145,7 +157,7 @@ def test_the_dataflow_job_is_priced_by_what_it_reported_using():
     assert item["unpriced"] == ["DATAFLOW:DISK_GB"]  # no SSD used: none asked for
     unread = {"outputs": {"dataset": {"artifacts": [{"metadata": {"dataflow_job": {
         "job": "2026-11-27_2", "region": "us-central1", "unread": "403 denied"}}}]}}}
-    (said,) = run_cost.itemise(training=[], studies=[], batch=[], prices=prices, pipeline_job={
+    (said,) = run_cost.itemise(training=[], studies=[], batch=[], book=prices, pipeline_job={
         "jobDetail": {"taskDetails": [unread]}})["items"][:1]
     assert said["basis"] == "not counted: what it used could not be read (403 denied)"
     assert (said["usd"], said["unpriced"]) == (0.0, [])
@@ -157,13 +169,13 @@ def test_a_build_the_build_stage_made_is_priced_for_its_minutes():
     task = {"outputs": {"build_context": {"artifacts": [{"metadata": {"cloud_build": build}}]}}}
     job = {"jobDetail": {"taskDetails": [task]}}
     cost = run_cost.itemise(training=[], studies=[], batch=[], pipeline_job=job,
-                            prices=priced({"CLOUD_BUILD:E2_HIGHCPU_8": 0.96}))
+                            book=PriceBook({"CLOUD_BUILD:E2_HIGHCPU_8": 0.96}))
     item = cost["items"][0]
     assert (item["kind"], item["name"], item["hours"], item["basis"]) == (
         "cloud build", "Cloud Build b-1", 0.2, "12.0 build-minute(s) on E2_HIGHCPU_8")
     assert item["usd"] == pytest.approx(0.192) and item["unpriced"] == []
     unpriced = run_cost.itemise(training=[], studies=[], batch=[], pipeline_job=job,
-                                prices=priced({}))
+                                book=PriceBook())
     assert unpriced["unpriced"] == ["CLOUD_BUILD:E2_HIGHCPU_8"]
 
 

@@ -310,10 +310,10 @@ def test_the_canary_is_held_to_what_the_budget_leaves(apis):
     from components.vertex_options import VertexOptions
 
     rule = {**RULE.model_dump(), "watch_window": "3600s", "check_interval": "60s",
-            "max_replica_count": 2}
+            "max_replica_count": 2, "grace_period": "0s"}
 
-    def options(budget, **prices):
-        return VertexOptions(budget_usd=budget, deploy=rule,
+    def options(budget, grace="0s", **prices):
+        return VertexOptions(budget_usd=budget, deploy={**rule, "grace_period": grace},
                              prices={f"PREDICTION:{k}": v for k, v in prices.items()})
 
     # No budget: the whole window, and nothing read.
@@ -326,6 +326,12 @@ def test_the_canary_is_held_to_what_the_budget_leaves(apis):
                    "0.75 USD), and its nodes cost 0.50 USD an hour")
     assert canary_budget(options(10.0, **{"n1-standard-4": 0.25}), spent=lambda: 0.75) == \
         (3600.0, "")  # it fits: the whole window
+    # The old model kept 15 minutes after a promotion, on the same nodes: 0.125 USD held
+    # beside the window, which is 15 minutes shorter.
+    window, why = canary_budget(options(1.0, "900s", **{"n1-standard-4": 0.25}),
+                                spent=lambda: 0.75)
+    assert window == pytest.approx(900.0)
+    assert "the old model's 900 s of deploy.grace_period after a promotion 0.12 USD" in why
     # What the run cost could not be read: held against the whole budget, and said.
     window, why = canary_budget(options(0.25, **{"n1-standard-4": 0.25}), spent=lambda: None)
     assert window == pytest.approx(1800.0) and "could not be read; held against the " \

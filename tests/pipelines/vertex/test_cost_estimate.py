@@ -78,14 +78,13 @@ def test_the_newest_model_with_figures_gives_the_seconds_per_epoch():
     models = _Models([_model("3", "gs://b/m3"), _model("2", "gs://b/m2")])  # 3 has none
     speed = NewestSpeed(config(), Clients(storage=storage, model_api=models))
     head, primary = estimate_lines(config(), speed)
-    assert head == ("cost estimate (prices of 2026-10-07, without tuning trials, queueing "
-                    "and provisioning):")
+    assert head == "cost estimate (without tuning trials, queueing and provisioning):"
     hours = 300.0 * 10 / 3600  # the default 10 epochs
     assert primary == (f"  primary (us-central1): {RATE:.2f} USD an hour, about {hours:.2f} h "
                        "(10 epoch(s) at 300 s, as projects/p/locations/us-central1/models/7@2 "
-                       f"measured on these machines): {RATE * hours:.2f} USD; without a "
-                       "price for "
-                       "NVIDIA_TESLA_T4: give it in vertex.prices")
+                       f"measured on these machines): {RATE * hours:.2f} USD (us-central1 "
+                       "prices of 2025-08-16 to 2026-10-07, from the shipped table); without "
+                       "a price for NVIDIA_TESLA_T4: give it in vertex.prices (USD per hour)")
 
 
 def test_no_measured_speed_is_said_and_never_fails_the_dry_run():
@@ -139,7 +138,9 @@ def test_submit_holds_the_budget_before_anything_is_created(tmp_path):
     dropped_primary = ("budget: primary dropped: about 15.74 USD passes vertex.budget_usd "
                        "6.00 USD (primary (us-central1): 1.57 USD an hour, about 10.00 h (10 "
                        "epoch(s) at 3600 s, as projects/p/locations/us-central1/models/7@1 "
-                       "measured on these machines): 15.74 USD)")
+                       "measured on these machines): 15.74 USD (us-central1 prices of "
+                       "2025-08-16 to 2026-10-07, from the shipped table; vertex.prices over "
+                       "them))")
     # The first configuration that fits is in the run's region: it becomes the primary.
     near = _budgeted(6.0, tmp_path, fallback_region="us-central1")
     fitting = hold_budget(near, NewestSpeed(near, clients), lines.append)

@@ -30,6 +30,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import (
     aiplatform_v1,
     artifactregistry_v1,
+    billing_v1,
     cloudquotas_v1,
     resourcemanager_v3,
 )
@@ -42,6 +43,7 @@ from components.ops import names
 from pipelines.config_loading import load_config
 from pipelines.vertex import runs
 from pipelines.vertex.clients import Clients
+from tests.support.billing_catalog import FAMILIES, GPUS
 from tests.support.dataflow_fake import FakeDataflow
 from tests.support.google_fakes import RecordingApi
 from tests.support.paths import ROOT
@@ -59,6 +61,15 @@ pytestmark = pytest.mark.slow
 REPO = "us-central1-docker.pkg.dev/my-proj/ml-images"
 ACCOUNT = "trainer@my-proj.iam.gserviceaccount.com"
 KEY = "projects/my-proj/locations/us-central1/keyRings/ml/cryptoKeys/pipelines"
+# The fake price catalog's us-central1 prices (`tests.support.billing_catalog`), which the
+# run reads with Google's client: an n1-standard-8 (8 vCPUs, 30 GB), a T4, the pipeline's
+# default step machine e2-standard-4 (4 vCPUs, 16 GB), and an n1-standard-4 prediction node.
+N1_CORE, N1_RAM = FAMILIES["N1 Predefined"]
+N1_8 = 8 * N1_CORE + 30 * N1_RAM
+T4_USD = GPUS["NVIDIA_TESLA_T4"][1]
+E2_4 = 4 * FAMILIES["E2"][0] + 16 * FAMILIES["E2"][1]
+PREDICTION_N1_4 = (4 * N1_CORE + 15 * N1_RAM) * 1.05
+CATALOG_PRICES = r"us-central1 prices of [0-9-]+, from the Cloud Billing Catalog API"
 
 
 @contextlib.contextmanager
@@ -197,6 +208,8 @@ def _clients(storage, url: str) -> Clients:
         persistent=aiplatform_v1.PersistentResourceServiceClient(
             transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
         model_api=aiplatform_v1.ModelServiceClient(
+            transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
+        billing=lambda: billing_v1.CloudCatalogClient(
             transport="rest", client_options=endpoint, credentials=AnonymousCredentials()))
 
 
@@ -346,9 +359,9 @@ def test_the_run_says_where_its_gpu_time_and_money_went(emulated_run):
         return datetime.fromisoformat(job.resource[field].replace("Z", "+00:00")).timestamp()
 
     hours = (at("endTime") - at("startTime")) / 3600
-    # Two n1-standard-8 machines (2 x 0.21849885 an hour each) with a T4 (0.35 from the
+    # Two n1-standard-8 machines (at the catalog's price) with a T4 (0.35 from the
     # configuration) each.
-    usd = 2 * (2 * 0.21849885 + 0.35) * hours
+    usd = 2 * (N1_8 + 0.35) * hours
     estimate = json.loads((job_dir / "cost.json").read_text())
     assert estimate["usd"] == pytest.approx(usd, abs=1e-4)
     assert estimate["per_epoch_usd"] == pytest.approx(usd / 3, abs=1e-4)
@@ -395,14 +408,14 @@ def test_a_dry_run_estimates_the_cost_from_the_newest_model_s_measured_speed(emu
     config = _priced_config({"epochs": 4})
     runs.submit(config, dry_run=True, clients=emulated_run["clients"],
                 credentials=AnonymousCredentials(), log=lines.append)
-    rate = 2 * (2 * 0.21849885 + 0.35)  # two n1-standard-8 machines with a T4 each
+    rate = 2 * (N1_8 + 0.35)  # two n1-standard-8 machines with a T4 each
     head = next(i for i, line in enumerate(lines) if line.startswith("cost estimate ("))
-    assert lines[head] == ("cost estimate (prices of 2026-10-07, without tuning trials, "
-                           "queueing and provisioning):")
+    assert lines[head] == "cost estimate (without tuning trials, queueing and provisioning):"
     found = re.fullmatch(rf"  primary \(us-central1\): {rate:.2f} USD an hour, about "
                          r"([0-9.]+) [hs] \(4 epoch\(s\) at (\d+) s, as (\S+) measured on these "
                          r"machines\): "
-                         r"([0-9.]+) USD", lines[head + 1])
+                         rf"([0-9.]+) USD \({CATALOG_PRICES}( \(cached\))?; vertex\.prices over "
+                         r"them\)", lines[head + 1])
     assert found, lines[head + 1]
     model, _, version = found[3].partition("@")
     uploaded = next(m for m in emulated_run["apis"].models
@@ -863,7 +876,9 @@ def test_each_promotion_mode_registers_as_the_gate_decided(emulated_run):
     assert canary_cost["name"] == f"{parent}@3's canary"
     assert canary_cost["basis"] == "1 x n1-standard-4 node(s) from its deployment until " \
         "rolled back" and 0 < canary_cost["hours"] < 0.01
-    assert canary_cost["unpriced"] == ["PREDICTION:n1-standard-4"]
+    # At the catalog's prediction price for the node.
+    assert canary_cost["unpriced"] == [] and canary_cost["usd"] == pytest.approx(
+        PREDICTION_N1_4 * canary_cost["hours"], abs=1e-4)
 
     # Under a budget, the canary's window is what the run leaves, the run's own steps so
     # far counted (read from its PipelineJob): at a price of 1 USD a second for their
@@ -981,19 +996,27 @@ def test_the_run_ends_with_what_it_cost_resource_by_resource(emulated_run):
     ran = [t for t in tasks.values() if t.started and t.name != "summarize-run"]
     assert len(ran) >= 10 and steps["name"] == run.resource_name
     assert apis.recorded(f"/v1/{re.escape(run.resource_name)}$", method="GET")
-    assert steps["basis"] == (f"{len(ran)} step(s) on e2-standard-4 machines, each from its "
-                              "start to its end; 1 still running (the step reading the run "
-                              "among them), not counted")
+    # Each step on the machine of the CustomJob it ran as (GetCustomJob of its mainJob):
+    # the steps given vertex.component_cpu 8 and component_memory 32G on e2-standard-8s.
+    assert re.fullmatch(rf"{len(ran)} step\(s\) on e2-standard-(4, e2-standard-8|8, "
+                        r"e2-standard-4) machines, each from its start to its end; 1 still "
+                        r"running \(the step reading the run among them\), not counted",
+                        steps["basis"]), steps["basis"]
+    assert len(apis.recorded(r"/customJobs/step-\d+$", method="GET")) >= len(ran)
     assert 0 < steps["hours"] < emulated_run["seconds"] / 3600
-    assert (steps["usd"], steps["unpriced"]) == (0.0, ["e2-standard-4"])
+    # At the catalog's E2 prices, between the e2-standard-4's and the e2-standard-8's.
+    assert E2_4 * steps["hours"] < steps["usd"] < 2 * E2_4 * steps["hours"]
+    assert steps["unpriced"] == []
     (job,) = [j for j in apis.jobs.values() if j.name == training["name"]]
     assert job.resource["labels"]["vertex-ai-pipelines-run-billing-id"]
     assert training["hours"] > 0 and training["usd"] > 0 and training["basis"] == "succeeded"
     assert batch["name"].split("/")[-2] == "batchPredictionJobs" and batch["hours"] > 0
-    # Prediction has price lists of its own: without a PREDICTION: price it is named.
-    assert (batch["usd"], batch["unpriced"]) == (0.0, ["PREDICTION:n1-standard-4"])
+    # Prediction at the catalog's prediction SKUs (Vertex AI's Online/Batch Prediction).
+    assert batch["usd"] == pytest.approx(PREDICTION_N1_4 * batch["hours"], abs=1e-4)
+    assert batch["unpriced"] == []
     assert batch["basis"] == "1 x n1-standard-4 node(s), the most it may have run"
-    assert fee["usd"] == 0.03 and cost["usd"] == pytest.approx(training["usd"] + 0.03)
+    assert fee["usd"] == 0.03 and cost["usd"] == pytest.approx(
+        training["usd"] + batch["usd"] + steps["usd"] + 0.03, abs=1e-3)
     assert any("Cloud Build builds `submit` makes" in why for why in cost["not_counted"])
     # The listings asked for the run's resources only.
     billing = job.resource["labels"]["vertex-ai-pipelines-run-billing-id"]
@@ -1001,15 +1024,14 @@ def test_the_run_ends_with_what_it_cost_resource_by_resource(emulated_run):
         r.query["filter"] for r in apis.recorded(r"/batchPredictionJobs$", method="GET")]
     said = summary.log.read_text()
     assert re.search(r"\[gpu-pipeline\] run cost: about [0-9.]+ USD \(training [0-9.]+, batch "
-                     r"prediction 0\.00, pipeline steps 0\.00, pipeline 0\.03; prices of "
-                     r"2026-10-07\); without a price for PREDICTION:n1-standard-4, "
-                     r"e2-standard-4: give it in vertex\.prices; not counted: ", said), \
-        said[-2000:]
+                     r"prediction [0-9.]+, pipeline steps [0-9.]+, pipeline 0\.03; "
+                     rf"{CATALOG_PRICES}( \(cached\))?; vertex\.prices over them\); not "
+                     r"counted: ", said), said[-2000:]
 
 
 def _budgeted_rerun(emulated_run, budget_usd, name):
     """The first run's training step run again as a run of its own under `budget_usd`,
-    with the T4 at 36 USD an hour (its two machines: 72.87 USD an hour). Before its
+    with the T4 at 36 USD an hour (its two machines: 73.05 USD an hour). Before its
     training the run has cost its 0.03 USD (`run_cost.PIPELINE_RUN_USD`): a run of its own
     has none of the first run's jobs, and its steps are not read (no PipelineJob)."""
     first = emulated_run["pipelines"]
@@ -1051,11 +1073,11 @@ def test_a_run_whose_estimate_passes_its_budget_is_refused_before_its_first_job(
     task = emulated_run["tasks"]["train-on-vertex-ai"]
     assert task.executor_input["inputs"]["parameterValues"]["pipeline_job"] == \
         emulated_run["request"].parent + "/pipelineJobs/" + emulated_run["request"].pipeline_job_id
-    estimate = _estimated_usd(emulated_run, 72.87)
+    estimate = _estimated_usd(emulated_run, 73.05)
     message = _budgeted_rerun(emulated_run, round(estimate / 2, 4), "refused-run")
     assert re.search(r"training failed: vertex\.budget_usd is [0-9.]+ USD \([0-9.]+ USD left: "
                      r"the run has cost about 0\.03 USD before training\) and no configuration "
-                     r"fits it: primary \(us-central1\): 72\.87 USD an hour, about [0-9.]+ [hs] "
+                     r"fits it: primary \(us-central1\): 73\.05 USD an hour, about [0-9.]+ [hs] "
                      r"\(3 epoch\(s\) at \d+ s, as projects/.+ measured on these machines\): "
                      r"[0-9.]+ USD", message), \
         message[-3000:]
@@ -1078,7 +1100,7 @@ def test_a_job_that_would_pass_its_budget_is_cancelled_and_the_step_says_why(emu
     # 1.25 x the estimate: the hold lets the job start, and a projection that counts the
     # start-up (s) in each of the 3 epochs (e each) passes it once s > 0.43 e; twice the
     # estimate needed s > 3 e, which a loaded machine's slower epochs did not always give.
-    left = round(1.25 * _estimated_usd(emulated_run, 72.87), 4)
+    left = round(1.25 * _estimated_usd(emulated_run, 73.05), 4)
     budget_usd = left + PIPELINE_RUN_USD  # the run's own 0.03 USD is spent before training
     message = _budgeted_rerun(emulated_run, budget_usd, "budgeted-run")
     held = (f"vertex.budget_usd is {budget_usd:.2f} USD ({budget_usd - 0.03:.2f} USD left: "
@@ -1181,11 +1203,11 @@ def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run
     assert chosen["training"]["learning_rate"] == pytest.approx(best["learning_rate"])
     assert chosen["training"]["batch_size"] == int(best["batch_size"])
     # What the study cost: both trials billed, on the trials' two n1-standard-8 machines
-    # (2 x 0.21849885 an hour each); their T4s have no price in this run's configuration.
+    # with a T4 each, at the catalog's prices.
     cost = chosen["record"]["cost"]
     seconds = sum(t["seconds"] for t in chosen["record"]["trials"])
-    assert (cost["billed_trials"], cost["unpriced"]) == (2, ["NVIDIA_TESLA_T4"])
-    assert cost["usd"] == pytest.approx(2 * 2 * 0.21849885 * seconds / 3600, abs=1e-4)
+    assert (cost["billed_trials"], cost["unpriced"]) == (2, [])
+    assert cost["usd"] == pytest.approx(2 * (N1_8 + T4_USD) * seconds / 3600, abs=1e-4)
     assert f"tuning cost: about {cost['usd']:.2f} USD for 2 billed trial(s) of 2" in \
         tasks["best-vertex-trial"].log.read_text()
     # The run's own cost.json finds the study by the run's label and itemises it as well.
@@ -1193,7 +1215,7 @@ def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run
         tasks["summarize-run"].artifacts["cost"]["uri"]).read_text())
     (study,) = [i for i in run_cost["items"] if i["kind"] == "tuning"]
     assert study["name"] == resource["name"] and study["basis"] == "2 billed trial(s) of 2"
-    assert study["unpriced"] == ["NVIDIA_TESLA_T4"] and study["usd"] > 0
+    assert study["unpriced"] == [] and study["usd"] > 0
 
     # The final CustomJob trained with them, and the model's lineage says so.
     final = apis.recorded(r"/customJobs$")[-1]

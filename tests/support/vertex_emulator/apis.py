@@ -231,6 +231,7 @@ class FakeGoogleApis:
         # own), e.g. ["true"]: a container that ends at once, having written nothing.
         self.replica_command: list[str] | None = None
         self.fault_delay = 3.0
+        self._catalog: Any = None  # the Cloud Billing Catalog API, made when first asked
         from tests.support.vertex_emulator.endpoints import EndpointService
 
         self.endpoints = EndpointService(self.models)  # and Cloud Monitoring's series
@@ -244,6 +245,16 @@ class FakeGoogleApis:
         self._request = threading.local()  # the query string of the request being served
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self._server.server_port}"
+
+    @property
+    def catalog(self) -> Any:
+        """The fake Cloud Billing Catalog API (`tests.support.billing_catalog`): the prices
+        the run's estimates read."""
+        if self._catalog is None:
+            from tests.support.billing_catalog import FakeCatalog
+
+            self._catalog = FakeCatalog()
+        return self._catalog
 
     def __enter__(self) -> FakeGoogleApis:
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
@@ -276,6 +287,8 @@ class FakeGoogleApis:
     # --- Routes -------------------------------------------------------------------------
 
     def _route(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        if path.startswith("/v1/services/"):  # the Cloud Billing Catalog API
+            return self.catalog.answer(method, path)
         path = path.split("?", 1)[0]
         refused = self.require_cmek and method == "POST" and cmek_refusal(path, body)
         refused = refused or (self.bucket_location is not None and method == "POST"
@@ -466,7 +479,9 @@ class FakeGoogleApis:
     def _get_job(self, name: str, body: Any) -> tuple[int, Any]:
         job = self.jobs.get(name)
         if job is None:
-            return 404, _error(404, f"{name} not found")
+            step = next((found for run in list(self.pipeline_jobs.values())
+                         for found in [run.step_job(name)] if found), None)
+            return (200, step) if step else (404, _error(404, f"{name} not found"))
         with self._lock:
             fault = self.get_faults.pop(0) if self.get_faults else ""
         if fault == "drop":

@@ -355,6 +355,30 @@ class EmulatedPipelines:
         return {"name": self.resource_name, "state": "PIPELINE_STATE_RUNNING",
                 "jobDetail": {"taskDetails": details}}
 
+    def step_job(self, name: str) -> dict[str, Any] | None:
+        """The CustomJob a step ran as (GetCustomJob, REST field names) for the name
+        `pipeline_job` gives it, None for another name. Its machine is e2-standard-4,
+        Vertex AI Pipelines' default ("Specify the machine configuration for a pipeline
+        step"), unless the step asks for more CPUs or memory: then, as read here, the
+        smallest e2-standard machine that holds them."""
+        prefix = f"{self.resource_name.split('/pipelineJobs/')[0]}/customJobs/step-"
+        number = name.removeprefix(prefix)
+        tasks = list(self.tasks.values())  # numbered as `pipeline_job` numbers them
+        if not name.startswith(prefix) or not number.isdigit() or int(number) >= len(tasks):
+            return None
+        task = tasks[int(number)]
+        resources = self.spec["deploymentSpec"]["executors"].get(
+            (task.definition or {}).get("executorLabel", ""), {}).get(
+            "container", {}).get("resources", {})
+        cpus = float(resources.get("resourceCpuLimit") or resources.get("cpuLimit") or 4)
+        memory = str(resources.get("resourceMemoryLimit") or "16G")
+        gb = float(memory.rstrip("G")) if memory.endswith("G") else 16.0
+        size = next(n for n in (4, 8, 16, 32) if n >= cpus and 4 * n >= gb)
+        return {"name": name, "state": "JOB_STATE_SUCCEEDED" if task.ended else
+                "JOB_STATE_RUNNING", "jobSpec": {"workerPoolSpecs": [{
+                    "machineSpec": {"machineType": f"e2-standard-{size}"},
+                    "replicaCount": "1"}]}}
+
     def _run(self, command: list[str], env: dict[str, str], cwd: Path, out: Any,
              condition: Callable[[], bool] | None) -> int | str:
         """A task's container to its end: its exit code, "timeout", or "killed" (once

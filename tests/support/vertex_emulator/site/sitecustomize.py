@@ -141,6 +141,7 @@ PATCHES = {
     "google.cloud.artifactregistry_v1.services.artifact_registry.client":
         _rest_transport("registry"),
     "google.cloud.cloudquotas_v1.services.cloud_quotas.client": _rest_transport("quotas"),
+    "google.cloud.billing_v1.services.cloud_catalog.client": _rest_transport("billing"),
     # Where the looks' timing is declared, and where the launcher reads it.
     "components.capacity.following": _fast_launcher,
     "components.capacity.vertex_launch": _fast_launcher,
