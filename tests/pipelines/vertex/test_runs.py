@@ -656,7 +656,7 @@ def test_submit_dry_run_json_is_one_document_of_every_request(capsys):
     assert {c["resource"] for c in found["iam_checks"]} >= {"projects/my-proj"}
     assert all(c["permissions"] for c in found["iam_checks"])
     assert found["training_plan"]["strategy"] == "multi_worker_mirrored"
-    assert found["cost_estimate"][0].startswith("cost estimate (prices of ")
+    assert found["cost_estimate"][0].startswith("cost estimate (without tuning trials")
     assert found["cost_estimate"][1].startswith("  primary (us-central1): ")
     # The progress lines went to stderr, ending with the line that says nothing was sent.
     assert printed.err.rstrip().endswith(NOTHING_SENT)
