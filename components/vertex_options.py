@@ -154,12 +154,24 @@ class VertexOptions(pydantic.BaseModel):
     parent_model: str = Field("", description=(
         "projects/.../locations/REGION/models/ID, in `region`: register as a new version "
         "of it."))
-    promotion: Literal["default", "version_only", "never"] = Field("default", description=(
-        "default: a model that beats the champion by the margin becomes the default version, "
-        "one that only passes the threshold a non-default version; version_only: every "
-        "model that passes the threshold a non-default version; never: nothing registered."))
-    promotion_margin: float = Field(0.01, ge=0, lt=1, description=(
-        "How much the new model's test accuracy must beat the champion's by."))
+    promotion: Literal["default", "non_inferior", "version_only", "never"] = Field(
+        "default", description=(
+            "default: a model significantly better than the champion on the same held-out "
+            "images (McNemar's exact test) becomes the default version, one that only "
+            "passes the threshold a non-default version; non_inferior: the same, a model "
+            "not shown worse than vertex.non_inferiority_margin allows counting as better "
+            "(for scheduled retraining); version_only: every model that passes the "
+            "threshold a non-default version; never: nothing registered."))
+    promotion_level: float = Field(0.05, gt=0, lt=0.5, description=(
+        "The one-sided level of the gate's paired test (McNemar's exact test on the "
+        "held-out images the two models disagree on)."))
+    champion_kept_warning: int = Field(3, ge=1, le=1000, description=(
+        "From this many runs in a row that kept the champion on, each run ends with a "
+        "warning naming the rule and the figures (the count is in the report, the Model "
+        "Registry labels and `gpu-pipeline models list`)."))
+    non_inferiority_margin: float = Field(0.1, ge=0, le=1, description=(
+        "vertex.promotion non_inferior: how many more errors than the champion's the new "
+        "model may make, as a share of the champion's (0.1: at most 10% more)."))
     persistent_resource_id: str = Field("", pattern=r"^([a-z][a-z0-9-]{0,62})?$", description=(
         "A Vertex AI persistent resource to train on (fast starts); empty for none."),
         json_schema_extra={"valid": "a resource ID (a lowercase letter, then lowercase "

@@ -90,11 +90,26 @@ def _from_ai_platform(data: Mapping[str, Any], path: str | Path,
     return converted
 
 
+#: `vertex.promotion_margin` (an absolute margin: above an accuracy of 1 - margin no model
+#: could be promoted, and a schedule kept its champion forever) is read no more: the gate
+#: compares paired predictions (`components.export.paired_test`).
+PROMOTION_MARGIN_NOTE = (
+    "vertex.promotion_margin ({where}) is deprecated and ignored: the gate compares the two "
+    "models' predictions image by image (McNemar's exact test at vertex.promotion_level); "
+    "vertex.promotion default promotes a significantly better model, non_inferior one not "
+    "shown worse than vertex.non_inferiority_margin allows")
+
+
 def without_deprecated_keys(data: Mapping[str, Any], where: str,
                              warnings: list[str] | None) -> Mapping[str, Any]:
-    """The `training.local_*` keys of earlier versions moved to the `local` section (with a
-    deprecation note), unless that section already sets them (then the note says which
-    one counts)."""
+    """The keys of earlier versions: `training.local_*` moved to the `local` section (with
+    a deprecation note), unless that section already sets them (then the note says which
+    one counts); `vertex.promotion_margin` dropped with a note."""
+    vertex = data.get("vertex")
+    if isinstance(vertex, Mapping) and "promotion_margin" in vertex:
+        if warnings is not None:
+            warnings.append(PROMOTION_MARGIN_NOTE.format(where=where))
+        data = {**data, "vertex": {k: v for k, v in vertex.items() if k != "promotion_margin"}}
     training = data.get("training")
     if not isinstance(training, Mapping) or not set(DEPRECATED_TRAINING_KEYS) & set(training):
         return data

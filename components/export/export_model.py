@@ -17,9 +17,10 @@ from components.export import local_registry as local
 from components.export.gate import Decision, decide, other_questions
 from components.export.lineage import lineage
 from components.export.model_files import LINEAGE as LINEAGE_FILE
+from components.export.paired_test import pair
 from components.export.saved_models import (
     model_classes,
-    model_metrics,
+    model_evaluation,
     publish_model,
     saved_model_dir,
 )
@@ -54,9 +55,21 @@ def comparison_markdown(decision: Decision, challenger: Mapping[str, Any],
             if k in challenger]
     rows = [f"| {k} | {challenger[k]:.4f} | "
             + (f"{champion[k]:.4f}" if champion and k in champion else "-") + " |" for k in keys]
+    test = decision.paired
+    paired = [] if not test else [
+        "", "| held-out images | count |", "| --- | ---: |",
+        f"| both right | {test['both_right']} |",
+        f"| the challenger alone right | {test['challenger_only']} |",
+        f"| the champion alone right | {test['champion_only']} |",
+        f"| both wrong | {test['both_wrong']} |", "",
+        f"**Paired test**: {test['rule']}."]
+    kept = decision.champion_kept
+    streak = [] if not kept else [
+        "", f"**Champion kept**: {kept['runs']} run(s) in a row, since {kept['since']}."
+        + (f" {decision.warning.removeprefix('warning: ')}." if decision.warning else "")]
     return "\n".join(["# Champion / challenger", "",
                       "| metric | challenger (this run) | champion |", "| --- | ---: | ---: |",
-                      *rows, "", f"**Decision**: {decision.reason}.", ""])
+                      *rows, *paired, "", f"**Decision**: {decision.reason}.", *streak, ""])
 
 
 def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.PathLike,
@@ -73,7 +86,7 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
         trained_model: Where the trainer committed the model.
         dataset_dir: The prepared dataset.
         destination: The exported model location.
-        vertex: The run's `VertexOptions` (threshold, margin, promotion, parent model).
+        vertex: The run's `VertexOptions` (threshold, promotion and its test, parent model).
         training: The training options (for the lineage).
         cluster: The cluster's strategy and pools (for the lineage).
         images: The build stage's images (references by digest and tags; empty locally).
@@ -91,7 +104,8 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
         (the models this stage had to evaluate: their metrics on this dataset were not
         beside them).
     """
-    challenger, measured_by_trainer = model_metrics(trained_model, dataset_dir)
+    challenger, challenger_correct, measured_by_trainer = model_evaluation(trained_model,
+                                                                           dataset_dir)
     model_dir = Path(registry_root) / vertex.model_display_name if registry_root else None
     if model_dir is not None:
         found = local.champion(model_dir)
@@ -105,10 +119,12 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
         else (None, None)
     refused = other_questions(*classes, on_vertex=model_dir is None) \
         if None not in classes else ""
-    champion, champion_known = model_metrics(champion_dir, dataset_dir) \
-        if champion_dir and not refused else (None, False)
+    champion, champion_correct, champion_known = model_evaluation(champion_dir, dataset_dir) \
+        if champion_dir and not refused else (None, "", False)
     decision = decide(challenger, champion, threshold=vertex.accuracy_threshold,
-                      margin=vertex.promotion_margin, promotion=vertex.promotion,
+                      promotion=vertex.promotion, level=vertex.promotion_level,
+                      margin=vertex.non_inferiority_margin,
+                      paired=pair(challenger_correct, champion_correct) if champion else None,
                       refused=refused)
     if decision.default and vertex.serving_check_images:  # it would serve: run it first
         from components.serving.serving_check import check_in_server
@@ -117,13 +133,15 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
             saved_model_dir(trained_model), dataset_dir,
             images=vertex.serving_check_images, p95_seconds=vertex.serving_p95_seconds,
             log=log))
+    decision = kept_count(decision, vertex, model_dir, log)
     record = lineage(manifest=load_manifest(dataset_dir), training=training, cluster=cluster,
                      images=images, version=version, metrics=challenger, tuning=tuning,
                      efficiency=summary(efficiency) if efficiency else None)
     saved = publish_model(trained_model, destination, challenger, dataset_dir, extra={
         LINEAGE_FILE: record, "decision.json": decision.to_dict(),
         "champion_evaluation.json": champion,
-        **({EFFICIENCY_FILE: dict(efficiency)} if efficiency else {})})
+        **({EFFICIENCY_FILE: dict(efficiency)} if efficiency else {})},
+        correct=challenger_correct)
     measured_here = ([] if measured_by_trainer else ["challenger"]) + (
         ["champion"] if champion is not None and not champion_known else [])
     registered = None
@@ -132,9 +150,41 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
         registered = local.register(model_dir, saved, challenger, record, decision.to_dict(),
                                     default=decision.default and not vertex.deploy.endpoint
                                     )["version"]
+    if model_dir is not None and decision.champion is not None:
+        local.keep_streak(model_dir, decision.champion_kept)
     return {"metrics": challenger, "champion": champion, "decision": decision,
             "lineage": record, "saved": saved, "registered": registered,
             "measured_here": measured_here}
+
+
+def kept_count(decision: Decision, vertex: VertexOptions, model_dir: Path | None,
+               log: Callable[[str], None]) -> Decision:
+    """The decision with the runs in a row that kept the champion (`champion_streak`), read
+    from the local registry, or on Vertex AI from the newest version of
+    `vertex.parent_model` (a listing that fails is said, and the count starts again)."""
+    from components.export import champion_streak as streaks
+    from trainer.common.errors import ProjectError
+
+    if decision.champion is None:
+        return decision
+    if model_dir is not None:
+        previous = streaks.read(local.load(model_dir).get(streaks.KEY))
+    else:
+        from google.cloud import aiplatform_v1
+
+        client = aiplatform_v1.ModelServiceClient(
+            client_options={"api_endpoint": vertex_endpoint(vertex.region)})
+        try:
+            previous = streaks.newest_on_vertex(vertex.parent_model, client)
+        except ProjectError as exc:
+            log(f"champion/challenger: the runs that kept the champion before are not "
+                f"counted ({exc})")
+            previous = None
+    streak = streaks.following(previous, decision)
+    return dataclasses.replace(
+        decision, champion_kept=streak.to_dict() if streak else None,
+        warning=streaks.warning(streak, decision, vertex.promotion,
+                                vertex.champion_kept_warning))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,6 +270,8 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
                       efficiency=usage)
     for line in _progress(outcome):
         say(line)
+    if decision.warning:
+        say(decision.warning)
     made = decision.to_dict()
     return ExportStage(
         metrics={**results, **{f"champion_{k}": v for k, v in (champion or {}).items()}},

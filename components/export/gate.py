@@ -1,8 +1,13 @@
-"""The champion/challenger gate: a new model replaces the serving one only when it is better.
+"""The champion/challenger gate: a new model replaces the serving one only on evidence.
 
 Both models are evaluated on the same held-out split with the same metric (test accuracy,
-validation accuracy when the dataset has no test split). The first model, with no
-champion, is promoted on the absolute threshold alone.
+validation accuracy when the dataset has no test split), and each image's correctness is
+kept for both: they are compared as paired predictions (`paired_test`: McNemar's exact
+test on the images where they disagree, one-sided at `vertex.promotion_level`). Under
+`vertex.promotion: default` a challenger is promoted when it is significantly better;
+under `non_inferior`, unless it is significantly worse than `vertex.non_inferiority_margin`
+allows (a scheduled retraining keeps the model current on fresh data, never on a worse
+one). The first model, with no champion, is promoted on the absolute threshold alone.
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from components.export.paired_test import Paired, better, not_worse
+
 #: `vertex.promotion`: what a model that passes the gate (and one that does not) becomes.
-PROMOTIONS = ("default", "version_only", "never")
+PROMOTIONS = ("default", "non_inferior", "version_only", "never")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +36,11 @@ class Decision:
         champion: The champion's value of it, None without a champion.
         serving_check: What the model server did with it before it could serve
             (`components.serving.serving_check.ServingCheck.to_dict`), None if not run.
+        paired: The paired test against the champion (its counts, `p_value` and `rule`),
+            None without a champion.
+        champion_kept: Runs in a row this one included that kept the champion, and since
+            when (`champion_streak.Streak.to_dict`), None when it did not keep one.
+        warning: The line saying so, from `vertex.champion_kept_warning` runs on.
     """
 
     register: bool
@@ -39,6 +51,9 @@ class Decision:
     challenger: float
     champion: float | None
     serving_check: dict[str, Any] | None = None
+    paired: dict[str, Any] | None = None
+    champion_kept: dict[str, Any] | None = None
+    warning: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -78,19 +93,24 @@ def other_questions(challenger: Sequence[str], champion: Sequence[str], *,
 
 
 def decide(challenger: Mapping[str, Any], champion: Mapping[str, Any] | None, *,
-           threshold: float, margin: float, promotion: str,
-           refused: str = "") -> Decision:
+           threshold: float, promotion: str, level: float = 0.05, margin: float = 0.1,
+           paired: Paired | None = None, refused: str = "") -> Decision:
     """The gate's decision for a challenger's metrics against the champion's (or none).
 
     Args:
         challenger: The new model's metrics.
         champion: The champion's metrics on the same split, None when there is none.
         threshold: The least value of the metric any registered model has.
-        margin: How much the challenger must beat the champion by.
-        promotion: `default` (a better model becomes the default version, a worse one
-            that passes the threshold a non-default version), `version_only` (every model
-            that passes the threshold a non-default version) or `never` (nothing is
-            registered; the decision is still reported).
+        promotion: `default` (a significantly better model becomes the default version, a
+            worse one that passes the threshold a non-default version), `non_inferior`
+            (the same, a model not shown worse than `margin` allows counting as better),
+            `version_only` (every model that passes the threshold a non-default version)
+            or `never` (nothing is registered; the decision is still reported).
+        level: The paired test's one-sided level (`vertex.promotion_level`).
+        margin: `non_inferior`'s relative margin: the challenger may make this share more
+            errors than the champion (`vertex.non_inferiority_margin`).
+        paired: Both models' correctness on the same held-out images; needed with a
+            champion (without it the challenger is not promoted, and the reason says so).
         refused: Why the challenger cannot be compared with the champion at all
             (`other_questions`): nothing is registered.
     """
@@ -99,31 +119,46 @@ def decide(challenger: Mapping[str, Any], champion: Mapping[str, Any] | None, *,
     if refused:
         return Decision(False, False, False, refused, metric, value, None)
     best = None if champion is None else float(champion[metric])
+    test = None
     if value < threshold:
         promoted, why = False, (f"{metric} {value:.4f} is below the threshold {threshold:.4f}")
     elif best is None:
         promoted, why = True, (f"no champion yet; {metric} {value:.4f} passes the threshold "
                                f"{threshold:.4f}")
-    elif value - best >= margin - 1e-9:  # inclusive: 0.94 beats 0.93 by 0.01 exactly
-        promoted, why = True, (f"{metric} {value:.4f} beats the champion's {best:.4f} by "
-                               f"{value - best:+.4f} (margin {margin:.4f})")
+    elif paired is None:
+        promoted, why = False, (f"{metric} {value:.4f} against the champion's {best:.4f}: "
+                                "no paired predictions to compare them by")
     else:
-        promoted, why = False, (f"{metric} {value:.4f} does not beat the champion's "
-                                f"{best:.4f} by the margin {margin:.4f} ({value - best:+.4f})")
+        lenient = promotion == "non_inferior"
+        verdict = not_worse(paired, level, margin) if lenient else better(paired, level)
+        test = {**dataclasses.asdict(paired), "p_value": round(verdict.p_value, 6),
+                "rule": verdict.rule, "level": level, **({"margin": margin} if lenient else {})}
+        promoted = verdict.passes
+        if lenient:
+            said = ("is not shown worse than" if promoted else
+                    f"is worse, beyond the margin {margin:g}, than")
+        else:
+            said = "is significantly better than" if promoted else \
+                "is not significantly better than"
+        why = (f"{metric} {value:.4f} {said} the champion's {best:.4f} ({paired.words()}; "
+               f"{verdict.rule})")
     passes = value >= threshold
+
+    def made(register: bool, default: bool, is_promoted: bool, reason: str) -> Decision:
+        return Decision(register, default, is_promoted, reason, metric, value, best,
+                        paired=test)
+
     if promotion == "never":
-        return Decision(False, False, promoted, f"{why}; vertex.promotion is never: not "
-                        "registered", metric, value, best)
+        return made(False, False, promoted, f"{why}; vertex.promotion is never: not "
+                    "registered")
     if promotion == "version_only":
-        return Decision(passes, False, promoted, f"{why}; "
-                        + ("registered as a non-default version (vertex.promotion "
-                           "version_only)" if passes else "not registered"), metric, value, best)
+        return made(passes, False, promoted, f"{why}; " + (
+            "registered as a non-default version (vertex.promotion version_only)" if passes
+            else "not registered"))
     if promoted:
-        return Decision(True, True, True, f"{why}: promoted to the default version", metric,
-                        value, best)
+        return made(True, True, True, f"{why}: promoted to the default version")
     if best is None:  # below the threshold, and nothing serves yet
-        return Decision(False, False, False, f"{why}: not registered; no model serves yet",
-                        metric, value, best)
-    return Decision(passes, False, False, f"{why}: " + (
+        return made(False, False, False, f"{why}: not registered; no model serves yet")
+    return made(passes, False, False, f"{why}: " + (
         "registered as a non-default version; the champion stays the default" if passes
-        else "not registered; the champion stays the default"), metric, value, best)
+        else "not registered; the champion stays the default"))

@@ -77,6 +77,13 @@ def labels(record: Mapping[str, Any], decision: Mapping[str, Any]) -> dict[str, 
         "compared-metric": _label(decision.get("metric", "")),
         "challenger-value": _label(f"{decision.get('challenger', 0):.4f}".replace(".", "_")),
         "promoted": _label(decision.get("promoted", False)),
+        **({"gate-discordant": _label(f"{paired['challenger_only']}-"
+                                      f"{paired['champion_only']}"),
+            "gate-p-value": _label(f"{paired['p_value']:.4f}".replace(".", "_"))}
+           if (paired := decision.get("paired")) else {}),
+        **({"champion-kept-runs": str(kept["runs"]),
+            "champion-kept-since": _label(kept["since"])}
+           if (kept := decision.get("champion_kept")) else {}),
     }
 
 

@@ -118,6 +118,16 @@ def add_to_decision(model_dir: str | os.PathLike, version: str, **facts: Any) ->
     files.write_json(Path(model_dir) / INDEX, index)
 
 
+def keep_streak(model_dir: str | os.PathLike, streak: dict[str, Any] | None) -> None:
+    """Records the runs in a row that kept the champion (`champion_streak`; None: counted
+    from zero again)."""
+    from components.export.champion_streak import KEY
+
+    index = load(model_dir)
+    index[KEY] = streak
+    files.write_json(Path(model_dir) / INDEX, index)
+
+
 def set_default(model_dir: str | os.PathLike, version: str) -> None:
     """Makes `version` the default (the champion), as moving Vertex AI's `default` alias."""
     index = load(model_dir)
@@ -148,6 +158,10 @@ def latest(registry_root: str | os.PathLike) -> str | None:
 def describe(name: str, index: dict[str, Any]) -> list[str]:
     """The lines `models list` prints for one model: every version, the default marked."""
     lines = [f"{name}: {len(index['versions'])} version(s), default {index['default']}"]
+    kept = index.get("champion_kept")
+    if kept:
+        lines.append(f"  the champion (version {index['default']}) kept {kept['runs']} run(s) "
+                     f"in a row, since {kept['since']}")
     for entry in index["versions"]:
         decision = entry.get("decision", {})
         value = decision.get("challenger")

@@ -62,6 +62,8 @@ def summarize(state: str, error: str, *, registry_root: str, job_name: str, proj
         return RunSummary(facts, "", cost)
     made = json.loads(record.read_text())
     facts.append(("champion/challenger", made["reason"]))
+    if made.get("warning"):
+        facts.append(("warning", made["warning"].removeprefix("warning: ")))
     if made.get("registered_version"):
         facts.append(("local registry version", made["registered_version"]))
     if made.get("rollout"):

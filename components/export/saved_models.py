@@ -41,17 +41,31 @@ def model_metrics(model_dir: str | os.PathLike,
     Raises:
         ExportError: The location holds no SavedModel, or it cannot be evaluated.
     """
+    metrics, _, known = model_evaluation(model_dir, dataset_dir)
+    return metrics, known
+
+
+def model_evaluation(model_dir: str | os.PathLike, dataset_dir: str | os.PathLike
+                     ) -> tuple[dict[str, Any], str, bool]:
+    """`model_metrics`, and each held-out image right ("1") or wrong ("0") in file order
+    (the gate's paired test): read from beside the model when it was measured on this
+    dataset with them, else measured here.
+
+    Raises:
+        ExportError: The location holds no SavedModel, or it cannot be evaluated.
+    """
     model_dir = saved_model_dir(model_dir)
     manifest = load_manifest(dataset_dir)
-    known = measure.read(model_dir, manifest)
-    if known is not None:
-        return known, True
+    known, correct = measure.read(model_dir, manifest), measure.correctness(model_dir, manifest)
+    if known is not None and correct is not None:
+        return known, correct, True
     import tensorflow as tf  # only for a model not measured on this data
 
     try:
-        return measure.evaluate(tf, model_dir, dataset_dir, manifest)["metrics"], False
+        found = measure.evaluate(tf, model_dir, dataset_dir, manifest)
     except measure.EvaluationError as exc:
         raise ExportError(str(exc)) from None
+    return found["metrics"], found["correct"]["images"], False
 
 
 def model_classes(location: str | os.PathLike) -> list[str] | None:
@@ -87,7 +101,7 @@ def saved_model_dir(location: str | os.PathLike) -> str:
 
 def publish_model(model_dir: str | os.PathLike, destination: str | os.PathLike,
                   metrics: dict[str, Any], dataset_dir: str | os.PathLike,
-                  extra: dict[str, Any] | None = None) -> str:
+                  extra: dict[str, Any] | None = None, correct: str = "") -> str:
     """Commits a copy of the SavedModel under `destination`, with its evaluation beside it.
 
     Args:
@@ -96,6 +110,8 @@ def publish_model(model_dir: str | os.PathLike, destination: str | os.PathLike,
         metrics: The model's metrics (`model_metrics`).
         dataset_dir: The dataset they were measured on (named in `evaluation.json`).
         extra: More JSON files for the copy, by name (e.g. `lineage.json`).
+        correct: Each held-out image right or wrong (`model_evaluation`), kept for the
+            next run's paired test, when this model is its champion.
 
     Returns:
         The committed SavedModel directory (what a model upload points at).
@@ -109,6 +125,9 @@ def publish_model(model_dir: str | os.PathLike, destination: str | os.PathLike,
     matrix = measure.confusion(source, manifest)
     if matrix is not None:  # the run's report draws it
         measured["confusion"] = matrix
+    correct = correct or measure.correctness(source, manifest) or ""
+    if correct:  # a later run's gate compares its challenger with this model image by image
+        measured["correct"] = {"split": measure.reference_split(manifest), "images": correct}
     with commit_directory(destination, written_by="export") as staging:
         shutil.copytree(source, staging, dirs_exist_ok=True)
         for name, content in {measure.EVALUATION_FILE: measured, **(extra or {})}.items():

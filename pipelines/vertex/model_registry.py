@@ -45,4 +45,7 @@ def describe(model: Any) -> str:
     created = model.version_create_time.isoformat() if model.version_create_time else "-"
     return (f"{model.name}@{model.version_id}  aliases {','.join(model.version_aliases) or '-'}"
             f"  created {created}  {metric} {value or '-'}  promoted "
-            f"{labels.get('promoted', '-')}  dataset {labels.get('dataset-fingerprint', '-')}")
+            f"{labels.get('promoted', '-')}  dataset {labels.get('dataset-fingerprint', '-')}"
+            + (f"  champion kept {labels['champion-kept-runs']} run(s) in a row since "
+               f"{labels.get('champion-kept-since', '-')}" if "champion-kept-runs" in labels
+               else ""))

@@ -83,6 +83,23 @@ def test_the_local_sections_old_keys_still_work_with_a_note(tmp_path):
         "local.training_machines (2) is set" in warnings
 
 
+def test_the_absolute_promotion_margin_is_ignored_with_a_note(tmp_path):
+    """`vertex.promotion_margin` froze retraining (above 1 - margin nothing could beat a
+    champion); an old config still loads, says so, and the paired test decides."""
+    path = tmp_path / "c.yaml"
+    path.write_text("vertex:\n  promotion_margin: 0.05\n  promotion: non_inferior\n")
+    warnings: list[str] = []
+    config = load_config(path, warnings=warnings)
+    assert config.vertex.promotion == "non_inferior"
+    assert config.vertex.promotion_level == 0.05 and config.vertex.non_inferiority_margin == 0.1
+    assert "promotion_margin" not in config.vertex.model_dump()
+    (note,) = warnings
+    assert note.startswith(f"vertex.promotion_margin ({path}) is deprecated and ignored: the "
+                           "gate compares the two models' predictions image by image")
+    with pytest.raises(ConfigError, match=r"vertex\.promotion_level is 0\.7"):
+        load_config(overrides={"vertex": {"promotion_level": 0.7}})
+
+
 def test_unreadable_and_invalid_yaml(tmp_path):
     with pytest.raises(ConfigError, match="cannot be read"):
         load_config(tmp_path / "missing.yaml")
@@ -138,14 +155,14 @@ def test_retraining_options_that_cannot_work_are_refused():
         load_config(overrides={"vertex": {
             "tensorboard": "projects/p/locations/us-central1/tensorboards/1",
             "persistent_resource_id": "Fast Pool", "promotion": "always",
-            "promotion_margin": 1.5, "notification_emails": ["a@example.com", "not-an-email",
+            "notification_emails": ["a@example.com", "not-an-email",
                                                              "c@example.com", "d@example.com"]}})
     message = str(info.value)
     for expected in ("vertex.tensorboard is 'projects/p/locations/us-central1/tensorboards/1' "
                      "but service_account is empty",
                      "vertex.persistent_resource_id is 'Fast Pool'",
-                     "vertex.promotion is 'always'; expected one of default, version_only, never",
-                     "vertex.promotion_margin is 1.5",
+                     "vertex.promotion is 'always'; expected one of default, non_inferior, "
+                     "version_only, never",
                      "vertex.notification_emails"):
         assert expected in message, message
     config = load_config(overrides={"vertex": {

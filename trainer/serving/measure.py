@@ -23,7 +23,9 @@ from trainer.serving.container import SIGNATURE_BYTES
 
 #: Beside a SavedModel: {"dataset": digest of the splits measured, "metrics": {...},
 #: "reference": {"split": ..., "class_index": [...]}, "confusion": {"split": ...,
-#: "classes": [...], "matrix": [[...]]}} (the held-out split's; rows are true classes).
+#: "classes": [...], "matrix": [[...]]}, "correct": {"split": ..., "images": "1101..."}}
+#: (the held-out split's; rows are true classes; each image right or wrong in file order,
+#: for the gate's paired test).
 EVALUATION_FILE = "evaluation.json"
 #: How many of the held-out split's first images keep their predicted class as the
 #: reference a serving check compares the model server's answers with.
@@ -47,9 +49,11 @@ def dataset_digest(manifest: dict[str, Any]) -> str:
 
 def _split_metrics(tf: Any, serve: Any, files: list[str], classes: list[str],
                    batch_size: int, first: list[int] | None = None,
+                   correct: list[str] | None = None,
                    ) -> tuple[dict[str, Any], list[list[int]]]:
     """The split's metrics and confusion matrix; with `first`, the predicted classes of
-    its first `REFERENCE_IMAGES` images (in file order) are appended to it."""
+    its first `REFERENCE_IMAGES` images (in file order) are appended to it; with `correct`,
+    each image's "1" (right) or "0" (wrong), in file order."""
     features = feature_spec(tf)
     ds = (tf.data.TFRecordDataset(files)
           .batch(batch_size)
@@ -61,6 +65,8 @@ def _split_metrics(tf: Any, serve: Any, files: list[str], classes: list[str],
             first.extend(int(p) for p in predicted[:REFERENCE_IMAGES - len(first)])
         for label, guess in zip(batch[FEATURE_LABEL].numpy(), predicted, strict=True):
             matrix[label][guess] += 1
+            if correct is not None:
+                correct.append("1" if label == guess else "0")
     total = [sum(row) for row in matrix]
     correct = [matrix[i][i] for i in range(len(classes))]
     examples = sum(total)
@@ -101,19 +107,20 @@ def evaluate(tf: Any, model_dir: str | os.PathLike, dataset_dir: str | os.PathLi
                               f"signature (has: {', '.join(loaded.signatures) or 'none'})")
     serve = loaded.signatures[SIGNATURE_BYTES]
     classes = manifest["classes"]
-    held_out, first = reference_split(manifest), []
+    held_out, first, correct = reference_split(manifest), [], []
     metrics, matrix = _split_metrics(
         tf, serve, shard_paths(dataset_dir, manifest, "validation"), classes, batch_size,
-        first if held_out == "validation" else None)
+        *((first, correct) if held_out == "validation" else (None, None)))
     if not metrics["examples"]:
         raise EvaluationError(f"the validation split of {str(dataset_dir)!r} is empty")
     if held_out == "test":
         test, matrix = _split_metrics(tf, serve, shard_paths(dataset_dir, manifest, "test"),
-                                      classes, batch_size, first)
+                                      classes, batch_size, first, correct)
         metrics.update(test_accuracy=test["accuracy"], test_examples=test["examples"])
     return {"dataset": dataset_digest(manifest), "metrics": metrics,
             "reference": {"split": held_out, "class_index": first},
-            "confusion": {"split": held_out, "classes": list(classes), "matrix": matrix}}
+            "confusion": {"split": held_out, "classes": list(classes), "matrix": matrix},
+            "correct": {"split": held_out, "images": "".join(correct)}}
 
 
 def reference_split(manifest: dict[str, Any]) -> str:
@@ -134,6 +141,14 @@ def confusion(model_dir: str | os.PathLike, manifest: dict[str, Any]) -> dict[st
     this dataset (`{"split": ..., "classes": [...], "matrix": [[...]]}`); None otherwise."""
     found = _committed(model_dir, manifest).get("confusion")
     return found if isinstance(found, dict) and isinstance(found.get("matrix"), list) else None
+
+
+def correctness(model_dir: str | os.PathLike, manifest: dict[str, Any]) -> str | None:
+    """Each held-out image right ("1") or wrong ("0"), in file order, committed beside a
+    SavedModel if measured on this dataset; None otherwise (or an older evaluation)."""
+    found = _committed(model_dir, manifest).get("correct")
+    return str(found["images"]) if isinstance(found, dict) and \
+        isinstance(found.get("images"), str) else None
 
 
 def write(model_dir: str | os.PathLike, evaluation: dict[str, Any]) -> None:

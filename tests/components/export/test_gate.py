@@ -12,6 +12,7 @@ from google.cloud import aiplatform_v1
 from components.export import local_registry as local
 from components.export.gate import decide
 from components.export.lineage import description, labels, lineage
+from components.export.paired_test import Paired, lower_tail, pair, upper_tail
 from pipelines.cli import main
 from pipelines.config_loading import load_config
 from pipelines.vertex import model_registry as models
@@ -24,46 +25,102 @@ SAME = {"test_accuracy": 0.935, "accuracy": 0.95}
 POOR = {"test_accuracy": 0.5, "accuracy": 0.5}
 
 
-@pytest.mark.parametrize("promotion, challenger, champion, register, default, promoted", [
-    # default: better by the margin -> the default; not better -> a version; poor -> nothing
-    ("default", BETTER, CHAMPION, True, True, True),
-    ("default", SAME, CHAMPION, True, False, False),
-    ("default", POOR, CHAMPION, False, False, False),
-    ("default", BETTER, None, True, True, True),  # no champion: the threshold alone
-    ("default", POOR, None, False, False, False),
-    ("version_only", BETTER, CHAMPION, True, False, True),
-    ("version_only", SAME, CHAMPION, True, False, False),
-    ("version_only", POOR, CHAMPION, False, False, False),
-    ("never", BETTER, CHAMPION, False, False, True),
-    ("never", BETTER, None, False, False, True),
+def _paired(challenger_only, champion_only, both_right=180, both_wrong=10):
+    return Paired(both_right, challenger_only, champion_only, both_wrong)
+
+
+#: Right where the champion is wrong on 6 images, the reverse on none: p = 1/64.
+AHEAD = _paired(6, 0)
+#: As many disagreements each way: no evidence either way.
+EVEN = _paired(4, 4)
+#: The champion alone right on 20 images, the challenger on 2: worse beyond a 10% margin.
+BEHIND = _paired(2, 20)
+
+
+@pytest.mark.parametrize("promotion, challenger, paired, register, default, promoted", [
+    # default: significantly better -> the default; not -> a version; poor -> nothing
+    ("default", BETTER, AHEAD, True, True, True),
+    ("default", SAME, EVEN, True, False, False),
+    ("default", POOR, AHEAD, False, False, False),
+    # non_inferior: not shown worse than the margin -> the default; worse -> a version
+    ("non_inferior", SAME, EVEN, True, True, True),
+    ("non_inferior", BETTER, AHEAD, True, True, True),
+    ("non_inferior", SAME, BEHIND, True, False, False),
+    ("version_only", BETTER, AHEAD, True, False, True),
+    ("version_only", SAME, EVEN, True, False, False),
+    ("version_only", POOR, AHEAD, False, False, False),
+    ("never", BETTER, AHEAD, False, False, True),
 ])
-def test_the_gate_decides_by_mode_margin_and_threshold(promotion, challenger, champion,
-                                                       register, default, promoted):
-    made = decide(challenger, champion, threshold=0.8, margin=0.01, promotion=promotion)
+def test_the_gate_decides_by_mode_paired_test_and_threshold(promotion, challenger, paired,
+                                                            register, default, promoted):
+    made = decide(challenger, CHAMPION, threshold=0.8, promotion=promotion, paired=paired)
     assert (made.register, made.default, made.promoted) == (register, default, promoted)
     assert made.metric == "test_accuracy"  # the held-out test split, not validation
     assert made.challenger == challenger["test_accuracy"]
-    assert made.champion == (champion["test_accuracy"] if champion else None)
+    assert made.champion == CHAMPION["test_accuracy"]
     assert made.reason  # every outcome says why
+    if challenger is not POOR:
+        assert made.paired["challenger_only"] == paired.challenger_only
+        assert 0 <= made.paired["p_value"] <= 1
 
 
-def test_the_margin_is_inclusive_and_validation_accuracy_is_the_fallback():
-    exact = decide({"test_accuracy": 0.94}, {"test_accuracy": 0.93}, threshold=0.0,
-                   margin=0.01, promotion="default")
-    assert exact.default and "beats the champion's 0.9300 by +0.0100" in exact.reason
-    short = decide({"test_accuracy": 0.939}, {"test_accuracy": 0.93}, threshold=0.0,
-                   margin=0.01, promotion="default")
-    assert not short.default
-    assert short.reason == ("test_accuracy 0.9390 does not beat the champion's 0.9300 by the "
-                            "margin 0.0100 (+0.0090): registered as a non-default version; "
-                            "the champion stays the default")
-    no_test = decide({"accuracy": 0.95}, {"accuracy": 0.9}, threshold=0.5, margin=0.01,
-                     promotion="default")
+def test_without_a_champion_the_threshold_alone_decides():
+    assert decide(BETTER, None, threshold=0.8, promotion="default").default
+    assert not decide(POOR, None, threshold=0.8, promotion="default").register
+    assert decide(BETTER, None, threshold=0.8, promotion="never").promoted
+
+
+def test_the_paired_test_s_figures_are_mcnemar_s_exact_ones():
+    # 5 discordant images, all the challenger's: P(X <= 0 | 5, 1/2) = 1/32 <= 0.05.
+    five = decide({"test_accuracy": 0.94}, {"test_accuracy": 0.93}, threshold=0.0,
+                  promotion="default", paired=_paired(5, 0))
+    assert five.default and five.paired["p_value"] == pytest.approx(1 / 32)
+    # 4 of 4: 1/16 > 0.05, not significant: the champion stays, and the reason says so.
+    four = decide({"test_accuracy": 0.94}, {"test_accuracy": 0.93}, threshold=0.0,
+                  promotion="default", paired=_paired(4, 0))
+    assert not four.default
+    assert four.reason == (
+        "test_accuracy 0.9400 is not significantly better than the champion's 0.9300 (194 "
+        "paired images: the challenger alone right on 4, the champion alone on 0, both "
+        "wrong on 10; McNemar's exact test, one-sided, that the challenger is better: p = "
+        "0.0625 at level 0.05): registered as a non-default version; the champion stays "
+        "the default")
+    # A level of 0.1 promotes it.
+    assert decide({"test_accuracy": 0.94}, {"test_accuracy": 0.93}, threshold=0.0,
+                  promotion="default", level=0.1, paired=_paired(4, 0)).default
+    no_test = decide({"accuracy": 0.95}, {"accuracy": 0.9}, threshold=0.5,
+                     promotion="default", paired=AHEAD)
     assert no_test.metric == "accuracy" and no_test.default
 
 
+def test_equal_accuracy_promotes_under_non_inferior_and_keeps_the_champion_by_default():
+    """Scheduled retraining on fresh data: an equally good model is promoted under
+    non_inferior (the model stays current), kept out under the default (not better)."""
+    equal = {"test_accuracy": 0.9945}
+    kept = decide(equal, equal, threshold=0.9, promotion="default", paired=_paired(1, 1, 360, 1))
+    assert not kept.default and "is not significantly better than the champion's 0.9945" in \
+        kept.reason and "p = 0.7500" in kept.reason
+    fresh = decide(equal, equal, threshold=0.9, promotion="non_inferior",
+                   paired=_paired(1, 1, 360, 1))
+    assert fresh.default and fresh.reason.startswith(
+        "test_accuracy 0.9945 is not shown worse than the champion's 0.9945 (")
+    assert "makes more than 1.1 times the champion's errors" in fresh.reason
+    # Much worse is kept out under non_inferior too.
+    worse = decide({"test_accuracy": 0.9}, {"test_accuracy": 0.96}, threshold=0.5,
+                   promotion="non_inferior", paired=BEHIND)
+    assert not worse.default and "is worse, beyond the margin 0.1, than" in worse.reason
+
+
+def test_the_paired_counts_come_from_each_image_s_correctness():
+    assert pair("1101", "1011") == Paired(2, 1, 1, 0)
+    with pytest.raises(ValueError, match="not the same images"):
+        pair("11", "111")
+    # Past what math.comb's floats hold (n above 1,030), the tails still compute.
+    assert lower_tail(2000, 5000, 0.5) < 1e-40 and upper_tail(0, 0, 0.6) == 1.0
+
+
 def test_a_first_model_below_the_threshold_names_no_champion():
-    first = decide(POOR, None, threshold=0.8, margin=0.01, promotion="default")
+    first = decide(POOR, None, threshold=0.8, promotion="default")
     assert first.reason == ("test_accuracy 0.5000 is below the threshold 0.8000: not "
                             "registered; no model serves yet")
 
@@ -90,7 +147,7 @@ def test_lineage_labels_keep_to_the_label_rules():
     record = _record()
     assert record["dataset"]["counts"] == {"train": 1100, "validation": 300, "test": 200}
     assert record["metrics"] == {"test_accuracy": 0.9312}
-    made = decide({"test_accuracy": 0.9312}, None, threshold=0.5, margin=0.01,
+    made = decide({"test_accuracy": 0.9312}, None, threshold=0.5,
                   promotion="default").to_dict()
     found = labels(record, made)
     assert found == {"gpu-pipeline-version": "0-4-0", "dataset-fingerprint": "c" * 16,
@@ -223,9 +280,12 @@ class _ModelService:
         self.calls.append(request)
         return [aiplatform_v1.Model(name=request.name, version_id=v, version_aliases=a,
                                     labels={"compared-metric": "test_accuracy",
-                                            "challenger-value": value, "promoted": p})
-                for v, a, value, p in (("2", ["default"], "0_9512", "true"),
-                                       ("1", [], "0_9312", "false"))]
+                                            "challenger-value": value, "promoted": p, **kept})
+                for v, a, value, p, kept in (
+                    ("3", [], "0_9500", "false", {"champion-kept-runs": "1",
+                                                 "champion-kept-since": "2026-11-28"}),
+                    ("2", ["default"], "0_9512", "true", {}),
+                    ("1", [], "0_9312", "false", {}))]
 
     def list_models(self, request):
         self.calls.append(request)
@@ -242,9 +302,10 @@ def test_models_list_reads_the_vertex_model_registry(capsys):
     assert request == aiplatform_v1.ListModelVersionsRequest(name=parent,
                                                              order_by="create_time desc")
     lines = [models.describe(m) for m in found]
-    assert lines[0].startswith(f"{parent}@2  aliases default")
-    assert "test_accuracy 0.9512  promoted true" in lines[0]
-    assert "aliases -" in lines[1]
+    assert lines[1].startswith(f"{parent}@2  aliases default")
+    assert "test_accuracy 0.9512  promoted true" in lines[1]
+    assert "aliases -" in lines[2]
+    assert lines[0].endswith("champion kept 1 run(s) in a row since 2026-11-28")
     by_name = models.list_request(load_config(overrides={"vertex": {
         "project": "my-proj", "model_display_name": "flowers"}}))
     assert by_name == aiplatform_v1.ListModelsRequest(
@@ -271,8 +332,14 @@ def _exported(directory: Path, classes: list[str], accuracy: float, dataset: Pat
 
     _saved_model(directory, "model")
     (directory / METADATA_FILE).write_text(json.dumps({"class_names": classes}))
-    measure.write(directory, {"dataset": measure.dataset_digest(load_manifest(dataset)),
-                              "metrics": {"accuracy": accuracy, "test_accuracy": accuracy}})
+    manifest = load_manifest(dataset)
+    # Each held-out image right or wrong as the accuracy says (the first ones right).
+    images = manifest["splits"]["test"]["count"]
+    right = round(accuracy * images)
+    measure.write(directory, {"dataset": measure.dataset_digest(manifest),
+                              "metrics": {"accuracy": accuracy, "test_accuracy": accuracy},
+                              "correct": {"split": "test",
+                                          "images": "1" * right + "0" * (images - right)}})
     return directory
 
 
@@ -306,8 +373,9 @@ def test_a_model_of_other_classes_never_replaces_the_champion(tmp_path, small_da
     assert second["registered"] is None and second["champion"] is None
     registry = local.load(tmp_path / "registry" / vertex.model_display_name)
     assert registry["default"] == "1" and len(registry["versions"]) == 1
-    # The same classes are compared as before.
-    third = export_and_gate(_exported(tmp_path / "again", shapes, 0.7, small_dataset),
+    # The same classes are compared as before (right on 29 of the 32 test images, where the
+    # champion was on 19: significantly better).
+    third = export_and_gate(_exported(tmp_path / "again", shapes, 0.9, small_dataset),
                             small_dataset, tmp_path / "out3", **common)
     assert third["decision"].default and third["champion"]["test_accuracy"] == 0.6
 
@@ -317,16 +385,17 @@ def test_a_model_that_fails_in_its_server_is_not_registered_and_the_champion_kee
 
     failed = ServingCheck(False, ["image 3: HTTP 500: boom"], 24, {"200": 23, "500": 1}, 0.2,
                           0.05, 2.0, 23, 24)
-    promoted = decide(BETTER, CHAMPION, threshold=0.8, margin=0.01, promotion="default")
+    promoted = decide(BETTER, CHAMPION, threshold=0.8, promotion="default", paired=AHEAD)
     made = promoted.after_serving_check(failed)
     assert (made.register, made.default, made.promoted) == (False, False, False)
-    assert made.reason == (
-        "test_accuracy 0.9500 beats the champion's 0.9300 by +0.0200 (margin 0.0100), but it "
-        "failed in its serving container (image 3: HTTP 500: boom): not registered; the "
-        "champion keeps serving")
+    assert made.reason.startswith("test_accuracy 0.9500 is significantly better than the "
+                                  "champion's 0.9300 (")
+    assert made.reason.endswith(
+        "p = 0.0156 at level 0.05), but it failed in its serving container (image 3: HTTP "
+        "500: boom): not registered; the champion keeps serving")
     assert made.serving_check["statuses"] == {"200": 23, "500": 1}
     passed = ServingCheck(True, [], 24, {"200": 24}, 0.2, 0.05, 2.0, 24, 24)
     assert promoted.after_serving_check(passed).default
-    first = decide(BETTER, None, threshold=0.8, margin=0.01, promotion="default")
+    first = decide(BETTER, None, threshold=0.8, promotion="default")
     assert first.after_serving_check(failed).reason.endswith("not registered; no model serves "
                                                              "yet")

@@ -814,7 +814,7 @@ def test_each_promotion_mode_registers_as_the_gate_decided(emulated_run):
     lost = run({**retrain, "promotion": "default"}, shorter)
     export = lost["tasks"]["export-model"].parameters
     assert not export["default"] and export["register"]
-    assert "does not beat the champion's" in export["decision"]
+    assert "is not significantly better than the champion's" in export["decision"]
     upload = _uploads(apis)[-1]
     assert upload.parent_model == parent and list(upload.model.version_aliases) == []
     assert upload.model.labels["promoted"] == "false"
@@ -845,7 +845,7 @@ def test_each_promotion_mode_registers_as_the_gate_decided(emulated_run):
               {"epochs": 2, "batch_size": 32})
     export = won["tasks"]["export-model"].parameters
     assert export["register"] and export["default"] and export["deploy"]
-    assert "beats the champion's" in export["decision"]
+    assert "is significantly better than the champion's" in export["decision"]
     upload = _uploads(apis)[-1]
     assert upload.parent_model == parent and list(upload.model.version_aliases) == []
     assert upload.model.labels["promoted"] == "true"

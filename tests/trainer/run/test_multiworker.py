@@ -133,6 +133,13 @@ def test_the_trainer_measures_its_model_and_export_reuses_it(trained, small_data
     accuracy = metrics["test_accuracy"] if confusion["split"] == "test" else metrics["accuracy"]
     diagonal = sum(confusion["matrix"][i][i] for i in range(len(manifest["classes"])))
     assert diagonal == round(accuracy * sum(held_out.values()))
+    # Each held-out image right or wrong, in file order, for the gate's paired test: as
+    # many as the split holds, as many right as the diagonal.
+    correct = committed_with_model["correct"]
+    assert again["correct"] == correct and correct["split"] == confusion["split"]
+    assert len(correct["images"]) == sum(held_out.values())
+    assert correct["images"].count("1") == diagonal
+    assert measure.correctness(model_dir, manifest) == correct["images"]
     assert metrics["examples"] == manifest["splits"]["validation"]["count"]
     assert metrics["test_examples"] == manifest["splits"]["test"]["count"]
     assert {"accuracy_circle", "accuracy_cross", "accuracy_square", "accuracy_triangle"} <= \
