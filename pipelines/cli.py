@@ -26,6 +26,7 @@ from pipelines.commands import (
     prices,
     publish,
     run,
+    runs,
     schedule,
     serve,
     submit,
@@ -38,7 +39,7 @@ from trainer.common.errors import ProjectError
 COMMANDS = {"run": run, "compile": compile, "submit": submit, "schedule": schedule,
             "models": models, "predict": predict, "batch-predict": batch_predict, "serve": serve,
             "publish": publish, "validate-gpu": validate_gpu, "benchmark": benchmark,
-            "weights": weights, "prices": prices}
+            "weights": weights, "prices": prices, "runs": runs}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -285,8 +285,34 @@ def run_local(config: Config, pipeline_root: str | os.PathLike, *, verbose: bool
     run_dir = _run_dir(root, before)
     summary = _summary(run_dir)
     if failure is not None:
+        _remember(root, run_dir, None, time.monotonic() - started, failure)
         raise LocalRunError(failure)
-    return _result(root, run_dir, summary, time.monotonic() - started)
+    result = _result(root, run_dir, summary, time.monotonic() - started)
+    _remember(root, run_dir, result, result.seconds)
+    return result
+
+
+def _remember(root: Path, run_dir: Path, result: LocalRunResult | None, seconds: float,
+              failure: str = "") -> None:
+    """The run's line in the local runs' history (`pipelines.run_history`)."""
+    from pipelines import run_history
+    from trainer.common import files
+
+    dataset = (result.artifacts.get(names.artifact(names.PREPARE_DATASET, names.DATASET))
+               if result else "") or ""
+    manifest = files.read_json(Path(dataset) / "manifest.json", missing=None) \
+        if dataset else None
+    metrics = result.metrics if result else {}
+    metric = "test_accuracy" if "test_accuracy" in metrics else "accuracy"
+    run_history.record(root, {
+        "run": run_dir.name, "state": "FAILED" if failure else "SUCCEEDED",
+        "error": failure, "seconds": round(seconds, 1),
+        "data": run_history.dataset_words(manifest), "metric": metric,
+        "accuracy": metrics.get(metric), "local": True,
+        "decision": run_history.decision_words(
+            bool(result and result.decision and "promoted to the default" in result.decision),
+            result.registered_version if result else "", bool(result and result.decision)),
+        "reason": result.decision if result else ""})
 
 
 def _result(root: Path, run_dir: Path, summary: str, seconds: float) -> LocalRunResult:

@@ -408,6 +408,18 @@ def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
         fourth["decision"], fourth["decision"]
     assert fourth["decision"].endswith("promoted to the default version")
     assert _registry(cwd)["default"] == "4"
+    # `gpu-pipeline runs` lines the four runs up: data, accuracy, decision, cost, duration.
+    listing = subprocess.run([str(BIN), "runs"], cwd=cwd, capture_output=True, text=True,
+                             timeout=120)
+    assert listing.returncode == 0, listing.stderr
+    header, *rows = listing.stdout.splitlines()
+    assert header.split() == ["ended", "state", "data", "accuracy", "decision", "cost",
+                              "duration"]
+    assert len(rows) == 4 and all("SUCCEEDED" in row and "builtin://shapes" in row
+                                  and "0 USD (local)" in row for row in rows)
+    assert "promoted (version 1)" in rows[0] and "test_accuracy " in rows[0]
+    assert "champion kept (version 2 registered)" in rows[1]
+    assert "promoted (version 4)" in rows[3]
 
 
 def _check_versions(cwd: Path, last: dict, champion: float) -> None:

@@ -119,10 +119,24 @@ def build_model(keras: Any, name: str, image_size: int, num_classes: int,
 
 def compile_model(keras: Any, model: Any, learning_rate: Any, *, jit_compile: bool,
                   steps_per_execution: int = 1) -> None:
-    """(Re-)compiles with Adam at `learning_rate` (a number or a schedule)."""
+    """(Re-)compiles with Adam at `learning_rate` (a number or a schedule); besides the
+    accuracy, `examples` counts the images each epoch's metrics were computed on (summed
+    over the replicas; `trainer.run.callbacks.EpochLog` reports the validation split's)."""
     model.compile(optimizer=keras.optimizers.Adam(learning_rate),
-                  loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                  loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy", examples_metric(keras)],
                   jit_compile=jit_compile, steps_per_execution=steps_per_execution)
+
+
+def examples_metric(keras: Any) -> Any:
+    """A metric that counts the examples of the batches it sees (a Sum of ones)."""
+    import tensorflow as tf
+
+    class Examples(keras.metrics.Sum):
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            return super().update_state(tf.ones_like(tf.reshape(y_true, [-1]), self.dtype))
+
+    return Examples(name="examples")
 
 
 def unfreeze_for_fine_tuning(keras: Any, model: Any, fraction: float, learning_rate: Any, *,

@@ -49,12 +49,17 @@ class EpochLog(keras.callbacks.Callback):
                          "epoch %d", epoch, epoch + 1)
 
     def on_epoch_end(self, epoch, logs=None):
-        logs = logs or {}
+        logs = dict(logs or {})
         self.epochs_run += 1
-        log.info("epoch %d/%d: loss %.4f accuracy %.4f val_loss %.4f val_accuracy %.4f",
-                 epoch + 1, self.setup.options.total_epochs, logs.get("loss", float("nan")),
-                 logs.get("accuracy", float("nan")), logs.get("val_loss", float("nan")),
-                 logs.get("val_accuracy", float("nan")))
+        if "val_examples" in logs and self.setup.strategy != "parameter_server":
+            # Every worker reads the whole validation split (`data.make_dataset`): the count
+            # summed over the replicas holds each image once per worker.
+            logs["val_examples"] = float(logs["val_examples"]) / self.setup.info.training_machines
+        log.info("epoch %d/%d: loss %.4f accuracy %.4f val_loss %.4f val_accuracy %.4f on %d "
+                 "validation images", epoch + 1, self.setup.options.total_epochs,
+                 logs.get("loss", float("nan")), logs.get("accuracy", float("nan")),
+                 logs.get("val_loss", float("nan")), logs.get("val_accuracy", float("nan")),
+                 int(logs.get("val_examples", 0)))
         if self.setup.info.is_chief:
             history.record_epoch(self.setup.where.job_dir, epoch, logs)
 

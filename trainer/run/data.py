@@ -169,7 +169,8 @@ def make_dataset(tf: Any, spec: InputSpec, shard: tuple[int, int] | None = None)
     # (`trainer.models.factory.PIXEL_MAX`).
     ds = ds.batch(spec.batch_size, drop_remainder=training, num_parallel_calls=parallel)
     ds = ds.prefetch(2 if threads else tf.data.AUTOTUNE)
-    return ds.with_options(_options(tf, threads, len(files), spec.training_machines))
+    return ds.with_options(_options(tf, threads, len(files), spec.training_machines,
+                                    whole=not training))
 
 
 def _parser(tf: Any, spec: InputSpec, crop_at_decode: bool) -> Any:
@@ -209,16 +210,21 @@ def _share(files: list[str], shard: tuple[int, int] | None) -> tuple[list[str], 
     return (files[index::count], None) if len(files) >= count else (files, shard)
 
 
-def _options(tf: Any, threads: int | None, files: int, training_machines: int) -> Any:
+def _options(tf: Any, threads: int | None, files: int, training_machines: int,
+             whole: bool = False) -> Any:
     """The dataset's options: fixed parallelism on a local cluster's cores, and how
     MultiWorkerMirroredStrategy shards it across workers (by file when every worker gets
-    a file)."""
+    a file; not at all for a `whole` split, the validation split: every worker reads all
+    of it, so each runs as many steps, the last batch partial, and every image counts in
+    the epoch's validation metrics, each as many times as there are workers)."""
     options = tf.data.Options()
     if threads:
         options.autotune.enabled = False
         options.threading.private_threadpool_size = threads
     policy = tf.data.experimental.AutoShardPolicy
-    if training_machines > 1 and files < training_machines:
+    if whole:
+        options.experimental_distribute.auto_shard_policy = policy.OFF
+    elif training_machines > 1 and files < training_machines:
         log.warning("%d files for %d workers: sharding by data (every worker reads every "
                     "file); prepare at least %d shards for file sharding",
                     files, training_machines, training_machines)

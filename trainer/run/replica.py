@@ -137,8 +137,12 @@ def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
     _log_setup(tf, setup)
     apply_precision(keras, training)
     keras.utils.set_random_seed(setup.options.seed)
-    train_input, validation_input = (build_inputs(tf, keras, setup.input_spec(s), setup.strategy)
-                                       for s in SPLITS)
+    # The validation split is read once an epoch, whole (`ReplicaSetup.validation_steps`),
+    # but by ParameterServerStrategy's dataset functions, which repeat for a count of steps.
+    train_input, validation_input = (
+        build_inputs(tf, keras, setup.input_spec(
+            s, training=s == "train" or setup.strategy == "parameter_server"), setup.strategy)
+        for s in SPLITS)
     with strategy.scope():
         model = model_for(keras, setup)
     reporting = [callbacks.ReportMetric(args.hypertune_metric)] \

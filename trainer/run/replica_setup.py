@@ -142,8 +142,14 @@ class ReplicaSetup:
         return max(1, self.count("train") // self.global_batch)
 
     @property
-    def validation_steps(self) -> int:
-        return max(1, self.count("validation") // self.global_batch)
+    def validation_steps(self) -> int | None:
+        """`fit`'s validation steps: None (the whole split, its last batch partial) where
+        every worker reads the whole validation split (`data.make_dataset`: it is not
+        sharded across workers, so they run as many steps); under ParameterServerStrategy,
+        whose dataset functions need a count, the whole global batches only."""
+        if self.strategy == "parameter_server":
+            return max(1, self.count("validation") // self.global_batch)
+        return None
 
     @property
     def learning_rate_scale(self) -> int:

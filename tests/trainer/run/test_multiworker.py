@@ -59,6 +59,28 @@ def test_chief_and_two_workers_train_in_sync(trained):
         epochs["chief:0"] == epochs["worker:0"] == epochs["worker:1"], epochs
 
 
+def test_every_validation_image_counts_in_every_epoch(trained, small_dataset, tmp_path):
+    """Each epoch's validation metrics are computed on the whole split, on three machines
+    as on one: the count of images they saw equals the split's size (not the whole global
+    batches of 24 it holds)."""
+    from trainer.common.contract import load_manifest
+
+    job_dir, _, _, log = trained
+    count = load_manifest(small_dataset)["splits"]["validation"]["count"]
+    assert count % 24  # a partial last batch: dropping it would show
+    report = json.loads((job_dir / "training_report.json").read_text())
+    assert [h["val_examples"] for h in report["history"]] == [count] * 4
+    assert f"on {count} validation images" in log
+    one = tmp_path / "one-machine"
+    out = io.StringIO()
+    run_local_cluster(Layout(workers=0), [
+        "--job-dir", str(one / "job"), "--data-dir", str(small_dataset),
+        "--model-dir", str(one / "model"), "--epochs", "1", "--batch-size", "8"],
+        timeout_seconds=600, out=out)
+    alone = json.loads((one / "job" / "training_report.json").read_text())
+    assert [h["val_examples"] for h in alone["history"]] == [count]
+
+
 def test_only_the_chief_keeps_a_model_and_no_temporary_directory_is_left(trained):
     job_dir, model_dir, temp_root, log = trained
     assert (model_dir / "saved_model.pb").is_file()

@@ -1,0 +1,78 @@
+"""The local runs' history, for comparing runs over time: one JSON line per run in
+`<pipeline root>/runs.jsonl`, appended when the run ends (succeeded or failed), and the
+table `gpu-pipeline runs` prints of it (date, data, accuracy, decision, cost, duration)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+FILE = "runs.jsonl"
+
+
+def record(root: str | os.PathLike, entry: Mapping[str, Any]) -> None:
+    """Appends a run's line (a line is written whole, or the run is not recorded: the
+    history is a record, never a reason to fail a run)."""
+    line = json.dumps({"ended": datetime.datetime.now(datetime.timezone.utc)
+                       .isoformat(timespec="seconds"), **entry}, sort_keys=True) + "\n"
+    try:
+        with open(Path(root) / FILE, "a") as out:
+            out.write(line)
+    except OSError:
+        pass
+
+
+def load(root: str | os.PathLike) -> tuple[list[dict[str, Any]], int]:
+    """(the runs recorded under `root`, oldest first; how many lines could not be read)."""
+    path = Path(root) / FILE
+    if not path.is_file():
+        return [], 0
+    runs, unread = [], 0
+    for text in path.read_text().splitlines():
+        try:
+            found = json.loads(text)
+        except ValueError:
+            unread += 1
+            continue
+        if isinstance(found, dict):
+            runs.append(found)
+        else:
+            unread += 1
+    return runs, unread
+
+
+def dataset_words(manifest: Mapping[str, Any] | None) -> str:
+    """A prepared dataset in a few words: its source, images and fingerprint."""
+    if not manifest:
+        return "-"
+    fingerprint = str(manifest.get("source_fingerprint", "")).split(":")[-1][:12]
+    return f"{manifest.get('source', '-')} ({manifest.get('examples', '?')} images, {fingerprint})"
+
+
+def decision_words(promoted: bool, version: str, has_decision: bool) -> str:
+    """The gate's outcome in a few words."""
+    if not has_decision:
+        return "-"
+    if promoted:
+        return f"promoted (version {version})" if version else "promoted"
+    return f"champion kept (version {version} registered)" if version else \
+        "champion kept (not registered)"
+
+
+def table(runs: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The runs as an aligned table, newest last."""
+    header = ("ended", "state", "data", "accuracy", "decision", "cost", "duration")
+    rows = [header] + [(
+        str(run.get("ended", "-")).replace("+00:00", "Z"), str(run.get("state", "-")),
+        str(run.get("data", "-")),
+        f"{run['metric']} {run['accuracy']:.4f}" if run.get("accuracy") is not None else "-",
+        str(run.get("decision", "-")),
+        "0 USD (local)" if run.get("local", True) else f"{run.get('cost_usd', 0):.2f} USD",
+        f"{run.get('seconds', 0):.0f} s") for run in runs]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+            .rstrip() for row in rows]
