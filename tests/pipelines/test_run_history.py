@@ -6,6 +6,8 @@ from __future__ import annotations
 from pipelines import run_history
 from pipelines.cli import main
 
+# Exercised here without an import, through the command line: `pipelines.commands.runs`.
+
 
 def test_runs_are_appended_and_listed_as_a_table(tmp_path, capsys):
     assert main(["runs", "--pipeline-root", str(tmp_path)]) == 0

@@ -138,7 +138,7 @@ def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
     apply_precision(keras, training)
     keras.utils.set_random_seed(setup.options.seed)
     # The validation split is read once an epoch, whole (`ReplicaSetup.validation_steps`),
-    # but by ParameterServerStrategy's dataset functions, which repeat for a count of steps.
+    # but by ParameterServerStrategy's dataset functions, which repeat for their steps.
     train_input, validation_input = (
         build_inputs(tf, keras, setup.input_spec(
             s, training=s == "train" or setup.strategy == "parameter_server"), setup.strategy)

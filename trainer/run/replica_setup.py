@@ -142,14 +142,18 @@ class ReplicaSetup:
         return max(1, self.count("train") // self.global_batch)
 
     @property
-    def validation_steps(self) -> int | None:
-        """`fit`'s validation steps: None (the whole split, its last batch partial) where
-        every worker reads the whole validation split (`data.make_dataset`: it is not
-        sharded across workers, so they run as many steps); under ParameterServerStrategy,
-        whose dataset functions need a count, the whole global batches only."""
+    def validation_steps(self) -> int:
+        """`fit`'s validation steps. Every worker reads the whole validation split
+        (`data.make_dataset`: it is not sharded across workers), and MultiWorkerMirrored-
+        Strategy cuts each global batch, the last one partial, into a piece per replica,
+        every worker stepping through all of them (TensorFlow's distributed input guide,
+        "OFF"): the global batches times the training machines, so each image counts.
+        Under ParameterServerStrategy, whose dataset functions repeat, the whole global
+        batches only."""
         if self.strategy == "parameter_server":
             return max(1, self.count("validation") // self.global_batch)
-        return None
+        batches = -(-self.count("validation") // self.global_batch)
+        return max(1, batches * self.info.training_machines)
 
     @property
     def learning_rate_scale(self) -> int:

@@ -78,8 +78,11 @@ def test_local_step_logs_keep_the_keys_keras_overrides_at_epoch_end(float32_poli
 
     history = model.fit(images, labels, batch_size=4, epochs=1, verbose=0,
                         validation_data=(images, labels), callbacks=[Steps()])
-    assert set(steps[-1]) == set(model.get_metrics_result()) == {"loss", "accuracy"}
-    assert set(history.history) == {"loss", "accuracy", "val_loss", "val_accuracy"}
+    assert set(steps[-1]) == set(model.get_metrics_result()) == {"loss", "accuracy",
+                                                                 "examples"}
+    assert set(history.history) == {"loss", "accuracy", "examples", "val_loss",
+                                    "val_accuracy", "val_examples"}
+    assert history.history["val_examples"] == [16.0]  # every image counted
     assert history.history["loss"][0] == pytest.approx(float(steps[-1]["loss"]), rel=1e-5)
 
 
@@ -156,11 +159,14 @@ def test_file_sharding_needs_a_file_per_worker(small_dataset, caplog):
 
     files = tuple(shard_paths(small_dataset, load_manifest(small_dataset), "train"))
     policy = tf.data.experimental.AutoShardPolicy
-    by_file = make_dataset(tf, InputSpec(files, 32, 8, training=False, training_machines=4))
+    by_file = make_dataset(tf, InputSpec(files, 32, 8, training=True, training_machines=4))
     assert by_file.options().experimental_distribute.auto_shard_policy == policy.FILE
     with caplog.at_level("WARNING", logger="trainer"):
-        by_data = make_dataset(tf, InputSpec(files[:1], 32, 8, training=False, training_machines=2))
+        by_data = make_dataset(tf, InputSpec(files[:1], 32, 8, training=True, training_machines=2))
     assert by_data.options().experimental_distribute.auto_shard_policy == policy.DATA
+    # The validation split is read whole by every worker: not sharded.
+    whole = make_dataset(tf, InputSpec(files, 32, 8, training=False, training_machines=4))
+    assert whole.options().experimental_distribute.auto_shard_policy == policy.OFF
     assert "1 files for 2 workers: sharding by data" in caplog.text
     images, labels = next(iter(by_file))
     # uint8 pixels: the model converts them (on the accelerator), not the input pipeline.

@@ -42,9 +42,11 @@ def _plan(dataset, environ=None, gpus=0, replicas=2, **options):
 def test_batches_and_steps_follow_the_replicas_in_sync(dataset):
     plan = _plan(dataset, batch_size=32, replicas=2)
     assert plan.global_batch == 64
-    # Validation reads the whole split, its last batch partial (every worker reads all of
-    # it): no count of steps.
-    assert plan.steps_per_epoch == 1000 // 64 and plan.validation_steps is None
+    # Validation reads the whole split, its last batch partial: 300 images are 5 global
+    # batches of 64 (the last one of 44), and each of the 2 training machines steps
+    # through every replica's piece of them.
+    assert plan.info.training_machines == 2
+    assert plan.steps_per_epoch == 1000 // 64 and plan.validation_steps == 5 * 2
     assert plan.image_size == 224 and plan.classes == ["a", "b", "c"]
     assert plan.where.job_dir.endswith("/b/job") and plan.where.model_dir.endswith("/job/model")
     assert "global batch 64 (32 per replica x 2), 15 steps per epoch" in plan.describe()
