@@ -310,7 +310,8 @@ def _remember(root: Path, run_dir: Path, result: LocalRunResult | None, seconds:
         "data": run_history.dataset_words(manifest), "metric": metric,
         "accuracy": metrics.get(metric), "local": True,
         "decision": run_history.decision_words(
-            bool(result and result.decision and "promoted to the default" in result.decision),
+            bool(result and _executor_output(run_dir / names.EXPORT_MODEL)
+                 .get("parameterValues", {}).get("default")),
             result.registered_version if result else "", bool(result and result.decision)),
         "reason": result.decision if result else ""})
 

@@ -117,7 +117,7 @@ def estimates(vertex: VertexOptions, alternatives: Sequence[Alternative],
     `vertex.timeout`)."""
     from components.capacity.training_hours import hours_for
 
-    book = book or PriceBook(vertex.prices, default_region=vertex.region)
+    book = book or PriceBook.of(vertex)
     return [Estimate(a.label, a.region, found.usd, found.unpriced, hours.hours, hours.basis,
                      prices.words(), found.on_demand)
             for a in alternatives for hours in [hours_for(a, evidence)]
@@ -226,7 +226,7 @@ def hold(vertex: VertexOptions, alternatives: Sequence[Alternative],
     """
     if vertex.budget_usd <= 0:
         return list(alternatives)
-    book = book or PriceBook(vertex.prices, log=log, default_region=vertex.region)
+    book = book or PriceBook.of(vertex, log=log)
     priced_now = estimates(vertex, alternatives, evidence(), book)
     held = check(priced_now, vertex.budget_usd, before)
     for line in held.dropped:
@@ -331,7 +331,7 @@ def guard_for(vertex: VertexOptions, epochs: int, job_dir: str,
         return None
     from trainer.run.history import load_history
 
-    book = book or PriceBook(vertex.prices, default_region=vertex.region)
+    book = book or PriceBook.of(vertex)
 
     def progress() -> int:
         try:

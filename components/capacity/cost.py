@@ -274,8 +274,7 @@ def book_of(vertex: Mapping[str, Any], log: Any = None) -> PriceBook:
     from components.vertex_options import VertexOptions
     from trainer.common.schema import validate
 
-    options = validate(VertexOptions, vertex, prefix="vertex", strict=False)
-    return PriceBook(options.prices, log=log, default_region=options.region)
+    return PriceBook.of(validate(VertexOptions, vertex, prefix="vertex", strict=False), log=log)
 
 
 def tell_cost(record: Mapping[str, Any], vertex: Mapping[str, Any], job_dir: str,

@@ -280,9 +280,8 @@ def of_run(project: str, vertex: VertexOptions, pipeline_job: str = "",
             if pipeline_job else None
     except (ProjectError, OSError, ValueError) as exc:
         return None, f"not estimated ({exc})"
-    cost = itemise(**found, book=book or PriceBook(vertex.prices,
-                                                   default_region=vertex.region),
-                   rollouts=rollouts, nodes=vertex.deploy.nodes(), pipeline_job=run,
+    cost = itemise(**found, book=book or PriceBook.of(vertex), rollouts=rollouts,
+                   nodes=vertex.deploy.nodes(), pipeline_job=run,
                    machine_of=job_machines(jobs_client))
     return cost, line(cost).removeprefix("cost: ")
 

@@ -98,7 +98,7 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
 
     # Read when the budget first needs them, once for the step: at its start, not at submit
     # (prices move).
-    book = PriceBook(options.prices, log=log, default_region=options.region)
+    book = PriceBook.of(options, log=log)
     how = Launch(project, make_job, jobs_for,
                  quota_checker(quotas.quotas_client(), project, log), log,
                  rounds=options.capacity_rounds,

@@ -170,10 +170,9 @@ def kept_count(decision: Decision, vertex: VertexOptions, model_dir: Path | None
     if model_dir is not None:
         previous = streaks.read(local.load(model_dir).get(streaks.KEY))
     else:
-        from google.cloud import aiplatform_v1
+        from components.capacity.run_cost import models_client
 
-        client = aiplatform_v1.ModelServiceClient(
-            client_options={"api_endpoint": vertex_endpoint(vertex.region)})
+        client = models_client(vertex.region)
         try:
             previous = streaks.newest_on_vertex(vertex.parent_model, client)
         except ProjectError as exc:

@@ -27,13 +27,13 @@ from typing import Any
 
 from components.gpu.catalog import machine_shape
 from components.prices import price_cache, shipped_table
-from components.prices.sku_match import family_of, price_region
+from components.prices.sku_match import PARTS, family_of, price_region
 from trainer.common.errors import InputError
 
 #: Pricings apart from on-demand training: Spot and DWS Flex-start (priced on demand when
 #: no price of their own is known, and said), prediction nodes (never priced as training).
 DISCOUNTED = ("SPOT", "FLEX_START")
-PRICINGS = (*DISCOUNTED, "PREDICTION")
+PRICINGS = tuple(pricing for pricing in PARTS if pricing)
 CATALOG = "the Cloud Billing Catalog API"
 
 
@@ -159,6 +159,12 @@ class PriceBook:
         self.unreadable = ""  # why the catalog could not be read, once it was tried
         self._read_lists: dict[str, PriceList] = {}  # as read, before the overrides
         self._regions: dict[str, PriceList] = {}
+
+    @classmethod
+    def of(cls, vertex: Any, **kwargs: Any) -> PriceBook:
+        """The prices of a run with `vertex` (its VertexOptions): its `prices` over what is
+        read, its region the default; `kwargs` as the constructor's."""
+        return cls(vertex.prices, default_region=vertex.region, **kwargs)
 
     def over(self, overrides: Mapping[str, float], default_region: str) -> PriceBook:
         """This book's reading (nothing read twice) with other `overrides` over it."""

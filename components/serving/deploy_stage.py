@@ -57,7 +57,7 @@ def canary_budget(options: VertexOptions, spent: Callable[[], float | None]
     window = duration_seconds(rule.watch_window) or 0.0
     if options.budget_usd <= 0:
         return window, ""
-    found = rate([rule.nodes()], PriceBook(options.prices).region(options.region), "PREDICTION")
+    found = rate([rule.nodes()], PriceBook.of(options).region(options.region), "PREDICTION")
     return canary_window(options.budget_usd, spent(), found.usd,
                          [f"PREDICTION:{kind}" for kind in found.unpriced], window,
                          duration_seconds(rule.check_interval) or 60.0,

@@ -68,8 +68,7 @@ class Clients:
         (VertexOptions) `prices` over them, read through this session's catalog client."""
         from components.prices.price_list import PriceBook
 
-        return PriceBook(vertex.prices, client=self.billing, refresh=self.refresh_prices,
-                         log=log, default_region=vertex.region)
+        return PriceBook.of(vertex, client=self.billing, refresh=self.refresh_prices, log=log)
 
     def get_quotas(self) -> Any:
         """The Cloud Quotas client (the default one unless given)."""

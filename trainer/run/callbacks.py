@@ -51,9 +51,9 @@ class EpochLog(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         logs = dict(logs or {})
         self.epochs_run += 1
-        if "val_examples" in logs and self.setup.strategy != "parameter_server":
-            # Every worker reads the whole validation split (`data.make_dataset`): the count
-            # summed over the replicas holds each image once per worker.
+        if "val_examples" in logs and self.setup.whole_validation:
+            # Every worker reads the whole validation split: the count summed over the
+            # replicas holds each image once per worker.
             logs["val_examples"] = float(logs["val_examples"]) / self.setup.info.training_machines
         log.info("epoch %d/%d: loss %.4f accuracy %.4f val_loss %.4f val_accuracy %.4f on %d "
                  "validation images", epoch + 1, self.setup.options.total_epochs,

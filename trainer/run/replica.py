@@ -137,11 +137,11 @@ def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
     _log_setup(tf, setup)
     apply_precision(keras, training)
     keras.utils.set_random_seed(setup.options.seed)
-    # The validation split is read once an epoch, whole (`ReplicaSetup.validation_steps`),
-    # but by ParameterServerStrategy's dataset functions, which repeat for their steps.
+    # The validation split is read once an epoch, whole, unless it is read as the training
+    # split is (`ReplicaSetup.whole_validation`).
     train_input, validation_input = (
         build_inputs(tf, keras, setup.input_spec(
-            s, training=s == "train" or setup.strategy == "parameter_server"), setup.strategy)
+            s, training=s == "train" or not setup.whole_validation), setup.strategy)
         for s in SPLITS)
     with strategy.scope():
         model = model_for(keras, setup)

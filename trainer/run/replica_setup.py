@@ -142,15 +142,21 @@ class ReplicaSetup:
         return max(1, self.count("train") // self.global_batch)
 
     @property
+    def whole_validation(self) -> bool:
+        """Whether every training machine reads the whole validation split once an epoch
+        (`data.make_dataset`: it is not sharded across workers), so every image counts:
+        not under ParameterServerStrategy, whose dataset functions share the split out and
+        repeat for a count of steps."""
+        return self.strategy != "parameter_server"
+
+    @property
     def validation_steps(self) -> int:
-        """`fit`'s validation steps. Every worker reads the whole validation split
-        (`data.make_dataset`: it is not sharded across workers), and MultiWorkerMirrored-
-        Strategy cuts each global batch, the last one partial, into a piece per replica,
-        every worker stepping through all of them (TensorFlow's distributed input guide,
-        "OFF"): the global batches times the training machines, so each image counts.
-        Under ParameterServerStrategy, whose dataset functions repeat, the whole global
+        """`fit`'s validation steps. With `whole_validation`, MultiWorkerMirroredStrategy
+        cuts each global batch, the last one partial, into a piece per replica, every
+        worker stepping through all of them (TensorFlow's distributed input guide, "OFF"):
+        the global batches times the training machines. Otherwise the whole global
         batches only."""
-        if self.strategy == "parameter_server":
+        if not self.whole_validation:
             return max(1, self.count("validation") // self.global_batch)
         batches = -(-self.count("validation") // self.global_batch)
         return max(1, batches * self.info.training_machines)
