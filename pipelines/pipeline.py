@@ -1,6 +1,7 @@
 """The pipeline: seven stages, one definition, two targets; read top to bottom as it runs.
 
-1 validate GPU config -> 2 prepare dataset, 3 build images -> 4 (tune, locally) train
+1 validate GPU config -> 2 prepare dataset and check it (leakage, drift from the
+champion's data), 3 build images -> 4 (tune, locally) train
 -> 5 report and export (-> register, on Vertex) -> 6 deploy (a new default, when an
 endpoint is configured: a canary, promoted or rolled back) -> 7 batch predict (when
 `vertex.batch_predict.source` is set and the run promoted its model). On Vertex AI with
@@ -72,6 +73,15 @@ def prepare(dataset: dict, input_pipelines, gpu, resources: "Resources | None" =
     if resources is not None and dataflow is None:
         data.set_cpu_limit(resources.cpu).set_memory_limit(resources.memory)
     return data
+
+
+def check(data, dataset: dict, vertex: dict, registry_root):
+    """Stage 2's data checks, never cached (the champion changes): leakage and drift from
+    the champion's data; nothing trains before them (`dataset.drift: fail` stops here)."""
+    checks = setup_ops.check_data(dataset=data.outputs["dataset"], options=dataset,
+                                  vertex=vertex, registry_root=registry_root)
+    checks.set_display_name("2 data checks").set_caching_options(False)
+    return checks
 
 
 def launch_dataflow(project_id, vertex: dict, image):
@@ -222,11 +232,14 @@ def _vertex_run(resources: Resources, project, dataset: dict, training: dict, ve
         image = build(vertex, training, push=True, trainer_source_uri=trainer_source_uri).after(gpu)
         launch = launch_dataflow(project, vertex, image) if resources.dataflow else None
         data = prepare(dataset, gpu.outputs["input_pipelines"], gpu, resources, launch)
+        checks = check(data, dataset, vertex, "")
         record = None
         if tuning is not None:
             best = tune_on_vertex(project, training, tuning, vertex, gpu, data, image)
+            best.after(checks)
             training, record = best.outputs["training"], best.outputs["record"]
         trained, model = train_on_vertex(project, training, vertex, gpu, data, image)
+        trained.after(checks)
         export = report_and_export(data, model, trained, trained, training=training,
                                    vertex=vertex, images=image.outputs["Output"],
                                    registry_root="", tuning=record,
@@ -287,7 +300,8 @@ def _local_run(dataset: dict, training: dict, vertex: dict, local_cluster: dict,
     with dsl.ExitHandler(summarize(registry_root, "", vertex), name="run"):
         gpu = validate(vertex, training, local_cluster)
         data = prepare(dataset, gpu.outputs["input_pipelines"], gpu)
-        image = build(vertex, training, push=False, trainer_source_uri="").after(data)
+        checks = check(data, dataset, vertex, registry_root)
+        image = build(vertex, training, push=False, trainer_source_uri="").after(checks)
         before, record = image, None
         if tuning is not None:
             before = tune_locally(training, tuning, local_cluster, gpu, data, image)

@@ -24,8 +24,8 @@ def test_an_unreadable_image_with_an_empty_error_is_skipped_with_a_reason(monkey
         raise PermissionError()  # an error without a message
 
     monkeypatch.setattr(base, "read_bytes", unreadable)
-    index, data, reason, _ = encode._encode((3, "/data/cat/1.jpg", 32, "png",
-                                             sources.LocalFolder))
+    index, data, reason, _, _ = encode._encode((3, "/data/cat/1.jpg", 32, "png",
+                                                sources.LocalFolder))
     assert (index, data, reason) == (3, None, "cannot read (PermissionError)")
 
 

@@ -157,15 +157,15 @@ def _build(pipeline: Any, work: str, target: str, assignment: ShardAssignment,
 
 class EncodeFn(beam.DoFn):
     """Reads, decodes, resizes and encodes one assigned example (the local engine's
-    `_encode`); emits ((split, shard), (label, record)), or a skipped image's JSON to the
-    `skipped` output."""
+    `_encode`); emits ((split, shard), (label, record, noted)), or a skipped image's JSON
+    to the `skipped` output."""
 
     def __init__(self, image_size: int, image_format: str, kind: str):
         self.image_size, self.image_format, self.kind = image_size, image_format, kind
 
     def process(self, line: str) -> Iterator[Any]:
         item = json.loads(line)
-        _, data, error, label = _encode((0, item["ref"], self.image_size, self.image_format,
+        _, data, error, label, facts = _encode((0, item["ref"], self.image_size, self.image_format,
                                          kind_named(self.kind)))
         if data is None:
             yield beam.pvalue.TaggedOutput("skipped", json.dumps(
@@ -173,11 +173,13 @@ class EncodeFn(beam.DoFn):
             return
         label = item["label"] if label is None else label
         yield ((item["split"], item["shard"]),
-               (label, contract.serialize_example(data, label, item["identity"])))
+               (label, contract.serialize_example(data, label, item["identity"]),
+                [item["split"], item["identity"], label, *facts]))
 
 
 class WriteShardFn(beam.DoFn):
-    """Writes one shard's records into `target` and emits its `Shard` as JSON."""
+    """Writes one shard's records into `target` and emits its `Shard` (and its images'
+    facts) as JSON."""
 
     def __init__(self, target: str, names: dict[str, list[str]], classes: int):
         self.target, self.names, self.classes = target, names, classes
@@ -186,32 +188,36 @@ class WriteShardFn(beam.DoFn):
         (split, index), records = element
         name = self.names[split][index]
         per_class = [0] * self.classes
+        noted = []
         # A retried bundle writes the shard again: Cloud Storage replaces the object
         # whole, and only the last attempt's result is kept.
         writer = tfrecord.Writer(FileSystems.create(
             FileSystems.join(self.target, name), compression_type=CompressionTypes.UNCOMPRESSED))
         try:
-            for label, record in records:
+            for label, record, facts in records:
                 writer.write(record)
                 per_class[label] += 1
+                noted.append(facts)
         finally:
             writer.close()
         yield json.dumps({"shard": Shard(split, name, writer.records, writer.bytes,
-                                         writer.sha256(), tuple(per_class)).to_json()})
+                                         writer.sha256(), tuple(per_class)).to_json(),
+                          "facts": noted})
 
 
 def _results(work: str) -> Written:
     """What the pipeline wrote and skipped, from its result files."""
-    shards, skipped = [], []
+    shards, skipped, noted = [], [], []
     for match in FileSystems.match([f"{work}/results*"])[0].metadata_list:
         with FileSystems.open(match.path) as f:
             for line in f.read().decode("utf-8").splitlines():
                 item = json.loads(line)
                 if "shard" in item:
                     shards.append(Shard.from_json(item["shard"]))
+                    noted += [tuple(facts) for facts in item["facts"]]
                 else:
                     skipped.append(item["skipped"])
-    return Written(shards, skipped)
+    return Written(shards, skipped, facts=noted)
 
 
 def _delete(target: str, names: list[str]) -> None:

@@ -102,6 +102,20 @@ class DatasetOptions(pydantic.BaseModel):
                                     ".com/compute/v1/projects/PROJECT/regions/REGION/"
                                     "subnetworks/NAME, or empty"})
 
+    near_duplicate_distance: int = Field(4, ge=0, le=16, description=(
+        "Two images are near duplicates when their perceptual hashes (64-bit dHash) differ "
+        "in at most this many bits; 0 counts only identical hashes."))
+    drift: Literal["warn", "fail"] = Field("warn", description=(
+        "What the data checks do when the data drifted from the champion's or test images "
+        "duplicate training images: warn (a line each, the run goes on) or fail (the run "
+        "stops before training)."))
+    drift_share: float = Field(0.05, gt=0, le=1, description=(
+        "Most a class's or an image format's share of the images may move from the "
+        "champion's data (the L-infinity distance of the shares)."))
+    drift_sizes: float = Field(0.1, gt=0, le=1, description=(
+        "Most the image sizes' distribution (the longer side, by octave) may move from the "
+        "champion's data (Jensen-Shannon divergence, base 2: 0 the same, 1 disjoint)."))
+
     def workers_account(self, pipeline_account: str) -> str:
         """The account the Dataflow workers run as: `dataflow_service_account`, else the
         pipeline's (`vertex.service_account`; empty: the project's default)."""

@@ -29,9 +29,40 @@ def markdown_report(manifest: dict[str, Any]) -> str:
         shards = manifest["splits"][s]["shards"]
         lines.append(f"| {s} | {len(shards)} | "
                      f"{sum(x['bytes'] for x in shards) / 2**20:.1f} |")
+    lines += statistics_lines(manifest.get("statistics"))
     skipped = manifest["skipped"]
     lines += ["", f"## Skipped files: {len(skipped)} ({manifest['bad_fraction']:.2%})", ""]
     lines += [f"- `{s['file']}`: {s['reason']}" for s in skipped[:200]]
     if len(skipped) > 200:
         lines.append(f"- ... and {len(skipped) - 200} more (see manifest.json)")
     return "\n".join(lines) + "\n"
+
+
+def statistics_lines(statistics: dict[str, Any] | None) -> list[str]:
+    """The report's formats, sizes and duplicates (`data_statistics`)."""
+    if not statistics or not statistics.get("formats"):
+        return []
+    sizes, dups = statistics["sizes"], statistics["duplicates"]
+    lines = ["", "## Images as the source stores them", "",
+             "Formats: " + ", ".join(f"{k} {v}" for k, v in statistics["formats"].items())
+             + f"; width {_spread(sizes['width'])}, height {_spread(sizes['height'])} pixels.",
+             "", "| longer side up to | images |", "| ---: | ---: |"]
+    lines += [f"| {side} | {count} |" for side, count in sizes["longer_side"].items()]
+    lines += ["", f"## Duplicates (near: perceptual hashes within {dups['near_distance']} "
+                  "bits)", "", "| images of | also in | byte-identical | near |",
+              "| --- | --- | ---: | ---: |"]
+    lines += [f"| {pair.split('-')[0]} | {pair.split('-')[1]} | {c['exact']} | {c['near']} |"
+              for pair, c in dups["across"].items()]
+    within = ", ".join(f"{split} {n}" for split, n in dups["within"].items())
+    lines += ["", f"Byte-identical images within a split: {within}."]
+    if dups["listed"]:
+        lines += [""] + [f"- {d['kind']}: `{d['images'][0]}` = `{d['images'][1]}`"
+                         + (f" ({d['distance']} bits)" if d["kind"] == "near" else "")
+                         for d in dups["listed"]]
+        if dups["more"]:
+            lines.append(f"- ... and {dups['more']} more")
+    return lines
+
+
+def _spread(spread: dict[str, float]) -> str:
+    return f"{spread['median']:g} (5-95%: {spread['p5']:g}-{spread['p95']:g})"

@@ -14,11 +14,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+from components.dataset.image_facts import Facts, facts_of
 from components.dataset.sources.base import Example, SourceKind, SourceListing, kind_named
 from trainer.common.errors import StageError, first_line
 
-#: (index in the write order, encoded bytes or None, reason when None, label or None).
-Result = tuple[int, "bytes | None", "str | None", "int | None"]
+#: (index in the write order, encoded bytes or None, reason when None, label or None, the
+#: image's facts or None when skipped).
+Result = tuple[int, "bytes | None", "str | None", "int | None", "Facts | None"]
 
 #: JPEG quality of the stored images: visually lossless, a fifth of PNG's bytes for photos
 #: at 224x224 and prepared 2.3x as fast (benchmarks/dataset_prep.py).
@@ -46,7 +48,7 @@ def to_bytes(img: Any, size: int, image_format: str) -> bytes:
 
 def _encode(task: tuple[int, str, int, str, type[SourceKind]]) -> Result:
     """Reads (or draws) through its source's kind, decodes, converts and resizes one image;
-    returns its bytes or the reason."""
+    returns its bytes and facts, or the reason."""
     from PIL import Image
 
     index, ref, size, image_format, kind = task
@@ -54,19 +56,20 @@ def _encode(task: tuple[int, str, int, str, type[SourceKind]]) -> Result:
         data = kind.load(ref, size)
     except Exception as exc:  # noqa: BLE001 - local and Cloud Storage errors alike
         if isinstance(exc, FileNotFoundError) or type(exc).__name__ == "NotFound":
-            return index, None, "missing file", None
-        return index, None, f"cannot read ({first_line(exc, 120)})", None
+            return index, None, "missing file", None, None
+        return index, None, f"cannot read ({first_line(exc, 120)})", None, None
     if isinstance(data, Image.Image):  # drawn, not read: encoded once
-        return index, to_bytes(data, size, image_format), None, None
+        return index, to_bytes(data, size, image_format), None, None, facts_of(data)
     try:
         with Image.open(io.BytesIO(data)) as img:
             img.load()  # forces a full decode: truncated files fail here
-            return index, to_bytes(img, size, image_format), None, None
+            return (index, to_bytes(img, size, image_format), None, None,
+                    facts_of(img, data))
     except Image.UnidentifiedImageError:  # its message holds a memory address
-        return index, None, "cannot decode (not an image format Pillow reads)", None
+        return index, None, "cannot decode (not an image format Pillow reads)", None, None
     except Exception as exc:  # noqa: BLE001 - any decoder failure means a bad image
         reason = first_line(exc, 120)
-        return index, None, f"cannot decode ({reason})", None
+        return index, None, f"cannot decode ({reason})", None, None
 
 
 class DecodingPoolError(StageError):

@@ -8,7 +8,7 @@ from typing import Any
 
 from components.dataset.encode import results
 from components.dataset.splits import ShardAssignment, shard_names
-from components.dataset.written_shards import Shard, Written
+from components.dataset.written_shards import Noted, Shard, Written
 from components.progress import Progress
 from trainer.common import contract, tfrecord
 
@@ -29,14 +29,15 @@ def write_locally(assignment: ShardAssignment, out: Path, processes: int) -> Wri
     per_class = {key: [0] * classes for key in
                  ((split, i) for split, n in assignment.shards.items() for i in range(n))}
     skipped: list[dict[str, str]] = []
+    noted: list[Noted] = []
     progress = Progress("dataset: images encoded", len(assigned))
     try:
         for split, split_names in names.items():
             for i, name in enumerate(split_names):
                 writers[split, i] = tfrecord.Writer(out / name)
-        for index, data, error, label in results(assignment.listing, [a[0] for a in assigned],
-                                                 assignment.image_size, processes,
-                                                 assignment.image_format):
+        for index, data, error, label, facts in results(
+                assignment.listing, [a[0] for a in assigned], assignment.image_size,
+                processes, assignment.image_format):
             ex, split, shard = assigned[index]
             progress.advance()
             if data is None:
@@ -45,6 +46,7 @@ def write_locally(assignment: ShardAssignment, out: Path, processes: int) -> Wri
             label = ex.label if label is None else label
             writers[split, shard].write(contract.serialize_example(data, label, ex.identity))
             per_class[split, shard][label] += 1
+            noted.append((split, ex.identity, label, *facts))
     finally:
         for writer in writers.values():
             writer.close()
@@ -55,4 +57,4 @@ def write_locally(assignment: ShardAssignment, out: Path, processes: int) -> Wri
                                 writer.sha256(), tuple(per_class[split, i])))
         else:
             (out / names[split][i]).unlink()
-    return Written(shards, skipped)
+    return Written(shards, skipped, facts=noted)

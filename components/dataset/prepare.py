@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from components.dataset.data_statistics import statistics
 from components.dataset.dataflow import DataflowJob
 from components.dataset.dataset_options import DatasetOptions
 from components.dataset.dataset_report import REPORT_NAME, markdown_report
@@ -135,6 +136,7 @@ def _prepare(options: DatasetOptions, out: Path, input_pipelines: int, processes
         "bad_fraction": len(written.skipped) / assignment.total if assignment.total else 0.0,
         "splits": {split: written.split_entry(split, listing.classes)
                    for split in assignment.by_split},
+        "statistics": statistics(written.facts, options.near_duplicate_distance),
         **({"dataflow_job": written.dataflow} if written.dataflow else {}),
     }
     report = markdown_report(manifest)

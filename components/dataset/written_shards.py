@@ -38,13 +38,20 @@ class Shard:
         return cls(**{**data, "per_class": tuple(data["per_class"])})
 
 
+#: One written image's facts as the statistics read them: its split, identity and label,
+#: then its `image_facts.Facts` (width, height, format, exact, dhash).
+Noted = tuple[str, str, int, int, int, str, str, int]
+
+
 @dataclasses.dataclass
 class Written:
-    """Every shard written, and the images that could not be (file and reason)."""
+    """Every shard written, the images that could not be (file and reason), and the
+    written images' facts (`Noted`)."""
 
     shards: list[Shard]
     skipped: list[dict[str, str]]
     dataflow: dict[str, Any] | None = None  # the Dataflow job that wrote them (its usage)
+    facts: list[Noted] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         # In file order, whichever order the engine met them in.

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from components.cloud_names import vertex_endpoint
+from components.dataset.data_statistics import data_summary
 from components.export import local_registry as local
 from components.export.gate import Decision, decide, other_questions
 from components.export.lineage import lineage
+from components.export.model_files import DATA_STATISTICS
 from components.export.model_files import LINEAGE as LINEAGE_FILE
 from components.export.paired_test import pair
 from components.export.saved_models import (
@@ -46,6 +48,17 @@ def vertex_champion(parent_model: str, region: str) -> str:
             "api_endpoint": vertex_endpoint(region)})
         model = client.get_model(name=parent_model)  # no @version: the default version
     return saved_model_dir(to_mount_path(model.artifact_uri))
+
+
+def champion_location(vertex: VertexOptions, registry_root: str | os.PathLike | None
+                      ) -> str | None:
+    """The champion's SavedModel directory, or None without one: the default version in
+    the local registry under `registry_root` (a local run), else `vertex.parent_model`'s
+    default version."""
+    if registry_root:
+        found = local.champion(Path(registry_root) / vertex.model_display_name)
+        return found[1] if found else None
+    return vertex_champion(vertex.parent_model, vertex.region) if vertex.parent_model else None
 
 
 def comparison_markdown(decision: Decision, challenger: Mapping[str, Any],
@@ -107,12 +120,7 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
     challenger, challenger_correct, measured_by_trainer = model_evaluation(trained_model,
                                                                            dataset_dir)
     model_dir = Path(registry_root) / vertex.model_display_name if registry_root else None
-    if model_dir is not None:
-        found = local.champion(model_dir)
-        champion_dir = found[1] if found else None
-    else:
-        champion_dir = (vertex_champion(vertex.parent_model, vertex.region)
-                        if vertex.parent_model else None)
+    champion_dir = champion_location(vertex, registry_root)
     # A champion that answers other questions (other class names) is not evaluated on
     # this data, nor compared: its accuracy here would mean nothing.
     classes = (model_classes(trained_model), model_classes(champion_dir)) if champion_dir \
@@ -134,11 +142,13 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
             images=vertex.serving_check_images, p95_seconds=vertex.serving_p95_seconds,
             log=log))
     decision = kept_count(decision, vertex, model_dir, log)
-    record = lineage(manifest=load_manifest(dataset_dir), training=training, cluster=cluster,
+    manifest = load_manifest(dataset_dir)
+    record = lineage(manifest=manifest, training=training, cluster=cluster,
                      images=images, version=version, metrics=challenger, tuning=tuning,
                      efficiency=summary(efficiency) if efficiency else None)
     saved = publish_model(trained_model, destination, challenger, dataset_dir, extra={
         LINEAGE_FILE: record, "decision.json": decision.to_dict(),
+        DATA_STATISTICS: data_summary(manifest),
         "champion_evaluation.json": champion,
         **({EFFICIENCY_FILE: dict(efficiency)} if efficiency else {})},
         correct=challenger_correct)

@@ -6,7 +6,7 @@ prepared (on this machine or as a Dataflow job), the images built."""
 from typing import NamedTuple
 
 from kfp import dsl
-from kfp.dsl import Artifact, Dataset, Markdown, Output
+from kfp.dsl import Artifact, Dataset, Input, Markdown, Output
 
 from components import images
 
@@ -125,6 +125,29 @@ def prepare_dataset(options: dict, source_fingerprint: str, input_pipelines: int
     say(f"dataset: {len(manifest['classes'])} classes ({', '.join(manifest['classes'])}); "
         f"{counts}; {len(manifest['skipped'])} skipped; prepared by the {settings.engine} "
         + ("engine as a Dataflow job" if job else "engine"))
+
+
+@dsl.component(base_image=_IMAGE, install_kfp_package=False)
+def check_data(dataset: Input[Dataset], options: dict, vertex: dict, registry_root: str,
+               report: Output[Markdown]) -> int:
+    """Stage 2's data checks, before training: test images duplicated in training, and
+    the data's drift from the champion's (the local registry's default version under
+    `registry_root`, else `vertex.parent_model`'s). Returns the warnings; under
+    `dataset.drift: fail`, a warning fails the step and nothing trains.
+    """
+    from components.dataset.data_checks import check_data as check
+    from components.dataset.dataset_options import DatasetOptions
+    from components.export.export_model import champion_location
+    from components.stage_messages import say, stage_errors
+    from components.vertex_options import VertexOptions
+    from trainer.common.schema import validate
+
+    with stage_errors("dataset"):
+        settings = validate(DatasetOptions, options, prefix="dataset", strict=False)
+        champion = champion_location(validate(VertexOptions, vertex, prefix="vertex",
+                                              strict=False), registry_root)
+        found = check(dataset.path, settings, champion, report_path=report.path, log=say)
+    return sum(f.warning for f in found)
 
 
 @dsl.component(base_image=_IMAGE, install_kfp_package=False)

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import re
+import shutil
 import socket
 import stat
 import subprocess
@@ -17,8 +18,10 @@ import pytest
 
 from components import images
 from components.build.context import write_build_context
+from components.dataset.shapes import generate_shapes
 from pipelines.config import Config
 from pipelines.local_run import LocalRunError, run_local
+from tests.support.leaky_data import copy_test_images_into_training
 from trainer.common.committed_dirs import committed
 
 # Exercised here without an import, through the command line: `pipelines.commands.predict`
@@ -420,6 +423,27 @@ def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
     assert "promoted (version 1)" in rows[0] and "test_accuracy " in rows[0]
     assert "champion kept (version 2 registered)" in rows[1]
     assert "promoted (version 4)" in rows[3]
+
+    # Fresh data that lost a class and copies test images into training, under
+    # dataset.drift: fail: the data checks say each and stop the run before it trains.
+    source = generate_shapes(cwd / "fresh", images_per_class=40, image_size=32, seed=5)
+    shutil.rmtree(source / "circle")
+    copy_test_images_into_training(source, ["cross", "square", "triangle"], 2)
+    drifted = cwd / "drifted.yaml"
+    drifted.write_text(f"dataset:\n  source: {source}\n  drift: fail\n")
+    result = subprocess.run([str(BIN), "run", "--local", "--config", str(drifted)], cwd=cwd,
+                            capture_output=True, text=True, timeout=600)
+    out = result.stdout
+    assert result.returncode != 0, out[-3000:]
+    for line in ("[gpu-pipeline] dataset: warning: 2 test image(s) are byte-identical to "
+                 "training images",
+                 "[gpu-pipeline] dataset: warning: class 'circle' is gone: the champion's "
+                 "data had 400 image(s) of it (25.0%); the new model cannot answer it",
+                 "[gpu-pipeline] dataset failed: dataset.drift is 'fail' and the data checks "
+                 "warned"):
+        assert line in out, out[-3000:]
+    assert "[trainer chief:0]" not in out and "Traceback" not in out
+    assert _registry(cwd)["default"] == "4" and len(_registry(cwd)["versions"]) == 4
 
 
 def _check_versions(cwd: Path, last: dict, champion: float) -> None:

@@ -92,6 +92,7 @@ def tfds_results(order: Sequence[Example], size: int, image_format: str) -> Iter
     from PIL import Image
 
     from components.dataset.encode import to_bytes  # the decoding pool's own encoding
+    from components.dataset.image_facts import facts_of
 
 
     source = order[0].ref.split("#", 1)[0]
@@ -103,5 +104,7 @@ def tfds_results(order: Sequence[Example], size: int, image_format: str) -> Iter
         if position in wanted:
             if image.ndim == 3 and image.shape[-1] == 1:  # grayscale (MNIST): PIL wants HxW
                 image = image[..., 0]
-            yield (wanted[position], to_bytes(Image.fromarray(image), size, image_format),
-                   None, int(label))
+            img = Image.fromarray(image)
+            # TFDS hands over decoded pixels: their source format is not known here.
+            yield (wanted[position], to_bytes(img, size, image_format), None, int(label),
+                   facts_of(img, image_format="array"))

@@ -71,7 +71,8 @@ def test_beam_engine_writes_the_local_engines_dataset(tmp_path):
                            **common)
     beam = prepare_source(str(source), tmp_path / "beam", engine="beam", processes=2,
                           **common)
-    for key in ("classes", "examples", "source_fingerprint", "image_format", "skipped"):
+    for key in ("classes", "examples", "source_fingerprint", "image_format", "skipped",
+                "statistics"):
         assert beam[key] == local[key], key
     assert [s["file"] for s in beam["skipped"]] == [str(source / "class1" / "broken.jpg")]
     for split in local["splits"]:
