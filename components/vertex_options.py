@@ -146,7 +146,14 @@ class VertexOptions(pydantic.BaseModel):
         json_schema_extra={"valid": "whole seconds with an s, e.g. 3600s, or 0s for no "
                                     "limit"})
     tensorboard: Tensorboard = Field("", description=(
-        "projects/.../locations/.../tensorboards/ID; empty for none."))
+        "projects/.../locations/.../tensorboards/ID; empty for none. With it, each run's "
+        "Vertex AI Experiments run also gets its per-epoch curves as time series."))
+    experiment: str = Field("", pattern=r"^([a-z0-9][a-z0-9-]{0,62})?$", description=(
+        "The Vertex AI Experiments experiment each Vertex AI run is recorded in (its "
+        "parameters, metrics, the gate's decision and cost); empty: the model's display "
+        "name, in lowercase letters, digits and hyphens."), json_schema_extra={
+        "valid": "1 to 63 lowercase letters, digits and hyphens, starting with a letter or "
+                 "digit, or empty"})
     accuracy_threshold: float = Field(0.9, ge=0, le=1, description=(
         "Register the model only at or above this validation accuracy."))
     model_display_name: ModelDisplayName = Field("gpu-pipeline-model", description=(

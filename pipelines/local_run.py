@@ -313,7 +313,20 @@ def _remember(root: Path, run_dir: Path, result: LocalRunResult | None, seconds:
             bool(result and _executor_output(run_dir / names.EXPORT_MODEL)
                  .get("parameterValues", {}).get("default")),
             result.registered_version if result else "", bool(result and result.decision)),
-        "reason": result.decision if result else ""})
+        "reason": result.decision if result else "",
+        # What a Vertex AI run's Experiments run holds (`components.export.experiments`).
+        "params": _params(result.model_uri) if result else {},
+        "metrics": dict(metrics)})
+
+
+def _params(model_uri: str) -> dict[str, Any]:
+    """The run's parameters (model, data, plan, cluster) from its model's lineage."""
+    from components.export.experiments import params
+    from components.export.model_files import LINEAGE
+    from trainer.common import files
+
+    record = files.read_json(Path(model_uri) / LINEAGE, missing=None) if model_uri else None
+    return params(record) if record else {}
 
 
 def _result(root: Path, run_dir: Path, summary: str, seconds: float) -> LocalRunResult:

@@ -142,7 +142,7 @@ def tune_locally(training: dict, tuning: dict, local_cluster: dict, gpu, data, i
 
 
 def report_and_export(data, trained_model, trained, cluster, *, training: dict, vertex: dict,
-                      images, registry_root, tuning=None, capacity=None,
+                      images, registry_root, tuning=None, capacity=None, pipeline_job="",
                       resources: "Resources | None" = None):
     """Stage 4's report and stage 5: the curves, then the new model and the champion
     evaluated on the same splits, the champion/challenger decision and the export.
@@ -150,7 +150,8 @@ def report_and_export(data, trained_model, trained, cluster, *, training: dict, 
     `trained` is the training task (its `training_job` directory); `cluster` the task
     whose `strategy`, `worker_pool_specs` and `training_plan` say what trained (on Vertex
     AI the training task; locally stage 1); `capacity` which alternative trained and why
-    not the others (Vertex AI).
+    not the others (Vertex AI); `pipeline_job` the run's resource name (Vertex AI: the
+    export records the run in Vertex AI Experiments).
     """
     report = training_ops.report_training(training_job=trained.outputs["training_job"])
     report.set_display_name("4 training report").set_caching_options(False)
@@ -161,7 +162,8 @@ def report_and_export(data, trained_model, trained, cluster, *, training: dict, 
         training_plan=cluster.outputs["training_plan"], images=images,
         registry_root=registry_root, job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
         tuning={} if tuning is None else tuning, capacity={} if capacity is None else capacity,
-        training_job=trained.outputs["training_job"])
+        training_job=trained.outputs["training_job"],
+        pipeline_job=pipeline_job)
     export.set_display_name("5 export model").after(report).set_caching_options(False)
     if resources is not None:  # loads the model and evaluates two splits
         export.set_cpu_limit(resources.cpu).set_memory_limit(resources.memory)
@@ -243,6 +245,7 @@ def _vertex_run(resources: Resources, project, dataset: dict, training: dict, ve
         export = report_and_export(data, model, trained, trained, training=training,
                                    vertex=vertex, images=image.outputs["Output"],
                                    registry_root="", tuning=record,
+                                   pipeline_job=dsl.PIPELINE_JOB_RESOURCE_NAME_PLACEHOLDER,
                                    capacity=trained.outputs["capacity"], resources=resources)
         register_if_better(project, vertex, export, image)
     summarize_beside_emails(run, resources.emails, "", project, vertex)

@@ -71,8 +71,10 @@ def table(runs: Iterable[Mapping[str, Any]]) -> list[str]:
         str(run.get("data", "-")),
         f"{run['metric']} {run['accuracy']:.4f}" if run.get("accuracy") is not None else "-",
         str(run.get("decision", "-")),
-        "0 USD (local)" if run.get("local", True) else f"{run.get('cost_usd', 0):.2f} USD",
-        f"{run.get('seconds', 0):.0f} s") for run in runs]
+        "0 USD (local)" if run.get("local", True) else
+        f"{run['cost_usd']:.2f} USD" if run.get("cost_usd") is not None else "-",
+        f"{run['seconds']:.0f} s" if run.get("seconds") is not None else "-")
+        for run in runs]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
             .rstrip() for row in rows]

@@ -217,7 +217,8 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
                      images: Mapping[str, Any], registry_root: str, job_name: str,
                      cluster: Mapping[str, Any], exported_uri: str,
                      comparison_path: str, tuning: Mapping[str, Any] | None = None,
-                     training_job_dir: str = "", report_path: str = "") -> ExportStage:
+                     training_job_dir: str = "", report_path: str = "",
+                     pipeline_job: str = "") -> ExportStage:
     """Stage 5 from the component's raw parameters: options read back through their
     models, `export_and_gate`, the comparison report, the local run's record for the exit
     handler, the progress lines, and what KFP receives.
@@ -238,6 +239,7 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
         tuning: The study record of the tuning that chose the options (empty: none).
         training_job_dir: The training job's directory (its efficiency figures).
         report_path: Where the run's report goes ("": none).
+        pipeline_job: The run's resource name on Vertex AI (its Experiments run); "" locally.
     """
     from components.export.lineage import description, labels
     from components.identity import version
@@ -273,6 +275,10 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
     saved_model_uri = f"{exported_uri.rstrip('/')}/{os.path.basename(outcome['saved'])}"
     if registry_root:  # for the run's summary (the exit handler)
         _record_run(registry_root, job_name, outcome, tuning)
+    elif pipeline_job:
+        from components.export.experiments import record_export
+
+        record_export(options, job_name, pipeline_job, outcome, training_job_dir, log=say)
     if drawing is not None:
         _write_report(report_path, outcome, drawing.result(), job_name=job_name,
                       model_name=options.model_display_name, training=settings.model_dump(),

@@ -57,6 +57,12 @@ def summarize(state: str, error: str, *, registry_root: str, job_name: str, proj
 
         cost, said = of_run(project, vertex, pipeline_job)
         facts.append(("cost", said))
+        if pipeline_job:
+            from components.export.experiments import end_run
+
+            facts.append(("experiments", end_run(
+                project, vertex, job_name, state, error=error, pipeline_job=pipeline_job,
+                cost_usd=cost["usd"] if cost is not None else None)))
     record = run_record(registry_root, job_name) if registry_root else None
     if record is None or not record.is_file():
         return RunSummary(facts, "", cost)

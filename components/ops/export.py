@@ -20,7 +20,7 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model], training:
                  registry_root: str, job_name: str, tuning: dict, capacity: dict,
                  training_job: Input[Artifact], exported_model: Output[Model],
                  metrics: Output[Metrics], comparison: Output[Markdown],
-                 report: Output[HTML]) -> NamedTuple(
+                 report: Output[HTML], pipeline_job: str = "") -> NamedTuple(
                      "ExportOutputs", [("accuracy", float), ("model_uri", str),
                                        ("register", bool), ("default", bool),
                                        ("deploy", bool), ("decision", str), ("labels", dict),
@@ -33,7 +33,8 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model], training:
     `registry_root` is the local registry (`run --local`: the model is registered there);
     "" on Vertex AI, where the champion is `vertex.parent_model`'s default version and the
     model upload that follows acts on the decision. `capacity` (Vertex AI) says which of
-    the alternatives trained and why not the ones before it.
+    the alternatives trained and why not the ones before it. `pipeline_job` (Vertex AI),
+    the run's resource name: the run is recorded in Vertex AI Experiments.
     """
     from collections import namedtuple
 
@@ -47,7 +48,8 @@ def export_model(dataset: Input[Dataset], trained_model: Input[Model], training:
             cluster={"strategy": strategy, "worker_pool_specs": worker_pool_specs,
                      "training_plan": training_plan, "capacity": capacity},
             exported_uri=exported_model.uri, comparison_path=comparison.path, tuning=tuning,
-            training_job_dir=training_job.path, report_path=report.path)
+            training_job_dir=training_job.path, report_path=report.path,
+            pipeline_job=pipeline_job)
     for name, value in done.metrics.items():
         metrics.log_metric(name, value)
     exported_model.metadata.update({**done.metadata, "trained_model": trained_model.uri,

@@ -1,6 +1,7 @@
-"""`gpu-pipeline runs`: the local runs so far, one line each (when it ended, its state, the
+"""`gpu-pipeline runs`: the runs so far, one line each (when it ended, its state, the
 data, the accuracy, the gate's decision, the cost, the duration), to compare them over
-time."""
+time: the local runs, or with --config (or --project) the Vertex AI runs, as Vertex AI
+Experiments recorded them."""
 
 from __future__ import annotations
 
@@ -8,21 +9,41 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from pipelines.commands.common import DEFAULT_LOCAL_ROOT
+from pipelines.commands.common import DEFAULT_LOCAL_ROOT, load
 
 
 def add_parser(commands: Any, parser_class: type) -> None:
     """Declares the command and its flags."""
-    parser = commands.add_parser("runs", help="The local runs so far, one line each: data, "
-                                 "accuracy, decision, cost, duration.")
+    parser = commands.add_parser("runs", help="The runs so far, one line each: data, "
+                                 "accuracy, decision, cost, duration (local; with --config "
+                                 "or --project, Vertex AI's).")
     parser.add_argument("--pipeline-root", type=Path, default=DEFAULT_LOCAL_ROOT,
                         help=f"The local runs' root (default: {DEFAULT_LOCAL_ROOT}/).")
+    parser.add_argument("--config", type=Path, help="YAML configuration file: list the runs "
+                        "of its Vertex AI Experiments experiment (vertex.experiment).")
+    parser.add_argument("--project", help="Google Cloud project.")
+    parser.add_argument("--region", help="Vertex AI region.")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Prints the table of the local runs' history (`pipelines.run_history`)."""
+    """Prints the table of the local runs' history (`pipelines.run_history`), or of the
+    Vertex AI runs (`components.export.experiments`)."""
     from pipelines import run_history
     from trainer.common.shell_name import command
+
+    if args.config is not None or args.project is not None:
+        from components.export.experiments import experiment_name, list_runs
+
+        config = load(args)
+        found = list_runs(config.vertex.project, config.vertex)
+        if not found:
+            print(f"no runs recorded in the Vertex AI Experiments experiment "
+                  f"{experiment_name(config.vertex)!r} of {config.vertex.project} "
+                  f"({config.vertex.region}) yet: each `{command()} submit` run is")
+            return 0
+        for line in run_history.table(found):
+            print(line)
+        return 0
 
     runs, unread = run_history.load(args.pipeline_root)
     if not runs:

@@ -423,6 +423,14 @@ def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
     assert "promoted (version 1)" in rows[0] and "test_accuracy " in rows[0]
     assert "champion kept (version 2 registered)" in rows[1]
     assert "promoted (version 4)" in rows[3]
+    # Each line holds what a Vertex AI run's Experiments run does: parameters and metrics.
+    recorded = [json.loads(line) for line in
+                (cwd / "local_runs" / "runs.jsonl").read_text().splitlines()]
+    assert recorded[0]["params"]["strategy"] == "multi_worker_mirrored"
+    assert recorded[0]["params"]["data_source"] == "builtin://shapes"
+    assert recorded[2]["params"]["model"] == "their_models.tiny:build"
+    assert recorded[2]["params"]["epochs"] == 2
+    assert recorded[3]["metrics"]["test_accuracy"] == fourth["metrics"]["test_accuracy"]
 
     # Fresh data that lost a class and copies test images into training, under
     # dataset.drift: fail: the data checks say each and stop the run before it trains.

@@ -70,6 +70,10 @@ T4_USD = GPUS["NVIDIA_TESLA_T4"][1]
 E2_4 = 4 * FAMILIES["E2"][0] + 16 * FAMILIES["E2"][1]
 PREDICTION_N1_4 = (4 * N1_CORE + 15 * N1_RAM) * 1.05
 CATALOG_PRICES = r"us-central1 prices of [0-9-]+, from the Cloud Billing Catalog API"
+# The first run's Vertex AI TensorBoard (its Experiments run's curves go there).
+TENSORBOARD = "projects/my-proj/locations/us-central1/tensorboards/4711"
+STORE = "projects/my-proj/locations/us-central1/metadataStores/default"
+BIN = Path(sys.executable).parent / "gpu-pipeline"
 
 
 @contextlib.contextmanager
@@ -167,7 +171,8 @@ def emulated_vertex(work: Path):
                 started = time.monotonic()
                 emulated = EmulatedPipelines(work / f"run{len(clients.pipeline_api.calls)}",
                                              mount, env, image_problem=apis.image_problem,
-                                             kill_when=kill_when, published=apis.pipeline_jobs)
+                                             kill_when=kill_when, published=apis.pipeline_jobs,
+                                             metadata=apis.metadata)
                 failure = ""
                 try:
                     tasks = emulated.run(request)
@@ -235,7 +240,9 @@ def emulated_run(tmp_path_factory):
         run.apis.persistent_resources[
             "projects/my-proj/locations/us-central1/persistentResources/fast-pool"] = {
             "encryptionSpec": {"kmsKeyName": KEY}}
+        run.apis.metadata.tensorboards.add(TENSORBOARD)
         first = run({"labels": LABELS, "persistent_resource_id": "fast-pool",
+                     "tensorboard": TENSORBOARD,
                      "batch_predict": {"source": "gs://pipelines/to-score/"},
                      "prices": {"NVIDIA_TESLA_T4": 0.35}, "encryption_key": KEY},
                     {"epochs": 3, "batch_size": 32}, faults=("503", "503", "503", "drop"),
@@ -976,6 +983,11 @@ def test_a_run_killed_mid_canary_with_emails_set_gives_the_champion_its_traffic_
     assert "has all the traffic again" in summary.log.read_text(), summary.log.read_text()
     assert served["trafficSplit"] == {champion_id: 100}
     assert [d["id"] for d in served["deployedModels"]] == [champion_id]
+    # Its Experiments run, made by the export stage, ended FAILED by the exit handler.
+    recorded = apis.metadata.resources[
+        f"{STORE}/contexts/gpu-pipeline-model-{killed['pipelines'].job_id}"]
+    assert recorded["metadata"]["_state"] == "FAILED"
+    assert recorded["metadata"]["_metrics"]["decision"] == "promoted"
 
 
 def test_the_run_ends_with_what_it_cost_resource_by_resource(emulated_run):
@@ -1027,6 +1039,67 @@ def test_the_run_ends_with_what_it_cost_resource_by_resource(emulated_run):
                      r"prediction [0-9.]+, pipeline steps [0-9.]+, pipeline 0\.03; "
                      rf"{CATALOG_PRICES}( \(cached\))?; vertex\.prices over them\); not "
                      r"counted: ", said), said[-2000:]
+
+
+def test_each_vertex_run_is_a_vertex_ai_experiments_run(emulated_run, tmp_path):
+    """The export stage records the run in Vertex AI Experiments with Google's client
+    (experiment: the model's display name; run: the pipeline job's ID): its parameters,
+    its metrics with the gate's decision, its curves as TensorBoard time series
+    (`vertex.tensorboard`), the pipeline run as its child; the exit handler adds the cost
+    and the duration and ends it; `gpu-pipeline runs --config` lines the runs up."""
+    apis, run, tasks = emulated_run["apis"], emulated_run["pipelines"], emulated_run["tasks"]
+    experiment = f"{STORE}/contexts/gpu-pipeline-model"
+    assert apis.metadata.resources[experiment]["schemaTitle"] == "system.Experiment"
+    name = f"{STORE}/contexts/gpu-pipeline-model-{run.job_id}"
+    (created,) = [r for r in apis.recorded(r"/metadataStores/default/contexts$")
+                  if r.query.get("contextId") == [name.rsplit("/", 1)[-1]]]
+    assert created.body == {"displayName": run.job_id, "schemaTitle": "system.ExperimentRun",
+                            "schemaVersion": "0.0.1", "metadata": {
+                                "_params": {}, "_metrics": {}, "_state": "RUNNING"}}
+    recorded = apis.metadata.resources[name]
+    assert recorded["parentContexts"] == [experiment]
+    state, values, results = (recorded["metadata"][k] for k in ("_state", "_params",
+                                                                  "_metrics"))
+    assert state == "COMPLETE"
+    assert {k: values[k] for k in ("model", "epochs", "batch_size", "data_source", "strategy",
+                                   "machines", "machine_type", "accelerator", "xla")} == {
+        "model": "cnn", "epochs": 3, "batch_size": 32,
+        "data_source": "builtin://shapes", "strategy": "multi_worker_mirrored",
+        "machines": 2, "machine_type": "n1-standard-8", "accelerator": "NVIDIA_TESLA_T4",
+        "xla": "off"}
+    assert values["data_fingerprint"].startswith("builtin://shapes?")
+    assert values["trainer_image"].startswith(f"{REPO}/gpu-pipeline-gpu@sha256:")
+    exported = tasks["export-model"].artifacts["metrics"]["metadata"]
+    assert results["test_accuracy"] == exported["test_accuracy"]
+    assert results["decision"] == "promoted" and "gate_p_value" not in results  # no champion
+    summary = tasks["summarize-run"]
+    cost = json.loads(emulated_run["mount"].path(summary.artifacts["cost"]["uri"]).read_text())
+    assert results["cost_usd"] == round(cost["usd"], 4)
+    assert 0 < results["duration_s"] < emulated_run["seconds"] + 60
+    assert re.search(rf"run experiments: run {run.job_id} of experiment gpu-pipeline-model "
+                     r"ended COMPLETE, cost [0-9.]+ USD", summary.log.read_text())
+    # The pipeline run is the Experiments run's child (the console links the two).
+    assert name in apis.metadata.resources[run.run_context]["parentContexts"]
+    # Each epoch's figures, as the training report has them, in the run's TensorBoard run.
+    job = emulated_run["mount"].path(tasks["train-on-vertex-ai"].artifacts["training_job"]["uri"])
+    history = json.loads((job / "training_report.json").read_text())["history"]
+    board = f"{TENSORBOARD}/experiments/gpu-pipeline-model/runs/{run.job_id}"
+    for metric in ("loss", "val_accuracy", "val_examples"):
+        assert apis.metadata.points[board, metric] == [
+            (epoch["epoch"] + 1, pytest.approx(epoch[metric])) for epoch in history]
+    # The runs side by side, read back from Vertex AI Experiments.
+    config = tmp_path / "vertex.yaml"
+    config.write_text("vertex:\n  project: my-proj\n  region: us-central1\n")
+    listing = subprocess.run([str(BIN), "runs", "--config", str(config)], capture_output=True,
+                             text=True, timeout=120, env=emulated_run["env"])
+    assert listing.returncode == 0, listing.stderr[-2000:]
+    header, *rows = listing.stdout.splitlines()
+    assert header.split() == ["ended", "state", "data", "accuracy", "decision", "cost",
+                              "duration"]
+    (first,) = [row for row in rows if f"test_accuracy {results['test_accuracy']:.4f}" in row
+                and f"{results['cost_usd']:.2f} USD" in row]
+    assert "SUCCEEDED" in first and "builtin://shapes (1600 images" in first and \
+        "promoted" in first
 
 
 def _budgeted_rerun(emulated_run, budget_usd, name):

@@ -240,6 +240,9 @@ class FakeGoogleApis:
         from tests.support.vertex_emulator.batch import BatchPredictionService
 
         self.batch = BatchPredictionService(self.models, self.endpoints.predictor)
+        from tests.support.vertex_emulator.metadata import MetadataService
+
+        self.metadata = MetadataService()  # Vertex ML Metadata and TensorBoard
         self.monitoring_address = ""  # gRPC, once started (`start_monitoring`)
         self._lock = threading.Lock()
         self._request = threading.local()  # the query string of the request being served
@@ -346,7 +349,8 @@ class FakeGoogleApis:
             match = re.match(pattern, path)
             if verb == method and match:
                 return handler(match.group(1), body)
-        for verb, pattern, handler in self.endpoints.routes() + self.batch.routes():
+        for verb, pattern, handler in (self.endpoints.routes() + self.batch.routes()
+                                       + self.metadata.routes()):
             match = re.match(pattern, path)
             if verb == method and match:
                 return handler(match.group(1), body, self._request.query)

@@ -121,14 +121,20 @@ class EmulatedPipelines:
             killed (SIGKILL) as soon as it holds.
         published: Where the run puts itself under its resource name once it starts, for
             the fake APIs' GetPipelineJob (`FakeGoogleApis.pipeline_jobs`).
+        metadata: The fake's Vertex ML Metadata (`FakeGoogleApis.metadata`): the run's
+            `system.PipelineRun` context is made there when it starts, and GetPipelineJob
+            names it (`jobDetail.pipelineRunContext`), as Vertex AI Pipelines does.
     """
 
     def __init__(self, work_dir: Path, mount: StandInMount, environment: dict[str, str],
                  timeout: float = 900,
                  image_problem: Callable[[str], str | None] | None = None,
                  kill_when: dict[str, Callable[[], bool]] | None = None,
-                 published: dict[str, EmulatedPipelines] | None = None):
+                 published: dict[str, EmulatedPipelines] | None = None,
+                 metadata: Any = None):
         self.work_dir = work_dir
+        self.metadata = metadata
+        self.run_context = ""
         self.published = published
         self.running: tuple[str, str] | None = None  # (the container task, its start)
         self.kill_when = kill_when or {}
@@ -153,8 +159,12 @@ class EmulatedPipelines:
         runtime = job["runtime_config"]
         self.job_id = request.pipeline_job_id
         self.resource_name = f"{request.parent}/pipelineJobs/{self.job_id}"
+        self.created = _now()
         if self.published is not None:
             self.published[self.resource_name] = self
+        if self.metadata is not None:
+            self.run_context = self.metadata.pipeline_run_context(
+                f"{request.parent}/metadataStores/default", self.job_id)
         # Values Vertex AI substitutes for its runtime placeholders in parameter defaults.
         self.runtime_values = {
             "{{$.pipeline_google_cloud_project_id}}": request.parent.split("/")[1],
@@ -352,8 +362,10 @@ class EmulatedPipelines:
             details.append({"taskName": self.running[0], "state": "RUNNING",
                             "startTime": self.running[1], "executorDetail": {
                                 "containerDetail": {}}})
+        context = {"pipelineRunContext": self.metadata.resources[self.run_context]} \
+            if self.run_context else {}
         return {"name": self.resource_name, "state": "PIPELINE_STATE_RUNNING",
-                "jobDetail": {"taskDetails": details}}
+                "createTime": self.created, "jobDetail": {"taskDetails": details, **context}}
 
     def step_job(self, name: str) -> dict[str, Any] | None:
         """The CustomJob a step ran as (GetCustomJob, REST field names) for the name

@@ -137,6 +137,9 @@ PATCHES = {
     "google.cloud.aiplatform_v1.services.endpoint_service.client": _rest_transport("endpoint"),
     "google.cloud.aiplatform_v1.services.prediction_service.client":
         _rest_transport("prediction"),
+    "google.cloud.aiplatform_v1.services.metadata_service.client": _rest_transport("metadata"),
+    "google.cloud.aiplatform_v1.services.tensorboard_service.client":
+        _rest_transport("tensorboard"),
     "google.cloud.devtools.cloudbuild_v1.services.cloud_build.client": _rest_transport("build"),
     "google.cloud.artifactregistry_v1.services.artifact_registry.client":
         _rest_transport("registry"),
