@@ -59,7 +59,7 @@ def _backbone_body(keras: Any, name: str, inputs: Any, weights: str | None,
 def build_model(keras: Any, name: str, image_size: int, num_classes: int,
                 learning_rate: Any, *, weights: str | None = None, freeze_base: bool = False,
                 jit_compile: bool = False, user_code: str = "",
-                steps_per_execution: int = 1) -> Any:
+                steps_per_execution: int = 1, evaluation_shards: int = 0) -> Any:
     """Builds and compiles a classifier of images with pixel values in [0, 255] (`PIXEL_MAX`:
     uint8 batches, or floats).
 
@@ -77,6 +77,8 @@ def build_model(keras: Any, name: str, image_size: int, num_classes: int,
         user_code: Directory put first on the import path for a user's model.
         steps_per_execution: Training steps each call of the compiled step runs (Keras
             runs them in one `tf.function` call: fewer returns to Python per step).
+        evaluation_shards: ParameterServerStrategy's exact evaluation shards (0: none;
+            `compile_model`).
 
     Returns:
         The compiled tf_keras model, with the input `image` and the output
@@ -113,19 +115,26 @@ def build_model(keras: Any, name: str, image_size: int, num_classes: int,
                                      name="probabilities")(features)
         model = keras.Model(inputs, outputs, name=name)
     compile_model(keras, model, learning_rate, jit_compile=jit_compile,
-                  steps_per_execution=steps_per_execution)
+                  steps_per_execution=steps_per_execution, evaluation_shards=evaluation_shards)
     return model
 
 
 def compile_model(keras: Any, model: Any, learning_rate: Any, *, jit_compile: bool,
-                  steps_per_execution: int = 1) -> None:
+                  steps_per_execution: int = 1, evaluation_shards: int = 0) -> None:
     """(Re-)compiles with Adam at `learning_rate` (a number or a schedule); besides the
     accuracy, `examples` counts the images each epoch's metrics were computed on (summed
-    over the replicas; `trainer.run.callbacks.EpochLog` reports the validation split's)."""
+    over the replicas; `trainer.run.callbacks.EpochLog` reports the validation split's).
+
+    `evaluation_shards` turns on ParameterServerStrategy's exact evaluation: the
+    validation split cut into that many shards, each evaluated by one worker exactly once,
+    so every image counts once, the last batch partial (tf_keras `Model.compile`,
+    `pss_evaluation_shards`; other strategies ignore it).
+    """
     model.compile(optimizer=keras.optimizers.Adam(learning_rate),
                   loss="sparse_categorical_crossentropy",
                   metrics=["accuracy", examples_metric(keras)],
-                  jit_compile=jit_compile, steps_per_execution=steps_per_execution)
+                  jit_compile=jit_compile, steps_per_execution=steps_per_execution,
+                  pss_evaluation_shards=evaluation_shards)
 
 
 def examples_metric(keras: Any) -> Any:
@@ -140,7 +149,8 @@ def examples_metric(keras: Any) -> Any:
 
 
 def unfreeze_for_fine_tuning(keras: Any, model: Any, fraction: float, learning_rate: Any, *,
-                             jit_compile: bool, steps_per_execution: int = 1) -> int:
+                             jit_compile: bool, steps_per_execution: int = 1,
+                             evaluation_shards: int = 0) -> int:
     """Phase 2: unfreezes the top `fraction` of the backbone and re-compiles at the
     fine-tuning learning rate; the optimizer's step count carries on from phase 1 (the
     sidecar evaluator and TensorBoard count epochs from it). Call it inside the
@@ -152,7 +162,7 @@ def unfreeze_for_fine_tuning(keras: Any, model: Any, fraction: float, learning_r
     steps_done = int(model.optimizer.iterations.numpy())
     unfrozen = _unfreeze_top(keras, base_of(keras, model), fraction)
     compile_model(keras, model, learning_rate, jit_compile=jit_compile,
-                  steps_per_execution=steps_per_execution)
+                  steps_per_execution=steps_per_execution, evaluation_shards=evaluation_shards)
     model.optimizer.iterations.assign(steps_done)
     return unfrozen
 
@@ -183,4 +193,5 @@ def model_for(keras: Any, setup: Any, *, pretrained: bool = True,
                            freeze_base=setup.freeze_base, jit_compile=setup.xla,
                            user_code=opts.user_code,
                            steps_per_execution=opts.steps_per_execution
-                           if steps_per_execution is None else steps_per_execution)
+                           if steps_per_execution is None else steps_per_execution,
+                           evaluation_shards=setup.evaluation_shards)

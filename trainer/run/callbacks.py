@@ -51,10 +51,9 @@ class EpochLog(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         logs = dict(logs or {})
         self.epochs_run += 1
-        if "val_examples" in logs and self.setup.whole_validation:
-            # Every worker reads the whole validation split: the count summed over the
-            # replicas holds each image once per worker.
-            logs["val_examples"] = float(logs["val_examples"]) / self.setup.info.training_machines
+        if "val_examples" in logs:
+            # The count summed over the replicas holds each image this many times.
+            logs["val_examples"] = float(logs["val_examples"]) / self.setup.validation_copies
         log.info("epoch %d/%d: loss %.4f accuracy %.4f val_loss %.4f val_accuracy %.4f on %d "
                  "validation images", epoch + 1, self.setup.options.total_epochs,
                  logs.get("loss", float("nan")), logs.get("accuracy", float("nan")),

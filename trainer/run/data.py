@@ -101,6 +101,8 @@ class InputSpec:
             tf.data's autotuning off. Autotuning sizes for the whole machine, and its
             background thread delays the end of multi-worker `fit` by up to ~10 s (the
             distributed iterator's destructor waits for it to wake).
+        exact: Read by ParameterServerStrategy's exact evaluation: whole and once, cut
+            into its shards.
     """
 
     files: tuple[str, ...]
@@ -114,6 +116,7 @@ class InputSpec:
     image_format: str = "png"
     augment: bool = False
     threads: int | None = None
+    exact: bool = False
 
 
 def make_dataset(tf: Any, spec: InputSpec, shard: tuple[int, int] | None = None) -> Any:
@@ -170,7 +173,7 @@ def make_dataset(tf: Any, spec: InputSpec, shard: tuple[int, int] | None = None)
     ds = ds.batch(spec.batch_size, drop_remainder=training, num_parallel_calls=parallel)
     ds = ds.prefetch(2 if threads else tf.data.AUTOTUNE)
     return ds.with_options(_options(tf, threads, len(files), spec.training_machines,
-                                    whole=not training))
+                                    whole=not training, exact=spec.exact))
 
 
 def _parser(tf: Any, spec: InputSpec, crop_at_decode: bool) -> Any:
@@ -211,18 +214,23 @@ def _share(files: list[str], shard: tuple[int, int] | None) -> tuple[list[str], 
 
 
 def _options(tf: Any, threads: int | None, files: int, training_machines: int,
-             whole: bool = False) -> Any:
+             whole: bool = False, exact: bool = False) -> Any:
     """The dataset's options: fixed parallelism on a local cluster's cores, and how
     MultiWorkerMirroredStrategy shards it across workers (by file when every worker gets
     a file; not at all for a `whole` split, the validation split: every worker reads all
     of it, so each runs as many steps, the last batch partial, and every image counts in
-    the epoch's validation metrics, each as many times as there are workers)."""
+    the epoch's validation metrics, each as many times as there are workers). An `exact`
+    split (ParameterServerStrategy's exact evaluation) is shardable by element: with OFF,
+    each of its shards read the whole split (every image counted 4 times on 2 workers and 2
+    shards, tests/components/training/test_local_cluster.py); with DATA, once."""
     options = tf.data.Options()
     if threads:
         options.autotune.enabled = False
         options.threading.private_threadpool_size = threads
     policy = tf.data.experimental.AutoShardPolicy
-    if whole:
+    if exact:
+        options.experimental_distribute.auto_shard_policy = policy.DATA
+    elif whole:
         options.experimental_distribute.auto_shard_policy = policy.OFF
     elif training_machines > 1 and files < training_machines:
         log.warning("%d files for %d workers: sharding by data (every worker reads every "
@@ -237,9 +245,11 @@ def _options(tf: Any, threads: int | None, files: int, training_machines: int,
 def build_inputs(tf: Any, keras: Any, spec: InputSpec, strategy: str) -> Any:
     """The input of `fit` for a split read as `spec` under `strategy`: a dataset, or
     under ParameterServerStrategy a dataset function that every worker runs on its own
-    share of the files."""
-    if strategy != "parameter_server":
-        return make_dataset(tf, spec)
+    share of the files (training); its validation split is a dataset of the whole split,
+    which its exact evaluation cuts into shards by file (`ReplicaSetup.evaluation_shards`)."""
+    if strategy != "parameter_server" or not spec.training:
+        return make_dataset(tf, dataclasses.replace(spec, training_machines=1, exact=True)
+                            if strategy == "parameter_server" else spec)
 
     def dataset_fn(context: Any) -> Any:
         return make_dataset(tf, dataclasses.replace(spec, training_machines=1),

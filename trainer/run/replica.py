@@ -137,11 +137,10 @@ def train(args: argparse.Namespace, info: ClusterInfo, training: TrainingPlan,
     _log_setup(tf, setup)
     apply_precision(keras, training)
     keras.utils.set_random_seed(setup.options.seed)
-    # The validation split is read once an epoch, whole, unless it is read as the training
-    # split is (`ReplicaSetup.whole_validation`).
+    # The validation split is read once an epoch, whole: every image counts
+    # (`ReplicaSetup.validation_copies`).
     train_input, validation_input = (
-        build_inputs(tf, keras, setup.input_spec(
-            s, training=s == "train" or not setup.whole_validation), setup.strategy)
+        build_inputs(tf, keras, setup.input_spec(s, training=s == "train"), setup.strategy)
         for s in SPLITS)
     with strategy.scope():
         model = model_for(keras, setup)
@@ -188,7 +187,8 @@ def _fit_phases(tf: Any, keras: Any, strategy: Any, model: Any, setup: ReplicaSe
                 unfrozen = unfreeze_for_fine_tuning(
                     keras, model, setup.options.fine_tune_fraction, learning_rate(phase),
                     jit_compile=setup.xla,
-                    steps_per_execution=setup.options.steps_per_execution)
+                    steps_per_execution=setup.options.steps_per_execution,
+                    evaluation_shards=setup.evaluation_shards)
             log.info("fine-tuning: %d layer(s) of the backbone unfrozen, learning rate %g",
                      unfrozen, phase.learning_rate)
         if setup.strategy == "multi_worker_mirrored":

@@ -142,22 +142,33 @@ class ReplicaSetup:
         return max(1, self.count("train") // self.global_batch)
 
     @property
-    def whole_validation(self) -> bool:
-        """Whether every training machine reads the whole validation split once an epoch
-        (`data.make_dataset`: it is not sharded across workers), so every image counts:
-        not under ParameterServerStrategy, whose dataset functions share the split out and
-        repeat for a count of steps."""
-        return self.strategy != "parameter_server"
+    def validation_copies(self) -> int:
+        """How many times each validation image counts in an epoch's validation metrics;
+        every image counts (`data.make_dataset` reads the split whole and once).
+        MultiWorkerMirroredStrategy: once per training machine, each reading all of it;
+        ParameterServerStrategy: once (`evaluation_shards`)."""
+        return 1 if self.strategy == "parameter_server" else self.info.training_machines
 
     @property
-    def validation_steps(self) -> int:
-        """`fit`'s validation steps. With `whole_validation`, MultiWorkerMirroredStrategy
-        cuts each global batch, the last one partial, into a piece per replica, every
-        worker stepping through all of them (TensorFlow's distributed input guide, "OFF"):
-        the global batches times the training machines. Otherwise the whole global
-        batches only."""
-        if not self.whole_validation:
-            return max(1, self.count("validation") // self.global_batch)
+    def evaluation_shards(self) -> int:
+        """ParameterServerStrategy's exact evaluation shards (`factory.compile_model`): the
+        validation split's files, one each. With tf_keras's "auto" (5 per worker) and
+        fewer files than that, TensorFlow refused to shard by file ("Could not apply FILE
+        based sharding ... not enough for the required 10 shards"), the split's own
+        option notwithstanding; with fewer files than workers, some wait. 0 otherwise."""
+        if self.strategy != "parameter_server":
+            return 0
+        return max(1, len(shard_paths(self.where.data_dir, self.manifest, "validation")))
+
+    @property
+    def validation_steps(self) -> int | None:
+        """`fit`'s validation steps. MultiWorkerMirroredStrategy cuts each global batch,
+        the last one partial, into a piece per replica, every worker stepping through all
+        of them (TensorFlow's distributed input guide, "OFF"): the global batches times the
+        training machines. ParameterServerStrategy's exact evaluation runs its shards to
+        their end: None."""
+        if self.strategy == "parameter_server":
+            return None
         batches = -(-self.count("validation") // self.global_batch)
         return max(1, batches * self.info.training_machines)
 

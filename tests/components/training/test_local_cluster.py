@@ -20,6 +20,7 @@ from components.training.training_report import publish_training_report
 from tests.support.paths import ROOT
 from trainer.cluster.roles import Layout
 from trainer.common.committed_dirs import MARKER, require_committed
+from trainer.common.contract import load_manifest
 
 # Exercised here without an import, in the trainer's processes: `trainer.run.ps_server`
 # (parameter servers and workers of ParameterServerStrategy), `trainer.run.sidecar` (the
@@ -72,6 +73,11 @@ def test_parameter_server_training_survives_a_killed_worker_and_exports_once(
     report = json.loads((job / "training_report.json").read_text())
     assert report["strategy"] == "parameter_server" and report["parameter_servers"] == 1
     assert [h["epoch"] for h in report["history"]] == [0, 1, 2, 3]
+    # Exact evaluation: every validation image counted once an epoch, the last batch
+    # partial, the epoch a worker was killed in too.
+    count = load_manifest(small_dataset)["splits"]["validation"]["count"]
+    assert count % 16
+    assert [h["val_examples"] for h in report["history"]] == [count] * 4
     assert report["history"][-1]["loss"] < report["history"][0]["loss"]
     model = Path(require_committed(job / "model"))
     assert (model / "saved_model.pb").is_file()

@@ -167,6 +167,9 @@ def test_file_sharding_needs_a_file_per_worker(small_dataset, caplog):
     # The validation split is read whole by every worker: not sharded.
     whole = make_dataset(tf, InputSpec(files, 32, 8, training=False, training_machines=4))
     assert whole.options().experimental_distribute.auto_shard_policy == policy.OFF
+    # ParameterServerStrategy's exact evaluation cuts it by element into its shards.
+    exact = make_dataset(tf, InputSpec(files, 32, 8, training=False, exact=True))
+    assert exact.options().experimental_distribute.auto_shard_policy == policy.DATA
     assert "1 files for 2 workers: sharding by data" in caplog.text
     images, labels = next(iter(by_file))
     # uint8 pixels: the model converts them (on the accelerator), not the input pipeline.

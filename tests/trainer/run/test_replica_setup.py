@@ -47,10 +47,24 @@ def test_batches_and_steps_follow_the_replicas_in_sync(dataset):
     # through every replica's piece of them.
     assert plan.info.training_machines == 2
     assert plan.steps_per_epoch == 1000 // 64 and plan.validation_steps == 5 * 2
+    assert plan.validation_copies == 2 and plan.evaluation_shards == 0
     assert plan.image_size == 224 and plan.classes == ["a", "b", "c"]
     assert plan.where.job_dir.endswith("/b/job") and plan.where.model_dir.endswith("/job/model")
     assert "global batch 64 (32 per replica x 2), 15 steps per epoch" in plan.describe()
     assert plan.lines() == [f"model: {plan.options.model}", f"data: {plan.describe()}"]
+
+
+def test_under_parameter_servers_exact_evaluation_counts_each_image_once(dataset):
+    info = cluster_from_env({"TF_CONFIG": json.dumps({
+        "cluster": {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]},
+        "task": {"type": "chief", "index": 0}})})
+    where = locations("gs://b/job", str(dataset), {})
+    training = plan_training(info.layout, mixed_precision="auto", xla="auto", gpu=None, gpus=0)
+    plan = set_up(TrainingOptions(), info, training, where, {}, gpus=0, replicas=2)
+    assert plan.strategy == "parameter_server"
+    # One shard per validation file; the shards run to their end, each image counted once.
+    assert plan.evaluation_shards == 1 and plan.validation_steps is None
+    assert plan.validation_copies == 1
 
 
 def test_a_training_split_of_a_few_global_batches_is_warned_about(dataset):
