@@ -392,7 +392,7 @@ def test_the_run_says_where_its_gpu_time_and_money_went(emulated_run):
     assert metrics["cloud_monitoring_gpu_percent"] == round(busy, 1)
     assert f"efficiency: Cloud Monitoring: worker-0: GPU busy {busy:.0f}% (highest 87%" \
         in report
-    (query,) = [r.query for r in apis.recorded("timeSeries$", method="GET")
+    (query,) = [r.query for r in apis.recorded(r"^/v3/projects/[^/]+/timeSeries$", method="GET")
                 if "training/accelerator/utilization" in r.query["filter"][0]]
     assert f'resource.labels.job_id="{job.name.rsplit("/", 1)[-1]}"' in query["filter"][0]
 
