@@ -295,6 +295,7 @@ def run_local(config: Config, pipeline_root: str | os.PathLike, *, verbose: bool
 def _remember(root: Path, run_dir: Path, result: LocalRunResult | None, seconds: float,
               failure: str = "") -> None:
     """The run's line in the local runs' history (`pipelines.run_history`)."""
+    from components.export.gate import compared_metric
     from pipelines import run_history
     from trainer.common import files
 
@@ -303,7 +304,7 @@ def _remember(root: Path, run_dir: Path, result: LocalRunResult | None, seconds:
     manifest = files.read_json(Path(dataset) / "manifest.json", missing=None) \
         if dataset else None
     metrics = result.metrics if result else {}
-    metric = "test_accuracy" if "test_accuracy" in metrics else "accuracy"
+    metric = compared_metric(metrics)
     run_history.record(root, {
         "run": run_dir.name, "state": "FAILED" if failure else "SUCCEEDED",
         "error": failure, "seconds": round(seconds, 1),

@@ -63,6 +63,44 @@ def decision_words(promoted: bool, version: str, has_decision: bool) -> str:
         "champion kept (not registered)"
 
 
+#: The gate's decision as a Vertex AI run's Experiments metric, in the table's words.
+EXPERIMENT_DECISIONS = {"promoted": "promoted", "registered": "champion kept (registered)",
+                        "not registered": "champion kept (not registered)"}
+
+#: Vertex AI Experiments' final states as a run's summary names them.
+EXPERIMENT_STATES = {"COMPLETE": "SUCCEEDED", "FAILED": "FAILED", "CANCELLED": "CANCELLED",
+                     "RUNNING": "RUNNING"}
+
+
+def _whole(value: Any) -> Any:
+    """A count as Vertex ML Metadata gives it back (a double: protobuf Struct numbers)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def from_experiments(runs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Vertex AI runs read back from Vertex AI Experiments
+    (`components.export.experiments.list_runs`) as lines of this history, oldest first."""
+    from components.export.gate import compared_metric
+
+    lines = []
+    for run in runs:
+        values, results = run["params"], run["metrics"]
+        metric = compared_metric(results)
+        data = {"source": values["data_source"],
+                "examples": _whole(values.get("data_examples", "?")),
+                "source_fingerprint": values.get("data_fingerprint", "")} \
+            if values.get("data_source") else None
+        decided = results.get("decision")
+        lines.append({
+            "run": run["name"], "ended": results.get("ended", "-"),
+            "state": EXPERIMENT_STATES.get(run["state"], run["state"]),
+            "data": dataset_words(data), "metric": metric, "accuracy": results.get(metric),
+            "decision": EXPERIMENT_DECISIONS.get(str(decided), str(decided or "-")),
+            "local": False, "cost_usd": results.get("cost_usd"),
+            "seconds": results.get("duration_s")})
+    return sorted(lines, key=lambda line: str(line["ended"]))
+
+
 def table(runs: Iterable[Mapping[str, Any]]) -> list[str]:
     """The runs as an aligned table, newest last."""
     header = ("ended", "state", "data", "accuracy", "decision", "cost", "duration")

@@ -221,23 +221,10 @@ def _end_run(project: str, vertex: VertexOptions, job_name: str, state: str, *,
             + (f", cost {cost_usd:.2f} USD" if cost_usd is not None else ""))
 
 
-#: The gate's decision as a metric (`metrics`), in the runs table's words.
-DECISION_WORDS = {"promoted": "promoted", "registered": "champion kept (registered)",
-                  "not registered": "champion kept (not registered)"}
-
-#: Experiments' final states as a run's summary names them.
-SUMMARY_STATES = {"COMPLETE": "SUCCEEDED", "FAILED": "FAILED", "CANCELLED": "CANCELLED",
-                  "RUNNING": "RUNNING"}
-
-
-def _whole(value: Any) -> Any:
-    """A count as Vertex ML Metadata gives it back (a double: protobuf Struct numbers)."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
 def list_runs(project: str, vertex: VertexOptions) -> list[dict[str, Any]]:
-    """The experiment's runs as `pipelines.run_history` lines (oldest first), read back
-    from Vertex AI Experiments; none when the experiment does not exist yet."""
+    """The experiment's runs, read back from Vertex AI Experiments: each one's `name`,
+    `state` (COMPLETE, FAILED, CANCELLED, RUNNING), `params` and `metrics`; none when the
+    experiment does not exist yet."""
     from google.api_core import exceptions
     from google.cloud import aiplatform
 
@@ -250,20 +237,5 @@ def list_runs(project: str, vertex: VertexOptions) -> list[dict[str, Any]]:
             return []
         runs = aiplatform.ExperimentRun.list(experiment=experiment, project=project,
                                              location=vertex.region)
-    lines = []
-    for run in runs:
-        values, results = run.get_params(), run.get_metrics()
-        metric = "test_accuracy" if "test_accuracy" in results else "accuracy"
-        data = values.get("data_source")
-        decided = results.get("decision")
-        lines.append({
-            "run": run.name, "ended": results.get("ended", "-"),
-            "state": SUMMARY_STATES.get(str(run.get_state()), str(run.get_state())),
-            "data": f"{data} ({_whole(values.get('data_examples', '?'))} images, "
-                    f"{str(values.get('data_fingerprint', '')).split(':')[-1][:12]})"
-            if data else "-",
-            "metric": metric, "accuracy": results.get(metric),
-            "decision": DECISION_WORDS.get(str(decided), str(decided or "-")),
-            "local": False, "cost_usd": results.get("cost_usd"),
-            "seconds": results.get("duration_s")})
-    return sorted(lines, key=lambda line: str(line["ended"]))
+    return [{"name": run.name, "state": str(run.get_state()), "params": run.get_params(),
+             "metrics": run.get_metrics()} for run in runs]

@@ -56,6 +56,16 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--region", help="Vertex AI region (checked against the GPU rules).")
 
 
+def add_listing_flags(parser: argparse.ArgumentParser, config_help: str) -> None:
+    """The flags of a listing of the local runs' root, or with --config or --project of
+    Vertex AI's."""
+    parser.add_argument("--pipeline-root", type=Path, default=DEFAULT_LOCAL_ROOT,
+                        help=f"The local runs' root (default: {DEFAULT_LOCAL_ROOT}/).")
+    parser.add_argument("--config", type=Path, help=config_help)
+    parser.add_argument("--project", help="Google Cloud project.")
+    parser.add_argument("--region", help="Vertex AI region.")
+
+
 def add_vertex_flags(parser: argparse.ArgumentParser) -> None:
     """The flags of the commands that reach Vertex AI."""
     parser.add_argument("--project", help="Google Cloud project.")

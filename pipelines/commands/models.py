@@ -4,14 +4,10 @@ Vertex AI Model Registry)."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from components.stage_messages import say
-from pipelines.commands.common import (
-    DEFAULT_LOCAL_ROOT,
-    load,
-)
+from pipelines.commands.common import add_listing_flags, load
 from trainer.common.shell_name import command
 
 
@@ -22,12 +18,8 @@ def add_parser(commands: Any, parser_class: type) -> None:
     listing = model_actions.add_parser(
         "list", help="The local registry's versions (the default marked *); with --config "
         "or --project, the Vertex AI Model Registry's.")
-    listing.add_argument("--pipeline-root", type=Path, default=DEFAULT_LOCAL_ROOT,
-                         help=f"The local runs' root (default: {DEFAULT_LOCAL_ROOT}/).")
-    listing.add_argument("--config", type=Path, help="YAML configuration file: list its "
-                         "vertex.parent_model versions (or vertex.model_display_name models).")
-    listing.add_argument("--project", help="Google Cloud project.")
-    listing.add_argument("--region", help="Vertex AI region.")
+    add_listing_flags(listing, "YAML configuration file: list its vertex.parent_model "
+                               "versions (or vertex.model_display_name models).")
     listing.add_argument("--dry-run", action="store_true",
                          help="Print the Vertex AI request without sending it.")
 

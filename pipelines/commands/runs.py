@@ -6,10 +6,9 @@ Experiments recorded them."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
-from pipelines.commands.common import DEFAULT_LOCAL_ROOT, load
+from pipelines.commands.common import add_listing_flags, load
 
 
 def add_parser(commands: Any, parser_class: type) -> None:
@@ -17,12 +16,8 @@ def add_parser(commands: Any, parser_class: type) -> None:
     parser = commands.add_parser("runs", help="The runs so far, one line each: data, "
                                  "accuracy, decision, cost, duration (local; with --config "
                                  "or --project, Vertex AI's).")
-    parser.add_argument("--pipeline-root", type=Path, default=DEFAULT_LOCAL_ROOT,
-                        help=f"The local runs' root (default: {DEFAULT_LOCAL_ROOT}/).")
-    parser.add_argument("--config", type=Path, help="YAML configuration file: list the runs "
-                        "of its Vertex AI Experiments experiment (vertex.experiment).")
-    parser.add_argument("--project", help="Google Cloud project.")
-    parser.add_argument("--region", help="Vertex AI region.")
+    add_listing_flags(parser, "YAML configuration file: list the runs of its Vertex AI "
+                              "Experiments experiment (vertex.experiment).")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         from components.export.experiments import experiment_name, list_runs
 
         config = load(args)
-        found = list_runs(config.vertex.project, config.vertex)
+        found = run_history.from_experiments(list_runs(config.vertex.project, config.vertex))
         if not found:
             print(f"no runs recorded in the Vertex AI Experiments experiment "
                   f"{experiment_name(config.vertex)!r} of {config.vertex.project} "

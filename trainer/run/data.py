@@ -247,9 +247,10 @@ def build_inputs(tf: Any, keras: Any, spec: InputSpec, strategy: str) -> Any:
     under ParameterServerStrategy a dataset function that every worker runs on its own
     share of the files (training); its validation split is a dataset of the whole split,
     which its exact evaluation cuts into shards by file (`ReplicaSetup.evaluation_shards`)."""
-    if strategy != "parameter_server" or not spec.training:
-        return make_dataset(tf, dataclasses.replace(spec, training_machines=1, exact=True)
-                            if strategy == "parameter_server" else spec)
+    if strategy != "parameter_server":
+        return make_dataset(tf, spec)
+    if not spec.training:
+        return make_dataset(tf, dataclasses.replace(spec, training_machines=1, exact=True))
 
     def dataset_fn(context: Any) -> Any:
         return make_dataset(tf, dataclasses.replace(spec, training_machines=1),

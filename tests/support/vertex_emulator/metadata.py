@@ -158,7 +158,6 @@ class MetadataService:
     def _tensorboard_of(self, name: str) -> str | None:
         found = re.match(r"(projects/[^/]+/locations/[^/]+/tensorboards/[^/]+)", name)
         board = found.group(1) if found else ""
-        # Tests name a tensorboard by project ID; clients may use it as given.
         return board if board in self.tensorboards else None
 
     def _tensorboard(self, name: str, body: Any, query: dict) -> tuple[int, Any]:
