@@ -151,14 +151,20 @@ class ReplicaSetup:
 
     @property
     def evaluation_shards(self) -> int:
-        """ParameterServerStrategy's exact evaluation shards (`factory.compile_model`): the
-        validation split's files, one each. With tf_keras's "auto" (5 per worker) and
-        fewer files than that, TensorFlow refused to shard by file ("Could not apply FILE
-        based sharding ... not enough for the required 10 shards"), the split's own
-        option notwithstanding; with fewer files than workers, some wait. 0 otherwise."""
+        """ParameterServerStrategy's exact evaluation shards (`factory.compile_model`): one
+        per validation file, and never more than the split's batches. The split is sharded
+        by element (`data.make_dataset`'s `exact`), a batch being an element, and
+        TensorFlow refuses more shards than elements with "Could not apply FILE based
+        sharding: the dataset only has 1 file(s), which is not enough for the required 4
+        shards/workers" (38 images in batches of 16, 4 files: 3 batches, 4 shards; the
+        AI Platform documents' parameter-server layout on small splits). With tf_keras's
+        "auto" (5 per worker) and fewer files than that, TensorFlow refused to shard by
+        file; with fewer shards than workers, some wait. 0 otherwise."""
         if self.strategy != "parameter_server":
             return 0
-        return max(1, len(shard_paths(self.where.data_dir, self.manifest, "validation")))
+        files = len(shard_paths(self.where.data_dir, self.manifest, "validation"))
+        batches = -(-self.count("validation") // self.global_batch)
+        return max(1, min(files, batches))
 
     @property
     def validation_steps(self) -> int | None:

@@ -89,6 +89,37 @@ def test_parameter_server_training_survives_a_killed_worker_and_exports_once(
         assert "serving at" in (tmp_path / f"{name}.log").read_text()
 
 
+def test_the_documents_parameter_server_layout_trains_on_small_splits_and_every_replica_ends(
+        tmp_path):
+    # The AI Platform documents' layout (master, workers, parameter servers; here a chief,
+    # 2 workers, 1 parameter server and an evaluator) on 50 drawn images a class, prepared
+    # by the dataset stage for the layout's input pipelines: 2 files a split, the 38
+    # validation images one global batch. Exact evaluation then has 1 shard, not 2 (one
+    # shard without a batch failed the chief: "Could not apply FILE based sharding").
+    from components.dataset.dataset_options import DatasetOptions
+    from components.dataset.prepare import prepare_dataset
+
+    layout = Layout(workers=2, parameter_servers=1, evaluators=1)
+    data = tmp_path / "data"
+    manifest = prepare_dataset(DatasetOptions(), data, builtin_images_per_class=50,
+                               input_pipelines=layout.input_pipelines("parameter_server"))
+    validation = manifest["splits"]["validation"]
+    assert (validation["count"], len(validation["shards"])) == (38, 2)
+    job, out = tmp_path / "job", io.StringIO()
+    chosen = run_local_cluster(layout, ["--job-dir", str(job), "--data-dir", str(data),
+                                        "--epochs", "2", "--batch-size", "64"],
+                               timeout_seconds=300, out=out)
+    assert chosen == "parameter_server"
+    report = json.loads((job / "training_report.json").read_text())
+    assert [h["val_examples"] for h in report["history"]] == [38, 38]
+    model = Path(require_committed(job / "model"))
+    assert (model / "saved_model.pb").is_file()
+    assert sorted(os.listdir(job / "model")) == sorted([MARKER, model.name])
+    # The evaluator ended by itself after the chief's last checkpoint.
+    evaluations = json.loads((job / "evaluations.json").read_text())
+    assert evaluations[-1]["epoch"] == 1
+
+
 def test_a_sidecar_evaluator_beside_multi_worker_training_reports_its_curve(
         small_dataset, tmp_path):
     job = tmp_path / "job"

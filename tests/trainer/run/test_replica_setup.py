@@ -67,6 +67,29 @@ def test_under_parameter_servers_exact_evaluation_counts_each_image_once(dataset
     assert plan.validation_copies == 1
 
 
+@pytest.mark.parametrize(("batch_size", "shards"), [(4, 4), (8, 3), (16, 2), (32, 1)])
+def test_exact_evaluation_never_has_more_shards_than_the_split_has_batches(
+        tmp_path, batch_size, shards):
+    # 38 validation images in 4 files (the documents' parameter-server layout on 50 images
+    # a class): TensorFlow refuses a shard without a batch, so the shards are the files or
+    # the global batches (2 replicas), whichever are fewer: 38 / 8 -> 5 batches, 38 / 16 ->
+    # 3, 38 / 32 -> 2, 38 / 64 -> 1.
+    manifest = {"classes": ["a", "b"], "image_size": [32, 32], "image_format": "png",
+                "splits": {"train": {"count": 140, "shards": []},
+                           "validation": {"count": 38, "shards": [
+                               {"file": f"validation-0000{i}-of-00004.tfrecord"}
+                               for i in range(4)]}}}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    info = cluster_from_env({"TF_CONFIG": json.dumps({
+        "cluster": {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]},
+        "task": {"type": "chief", "index": 0}})})
+    training = plan_training(info.layout, mixed_precision="auto", xla="auto", gpu=None, gpus=0)
+    plan = set_up(TrainingOptions(batch_size=batch_size), info, training,
+                  locations("gs://b/job", str(tmp_path), {}), {}, gpus=0, replicas=2)
+    assert plan.global_batch == 2 * batch_size
+    assert plan.evaluation_shards == shards
+
+
 def test_a_training_split_of_a_few_global_batches_is_warned_about(dataset):
     plan = _plan(dataset, batch_size=256, replicas=2)  # 1000 // 512: 1 step per epoch
     assert plan.steps_per_epoch == 1
