@@ -37,8 +37,12 @@ def no_price_catalog_in_the_session(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def no_price_catalog(tmp_path, monkeypatch):
-    """Each test's price cache is its own (what one test read is not another's)."""
+    """Each test's price cache is its own (what one test read is not another's), and no
+    read that went unanswered in an earlier test shortens this one's (`bounded_read`)."""
+    from trainer.common import cloud_calls
+
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    monkeypatch.setitem(cloud_calls._UNANSWERED, "what", "")
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from trainer.common.errors import InputError
@@ -86,11 +87,13 @@ def list_request(vertex: VertexOptions, project: str) -> Any:
         filter=f'display_name="{vertex.model_display_name}"', order_by="create_time desc")
 
 
-def list_models(vertex: VertexOptions, project: str, client: Any = None) -> list[Any]:
+def list_models(vertex: VertexOptions, project: str, client: Any = None,
+                progress: Callable[[], None] = lambda: None) -> list[Any]:
     """The registered models (or versions), newest first (`client`: a ModelServiceClient;
-    the region's, with the default credentials, when None)."""
+    the region's, with the default credentials, when None); `progress()` after each page,
+    each page's request timing out after `STALL_SECONDS`."""
     from components.cloud_names import vertex_endpoint
-    from trainer.common.cloud_calls import remote_call
+    from trainer.common.cloud_calls import STALL_SECONDS, remote_call
 
     request = list_request(vertex, project)
     with remote_call("listing the Model Registry"):
@@ -101,13 +104,19 @@ def list_models(vertex: VertexOptions, project: str, client: Any = None) -> list
                 "api_endpoint": vertex_endpoint(vertex.region)})
         method = (client.list_model_versions
                   if type(request).__name__.startswith("ListModelVer") else client.list_models)
-        return list(method(request=request))
+        found = []
+        for page in method(request=request, timeout=STALL_SECONDS).pages:
+            progress()
+            found.extend(page.models)
+        return found
 
 
 def newest_measured(vertex: VertexOptions, project: str, model_client: Any = None,
-                    storage: Any = None) -> Registered | None:
+                    storage: Any = None,
+                    progress: Callable[[], None] = lambda: None) -> Registered | None:
     """The newest registered model that has efficiency figures, with its lineage; None
-    when none has (`storage`: a Cloud Storage client; the default one when None).
+    when none has (`storage`: a Cloud Storage client; the default one when None;
+    `progress()` after each answer, for `bounded_read`).
 
     Raises:
         CloudCallError, CredentialsError: The registry or the bucket could not be read.
@@ -116,7 +125,7 @@ def newest_measured(vertex: VertexOptions, project: str, model_client: Any = Non
     from components.training.efficiency import FILE
     from trainer.common.cloud_calls import remote_call
 
-    models = list_models(vertex, project, model_client)
+    models = list_models(vertex, project, model_client, progress)
     if storage is None and models:
         from trainer.common.gcs import storage_client
 
@@ -130,8 +139,10 @@ def newest_measured(vertex: VertexOptions, project: str, model_client: Any = Non
         blob = storage.bucket(bucket).blob(f"{path}/{FILE}")
         with remote_call(f"reading {uri}/{FILE}"):
             if not blob.exists():
+                progress()
                 continue
             figures = json.loads(blob.download_as_text())
+        progress()
         lineage = storage.bucket(bucket).blob(f"{path}/{LINEAGE_FILE}")
         with remote_call(f"reading {uri}/{LINEAGE_FILE}"):
             found = json.loads(lineage.download_as_text()) if lineage.exists() else {}

@@ -6,9 +6,11 @@ Catalog API's how-to)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from components.prices.sku_match import COMPUTE_ENGINE, VERTEX_AI, Sku, from_rest
+from trainer.common.cloud_calls import STALL_SECONDS, NoAnswer, bounded_read
 from trainer.common.errors import StageError, first_line
 
 #: The services a job is billed on: Vertex AI (training, management fees, prediction) and
@@ -22,14 +24,35 @@ class CatalogUnreadable(StageError):
 
 
 def catalog_client() -> Any:
-    """A CloudCatalogClient with the default credentials."""
+    """A CloudCatalogClient with the default credentials, over REST: its token and its pages
+    through one HTTP session whose calls take a timeout (the transport the fake catalog's
+    tests use too)."""
     from google.cloud import billing_v1
 
-    return billing_v1.CloudCatalogClient()
+    return billing_v1.CloudCatalogClient(transport="rest")
 
 
-def read_skus(client: Any, services: tuple[str, ...] = SERVICES) -> list[Sku]:
-    """Every priced SKU of `services`, in USD, every page.
+def read_catalog(make: Any = None, services: tuple[str, ...] = SERVICES) -> list[Sku]:
+    """Every priced SKU of `services` through the client `make()` makes (default:
+    `catalog_client`), bounded (`bounded_read`): on a network that drops connections it
+    gives up after `STALL_SECONDS` without an answer instead of waiting minutes.
+
+    Raises:
+        CatalogUnreadable: No client, a listing failed, or no answer in time.
+    """
+    def read(progress: Callable[[], None]) -> list[Sku]:
+        return read_skus(open_client(make), services, progress)
+
+    try:
+        return bounded_read("the Cloud Billing Catalog API", read)
+    except NoAnswer as exc:
+        raise CatalogUnreadable(str(exc)) from None
+
+
+def read_skus(client: Any, services: tuple[str, ...] = SERVICES,
+              progress: Callable[[], None] = lambda: None) -> list[Sku]:
+    """Every priced SKU of `services`, in USD, every page (`progress()` after each; each
+    page's request times out after `STALL_SECONDS`).
 
     Raises:
         CatalogUnreadable: A listing failed; the message names the service and the error.
@@ -44,11 +67,13 @@ def read_skus(client: Any, services: tuple[str, ...] = SERVICES) -> list[Sku]:
         request = billing_v1.ListSkusRequest(parent=f"services/{service}", currency_code="USD",
                                              page_size=PAGE_SIZE)
         try:
-            for sku in client.list_skus(request=request):
-                rest = json_format.MessageToDict(type(sku).pb(sku))
-                parsed = from_rest(rest, service)
-                if parsed:
-                    found.append(parsed)
+            for page in client.list_skus(request=request, timeout=STALL_SECONDS).pages:
+                progress()
+                for sku in page.skus:
+                    rest = json_format.MessageToDict(type(sku).pb(sku))
+                    parsed = from_rest(rest, service)
+                    if parsed:
+                        found.append(parsed)
         except (exceptions.GoogleAPIError, auth_exceptions.GoogleAuthError, OSError) as exc:
             raise CatalogUnreadable(
                 f"the Cloud Billing Catalog API's SKUs of services/{service} could not be read"

@@ -206,11 +206,11 @@ class PriceBook:
                          f"from the shipped table{other}")
 
     def _catalog(self) -> list[Any] | None:
-        from components.prices.catalog import CatalogUnreadable, open_client, read_skus
+        from components.prices.catalog import CatalogUnreadable, read_catalog
 
         if self._skus is None and not self.unreadable:
             try:
-                self._skus = read_skus(open_client(self._client))
+                self._skus = read_catalog(self._client)
             except CatalogUnreadable as exc:
                 self.unreadable = str(exc)
                 if self._log:

@@ -48,9 +48,15 @@ class NewestSpeed:
     @functools.cached_property
     def found(self) -> tuple[Registered | None, str]:
         """(the model's measured run, or None; why there is none, "" if there is)."""
-        try:
-            found = newest_measured(self._config.vertex, self._config.vertex.project,
-                                    self._clients.model_api, self._clients.get_storage())
+        from trainer.common.cloud_calls import bounded_read
+
+        def read(progress: Callable[[], None]) -> Registered | None:
+            return newest_measured(self._config.vertex, self._config.vertex.project,
+                                   self._clients.model_api, self._clients.get_storage(),
+                                   progress)
+
+        try:  # bounded: a dry run on a network that drops connections still ends
+            found = bounded_read("the Model Registry", read)
         except ProjectError as exc:
             return None, str(exc)
         return found, "" if found else ("the first registered model carries efficiency.json,"

@@ -82,3 +82,15 @@ class RecordingApi:
         self.calls.append(request)
 
     resume_schedule = delete_schedule = pause_schedule
+
+
+def model_pages(method, request, models=()):
+    """What ModelServiceClient's list_models or list_model_versions returns: Google's own
+    pager over one page of `models` (aiplatform_v1.Model)."""
+    from google.cloud.aiplatform_v1.services.model_service import pagers
+
+    if isinstance(request, aiplatform_v1.ListModelVersionsRequest):
+        return pagers.ListModelVersionsPager(
+            method, request, aiplatform_v1.ListModelVersionsResponse(models=list(models)))
+    return pagers.ListModelsPager(method, request,
+                                  aiplatform_v1.ListModelsResponse(models=list(models)))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -286,30 +287,50 @@ def load(location: str = "") -> Measurements:
 
 
 def _read_gcs(location: str) -> tuple[list[ResultsFile], list[str]]:
+    """The results files under a `gs://` location, read within `bounded_read`'s limits: a
+    location that gave no answer is left out for the rest of the process (a plan is made
+    several times per command; a dry run on a network that drops connections still ends)."""
+    from trainer.common.cloud_calls import NoAnswer, bounded_read
+
+    if location not in _UNANSWERED:
+        try:
+            return bounded_read(f"training.measurements {location!r}",
+                                lambda progress: _read_gcs_now(location, progress))
+        except NoAnswer as exc:
+            _UNANSWERED[location] = f"{exc}; the plan uses the shipped measurements alone"
+    return [], [_UNANSWERED[location]]
+
+
+def _read_gcs_now(location: str, progress: Callable[[], None]
+                  ) -> tuple[list[ResultsFile], list[str]]:
+    from trainer.common.cloud_calls import STALL_SECONDS
     from trainer.common.gcs import split_gcs_uri, storage_client
 
     files, problems = [], []
     try:
         bucket, prefix = split_gcs_uri(location)
         blobs = [b for b in storage_client().list_blobs(bucket, prefix=prefix.rstrip("/") + "/"
-                                                        if prefix else None)
+                                                        if prefix else None,
+                                                        timeout=STALL_SECONDS)
                  if b.name.endswith(".json")]
     except Exception as exc:  # noqa: BLE001 -- any client failure leaves the location out
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return [], [f"training.measurements {location!r} could not be listed ({first}); the "
                     "plan uses the shipped measurements alone"]
+    progress()
     for blob in sorted(blobs, key=lambda b: b.name):
         uri = f"gs://{blob.bucket.name}/{blob.name}"
         key = (uri, str(blob.generation))  # an object rewritten is read again
         if key not in _READ:
             try:
-                _READ[key] = parse_results(json.loads(blob.download_as_bytes()), uri,
-                                           user=True)
+                _READ[key] = parse_results(
+                    json.loads(blob.download_as_bytes(timeout=STALL_SECONDS)), uri, user=True)
             except ValueError as exc:
                 _READ[key] = f"{uri}: left out: {exc}"
             except Exception as exc:  # noqa: BLE001 -- one unreadable object is left out alone
                 problems.append(f"{uri}: left out: could not be read ({type(exc).__name__})")
                 continue
+            progress()
         found = _READ[key]
         (problems if isinstance(found, str) else files).append(found)
     return files, problems
@@ -318,3 +339,5 @@ def _read_gcs(location: str) -> tuple[list[ResultsFile], list[str]]:
 #: The objects read in this process, by URI and generation (a plan is made several times
 #: per command: the location is listed each time, each object downloaded once).
 _READ: dict[tuple[str, str], ResultsFile | str] = {}
+#: The locations that gave no answer in this process, with the problem said of them.
+_UNANSWERED: dict[str, str] = {}

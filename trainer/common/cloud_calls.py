@@ -9,9 +9,14 @@ instead of a client library's traceback.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from trainer.common.errors import InputError, StageError, first_line
+
+T = TypeVar("T")
 
 
 class CloudCallError(StageError):
@@ -46,3 +51,73 @@ def remote_call(what: str) -> Iterator[None]:
     except (api.GoogleAPIError, auth.TransportError, auth.RefreshError,
             requests.exceptions.RequestException, ConnectionError, TimeoutError) as exc:
         raise CloudCallError(f"{what} failed: {first_line(exc)}") from None
+
+
+#: Seconds a read may wait for an answer (a connection, a token, a page) before the
+#: network is taken to be unreachable; a dry run makes two such reads (the price catalog,
+#: the Model Registry), so it ends within 20 s on a network that drops every connection.
+STALL_SECONDS = 5.0
+#: Seconds a read may take in all, answering all along (the catalog's pages).
+TOTAL_SECONDS = 60.0
+#: Once a read got no answer, the next ones wait this long for their first answer (a dry
+#: run makes three: the catalog, training.measurements, the Model Registry), until one
+#: answers again.
+AFTER_NO_ANSWER_SECONDS = 1.0
+#: The read that last got no answer in this process ("" once one answered since).
+_UNANSWERED = {"what": ""}
+
+
+class NoAnswer(CloudCallError):
+    """A bounded read got no answer in time (a network that drops connections)."""
+
+
+def bounded_read(what: str, read: Callable[[Callable[[], None]], T], *,
+                 stall: float = STALL_SECONDS, total: float = TOTAL_SECONDS) -> T:
+    """`read(progress)`, given `stall` seconds between answers and `total` in all.
+
+    Google's clients wait long on a network that drops connections: a token request up to
+    120 s (google-auth's default transport timeout), a call without a deadline until
+    gRPC's own connect timeout, and again for every page or retry. `read` runs on a
+    daemon thread and calls `progress()` after each answer; when it goes `stall` seconds
+    without one, or `total` in all, the caller stops waiting (the abandoned thread ends
+    with its socket's timeout, or with the process). After a read that got no answer,
+    the next waits `AFTER_NO_ANSWER_SECONDS` for its first.
+
+    Raises:
+        NoAnswer: The read did not finish in time.
+        Exception: What `read` raised.
+    """
+    unanswered = _UNANSWERED["what"]
+    first = min(stall, AFTER_NO_ANSWER_SECONDS) if unanswered else stall
+    state = {"last": time.monotonic(), "stall": first}
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def progress() -> None:
+        state["last"], state["stall"] = time.monotonic(), stall
+
+    def run() -> None:
+        try:
+            outcome["value"] = read(progress)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome["error"] = exc
+        done.set()
+
+    started = time.monotonic()
+    threading.Thread(target=run, name=f"read: {what}", daemon=True).start()
+    while not done.is_set():
+        now = time.monotonic()
+        waited = min(state["last"] + state["stall"], started + total) - now
+        if waited <= 0:
+            _UNANSWERED["what"] = what
+            if now - state["last"] < state["stall"]:
+                limit = f"not done in {total:g} s"
+            else:
+                limit = f"no answer in {state['stall']:g} s" + (
+                    f", after none from {unanswered}" if state["stall"] < stall else "")
+            raise NoAnswer(f"{what}: {limit} (the network drops connections, or is slow)")
+        done.wait(waited)
+    _UNANSWERED["what"] = ""
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]

@@ -17,6 +17,7 @@ from pipelines.cli import main
 from pipelines.config_loading import load_config
 from pipelines.vertex import model_registry as models
 from pipelines.vertex.clients import Clients
+from tests.support.google_fakes import model_pages
 from trainer.common.committed_dirs import committed
 
 BETTER = {"test_accuracy": 0.95, "accuracy": 0.9}
@@ -276,20 +277,22 @@ class _ModelService:
     def __init__(self):
         self.calls = []
 
-    def list_model_versions(self, request):
+    def list_model_versions(self, request, timeout=None):
         self.calls.append(request)
-        return [aiplatform_v1.Model(name=request.name, version_id=v, version_aliases=a,
-                                    labels={"compared-metric": "test_accuracy",
-                                            "challenger-value": value, "promoted": p, **kept})
-                for v, a, value, p, kept in (
-                    ("3", [], "0_9500", "false", {"champion-kept-runs": "1",
-                                                 "champion-kept-since": "2026-11-28"}),
-                    ("2", ["default"], "0_9512", "true", {}),
-                    ("1", [], "0_9312", "false", {}))]
+        versions = [aiplatform_v1.Model(
+            name=request.name, version_id=v, version_aliases=a,
+            labels={"compared-metric": "test_accuracy", "challenger-value": value,
+                    "promoted": p, **kept})
+            for v, a, value, p, kept in (
+                ("3", [], "0_9500", "false", {"champion-kept-runs": "1",
+                                             "champion-kept-since": "2026-11-28"}),
+                ("2", ["default"], "0_9512", "true", {}),
+                ("1", [], "0_9312", "false", {}))]
+        return model_pages(self.list_model_versions, request, versions)
 
-    def list_models(self, request):
+    def list_models(self, request, timeout=None):
         self.calls.append(request)
-        return []
+        return model_pages(self.list_models, request)
 
 
 def test_models_list_reads_the_vertex_model_registry(capsys):

@@ -18,6 +18,7 @@ from pipelines.cli import main
 from pipelines.vertex.clients import Clients
 from pipelines.vertex.cost_estimate import NewestSpeed, _estimates, estimate_lines
 from tests.support import billing_catalog as fake_catalog
+from tests.support.google_fakes import model_pages
 from tests.support.launches import config, pools
 from tests.support.paths import ROOT
 
@@ -50,8 +51,8 @@ def _speed(cfg):
 
 
 class _NoModels:
-    def list_models(self, request):
-        return []
+    def list_models(self, request, timeout=None):
+        return model_pages(self.list_models, request)
 
 
 @pytest.mark.parametrize("region", ["us-central1", "europe-west4"])

@@ -9,6 +9,7 @@ import types
 
 import pytest
 from google.api_core import exceptions
+from google.cloud import aiplatform_v1
 
 from components.capacity.measured_speed import seconds_per_epoch
 from components.export.model_files import LINEAGE
@@ -39,19 +40,25 @@ class _Storage:
 
 
 class _Models:
+    """ModelServiceClient.list_models as Google's client answers: a pager of
+    ListModelsResponse pages (one here)."""
+
     def __init__(self, models=(), refuse=False):
         self.models, self.refuse, self.listed = list(models), refuse, 0
 
-    def list_models(self, request):
+    def list_models(self, request, timeout=None):
+        from google.cloud.aiplatform_v1.services.model_service import pagers
+
         self.listed += 1
         if self.refuse:
             raise exceptions.PermissionDenied("aiplatform.models.list denied")
-        return self.models
+        return pagers.ListModelsPager(self.list_models, request,
+                                      aiplatform_v1.ListModelsResponse(models=self.models))
 
 
 def _model(version, uri):
-    return types.SimpleNamespace(name="projects/p/locations/us-central1/models/7",
-                                 version_id=version, artifact_uri=uri)
+    return aiplatform_v1.Model(name="projects/p/locations/us-central1/models/7",
+                               version_id=version, artifact_uri=uri)
 
 
 def _figures(seconds, epochs, images=1200.0):
