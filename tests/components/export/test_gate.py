@@ -17,6 +17,7 @@ from pipelines.cli import main
 from pipelines.config_loading import load_config
 from pipelines.vertex import model_registry as models
 from pipelines.vertex.clients import Clients
+from tests.support.facts import missing
 from tests.support.google_fakes import model_pages
 from trainer.common.committed_dirs import committed
 
@@ -80,12 +81,10 @@ def test_the_paired_test_s_figures_are_mcnemar_s_exact_ones():
     four = decide({"test_accuracy": 0.94}, {"test_accuracy": 0.93}, threshold=0.0,
                   promotion="default", paired=_paired(4, 0))
     assert not four.default
-    assert four.reason == (
-        "test_accuracy 0.9400 is not significantly better than the champion's 0.9300 (194 "
-        "paired images: the challenger alone right on 4, the champion alone on 0, both "
-        "wrong on 10; McNemar's exact test, one-sided, that the challenger is better: p = "
-        "0.0625 at level 0.05): registered as a non-default version; the champion stays "
-        "the default")
+    # The decision's evidence: 4 discordant pairs all the challenger's, p = 1/16.
+    assert (four.register, four.promoted, four.champion) == (True, False, 0.93)
+    assert four.paired["p_value"] == pytest.approx(1 / 16)
+    assert not missing(four.reason, "0.9400", "0.9300", "194", "p = 0.0625", "0.05")
     # A level of 0.1 promotes it.
     assert decide({"test_accuracy": 0.94}, {"test_accuracy": 0.93}, threshold=0.0,
                   promotion="default", level=0.1, paired=_paired(4, 0)).default
@@ -122,8 +121,8 @@ def test_the_paired_counts_come_from_each_image_s_correctness():
 
 def test_a_first_model_below_the_threshold_names_no_champion():
     first = decide(POOR, None, threshold=0.8, promotion="default")
-    assert first.reason == ("test_accuracy 0.5000 is below the threshold 0.8000: not "
-                            "registered; no model serves yet")
+    assert (first.register, first.promoted, first.champion) == (False, False, None)
+    assert not missing(first.reason, "0.5000", "0.8000")
 
 
 BUILT = {"gpu": {"reference": "us-docker.pkg.dev/p/r/gpu-pipeline-gpu@sha256:" + "ab" * 32,
@@ -239,17 +238,17 @@ def test_the_runs_hint_calls_the_runs_own_model_or_says_there_is_none(tmp_path, 
     from trainer.common.shell_name import command
 
     _how_to_call(config, root, registered="")
-    assert "no model to call: this run registered none and the local registry has no " \
-           "'shapes3'" in capsys.readouterr().out
+    assert not missing(capsys.readouterr().out, "no model to call", "'shapes3'")
     made = {"metric": "test_accuracy", "challenger": 0.9, "reason": "first", "promoted": True}
     local.register(root / REGISTRY / "shapes3", _saved_model(tmp_path / "s", "s"),
                    {"test_accuracy": 0.9}, _record(), made, default=True)
     _how_to_call(config, root, registered="1")
     out = capsys.readouterr().out
     cli = command()  # as this environment runs it (`test_local_run` runs the hint)
-    assert f"call the champion (shapes3 version 1): {cli} predict IMAGE... --model " \
-           f"shapes3 --pipeline-root {root}, or {cli} serve --model shapes3 " \
-           f"--pipeline-root {root} (the model server" in out
+    # The commands to paste, as this environment runs them.
+    assert not missing(out, "shapes3 version 1",
+                       f"{cli} predict IMAGE... --model shapes3 --pipeline-root {root}",
+                       f"{cli} serve --model shapes3 --pipeline-root {root}")
     _how_to_call(config, root, registered="")  # a run the gate turned down
     assert "this run registered no model: the champion is still shapes3 version 1" in \
         capsys.readouterr().out
@@ -368,11 +367,8 @@ def test_a_model_of_other_classes_never_replaces_the_champion(tmp_path, small_da
     made = second["decision"]
     assert (made.register, made.default, made.promoted, made.champion) == \
         (False, False, False, None)
-    assert made.reason == (
-        "this model's 2 classes (cat, dog) are not the champion's 4 (circle, square, star, "
-        "triangle): a model that answers other questions never replaces it nor becomes a "
-        "version of it; not registered. To start a new model for these classes, set "
-        "vertex.model_display_name (a new model in the local registry)")
+    assert not missing(made.reason, "(cat, dog)", "(circle, square, star, triangle)",
+                       "vertex.model_display_name")
     assert second["registered"] is None and second["champion"] is None
     registry = local.load(tmp_path / "registry" / vertex.model_display_name)
     assert registry["default"] == "1" and len(registry["versions"]) == 1
@@ -391,11 +387,8 @@ def test_a_model_that_fails_in_its_server_is_not_registered_and_the_champion_kee
     promoted = decide(BETTER, CHAMPION, threshold=0.8, promotion="default", paired=AHEAD)
     made = promoted.after_serving_check(failed)
     assert (made.register, made.default, made.promoted) == (False, False, False)
-    assert made.reason.startswith("test_accuracy 0.9500 is significantly better than the "
-                                  "champion's 0.9300 (")
-    assert made.reason.endswith(
-        "p = 0.0156 at level 0.05), but it failed in its serving container (image 3: HTTP "
-        "500: boom): not registered; the champion keeps serving")
+    assert made.paired["p_value"] == pytest.approx(0.015625)
+    assert not missing(made.reason, "0.9500", "0.9300", "image 3: HTTP 500: boom")
     assert made.serving_check["statuses"] == {"200": 23, "500": 1}
     passed = ServingCheck(True, [], 24, {"200": 24}, 0.2, 0.05, 2.0, 24, 24)
     assert promoted.after_serving_check(passed).default

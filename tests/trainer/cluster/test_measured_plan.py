@@ -11,6 +11,7 @@ import re
 import pytest
 
 from components.gpu import catalog as cat
+from tests.support.facts import missing
 from trainer.cluster.accelerators import ACCELERATORS
 from trainer.cluster.measurements import SHIPPED, load, parse_results, shipped
 from trainer.cluster.roles import Layout
@@ -77,8 +78,7 @@ def test_an_h200_plan_takes_what_its_own_files_measured_and_names_each_file():
     assert (plan.mixed_precision, plan.xla, plan.nvidia_environment, plan.keep_nhwc,
             plan.prefetch_to_gpu) == ("float16", False, True, False, False)
     why = plan.reasons["mixed_precision"]
-    assert "float16 2,705 images/s against float32 2,005, with NVIDIA's environment (on an " \
-           "NVIDIA H200, trainer/cluster/measured/gpu-h200-2026-11-27.json)" in why
+    assert not missing(why, "2,705", "2,005", "measured/gpu-h200-2026-11-27.json")
     assert "float16 1,636 images/s against bfloat16 1,554 (on an NVIDIA H200, " \
            "trainer/cluster/measured/gpu-h200-2026-11-26.json)" in why
     assert plan.reasons["xla"].startswith("no XLA step completed: bfloat16-xla+parallel+"
@@ -86,9 +86,7 @@ def test_an_h200_plan_takes_what_its_own_files_measured_and_names_each_file():
     assert plan.measured["nvidia_environment"] == (
         "trainer/cluster/measured/gpu-h200-2026-11-27.json",)
     # Prefetching is judged by the pairs run as the plan runs (with NVIDIA's environment).
-    assert plan.reasons["prefetch_to_gpu"].startswith(
-        "measured slower: 1,954 images/s with it against 2,005 without, in float32, with "
-        "NVIDIA's environment")
+    assert not missing(plan.reasons["prefetch_to_gpu"], "1,954", "2,005", "float32")
 
 
 def test_no_reason_pairs_figures_of_two_files():
@@ -125,9 +123,9 @@ def test_an_h100_plan_says_its_figures_stand_in_from_an_h200():
     # The H100's own float32-against-bfloat16 comparison wins over the H200's.
     own = plan_training(Layout(workers=1, parameter_servers=1), gpu=H100, gpus=1)
     assert own.mixed_precision == "off"
-    assert own.reasons["mixed_precision"] == (
-        "float32 measured fastest: float32 1,525 images/s against bfloat16 1,477 (on an "
-        "NVIDIA H100 80GB HBM3, trainer/cluster/measured/gpu-h100-2026-11-26.json)")
+    assert own.measured["mixed_precision"] == (
+        "trainer/cluster/measured/gpu-h100-2026-11-26.json",)
+    assert not missing(own.reasons["mixed_precision"], "1,525", "1,477")
 
 
 def load_from(files, tmp=None):
@@ -156,8 +154,7 @@ def test_a_users_file_changes_the_choice_and_the_reason_and_bad_files_are_named(
     plan = plan_training(Layout(), gpu=H200, gpus=1, measurements=found)
     assert (plan.mixed_precision, plan.xla) == ("bfloat16", True)
     source = str(mine / "h200" / "2026-12-01" / "results.json")
-    assert plan.reasons["xla"] == ("measured faster: 3,300 images/s with it against 3,100 "
-                                   f"without, in bfloat16 (on an {cat.H200}, {source})")
+    assert not missing(plan.reasons["xla"], "3,300", "3,100", "bfloat16", source)
     assert plan.measured["xla"] == (source,)
     # The user's file was measured with XLA off for every precision: with XLA on only
     # bfloat16 ran, so no precision comparison holds and the rules decide, said so.
@@ -174,9 +171,9 @@ def test_a_users_file_changes_the_choice_and_the_reason_and_bad_files_are_named(
     assert asked.reasons["mixed_precision"].startswith(
         "asked for; bfloat16 measured faster: bfloat16 3,100 images/s against float32 2,000")
     # A folder that does not exist is named; the shipped files decide alone.
-    missing = load(str(tmp_path / "nowhere"))
-    assert missing.problems[0].startswith("training.measurements")
-    assert plan_training(Layout(), gpu=H200, gpus=1, measurements=missing) == \
+    nowhere = load(str(tmp_path / "nowhere"))
+    assert nowhere.problems[0].startswith("training.measurements")
+    assert plan_training(Layout(), gpu=H200, gpus=1, measurements=nowhere) == \
         plan_training(Layout(), gpu=H200, gpus=1)
 
 
@@ -203,10 +200,9 @@ def test_the_newest_file_of_the_gpu_decides_and_a_pair_must_agree_within_it():
     plan = plan_training(Layout(), gpu=ACCELERATORS[cat.L4], gpus=1, mixed_precision="off",
                          measurements=load_from([mixed]))
     assert not plan.nvidia_environment
-    assert plan.reasons["nvidia_environment"].startswith(
-        "off until it measures faster: measured both ways: 1,000 images/s with it against "
-        "900 without, in float32; 1,100 images/s with it against 1,200 without, in float32, "
-        "at batch 512 (on an NVIDIA_L4, f0.json)")
+    # Faster with it at the default batch, slower at 512: not shown faster, so off.
+    assert not missing(plan.reasons["nvidia_environment"], "1,000", "900", "1,100", "1,200",
+                       "batch 512", "f0.json")
 
 
 @pytest.mark.parametrize("data,says", [
@@ -235,6 +231,5 @@ def test_a_comparison_needs_two_cases_of_one_file_that_differ_in_its_setting_alo
     stopped = load_from([results(cat.T4, "2026-12-01", ("float16-xla", "timed out after 90 s",
                                                         {}))])
     found = measured_plan.xla_failures(stopped.for_gpu(cat.T4), cat.T4)
-    assert (found.value, found.reason) == (
-        False, "no XLA step completed: float16-xla: timed out after 90 s "
-               f"(on an {cat.T4}, f0.json)")
+    assert found.value is False
+    assert not missing(found.reason, "float16-xla", "timed out after 90 s", "f0.json")
