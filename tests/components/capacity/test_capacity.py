@@ -37,6 +37,7 @@ from pipelines.config import ConfigError
 from pipelines.config_loading import load_config
 from pipelines.vertex import capacity as preflight
 from pipelines.vertex.clients import Clients
+from tests.support.facts import figures, missing
 from tests.support.google_fakes import iam_clients, rest_client
 from tests.support.launches import A100, L4, T4, config, launch_settings, pools
 from tests.support.vertex_emulator.apis import CustomJob
@@ -60,16 +61,17 @@ def test_a_fallback_keeps_what_it_leaves_out_and_gets_its_own_plan():
     # 2 training machines, then 3: shards in multiples of 6 serve both.
     assert input_pipelines_of(checked.alternatives) == 6
     assert [replicas_in_sync(a) for a in checked.alternatives] == [2, 3, 2]
-    assert batch_lines(checked.alternatives, cfg.training)[:2] == [
-        "primary: global batch 32 x 2 replica(s) in sync = 64, learning rate 0.003",
-        "fallbacks[0]: global batch 32 x 3 replica(s) in sync = 96, learning rate 0.003"]
+    # 32 per replica: 64 and 96 a step; the learning rate unscaled.
+    assert [figures(line)[-2:] for line in batch_lines(checked.alternatives,
+                                                       cfg.training)[:2]] == [
+        [64, 0.003], [96, 0.003]]
     scaled = load_config(overrides={"training": {"scale_learning_rate": True},
                                     "vertex": {"fallbacks": [{"worker_pool_specs":
                                                               pools(L4, 2)}]}})
-    assert batch_lines(check_alternatives(scaled.vertex, scaled.training).alternatives,
-                       scaled.training)[1] == (
-        "fallbacks[0]: global batch 32 x 3 replica(s) in sync = 96, learning rate 0.009 "
-        "(scale_learning_rate: times the replicas)")
+    # The linear scaling rule: 0.003 x 3 replicas.
+    line = batch_lines(check_alternatives(scaled.vertex, scaled.training).alternatives,
+                       scaled.training)[1]
+    assert figures(line.split(" (")[0])[-2:] == [96, 0.009] and "scale_learning_rate" in line
 
 
 def test_an_invalid_alternative_is_refused_naming_its_index(tmp_path, capsys):
@@ -82,9 +84,8 @@ def test_an_invalid_alternative_is_refused_naming_its_index(tmp_path, capsys):
     assert "alternative 0 (primary): valid" in out and "alternative 1 (fallbacks[0]): valid" \
         in out and "alternative 2 (fallbacks[1]): invalid" in out
     errors = [line for line in out.splitlines() if line.startswith("  - ")]
-    assert errors[0] == ("  - fallbacks[1]: worker_pool_specs[0] (chief): machine_spec."
-                         "accelerator_count is 3; g2-standard-8 takes 1 x NVIDIA_L4; machine "
-                         "types taking 3: none")
+    assert not missing(errors[0], "fallbacks[1]", "worker_pool_specs[0] (chief)",
+                       "machine_spec.accelerator_count is 3", "g2-standard-8 takes 1 x NVIDIA_L4")
     assert len(errors) == 2 and errors[1].startswith("  - fallbacks[1]: worker_pool_specs[1]")
     assert main(["validate-gpu", "--config", str(path), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
@@ -117,9 +118,8 @@ def test_what_a_configuration_needs_of_each_quota():
     assert (gpus.metric, gpus.amount) == (
         "aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus", 4)
     # A GPU machine's vCPUs count too (users' 429s name both quotas for n1 + T4).
-    assert (cpus.metric, cpus.amount, cpus.what) == (
-        "aiplatform.googleapis.com/custom_model_training_cpus", 32,
-        "1 x 8 vCPUs of n1-standard-8 + 3 x 8 vCPUs of n1-standard-8")
+    assert (cpus.metric, cpus.amount) == (
+        "aiplatform.googleapis.com/custom_model_training_cpus", 32)  # 1 x 8 + 3 x 8 vCPUs
     # Spot and DWS count against the preemptible quotas; parallel trials multiply.
     for strategy in ("SPOT", "FLEX_START"):
         gpus, cpus = quotas.needs(parse_pools(pools(A100)), "us-central1", strategy, copies=3)
@@ -168,9 +168,8 @@ def test_submit_refuses_a_quota_below_the_need_with_the_numbers(apis):
         runs.submit(cfg, dry_run=False, clients=clients, credentials=AnonymousCredentials(),
                     log=print)
     message = str(raised.value)
-    assert "aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus in us-central1: " \
-           "needs 2 (1 x 1 NVIDIA_TESLA_T4 + 1 x 1 NVIDIA_TESLA_T4) but the quota allows 1" \
-        in message
+    assert not missing(message, "aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus",
+                       "us-central1", "needs 2", "allows 1")
     assert "https://console.cloud.google.com/iam-admin/quotas?project=my-proj" in message
     assert "CustomModelTrainingNvidiaT4GpusPerProjectPerRegion" in message
     assert "nothing was uploaded, built or submitted" in message
@@ -215,12 +214,13 @@ def test_the_deploy_stages_serving_quota_is_read_with_the_training_quota(apis, c
                          "max_replica_count": 2})
     lines: list[str] = []
     preflight.check_capacity(cfg, _clients(apis), dry_run=False, log=lines.append)
-    assert "warning: quota: the deploy stage's canary cannot be deployed while aiplatform." \
-           "googleapis.com/custom_model_serving_nvidia_t4_gpus in us-central1: needs 2 (2 x " \
-           "1 NVIDIA_TESLA_T4) but the quota allows 1" in "\n".join(lines)
+    (warned,) = [line for line in lines if line.startswith("warning: quota: ")]
+    assert not missing(warned, "canary", "custom_model_serving_nvidia_t4_gpus", "needs 2",
+                       "allows 1")
     preflight.check_capacity(cfg, Clients(), dry_run=True, log=print)
-    assert "quota: the deploy stage's canary needs 16 of aiplatform.googleapis.com/custom_" \
-           "model_serving_cpus in us-central1 (2 x n1-standard-8)" in capsys.readouterr().out
+    (said,) = [line for line in capsys.readouterr().out.splitlines()
+               if "custom_model_serving_cpus" in line]
+    assert not missing(said, "canary", "needs 16", "2 x n1-standard-8")
 
 
 def test_the_dry_run_prints_the_quota_requests_and_sends_none(capsys):
