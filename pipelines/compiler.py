@@ -17,6 +17,20 @@ if TYPE_CHECKING:
 
 #: Fields that change between builds without a change of the pipeline.
 _VOLATILE = ("sdkVersion",)
+#: libyaml's loader and dumper where PyYAML was built with it: a compiled spec is about
+#: 250 KB, which PyYAML's own loader reads in 0.4 s and libyaml's in 0.04 s.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def load_spec(text: str) -> dict[str, Any]:
+    """A compiled spec's YAML as data (safe: plain types only)."""
+    return yaml.load(text, Loader=_LOADER)
+
+
+def dump_spec(spec: dict[str, Any]) -> str:
+    """A spec as YAML, its keys in their order."""
+    return yaml.dump(spec, Dumper=_DUMPER, sort_keys=False)
 
 
 def compile_pipeline(output: str | os.PathLike, parameters: dict[str, Any] | None = None,
@@ -85,7 +99,7 @@ def _stable_header(text: str) -> str:
     KFP renders them in protobuf Struct order, which changes from one process to the
     next; the spec body itself is stable. Without this, every compile rewrites the file.
     """
-    parameters = yaml.safe_load(text)["root"]["inputDefinitions"]["parameters"]
+    parameters = load_spec(text)["root"]["inputDefinitions"]["parameters"]
 
     def render(match: re.Match) -> str:
         default = parameters.get(match.group(1), {}).get("defaultValue")
@@ -99,7 +113,7 @@ def _stable_header(text: str) -> str:
 
 def normalised_spec(path: str | os.PathLike) -> dict[str, Any]:
     """Loads a compiled spec with build-dependent fields neutralised, for comparison."""
-    spec = yaml.safe_load(Path(path).read_text())
+    spec = load_spec(Path(path).read_text())
     for key in _VOLATILE:
         spec.pop(key, None)
     return spec

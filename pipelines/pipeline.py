@@ -18,6 +18,7 @@ component starts the workers as processes on localhost. Options travel as dict p
 """
 
 # No `from __future__ import annotations`: KFP reads the real annotation objects.
+import functools
 from typing import NamedTuple
 
 from kfp import dsl
@@ -251,10 +252,13 @@ def _vertex_run(resources: Resources, project, dataset: dict, training: dict, ve
     summarize_beside_emails(run, resources.emails, "", project, vertex)
 
 
+@functools.cache
 def make_vertex_pipeline(resources: Resources):
     """The Vertex AI pipeline, with `resources` for dataset preparation and export, with a
     study first when `resources.tuning`, and the dataset prepared on Dataflow when
-    `resources.dataflow`."""
+    `resources.dataflow`; built once per process for each `resources` (the compiler
+    copies the spec it is given, and KFP reads the caller's stack for every task's
+    resource setting: 2 s a build under a test runner's deep stack)."""
     description = _DESCRIPTION + (" Prepares the dataset on Dataflow."
                                   if resources.dataflow else "")
     if resources.tuning:

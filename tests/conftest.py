@@ -37,12 +37,16 @@ def no_price_catalog_in_the_session(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def no_price_catalog(tmp_path, monkeypatch):
-    """Each test's price cache is its own (what one test read is not another's), and no
-    read that went unanswered in an earlier test shortens this one's (`bounded_read`)."""
+    """Each test's price cache is its own (what one test read is not another's), no read
+    that went unanswered in an earlier test shortens this one's (`bounded_read`), and the
+    credentials found are looked for again (`default_credentials`)."""
     from trainer.common import cloud_calls
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
     monkeypatch.setitem(cloud_calls._UNANSWERED, "what", "")
+    cloud_calls.forget_credentials()  # each test's environment decides its credentials
+    yield
+    cloud_calls.forget_credentials()
 
 
 @pytest.fixture(scope="session")

@@ -100,8 +100,11 @@ def list_models(vertex: VertexOptions, project: str, client: Any = None,
         if client is None:
             from google.cloud import aiplatform_v1
 
-            client = aiplatform_v1.ModelServiceClient(client_options={
-                "api_endpoint": vertex_endpoint(vertex.region)})
+            from trainer.common.cloud_calls import default_credentials
+
+            client = aiplatform_v1.ModelServiceClient(
+                credentials=default_credentials()[0],
+                client_options={"api_endpoint": vertex_endpoint(vertex.region)})
         method = (client.list_model_versions
                   if type(request).__name__.startswith("ListModelVer") else client.list_models)
         found = []

@@ -29,7 +29,10 @@ def catalog_client() -> Any:
     tests use too)."""
     from google.cloud import billing_v1
 
-    return billing_v1.CloudCatalogClient(transport="rest")
+    from trainer.common.cloud_calls import default_credentials
+
+    credentials, _ = default_credentials()
+    return billing_v1.CloudCatalogClient(transport="rest", credentials=credentials)
 
 
 def read_catalog(make: Any = None, services: tuple[str, ...] = SERVICES) -> list[Sku]:

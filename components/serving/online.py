@@ -162,12 +162,12 @@ def _private_answer(url: str, endpoint: str, images: list[bytes], session: Any) 
     import warnings
 
     if session is None:
-        import google.auth
         from google.auth.transport.requests import AuthorizedSession
 
+        from trainer.common.cloud_calls import default_credentials
+
         with remote_call("connecting to Vertex AI"):
-            credentials, _ = google.auth.default(
-                scopes=["https://www.googleapis.com/auth/cloud-platform"])
+            credentials, _ = default_credentials()
         session = AuthorizedSession(credentials)
         session.verify = False
     with remote_call(f"asking {endpoint} for predictions at {url}"), warnings.catch_warnings():

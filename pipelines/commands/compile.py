@@ -108,12 +108,11 @@ def with_images(config: Any, given: list[str]) -> Any:
 def _say_it_is_a_template(path: Path) -> None:
     """A compiled spec names the project's images by a placeholder (their digests exist only
     once they are built): says so, and what makes a spec that runs."""
-    import yaml
-
     from components.images import pipeline_image
+    from pipelines.compiler import load_spec
 
     placeholder = pipeline_image()
-    executors = yaml.safe_load(Path(path).read_text())["deploymentSpec"]["executors"]
+    executors = load_spec(Path(path).read_text())["deploymentSpec"]["executors"]
     named = sum(e.get("container", {}).get("image") == placeholder for e in executors.values())
     if named:
         say(f"it is a template: {named} of its {len(executors)} steps run the placeholder "

@@ -116,12 +116,11 @@ class Clients:
 
 def iam_session() -> Any:
     """An authorized HTTP session with the default credentials."""
-    import google.auth
     from google.auth.transport.requests import AuthorizedSession
 
-    credentials, _ = google.auth.default(
-        scopes=["https://www.googleapis.com/auth/cloud-platform"])
-    return AuthorizedSession(credentials)
+    from trainer.common.cloud_calls import default_credentials
+
+    return AuthorizedSession(default_credentials()[0])
 
 
 def projects_client() -> Any:

@@ -37,11 +37,10 @@ class PublishError(InputError):
 
 def unpinned_images(spec: Path) -> list[str]:
     """The project images a compiled spec runs that are not pinned by a real digest."""
-    import yaml
-
     from components import images
+    from pipelines.compiler import load_spec
 
-    executors = yaml.safe_load(spec.read_text())["deploymentSpec"]["executors"]
+    executors = load_spec(spec.read_text())["deploymentSpec"]["executors"]
     found = {e["container"]["image"] for e in executors.values() if "container" in e}
     ours = {i for i in found
             if any(f"/{image.name}:" in i or f"/{image.name}@" in i

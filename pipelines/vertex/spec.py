@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from components import images
-from pipelines.compiler import compile_config
+from pipelines.compiler import compile_config, dump_spec, load_spec
 from pipelines.config import Config
 from trainer.common import files
 
@@ -31,12 +29,12 @@ def pin_components(path: Path, component_image: str, serving_image: str = "") ->
     """Rewrites a compiled spec so that every component of the project runs in
     `component_image` instead of the placeholder (`images.pipeline_image()`), but the export
     stage in `serving_image` when one is given."""
-    spec = yaml.safe_load(path.read_text())
+    spec = load_spec(path.read_text())
     default = images.pipeline_image()
     for name, executor in spec["deploymentSpec"]["executors"].items():
         container = executor.get("container")
         if container and container.get("image") == default:
             container["image"] = serving_image if (
                 name == EXPORT_EXECUTOR and serving_image) else component_image
-    files.write_text(path, yaml.safe_dump(spec, sort_keys=False))
+    files.write_text(path, dump_spec(spec))
     return path

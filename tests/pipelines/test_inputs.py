@@ -166,6 +166,20 @@ def test_dry_runs_never_touch_the_network(args, no_network, capsys):
     assert no_network == []
 
 
+def test_a_dry_run_without_credentials_looks_for_them_once(no_network, monkeypatch, capsys):
+    # Without credentials google-auth asks the Compute Engine metadata server, three
+    # times with back-off (3 s on a laptop); each client the dry run made asked again.
+    from google.auth.compute_engine import _metadata
+
+    pings = []
+    real = _metadata.ping
+    monkeypatch.setattr(_metadata, "ping", lambda *a, **k: pings.append(1) or real(*a, **k))
+    monkeypatch.setenv("HOME", "/nonexistent")  # no gcloud application-default credentials
+    monkeypatch.delenv("CLOUDSDK_CONFIG", raising=False)
+    assert main(["submit", "--dry-run", *VERTEX]) == 0, capsys.readouterr().err
+    assert len(pings) == 1
+
+
 @pytest.mark.parametrize("args", [
     ["submit", *VERTEX],
     ["schedule", "list", "--project", "my-proj"],

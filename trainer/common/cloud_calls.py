@@ -53,6 +53,41 @@ def remote_call(what: str) -> Iterator[None]:
         raise CloudCallError(f"{what} failed: {first_line(exc)}") from None
 
 
+#: The scope every client of the project asks for (Google's clients narrow it themselves).
+CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
+#: `google.auth.default()`'s answer in this process: (credentials, project) or its error.
+_DEFAULT: dict[str, Any] = {}
+
+
+def default_credentials() -> tuple[Any, str | None]:
+    """`google.auth.default()` once per process: (credentials, project ID or None).
+
+    Without credentials its search ends by asking the Compute Engine metadata server,
+    three times with back-off (google-auth's `compute_engine._metadata.ping`): about 3 s on
+    a laptop, and every client created without credentials searched again (a dry run
+    created three). The answer, or the error, is kept for the process.
+
+    Raises:
+        google.auth.exceptions.DefaultCredentialsError: There are none (again, at once).
+    """
+    if not _DEFAULT:
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+
+        try:
+            _DEFAULT["found"] = google.auth.default(scopes=[CLOUD_PLATFORM])
+        except DefaultCredentialsError as exc:
+            _DEFAULT["error"] = exc
+    if "error" in _DEFAULT:
+        raise _DEFAULT["error"]
+    return _DEFAULT["found"]
+
+
+def forget_credentials() -> None:
+    """Forgets `default_credentials`' answer (the environment that decides it changed)."""
+    _DEFAULT.clear()
+
+
 #: Seconds a read may wait for an answer (a connection, a token, a page) before the
 #: network is taken to be unreachable; a dry run makes two such reads (the price catalog,
 #: the Model Registry), so it ends within 20 s on a network that drops every connection.

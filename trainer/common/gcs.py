@@ -66,8 +66,11 @@ def storage_client() -> Any:
         else:
             from google.auth.exceptions import DefaultCredentialsError
 
+            from trainer.common.cloud_calls import default_credentials
+
             try:
-                _CLIENT = storage.Client()
+                credentials, project = default_credentials()
+                _CLIENT = storage.Client(project=project, credentials=credentials)
             except DefaultCredentialsError:
                 raise GcsCredentialsError(
                     "reading gs:// needs Google Cloud credentials: run `gcloud auth "
@@ -77,9 +80,13 @@ def storage_client() -> Any:
 
 
 def reset_client() -> None:
-    """Forgets the cached client (the environment pointing at Cloud Storage changed)."""
+    """Forgets the cached client and credentials (the environment pointing at Cloud
+    Storage changed)."""
+    from trainer.common.cloud_calls import forget_credentials
+
     global _CLIENT
     _CLIENT = None
+    forget_credentials()
 
 
 def read_bytes(ref: str) -> bytes:
