@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SHELL := /bin/bash
 
-.PHONY: install demo test compile bench lock image-check clean
+.PHONY: install demo test check compile bench lock image-check clean
 
 install: $(STAMP)
 
@@ -27,11 +27,18 @@ $(STAMP): pyproject.toml
 demo: install
 	$(BIN)/gpu-pipeline run --local
 
-# Two processes, each taking whole test files (their module fixtures are shared within
-# a file): on the 2-core machine the suite's waits on its worker processes overlap.
+# The whole suite (docs/testing.md), on two processes, each taking whole test files
+# (their module fixtures are shared within a file): on the 2-core machine the suite's
+# waits on its worker processes overlap.
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2 --dist loadfile
+
+# The fast tier for the inner loop: unit and contract tests, no test marked slow (one that
+# starts processes, TensorFlow or a whole run); `make test` stays the one CI runs.
+check: install
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow" -q
 
 # Regenerates the committed Vertex AI spec in compiled/.
 compile: install

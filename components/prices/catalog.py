@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from components.prices.sku_match import COMPUTE_ENGINE, VERTEX_AI, Sku, from_rest
+from components.prices.sku_match import COMPUTE_ENGINE, VERTEX_AI, Sku, from_message
 from trainer.common.cloud_calls import STALL_SECONDS, NoAnswer, bounded_read
 from trainer.common.errors import StageError, first_line
 
@@ -63,7 +63,6 @@ def read_skus(client: Any, services: tuple[str, ...] = SERVICES,
     from google.api_core import exceptions
     from google.auth import exceptions as auth_exceptions
     from google.cloud import billing_v1
-    from google.protobuf import json_format
 
     found = []
     for service in services:
@@ -72,9 +71,8 @@ def read_skus(client: Any, services: tuple[str, ...] = SERVICES,
         try:
             for page in client.list_skus(request=request, timeout=STALL_SECONDS).pages:
                 progress()
-                for sku in page.skus:
-                    rest = json_format.MessageToDict(type(sku).pb(sku))
-                    parsed = from_rest(rest, service)
+                for sku in type(page).pb(page).skus:
+                    parsed = from_message(sku, service)
                     if parsed:
                         found.append(parsed)
         except (exceptions.GoogleAPIError, auth_exceptions.GoogleAuthError, OSError) as exc:

@@ -6,9 +6,9 @@ Billing docs, the Catalog API how-to). Its SKUs have the documented shapes (`sku
 `description`, `category`, `serviceRegions`, `pricingInfo[].pricingExpression.tieredRates[]
 .unitPrice`) and descriptions in the forms public billing exports show; their prices are
 made up here (a region's are its base times a factor), so a test can tell one region's
-from another's. Several thousand unrelated SKUs (model tokens) make Vertex AI's listing
-take two pages; commitment, custom and workstation SKUs sit beside the ones that bill a
-job, as in the real catalog.
+from another's. In the test of paging, several thousand unrelated SKUs (model tokens) make
+Vertex AI's listing take two pages; commitment, custom and workstation SKUs sit beside the
+ones that bill a job, as in the real catalog.
 """
 
 from __future__ import annotations
@@ -30,12 +30,20 @@ from tests.support.json_http import json_handler
 REGIONS = {"us-central1": ("Iowa", "Americas", 1.0),
            "europe-west4": ("Netherlands", "EMEA", 1.1),
            "asia-east1": ("Taiwan", "APAC", 1.16)}
-#: GPU type -> (its name in SKUs, Vertex AI's on-demand price an hour in us-central1).
+#: GPU type -> (its name in SKUs, Vertex AI's on-demand price an hour in us-central1). The
+#: names are Compute Engine's, as the catalog lists them ("Nvidia Tesla T4 GPU running in
+#: Americas", "Nvidia Tesla A100 80GB GPU running in Americas", "Nvidia H100 80GB Mega GPU
+#: running in Frankfurt", "H200 141GB GPU running in Belgium": public billing data and
+#: code that reads the catalog).
 GPUS = {cat.T4: ("Nvidia Tesla T4", 0.4025), cat.V100: ("Nvidia Tesla V100", 2.852),
         cat.P100: ("Nvidia Tesla P100", 1.679), cat.P4: ("Nvidia Tesla P4", 0.69),
         cat.L4: ("Nvidia L4", 0.644), cat.A100: ("Nvidia Tesla A100", 3.373),
-        cat.A100_80GB: ("Nvidia A100 80GB", 4.517), cat.H100_80GB: ("NVIDIA H100 80GB", 11.266),
-        cat.H100_MEGA: ("NVIDIA H100 Mega 80GB", 12.1), cat.H200: ("Nvidia H200 141GB", 12.9)}
+        cat.A100_80GB: ("Nvidia Tesla A100 80GB", 4.517),
+        cat.H100_80GB: ("Nvidia H100 80GB", 11.266),
+        cat.H100_MEGA: ("Nvidia H100 80GB Mega", 12.1), cat.H200: ("H200 141GB", 12.9)}
+#: Vertex AI's own training SKUs name a GPU as seen in a billing export ("Vertex AI:
+#: Training/Pipelines on NVIDIA H100 80GB in Iowa"); the others as Compute Engine does.
+VERTEX_NAMES = {cat.H100_80GB: "NVIDIA H100 80GB"}
 #: Machine family -> (its name in SKUs, a vCPU's and a GB's price an hour in us-central1).
 FAMILIES = {"N1 Predefined": (0.0436, 0.0058), "E2": (0.0252, 0.0034),
             "G2": (0.0282, 0.0033), "A2": (0.0363, 0.0049), "A2 Ultra": (0.0363, 0.0049),
@@ -45,7 +53,8 @@ FAMILIES = {"N1 Predefined": (0.0436, 0.0058), "E2": (0.0252, 0.0034),
 #: Vertex AI's management fee another.
 CE, SPOT, FLEX, FEE = 1 / 1.15, 0.35, 0.5, 0.15
 PAGE_LIMIT = 5000
-#: Unrelated SKUs of Vertex AI (model tokens), to fill a first page.
+#: Unrelated SKUs of Vertex AI (model tokens) that fill a first page, in the catalog of
+#: the test of paging (`catalog(filler=FILLER)`); the others list without them.
 FILLER = 5200
 
 
@@ -81,10 +90,11 @@ def sku(service: str, description: str, regions: list[str], usd: float,
 
 def catalog(regions: dict[str, tuple[str, str, float]] = REGIONS,
             missing: frozenset[tuple[str, str]] = frozenset({(cat.H200, "asia-east1")}),
-            ambiguous: tuple[str, ...] = ()) -> dict[str, list[dict[str, Any]]]:
+            ambiguous: tuple[str, ...] = (), filler: int = 0) -> dict[str, list[dict[str, Any]]]:
     """The SKUs by service: every GPU and family of FAMILIES in every region (but the
     `missing` (GPU, region) pairs), for on-demand training, Spot, Flex-start, management
-    fees and prediction; a second on-demand SKU for each GPU type in `ambiguous`."""
+    fees and prediction; a second on-demand SKU for each GPU type in `ambiguous`; `filler`
+    unrelated SKUs of Vertex AI."""
     vertex: list[dict[str, Any]] = []
     compute: list[dict[str, Any]] = []
     geos: dict[str, list[str]] = {}
@@ -96,7 +106,8 @@ def catalog(regions: dict[str, tuple[str, str, float]] = REGIONS,
             if (gpu, region) in missing:
                 continue
             usd = base * factor
-            vertex += [sku(VERTEX_AI, f"Vertex AI: Training/Pipelines on {name} in {place}",
+            listed = VERTEX_NAMES.get(gpu, name)
+            vertex += [sku(VERTEX_AI, f"Vertex AI: Training/Pipelines on {listed} in {place}",
                            one, usd),
                        sku(VERTEX_AI, f"Vertex AI: Training/Pipelines management fee on {name}"
                                       f" in {place}", one, usd * CE * FEE),
@@ -146,7 +157,7 @@ def catalog(regions: dict[str, tuple[str, str, float]] = REGIONS,
                     sku(COMPUTE_ENGINE, f"{family.split()[0]} Custom Instance {part} running "
                                         f"in {geo}", members, usd * 1.05, unit)]
     vertex += [sku(VERTEX_AI, f"Gemini model {n} Text Input - Predictions", ["global"],
-                   0.0000001 * (n + 1), "count", group="Prediction") for n in range(FILLER)]
+                   0.0000001 * (n + 1), "count", group="Prediction") for n in range(filler)]
     return {VERTEX_AI: vertex, COMPUTE_ENGINE: compute}
 
 

@@ -58,7 +58,16 @@ def test_every_catalog_gpu_and_machine_is_priced_at_its_region_s_prices(catalog,
     assert price_of(prices, "e2-standard-4").usd == pytest.approx((4 * core + 16 * ram) * factor)
 
 
-def test_the_catalog_is_read_in_pages_and_once_a_day(catalog):
+@pytest.fixture
+def large_catalog():
+    """The fake catalog with Vertex AI's thousands of unrelated SKUs."""
+    filled = fake_catalog.catalog(filler=fake_catalog.FILLER)
+    with fake_catalog.serving(fake_catalog.FakeCatalog(filled)) as fake:
+        yield fake
+
+
+def test_the_catalog_is_read_in_pages_and_once_a_day(large_catalog):
+    catalog = large_catalog
     book = _book(catalog, today="2026-11-28")
     book.region("us-central1")
     book.region("europe-west4")
@@ -151,7 +160,9 @@ def test_descriptions_are_matched_on_their_documented_words():
             _sku("Nvidia Tesla T4 Virtual Workstation GPU attached to Spot Preemptible VMs"),
             _sku("Nvidia Tesla T4 GPU attached to Spot Preemptible VMs running in Americas"),
             _sku("Vertex AI: Training/Pipelines on NVIDIA H100 80GB in Iowa"),
-            _sku("Vertex AI: Training/Pipelines on NVIDIA H100 Mega 80GB in Iowa")]
+            # Google writes Mega after the memory ("Nvidia H100 80GB Mega GPU running in
+            # Frankfurt"); the words decide, not their order.
+            _sku("Vertex AI: Training/Pipelines on Nvidia H100 80GB Mega in Iowa")]
     assert one(skus, "training", "CORE:a3-highgpu", "us-central1") is skus[0]
     assert one(skus, "training", "CORE:a3-ultragpu", "us-central1") is skus[1]
     assert one(skus, "fee", "CORE:a3-highgpu", "us-central1") is skus[2]
