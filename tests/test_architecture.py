@@ -232,6 +232,7 @@ def test_a_new_training_option_reaches_the_cli_and_the_config(with_new_option):
     assert "training.label_smoothing is 2.0; expected a finite number in [0, 1)" in bad.stderr
 
 
+@pytest.mark.slow
 def test_a_new_training_option_reaches_the_spec_and_the_trainer(with_new_option):
     copy, run = with_new_option
     run("-m", "pipelines.cli", "compile", "--output", str(copy / "spec.yaml"),

@@ -126,6 +126,7 @@ SAMPLES = [
 
 
 @pytest.mark.parametrize("page,command,start", SAMPLES, ids=[p for p, _, _ in SAMPLES])
+@pytest.mark.slow
 def test_a_documented_sample_output_is_what_its_command_prints(page, command, start, capsys,
                                                                monkeypatch):
     from pipelines.cli import main
@@ -167,6 +168,7 @@ def test_the_runnable_commands_are_found():
 
 
 @pytest.mark.parametrize("page,command", RUNNABLE, ids=[f"{p}: {c[:60]}" for p, c in RUNNABLE])
+@pytest.mark.slow
 def test_every_command_a_newcomer_can_run_here_runs_as_written(page, command, tmp_path,
                                                                monkeypatch, capsys):
     """In a directory as the pages leave it (`cp config.example.yaml my-config.yaml`, the

@@ -76,6 +76,7 @@ def test_case_names_parse_into_variants_and_bad_ones_name_what_is_valid():
     assert (cpu.mixed_precision, cpu.xla) == ("off", False)
 
 
+@pytest.mark.slow
 def test_the_benchmark_runs_the_trainers_step_as_planned_for_an_h100(tmp_path):
     data = tmp_path / "data"
     subprocess.run([sys.executable, str(BENCHMARK), "prepare", "--out", str(data),

@@ -90,6 +90,7 @@ def run(*args, cwd=None):
     (["run", "--local", "--dataset-source", "/gcs/images/flowers"],
      "for a local run give 'gs://images/flowers'"),
 ])
+@pytest.mark.slow
 def test_user_mistakes(args, message, tmp_path):
     result = run(*args, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
@@ -343,6 +344,7 @@ def test_predict_on_vertex_prints_the_request_with_dry_run(tmp_path):
     (["--endpoint", "projects/p/locations/us-east1/endpoints/1", "--dry-run", "--top", "0"],
      "argument --top: 0 is not >= 1"),
 ])
+@pytest.mark.slow
 def test_predict_on_vertex_mistakes(args, message, tmp_path):
     (tmp_path / "cat.png").write_bytes(b"\x89PNG")
     (tmp_path / "config.yaml").write_text("vertex:\n  region: us-central1\n")
@@ -358,6 +360,7 @@ def test_predict_on_vertex_mistakes(args, message, tmp_path):
     (["empty", "--batch-size", "0"], "argument --batch-size: 0 is not >= 1"),
     (["empty"], "the following arguments are required: --output"),
 ])
+@pytest.mark.slow
 def test_batch_predict_mistakes(args, message, tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.md").write_text("no images here")

@@ -72,6 +72,7 @@ def test_stages_run_in_order_validation_first(fresh):
     assert "report-training" in _upstream(tasks, "export-model")
 
 
+@pytest.mark.slow
 def test_with_the_beam_engine_the_dataset_stage_starts_dataflow_on_the_built_image(tmp_path):
     from pipelines.config import Config
     from pipelines.pipeline import resources_of
@@ -185,6 +186,7 @@ def test_options_are_dict_parameters_with_every_default(fresh):
     assert params["vertex"]["defaultValue"] == config.vertex_options().model_dump()
 
 
+@pytest.mark.slow
 def test_the_model_is_registered_as_the_gate_decided(fresh):
     spec = yaml.safe_load(fresh.read_text())
     stages = _stages(spec)

@@ -161,11 +161,13 @@ def no_network(monkeypatch):
     ["schedule", "delete", "42", "--dry-run", "--project", "my-proj"],
     ["publish", "gs://shared-x/p", "--dry-run", *VERTEX],
 ], ids=lambda a: " ".join(a[:2]))
+@pytest.mark.slow
 def test_dry_runs_never_touch_the_network(args, no_network, capsys):
     assert main(args) == 0, capsys.readouterr().err
     assert no_network == []
 
 
+@pytest.mark.slow
 def test_a_dry_run_without_credentials_looks_for_them_once(no_network, monkeypatch, capsys):
     # Without credentials google-auth asks the Compute Engine metadata server, three
     # times with back-off (3 s on a laptop); each client the dry run made asked again.
@@ -185,6 +187,7 @@ def test_a_dry_run_without_credentials_looks_for_them_once(no_network, monkeypat
     ["schedule", "list", "--project", "my-proj"],
     ["publish", "https://us-central1-kfp.pkg.dev/my-proj/pipelines", *VERTEX],
 ], ids=lambda a: " ".join(a[:2]))
+@pytest.mark.slow
 def test_without_network_or_credentials_a_clear_message(args, no_network, monkeypatch,
                                                         capsys):
     monkeypatch.setenv("HOME", "/nonexistent")  # no gcloud application-default credentials
@@ -219,6 +222,7 @@ _documents = st.one_of(
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(document=_documents)
+@pytest.mark.slow
 def test_random_documents_never_crash_config_loading_or_validate_gpu(document, tmp_path_factory):
     from components.gpu.pools import with_role_checks
     from pipelines.commands.validate_gpu import validate_file
@@ -250,6 +254,7 @@ _flag_values = st.one_of(st.text(max_size=30), st.integers().map(str),
                              "--region", "--dataset-source", "--dataset-image-size",
                              "--seed", "--cache-budget-mb", "--strategy"]),
        value=_flag_values)
+@pytest.mark.slow
 def test_random_flag_values_never_crash(flag, value, tmp_path_factory):
     out = tmp_path_factory.mktemp("spec") / "spec.yaml"
     try:

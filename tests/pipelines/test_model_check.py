@@ -160,6 +160,7 @@ def test_the_trainer_on_vertex_reads_user_code_where_the_image_holds_it(code):
 
 
 @pytest.mark.parametrize("example", ["multiworker_lab", "user_model"])
+@pytest.mark.slow
 def test_the_examples_pass_validation_and_a_dry_run(example, capsys):
     config = EXAMPLES / example / "config.yaml"
     assert main(["validate-gpu", "--config", str(config)]) == 0
@@ -202,6 +203,7 @@ BROKEN = {
 
 
 @pytest.mark.parametrize("broken", BROKEN, ids=str)
+@pytest.mark.slow
 def test_a_wrong_user_model_is_refused_before_any_stage_runs(tmp_path, broken):
     source, message = BROKEN[broken]
     package = tmp_path / "code" / "their_models"

@@ -100,6 +100,7 @@ def test_every_job_carries_the_runs_labels_and_is_named_at_once(apis, tmp_path, 
 
 
 @pytest.mark.parametrize("found_by", ["gcp_resources", "labels"])
+@pytest.mark.slow
 def test_a_step_started_again_follows_its_job_and_never_trains_twice(apis, tmp_path,
                                                                      monkeypatch, found_by):
     monkeypatch.setenv(job_records.RUN_LABELS_ENV, json.dumps(RUN))
@@ -141,6 +142,7 @@ def test_a_step_started_again_follows_its_job_and_never_trains_twice(apis, tmp_p
     assert summary(again.record()).endswith("the job an earlier run of this step created")
 
 
+@pytest.mark.slow
 def test_a_job_queued_past_the_limit_is_cancelled_and_the_next_alternative_trains(apis):
     apis.queued = {("n1-standard-8", "us-central1")}
     cfg = config(fallbacks=[{"worker_pool_specs": pools(L4)}], queue_limit="3600s")
@@ -158,6 +160,7 @@ def test_a_job_queued_past_the_limit_is_cancelled_and_the_next_alternative_train
                          r"\.queue_limit 3600s\); it was cancelled", line) for line in lines)
 
 
+@pytest.mark.slow
 def test_the_last_alternative_waits_in_the_queue(apis):
     apis.queued = {("n1-standard-8", "us-central1")}
     looks = []
@@ -176,6 +179,7 @@ def test_the_last_alternative_waits_in_the_queue(apis):
 
 
 @pytest.mark.parametrize("expiry", ["EXPIRED", "FAILED"])
+@pytest.mark.slow
 def test_a_flex_start_wait_that_expires_moves_on_in_either_form(apis, expiry):
     """Which state a FLEX_START job ends in when its max_wait_duration passes is not
     documented; both are handled. The queue limit never cuts its wait short."""

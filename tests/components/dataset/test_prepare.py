@@ -125,6 +125,7 @@ def test_shard_plan(examples, size_mb, workers, expected):
     assert shard_count(examples, size_mb * 2**20, workers) == expected
 
 
+@pytest.mark.slow
 def test_decoding_pool_reads_at_most_a_window_ahead_of_the_writer():
     """Memory stays bounded when writing is slower than decoding."""
     import multiprocessing
@@ -306,6 +307,7 @@ def test_tfds_source_without_the_extra_is_a_clear_error(tmp_path, monkeypatch):
         prepare_source("tfds://mnist", tmp_path / "out")
 
 
+@pytest.mark.slow
 def test_tfds_source_prepared_on_disk(tmp_path):
     """A TFDS dataset already on disk (TFDS_DATA_DIR), read in a fresh process that does
     not know its builder code, as the KFP component would; nothing is downloaded."""
@@ -352,6 +354,7 @@ def bucket(storage_emulator):
     return storage_client().create_bucket("images")
 
 
+@pytest.mark.slow
 def test_gcs_folder_source(tmp_path, bucket):
     src = make_folder(tmp_path / "src", per_class=8)
     for path in sorted(src.rglob("*.png")):
@@ -369,6 +372,7 @@ def test_gcs_folder_source(tmp_path, bucket):
     assert source_fingerprint("gs://images/data") != fingerprint
 
 
+@pytest.mark.slow
 def test_gcs_manifest_and_missing_objects(tmp_path, bucket):
     src = make_folder(tmp_path / "src", per_class=10)
     lines = []
@@ -436,6 +440,7 @@ def _children(pid):
     return found
 
 
+@pytest.mark.slow
 def test_a_killed_decoding_process_fails_the_stage_instead_of_hanging(tmp_path):
     import signal
     import time

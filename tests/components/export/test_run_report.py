@@ -26,6 +26,7 @@ def test_per_class_figures_come_from_the_confusion_matrix():
                               "recall": None, "f1": None}
 
 
+@pytest.mark.slow
 def test_charts_are_inline_svg_with_titles_axes_and_legends():
     confusion = charts.confusion(CLASSES, MATRIX, "test")
     assert confusion.startswith("<svg") and "<?xml" not in confusion

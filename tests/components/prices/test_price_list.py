@@ -29,6 +29,7 @@ def _book(fake, **kwargs):
 
 
 @pytest.mark.parametrize("region", ["us-central1", "europe-west4"])
+@pytest.mark.slow
 def test_every_catalog_gpu_and_machine_is_priced_at_its_region_s_prices(catalog, region):
     prices = _book(catalog, today="2026-11-28").region(region)
     factor = REGION_FACTOR[region]
@@ -66,6 +67,7 @@ def large_catalog():
         yield fake
 
 
+@pytest.mark.slow
 def test_the_catalog_is_read_in_pages_and_once_a_day(large_catalog):
     catalog = large_catalog
     book = _book(catalog, today="2026-11-28")

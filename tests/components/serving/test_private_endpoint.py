@@ -89,6 +89,7 @@ def test_predictions_come_through_the_psc_address_not_vertex_ai_s_host(apis):
                        address=f"http://localhost:{port}", session=requests.Session())
 
 
+@pytest.mark.slow
 def test_predict_config_sends_through_the_psc_address(apis, tmp_path):
     name, model = serving(apis)
     port = apis.url.rsplit(":", 1)[1]

@@ -107,6 +107,7 @@ def test_a_healthy_canary_is_promoted_and_the_old_model_undeployed(apis):
     assert dict(endpoint.traffic_split) == {canary_id: 100}
 
 
+@pytest.mark.slow
 def test_no_step_waits_out_the_grace_period_the_next_rollout_undeploys_the_old_model(apis):
     """A promotion with a grace period keeps the old model at 0 % and records until when in
     the endpoint's labels; the step ends at once. A later rollout undeploys it only once
@@ -187,6 +188,7 @@ def test_a_slow_canary_is_rolled_back_and_a_quiet_one_follows_the_policy(apis):
 
 
 @pytest.mark.parametrize("stop", ["interrupt", "sigterm"])
+@pytest.mark.slow
 def test_a_rollout_stopped_mid_canary_gives_the_traffic_back(apis, stop):
     """Ctrl-C, or SIGTERM as a cancelled run's pod gets it: the canary is rolled back
     before the step ends."""

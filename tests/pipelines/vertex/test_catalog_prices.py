@@ -57,6 +57,7 @@ class _NoModels:
 
 @pytest.mark.parametrize("region", ["us-central1", "europe-west4"])
 @pytest.mark.parametrize("gpu", list(FAMILIES))
+@pytest.mark.slow
 def test_every_gpu_family_is_priced_gpu_and_machine_in_its_region(catalog, gpu, region):
     machine, count, family, vcpus, gb = FAMILIES[gpu]
     spec = {"machine_type": machine, "accelerator_type": gpu, "accelerator_count": count}
@@ -72,6 +73,7 @@ def test_every_gpu_family_is_priced_gpu_and_machine_in_its_region(catalog, gpu, 
 
 
 @pytest.mark.parametrize("region", ["us-central1", "europe-west4"])
+@pytest.mark.slow
 def test_the_example_config_s_dry_run_prices_every_configuration(catalog, region, tmp_path,
                                                                   capsys):
     example = tmp_path / "config.yaml"

@@ -75,6 +75,7 @@ def test_vertex_refuses_a_reference_with_a_tag_and_a_digest_in_a_model_upload(ap
         images.reference(REPO, images.CPU, DIGEST)
 
 
+@pytest.mark.slow
 def test_vertex_refuses_a_pipeline_whose_components_name_a_tag_and_a_digest(apis, tmp_path,
                                                                             capsys):
     request = runs.submit(config(), dry_run=True)
@@ -146,6 +147,7 @@ def test_a_build_is_waited_for_as_long_as_it_may_run_with_its_progress_printed()
                                    clock=clock, sleep=clock.sleep)
 
 
+@pytest.mark.slow
 def test_real_client_polls_a_build_that_is_not_done_yet(apis):
     apis.build_seconds = 3.0
     registry = rest_client(artifactregistry_v1.ArtifactRegistryClient, apis)

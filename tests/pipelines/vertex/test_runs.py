@@ -225,6 +225,7 @@ def _task_caching(pipeline_spec):
             if "componentRef" in task and not name.startswith("condition")}
 
 
+@pytest.mark.slow
 def test_submit_with_images_built_elsewhere_uploads_and_builds_nothing(cloud, capsys):
     given = {"gpu": f"{REPO}/trainer@sha256:{'a' * 64}",
              "cpu": f"{REPO}/components@sha256:{'b' * 64}"}
@@ -256,6 +257,7 @@ def test_only_the_dataset_preparation_may_be_served_from_cache(enable_caching):
         {"prepare-dataset"} if enable_caching else set())
 
 
+@pytest.mark.slow
 def test_submit_uploads_sources_builds_once_and_sends_the_dry_run_request(cloud, capsys,
                                                                         tmp_path):
     cfg = config()
@@ -316,6 +318,7 @@ def test_submit_uploads_sources_builds_once_and_sends_the_dry_run_request(cloud,
     assert len(cloud.build.requests) == 1 and len(cloud.pipeline_api.calls) == 2
 
 
+@pytest.mark.slow
 def test_the_build_stage_on_vertex(cloud, tmp_path):
     context = write_build_context(tmp_path / "uploaded")
     uri = "gs://pipelines/root/build-contexts/ctx.tar.gz"
@@ -415,6 +418,7 @@ def test_vertex_settings_are_required(capsys, tmp_path):
 # --- Schedules ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_schedule_request_and_sdk_create(cloud):
     cfg = load_config(overrides={"vertex": config().vertex.model_dump(),
         "schedule": {"cron": "TZ=Europe/Paris 0 4 * * 1", "max_concurrent_run_count": 2}})
@@ -468,6 +472,7 @@ def pinned_spec(tmp_path_factory):
                               "gs://pipelines/root/build-contexts/context-x.tar.gz")
 
 
+@pytest.mark.slow
 def test_the_placeholder_image_of_compiled_is_replaced_for_every_component(pinned_spec):
     # compiled/ names the project image with a placeholder repository (for review and the
     # golden test); every run and every published spec replaces it with the built image.
@@ -514,6 +519,7 @@ def test_publish_to_cloud_storage(cloud, pinned_spec):
     assert blob.download_as_bytes() == pinned_spec.read_bytes()
 
 
+@pytest.mark.slow
 def test_publish_builds_or_finds_the_image_first(cloud, capsys):
     cfg = config()
     assert publish.publish_run(cfg, "gs://pipelines/shared", ["v1"], dry_run=True,
@@ -573,6 +579,7 @@ def test_publish_errors(tmp_path, pinned_spec):
         publish.publish(tmp_path / "none.yaml", "gs://b/x", ["v1"])
 
 
+@pytest.mark.slow
 def test_another_team_uses_the_spec_as_a_step(tmp_path):
     from kfp import compiler, components, dsl
 
@@ -604,6 +611,7 @@ def test_another_team_uses_the_spec_as_a_step(tmp_path):
     assert "comp-train-on-vertex-ai" in json.dumps(spec["components"])
 
 
+@pytest.mark.slow
 def test_schedule_cli_dry_run(capsys):
     args = ["--project", "my-proj", "--pipeline-root", "gs://pipelines/root",
             "--image-repository", REPO, "--dry-run"]
@@ -637,6 +645,7 @@ def test_schedule_cli_dry_run(capsys):
     assert "the following arguments are required: schedule_id" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_submit_dry_run_json_is_one_document_of_every_request(capsys):
     args = ["submit", "--dry-run", "--json", "--project", "my-proj", "--pipeline-root",
             "gs://pipelines/root", "--image-repository", REPO]

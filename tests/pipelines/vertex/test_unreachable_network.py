@@ -72,6 +72,7 @@ def key(tmp_path_factory):
 @pytest.mark.parametrize(("command", "network"), [
     (["submit", "--dry-run"], "drops"), (["schedule", "create", "--dry-run"], "refuses")],
     ids=["submit-drops", "schedule-refuses"])
+@pytest.mark.slow
 def test_a_dry_run_without_a_reachable_network_ends_within_20_s_on_fallback_prices(
         tmp_path, key, command, network):
     proxy = SilentProxy()
@@ -109,6 +110,7 @@ def test_a_dry_run_without_a_reachable_network_ends_within_20_s_on_fallback_pric
         assert proxy.accepted  # it did try, through the proxy and nowhere else
 
 
+@pytest.mark.slow
 def test_a_bounded_read_gives_up_without_an_answer_and_waits_while_answers_come():
     release = threading.Event()
     cloud_calls._UNANSWERED["what"] = ""

@@ -290,6 +290,7 @@ def test_the_trainer_applies_the_plan_given_and_refuses_one_for_another_cluster(
     ([pool("n1-standard-8", cat.V100, 1)] * 2, "nccl"),
     ([pool("n1-standard-8")] * 2, "ring"),
 ])
+@pytest.mark.slow
 def test_the_strategy_all_reduces_as_the_plan_says(pools, hint):
     """The trainer's MultiWorkerMirroredStrategy on a real two-process cluster traces its
     gradient all-reduce with the plan's hint: `nccl` on GPU machines (TensorFlow's
@@ -339,6 +340,7 @@ def test_local_clusters_refuse_what_their_cpus_cannot_run_before_any_work(tmp_pa
     assert list(tmp_path.iterdir()) == []  # nothing prepared, nothing written
 
 
+@pytest.mark.slow
 def test_a_trainer_started_by_hand_refuses_xla_under_parameter_servers(tmp_path):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_CONFIG": json.dumps({
         "cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"],

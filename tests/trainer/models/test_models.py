@@ -57,6 +57,7 @@ def keras_home(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", sorted(BACKBONES))
+@pytest.mark.slow
 def test_each_backbone_serves_uint8_pixels_with_its_preprocessing_inside(name, float32_policy):
     keras.utils.set_random_seed(0)
     model = build_model(keras, name, 32, 3, 0.001)
@@ -74,6 +75,7 @@ def test_each_backbone_serves_uint8_pixels_with_its_preprocessing_inside(name, f
             if BACKBONES[name].caffe_preprocessing else inside), name
 
 
+@pytest.mark.slow
 def test_imagenet_weights_are_asked_of_keras_with_the_published_origin_and_hash(
         keras_home, monkeypatch):
     """A stand-in for the download alone records what Keras fetches and writes bytes
@@ -125,6 +127,7 @@ def test_a_failed_imagenet_fetch_is_one_clear_error(keras_home, monkeypatch):
     assert urllib.error.URLError  # the failure Keras wraps
 
 
+@pytest.mark.slow
 def test_a_weights_file_of_the_architecture_loads_by_path_and_a_wrong_one_is_refused(
         tmp_path, float32_policy):
     keras.utils.set_random_seed(1)
@@ -147,6 +150,7 @@ def test_a_weights_file_of_the_architecture_loads_by_path_and_a_wrong_one_is_ref
         build_model(keras, "resnet50", 32, 4, 0.001, weights=str(tmp_path / "none.h5"))
 
 
+@pytest.mark.slow
 def test_weights_are_read_from_cloud_storage(tmp_path, storage_emulator, float32_policy):
     from trainer.common.gcs import storage_client
 
@@ -165,6 +169,7 @@ def test_weights_are_read_from_cloud_storage(tmp_path, storage_emulator, float32
         assert path == "/gcs/mirror/keras/w.h5"  # Vertex AI's mount, read as a file
 
 
+@pytest.mark.slow
 def test_fine_tuning_unfreezes_the_top_of_the_base_but_not_batch_norm(float32_policy):
     model = build_model(keras, "mobilenet_v3_small", 32, 4, 0.01, freeze_base=True)
     images = tf.random.uniform([8, 32, 32, 3], 0, 256, tf.int32, seed=1)
@@ -184,6 +189,7 @@ def test_fine_tuning_unfreezes_the_top_of_the_base_but_not_batch_norm(float32_po
 
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_float16", "mixed_bfloat16"])
+@pytest.mark.slow
 def test_resnet50_trains_in_nhwc_with_fused_batch_norm_in_each_precision(policy,
                                                                           float32_policy):
     """The training step as built, before Grappler: every batch norm fused (cuDNN's kernels

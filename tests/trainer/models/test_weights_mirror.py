@@ -51,6 +51,7 @@ def published(tmp_path, monkeypatch):
     return file, fetched
 
 
+@pytest.mark.slow
 def test_the_weights_are_checked_by_keras_and_copied_with_their_provenance(
         published, storage_emulator, capsys):
     from trainer.common.gcs import storage_client
@@ -72,6 +73,7 @@ def test_the_weights_are_checked_by_keras_and_copied_with_their_provenance(
                              "sha256": hashlib.sha256(file.read_bytes()).hexdigest()}
 
 
+@pytest.mark.slow
 def test_a_file_that_is_not_the_published_one_is_never_copied(published, storage_emulator,
                                                               monkeypatch, capsys):
     from trainer.common.gcs import storage_client
@@ -88,6 +90,7 @@ def test_a_file_that_is_not_the_published_one_is_never_copied(published, storage
     assert main(["weights", "copy", "--model", "resnet50", "--to", "/tmp/w"]) == 2
 
 
+@pytest.mark.slow
 def test_a_trainer_whose_network_is_cut_trains_from_the_copy(published, storage_emulator,
                                                              tmp_path):
     from components.dataset.dataset_options import DatasetOptions

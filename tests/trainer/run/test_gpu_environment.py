@@ -10,6 +10,8 @@ import subprocess
 import sys
 import types
 
+import pytest
+
 from trainer.run import gpu_environment
 
 
@@ -107,6 +109,7 @@ def test_keep_nhwc_turns_graplers_layout_optimizer_off_only_on_gpus():
     assert not keep_nhwc(_fake_tf(0, untouched), True) and untouched == {}
 
 
+@pytest.mark.slow
 def test_keep_nhwc_names_an_option_tensorflow_has():
     """The option's key as TensorFlow reads it back: TensorFlow ignores a key it does not
     know ('layout_optimiser' reads back as nothing), so only this shows it is the right one."""

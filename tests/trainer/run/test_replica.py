@@ -59,6 +59,7 @@ def test_the_model_takes_uint8_pixels_and_converts_them_itself(float32_policy):
     assert 0.0 <= scaled.min() and scaled.max() <= 1.0
 
 
+@pytest.mark.slow
 def test_local_step_logs_keep_the_keys_keras_overrides_at_epoch_end(float32_policy):
     """Per-step logs without collectives keep the metric keys, so Keras replaces the last
     step's logs with the model's metrics at the end of the epoch (here one process: the
@@ -153,6 +154,7 @@ def test_commit_never_renames_a_directory(tmp_path, monkeypatch):
     assert os.path.isdir(os.path.join(committed(tmp_path / "model"), "variables"))
 
 
+@pytest.mark.slow
 def test_file_sharding_needs_a_file_per_worker(small_dataset, caplog):
     from trainer.common.contract import load_manifest, shard_paths
     from trainer.run.data import InputSpec, make_dataset

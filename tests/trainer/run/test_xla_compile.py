@@ -25,6 +25,7 @@ def _compile(tmp_path, xla_flags: str, tf_xla_flags: str = "") -> subprocess.Com
                                             "TF_CPP_MIN_LOG_LEVEL": "2"})
 
 
+@pytest.mark.slow
 def test_every_flag_the_trainer_sets_is_one_the_installed_xla_accepts(tmp_path):
     values = {"xla_gpu_enable_llvm_module_compilation_parallelism": True,
               "xla_gpu_force_compilation_parallelism": 2,
