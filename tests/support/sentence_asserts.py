@@ -27,7 +27,7 @@ def _strings(node: ast.AST) -> Iterator[str]:
 
 
 def sentence_asserts(path: Path) -> list[int]:
-    """The lines of `path`'s assertions on a literal of more than WORDS words."""
+    """Where `path` asserts on a long literal (line numbers)."""
     lines = []
     for node in ast.walk(ast.parse(path.read_text())):
         checked: list[ast.AST] = []
