@@ -27,12 +27,13 @@ $(STAMP): pyproject.toml
 demo: install
 	$(BIN)/gpu-pipeline run --local
 
-# The whole suite (docs/testing.md), on two processes, each taking whole test files
-# (their module fixtures are shared within a file): on the 2-core machine the suite's
-# waits on its worker processes overlap.
+# The whole suite (docs/testing.md), on three processes, each taking whole test files
+# (their module fixtures are shared within a file): the suite's tests spend a fifth of
+# their time waiting (on servers, clusters forming, timeouts), so on the 2-core machine a
+# third process keeps both cores busy (1.8 cores used instead of 1.6).
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 3 --dist loadfile
 
 # The fast tier for the inner loop: unit and contract tests, no test marked slow (one that
 # starts processes, TensorFlow or a whole run); `make test` stays the one CI runs.

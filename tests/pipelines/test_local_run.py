@@ -161,14 +161,18 @@ def test_demo_runs_every_stage_and_says_what_it_did(demo):
     assert f" --logdir {job / 'tensorboard'}" in stdout and (job / "tensorboard").is_dir()
 
 
-def test_demo_checked_the_model_in_its_server_and_says_how_to_call_it(demo):
+def test_demo_checked_the_model_in_its_server_and_says_how_to_call_it(demo, monkeypatch,
+                                                                        capsys):
     """Before the first model may serve it ran in the real model server; the run ends with
-    how to call it, and `predict` and `serve` do what it says."""
+    how to call it, and `predict` and `serve` do what it says. The hint runs as printed in
+    a fresh shell and `serve` as a process of its own; the other commands run in this
+    process (`main`), each a TensorFlow start-up fewer."""
     import base64
     import signal
     import urllib.request
 
     from components.serving.serving_check import held_out_images
+    from pipelines.cli import main
     from tests.support.serving import free_port
 
     cwd, stdout = demo
@@ -193,24 +197,25 @@ def test_demo_checked_the_model_in_its_server_and_says_how_to_call_it(demo):
     assert all(re.fullmatch(r"image\d\.png: \w+ [01]\.\d{3}, \w+ [01]\.\d{3}", line)
                for line in lines[1:3]), lines
     (cwd / "notes.txt").write_text("not an image")
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
     for argv, code, message in (
             (["missing.png"], 2, "IMAGE 'missing.png' cannot be read"),
             (["notes.txt"], 1, "IMAGE 'notes.txt': it is not a JPEG, PNG, GIF, BMP or WebP"),
             (["image0.png", "--version", "9"], 2, "has no version '9'")):
-        result = subprocess.run([str(BIN), "predict", *argv], cwd=cwd, capture_output=True,
-                                text=True, timeout=300)
-        assert result.returncode == code and message in result.stderr, result.stderr[-2000:]
-        assert "Traceback" not in result.stderr
+        returncode = main(["predict", *argv])
+        err = capsys.readouterr().err
+        assert returncode == code and message in err, err[-2000:]
     # A bad or missing file among good ones costs its own line; the rest are predicted.
-    result = subprocess.run([str(BIN), "predict", "missing.png", "image0.png", "notes.txt"],
-                            cwd=cwd, capture_output=True, text=True, timeout=300)
-    predicted = result.stdout.splitlines()[1:]
-    assert result.returncode == 1 and len(predicted) == 1, result.stdout
+    returncode = main(["predict", "missing.png", "image0.png", "notes.txt"])
+    out, err = capsys.readouterr()
+    predicted = out.splitlines()[1:]
+    assert returncode == 1 and len(predicted) == 1, out
     assert predicted[0].startswith("image0.png: ")
-    assert result.stderr.splitlines() == [
+    assert err.splitlines() == [
         "error: IMAGE 'missing.png' cannot be read: No such file or directory",
         "error: IMAGE 'notes.txt': it is not a JPEG, PNG, GIF, BMP or WebP image",
-        "error: 2 of 3 image(s) not predicted"], result.stderr
+        "error: 2 of 3 image(s) not predicted"], err
 
     # batch-predict: a folder (one file in it is no image) and a manifest, scored by the
     # champion; Vertex AI's output files, one line per image.
@@ -219,13 +224,11 @@ def test_demo_checked_the_model_in_its_server_and_says_how_to_call_it(demo):
     (images / "a.png").write_bytes((cwd / "image0.png").read_bytes())
     (images / "more" / "b.png").write_bytes((cwd / "image1.png").read_bytes())
     (images / "more" / "broken.png").write_text("not an image")
-    result = subprocess.run([str(BIN), "batch-predict", "to-score", "--output", "scored",
-                             "--batch-size", "2"], cwd=cwd, capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 1, result.stderr[-2000:]  # one image refused
-    assert "batch-predict: 2 predicted, 1 refused" in result.stdout, result.stdout
-    assert "batch-predict: refused to-score/more/broken.png: the image is not a JPEG" in \
-        result.stderr
+    returncode = main(["batch-predict", "to-score", "--output", "scored", "--batch-size", "2"])
+    out, err = capsys.readouterr()
+    assert returncode == 1, err[-2000:]  # one image refused
+    assert "batch-predict: 2 predicted, 1 refused" in out, out
+    assert "batch-predict: refused to-score/more/broken.png: the image is not a JPEG" in err
     results = [json.loads(line) for line in (cwd / "scored" / "prediction.results-00000-of-"
                                              "00001").read_text().splitlines()]
     assert [r["key"] for r in results] == ["to-score/a.png", "to-score/more/b.png"]
@@ -241,13 +244,11 @@ def test_demo_checked_the_model_in_its_server_and_says_how_to_call_it(demo):
     assert stat.S_IMODE((cwd / "scored" / "prediction.results-00000-of-00001").stat()
                         .st_mode) == 0o666 & ~umask
     (cwd / "list.txt").write_text("# to score\nimage1.png\n\nmissing.png\nimage0.png\n")
-    result = subprocess.run([str(BIN), "batch-predict", "list.txt", "--output", "scored"],
-                            cwd=cwd, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 2 and "already holds predictions" in result.stderr
-    result = subprocess.run([str(BIN), "batch-predict", "list.txt", "--output", "listed"],
-                            cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert main(["batch-predict", "list.txt", "--output", "scored"]) == 2
+    assert "already holds predictions" in capsys.readouterr().err
+    returncode = main(["batch-predict", "list.txt", "--output", "listed"])
     # A missing file in the list costs its own line; the others are predicted.
-    assert result.returncode == 1, result.stderr[-2000:]
+    assert returncode == 1, capsys.readouterr().err[-2000:]
     assert [json.loads(line)["key"] for line in (cwd / "listed" / "prediction.results-00000-"
                                                  "of-00001").read_text().splitlines()] == [
         "image1.png", "image0.png"]

@@ -748,8 +748,10 @@ def test_the_serving_container_answers_from_the_registered_model(emulated_run):
 def test_a_parameter_server_layout_trains_with_tf_config_as_vertex_sets_it(tmp_path):
     gpu = {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
            "accelerator_count": 1}
+    # The seeds' layout with one worker (two workers and an evaluator on small splits:
+    # test_local_cluster's seeds' layout test).
     layout = [{"machine_spec": gpu, "replica_count": 1},
-              {"machine_spec": gpu, "replica_count": 2},
+              {"machine_spec": gpu, "replica_count": 1},
               {"machine_spec": {"machine_type": "n1-highmem-8"}, "replica_count": 1}]
     with emulated_vertex(tmp_path) as submit:
         # vertex.promotion never: decided and reported, nothing registered.
@@ -760,10 +762,10 @@ def test_a_parameter_server_layout_trains_with_tf_config_as_vertex_sets_it(tmp_p
                       "batch_size": 32})
         tasks, apis = run["tasks"], run["apis"]
         assert tasks["validate-gpu-config"].parameters["strategy"] == "parameter_server"
-        assert tasks["validate-gpu-config"].parameters["input_pipelines"] == 2
+        assert tasks["validate-gpu-config"].parameters["input_pipelines"] == 1
         (sent,) = apis.recorded(r"/customJobs$")
         job = aiplatform_v1.CustomJob.from_json(json.dumps(sent.body))
-        assert [p.replica_count for p in job.job_spec.worker_pool_specs] == [1, 2, 1]
+        assert [p.replica_count for p in job.job_spec.worker_pool_specs] == [1, 1, 1]
         ps_pool = job.job_spec.worker_pool_specs[2]
         assert not ps_pool.machine_spec.accelerator_count
         # The CPU image, whose entry point is Beam's boot program: the pool names the
@@ -774,11 +776,11 @@ def test_a_parameter_server_layout_trains_with_tf_config_as_vertex_sets_it(tmp_p
         assert record.state == "JOB_STATE_SUCCEEDED"
         configs = [json.loads(r.env["TF_CONFIG"]) for r in record.replicas]
         assert [(c["task"]["type"], c["task"]["index"]) for c in configs] == \
-            [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)]
+            [("chief", 0), ("worker", 0), ("ps", 0)]
         assert {k: len(v) for k, v in configs[0]["cluster"].items()} == \
-            {"chief": 1, "worker": 2, "ps": 1}
+            {"chief": 1, "worker": 1, "ps": 1}
         chief_log = record.replicas[0].log.read_text()
-        assert "parameter_server with 3 training machine(s), 1 parameter server(s)" in chief_log
+        assert "parameter_server with 2 training machine(s), 1 parameter server(s)" in chief_log
         # The seeds' layout's plan, on every replica: no all-reduce, no float16, no XLA.
         assert {(r.training_plan["strategy"], r.training_plan["all_reduce"],
                  r.training_plan["mixed_precision"], r.training_plan["xla"])
@@ -786,7 +788,7 @@ def test_a_parameter_server_layout_trains_with_tf_config_as_vertex_sets_it(tmp_p
         assert "training plan: xla: off (under ParameterServerStrategy" in chief_log
         assert "epoch 1/2:" in chief_log and "fine-tuning: " in chief_log
         assert "epoch 2/2:" in chief_log
-        assert "serving at" in record.replicas[3].log.read_text()
+        assert "serving at" in record.replicas[2].log.read_text()
         assert tasks[names.DECIDE_REGISTRATION].parameters["register"] is False
         assert "vertex.promotion is never" in tasks["export-model"].parameters["decision"]
         assert tasks["condition-2"].state == "SKIPPED" and "model-upload" not in tasks

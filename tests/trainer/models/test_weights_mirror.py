@@ -92,17 +92,14 @@ def test_a_file_that_is_not_the_published_one_is_never_copied(published, storage
 
 @pytest.mark.slow
 def test_a_trainer_whose_network_is_cut_trains_from_the_copy(published, storage_emulator,
-                                                             tmp_path):
-    from components.dataset.dataset_options import DatasetOptions
-    from components.dataset.prepare import prepare_dataset
+                                                             tmp_path, small_dataset):
     from trainer.common.gcs import storage_client
 
     file, _ = published
     storage_client().create_bucket("mirror")
     assert main(["weights", "copy", "--model", "mobilenet_v3_small",
                  "--to", "gs://mirror/keras"]) == 0
-    data = tmp_path / "dataset"
-    prepare_dataset(DatasetOptions(), data, input_pipelines=1)
+    data = small_dataset  # the weights are what this test is about: the least data
     offline = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": os.pathsep.join(
         [str(ROOT / "tests/support/offline"), str(ROOT)])}
     # The cut is real: the internet is out of reach, loopback (the bucket) is not.
