@@ -115,16 +115,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: the pipeline failed: {exc} (its log is above)", file=sys.stderr)
         return exc.exit_code
     except ProjectError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}{_offline_hint(args, exc)}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:  # `gpu-pipeline ... | head`: the reader left; so do we
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except KeyboardInterrupt:
-        print("interrupted: " + (f"processes {_left_running} of the run could not be stopped"
-                                 if _left_running else "every process of the run was stopped")
-              + ", and what it had written was removed", file=sys.stderr)
+        print(interrupted_words(args.command, _left_running), file=sys.stderr)
         return 128 + _signals_received[-1] if _signals_received else 130
+
+
+def _offline_hint(args: argparse.Namespace, exc: ProjectError) -> str:
+    """For missing credentials, the command's own way to go on without them, if it has one
+    (`submit` and `schedule create` have `--dry-run`; `runs` and `models` have none)."""
+    from trainer.common.cloud_calls import CredentialsError
+
+    if isinstance(exc, CredentialsError) and getattr(args, "dry_run", None) is False:
+        return " (`--dry-run` needs none)"
+    return ""
+
+
+#: What Ctrl-C leaves behind, by command, where it is more than its processes stopped.
+LEFT_BEHIND = {"run": "every process of the run was stopped, and what it had written was "
+                      "removed",
+               "serve": "the model server was stopped"}
+
+
+def interrupted_words(command: str, left_running: Sequence[int]) -> str:
+    """The line an interrupted `command` ends with: what it stopped, in its own terms, or
+    which processes it could not stop."""
+    if left_running:
+        return (f"interrupted: processes {list(left_running)} that {command} started could "
+                "not be stopped")
+    return "interrupted: " + LEFT_BEHIND.get(
+        command, f"every process {command} started was stopped")
 
 
 if __name__ == "__main__":

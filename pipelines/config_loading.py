@@ -207,6 +207,24 @@ def _training_files(training: TrainingOptions) -> list[str]:
     return errors
 
 
+#: Vertex AI's default CustomJob timeout, 7 days (`Scheduling.timeout`: "The maximum job
+#: running time. The default is 7 days."): a longer one is most likely a typo, and the
+#: estimate and the budget's hold are taken from it.
+DEFAULT_JOB_TIMEOUT_SECONDS = 7 * 24 * 3600
+
+
+def long_timeout(timeout: str) -> list[str]:
+    """A warning when `vertex.timeout` passes Vertex AI's 7-day default."""
+    from components.durations import duration_seconds
+
+    seconds = duration_seconds(timeout)
+    if seconds is None or seconds <= DEFAULT_JOB_TIMEOUT_SECONDS:
+        return []
+    return [f"vertex.timeout is {timeout} ({seconds / 86400:,.1f} days), past Vertex AI's "
+            f"default of 7 days ({DEFAULT_JOB_TIMEOUT_SECONDS}s): a job that hangs is billed "
+            "that long; is it meant?"]
+
+
 def _preflight(sections: Mapping[str, Any], raw: Mapping[str, Any],
                warnings: list[str] | None) -> list[str]:
     """Checks between sections, of the machine and of the GPU rules."""
@@ -234,6 +252,8 @@ def _preflight(sections: Mapping[str, Any], raw: Mapping[str, Any],
             kind_of(dataset.source).preflight(dataset.source)
         except DatasetError as exc:
             errors.append(f"dataset.source is {short(dataset.source)}: {exc}")
+    if vertex is not None and warnings is not None:
+        warnings += long_timeout(vertex.timeout)
     # The GPU rules apply to the pools given even when another vertex field is wrong.
     given = raw.get("vertex") if isinstance(raw.get("vertex"), Mapping) else {}
     region = given.get("region", VertexConfig().region)

@@ -126,3 +126,17 @@ def test_the_benchmark_runs_the_trainers_step_as_planned_for_an_h100(tmp_path):
     assert (tmp_path / "logs" / "check.log").exists()
     assert (tmp_path / "logs" / "plan_tfrecords_profile.log").exists()
     assert "plan+tfrecords+profile: " in done.stdout and "images/s" in done.stdout
+
+
+def test_a_case_line_leaves_out_what_the_machine_could_not_measure():
+    """On CPUs there is no peak GPU memory or utilisation: the line leaves them out
+    rather than print None; on a GPU both are said."""
+    from trainer.benchmark.runner import line
+
+    case = {"case": "float32", "images_per_second": 812.4, "step_ms": 39.4, "policy": "float32",
+            "xla": False, "batch": 32, "input": "synthetic"}
+    on_cpus = line({**case, "peak_memory_gib": None, "gpu_utilization_mean": None})
+    assert "None" not in on_cpus and "GiB" not in on_cpus and "busy" not in on_cpus
+    assert on_cpus.startswith("float32: 812 images/s, 39.4 ms/step")
+    on_gpu = line({**case, "peak_memory_gib": 61.2, "gpu_utilization_mean": 97})
+    assert on_gpu.endswith(", peak 61.2 GiB, GPU busy 97%")

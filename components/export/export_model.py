@@ -370,16 +370,12 @@ def _check_line(check: Mapping[str, Any]) -> str:
 def _progress(outcome: Mapping[str, Any]) -> list[str]:
     """The stage's progress lines: the new model's figures, the serving check, then the
     decision."""
-    import json
+    from components.export.split_figures import model_figures
 
     results, decision, here = outcome["metrics"], outcome["decision"], outcome["measured_here"]
-    test = (f"; test accuracy {results['test_accuracy']:.4f} on {results['test_examples']}"
-            if "test_accuracy" in results else "")
     source = "evaluated here" if "challenger" in here else "as the trainer measured it"
     return [
-        f"exported model, {source}, on {results['examples']} validation examples: accuracy "
-        f"{results['accuracy']:.4f}{test}; " + json.dumps(
-            {k: round(v, 4) for k, v in results.items() if k.startswith("accuracy_")}),
+        f"exported model, {source}: {model_figures(results)}",
         *([f"serving check: {_check_line(decision.serving_check)}"]
           if decision.serving_check else []),
         f"champion/challenger: {decision.reason}"

@@ -32,6 +32,13 @@ class RunSummary:
             self.trials.splitlines()[2:]  # the table and the best parameters
 
 
+def run_title(pipeline_job: str, job_name: str) -> str:
+    """The run's name for its summary: its PipelineJob's resource name on Vertex AI; the
+    run's job name locally, where KFP's runner gives the exit handler a task's name
+    ("local-pipeline-exit-handler-1") instead."""
+    return pipeline_job if pipeline_job.startswith("projects/") else job_name or pipeline_job
+
+
 def summarize(state: str, error: str, *, registry_root: str, job_name: str, project: str,
               vertex: VertexOptions, pipeline_job: str = "") -> RunSummary:
     """The run's summary; `registry_root` is the local run's registry ("" on Vertex AI,

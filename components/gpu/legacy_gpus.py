@@ -56,8 +56,8 @@ def replacement(training_input: Mapping[str, Any], region: str | None,
     unsupported = unsupported_legacy(training_input)
     if not unsupported:
         return None
-    result = {k: v for k, v in training_input.items() if k != "scaleTier"}
-    result = {"scaleTier": "CUSTOM", **result}
+    result = {"scaleTier": "CUSTOM", **_only_used(
+        {k: v for k, v in training_input.items() if k != "scaleTier"})}
     for task in unsupported:
         legacy = _machine_of(training_input, task)
         count = legacy.gpu[1] if legacy.gpu else 1
@@ -77,6 +77,24 @@ def replacement(training_input: Mapping[str, Any], region: str | None,
             return None
     whole = convert(result, check_legacy=False)
     return result if check_pools(whole.specs, region=region).ok else None
+
+
+def _only_used(training_input: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields the pipeline takes: what the conversion's warnings say to leave out
+    (`ai_platform_job.NOT_USED`, `TASK_NOT_USED`) is left out of the configuration offered
+    to paste."""
+    from components.gpu.ai_platform_job import NOT_USED, TASK_NOT_USED
+
+    kept: dict[str, Any] = {}
+    for key, value in training_input.items():
+        if key in NOT_USED:
+            continue
+        if isinstance(value, Mapping):
+            unused = TASK_NOT_USED if key.endswith("Config") else {}
+            value = {k: v for k, v in value.items()
+                     if f"{key}.{k}" not in NOT_USED and k not in unused}
+        kept[key] = value
+    return kept
 
 
 def _index(task: str) -> int:

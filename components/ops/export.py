@@ -93,7 +93,7 @@ def summarize_run(status: dsl.PipelineTaskFinalStatus, registry_root: str, job_n
     `cost.json` (`components.capacity.run_cost`)."""
     from pathlib import Path
 
-    from components.export.run_summary import summarize
+    from components.export.run_summary import run_title, summarize
     from components.stage_messages import say, stage_errors
     from components.vertex_options import VertexOptions
     from trainer.common.schema import validate
@@ -104,7 +104,8 @@ def summarize_run(status: dsl.PipelineTaskFinalStatus, registry_root: str, job_n
                           vertex=validate(VertexOptions, vertex, prefix="vertex", strict=False),
                           pipeline_job=status.pipeline_job_resource_name)
     Path(summary.path).parent.mkdir(parents=True, exist_ok=True)
-    Path(summary.path).write_text(ended.markdown(status.pipeline_job_resource_name))
+    Path(summary.path).write_text(ended.markdown(
+        run_title(status.pipeline_job_resource_name, job_name)))
     if ended.cost is not None:
         import json
 

@@ -202,6 +202,7 @@ def train_on_vertex_ai(project: str, alternatives: list, images: dict, dataset: 
 def report_training(training_job: Input[Artifact], metrics: Output[Metrics],
                     curves: Output[HTML]):
     """Stage 4 (both targets), last part: the trainer's curves and final metrics."""
+    from components.export.split_figures import trainer_figures
     from components.stage_messages import say, stage_errors
     from components.training import efficiency
     from components.training.training_report import publish_training_report
@@ -215,8 +216,7 @@ def report_training(training_job: Input[Artifact], metrics: Output[Metrics],
         f"{summary['num_workers']} training machine(s) and {summary['parameter_servers']} "
         f"parameter server(s), {summary['examples_per_second']:.0f} training images/s end to "
         "end (warm-up and validation included); "
-        f"{summary['evaluations']} sidecar evaluation(s); final " + ", ".join(
-            f"{k} {v:.4f}" for k, v in summary["metrics"].items()
-            if k not in ("epochs_completed", "evaluator_epochs")))
+        f"{summary['evaluations']} sidecar evaluation(s); final figures, "
+        f"{trainer_figures(summary['metrics'])}")
     for line in efficiency.lines(summary["efficiency"]):
         say(line)

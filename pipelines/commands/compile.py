@@ -15,6 +15,7 @@ from pipelines.commands.common import (
     is_path,
     load,
     make_directory,
+    overrides,
 )
 from trainer.common.schema import short
 from trainer.common.shell_name import command
@@ -23,8 +24,10 @@ from trainer.common.shell_name import command
 def add_parser(commands: Any, parser_class: type) -> None:
     """Declares the command and its flags."""
     parser = commands.add_parser("compile", help="Compile the Vertex AI pipeline spec.")
-    parser.add_argument("--output", type=Path, default=DEFAULT_SPEC,
-                        help=f"Spec file to write (default: {DEFAULT_SPEC}).")
+    parser.add_argument("--output", type=Path, help=(
+        f"Spec file to write (default: {DEFAULT_SPEC}, the project's own spec, when no "
+        "configuration is given; with --config, CONFIG_NAME.pipeline.yaml beside it; with "
+        f"other flags, {CUSTOM_SPEC}: never over the project's spec)."))
     parser.add_argument("--image", action="append", default=[], metavar="KEY=REF", help=(
         "An image you built (docker/gpu.Dockerfile: gpu=..., or trainer=...; docker/"
         "cpu.Dockerfile: cpu=...), by digest, REPOSITORY/NAME@sha256:DIGEST; give both: the "
@@ -32,8 +35,26 @@ def add_parser(commands: Any, parser_class: type) -> None:
     add_config_flags(parser)
 
 
+#: Where a spec of flags other than the project's defaults goes without --output.
+CUSTOM_SPEC = DEFAULT_SPEC.with_name("custom_pipeline.yaml")
+
+
+def output_of(args: argparse.Namespace) -> Path:
+    """Where the spec goes: `--output`; else the project's own spec (which `make compile`
+    regenerates and a test holds against the code) only when nothing changes it; a
+    configuration's beside its file; other flags' in CUSTOM_SPEC."""
+    if args.output is not None:
+        return args.output
+    if args.config is not None:
+        return args.config.with_name(f"{args.config.stem}.pipeline.yaml")
+    given = any(value is not None for section in overrides(args).values()
+                for value in section.values())
+    return CUSTOM_SPEC if given or args.image else DEFAULT_SPEC
+
+
 def run(args: argparse.Namespace) -> int:
     """Writes the Vertex AI spec of the configuration."""
+    args.output = output_of(args)
     config = with_images(load(args), args.image)  # every refusal before compiling
     check_model(config)
     from components.tuning.tuning_options import vertex_problems

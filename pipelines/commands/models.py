@@ -1,4 +1,4 @@
-"""`gpu-pipeline models list`: the models the pipeline registered (locally, or in the
+"""`gpu-pipeline models [list]`: the models the pipeline registered (locally, or in the
 Vertex AI Model Registry)."""
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from trainer.common.shell_name import command
 
 
 def add_parser(commands: Any, parser_class: type) -> None:
-    """Declares the command and its flags."""
-    parser = commands.add_parser("models", help="The models the pipeline registered.")
-    model_actions = parser.add_subparsers(dest="action", required=True, parser_class=parser_class)
-    listing = model_actions.add_parser(
-        "list", help="The local registry's versions (the default marked *); with --config "
-        "or --project, the Vertex AI Model Registry's.")
-    add_listing_flags(listing, "YAML configuration file: list its vertex.parent_model "
-                               "versions (or vertex.model_display_name models).")
-    listing.add_argument("--dry-run", action="store_true",
-                         help="Print the Vertex AI request without sending it.")
+    """Declares the command and its flags: `list`, its one action, may be left out."""
+    parser = commands.add_parser(
+        "models", help="The models the pipeline registered: the local registry's versions "
+        "(the default marked *); with --config or --project, the Vertex AI Model Registry's.")
+    parser.add_argument("action", nargs="?", choices=("list",), default="list",
+                        help="list (the default, and the one action)")
+    add_listing_flags(parser, "YAML configuration file: list its vertex.parent_model "
+                              "versions (or vertex.model_display_name models).")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="Print the Vertex AI request without sending it.")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from components.export.split_figures import headline
 from components.stage_messages import say
 from pipelines.commands.common import (
     DEFAULT_LOCAL_ROOT,
@@ -85,8 +86,9 @@ def run(args: argparse.Namespace) -> int:
         say("dataset: source unchanged, reused the dataset prepared earlier (--no-cache "
             "prepares it again)")
     print()
-    say(f"done in {result.seconds:.1f} s: validation accuracy "
-        f"{result.metrics.get('accuracy', float('nan')):.4f} from the exported SavedModel")
+    say(f"done in {result.seconds:.1f} s: {headline(result.metrics)}, of the exported "
+        "SavedModel" if "accuracy" in result.metrics else
+        f"done in {result.seconds:.1f} s: no model was exported")
     say(f"champion/challenger: {result.decision}" + (
         f" (registry version {result.registered_version})" if result.registered_version
         else ""))

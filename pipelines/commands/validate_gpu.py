@@ -68,6 +68,10 @@ def validate_file(path: Path, region: str | None):
     from trainer.run.training_options import TrainingOptions
 
     data = read_yaml(path, "--config")
+    if data is None or data == {} or data == []:
+        raise InputError(f"config file {str(path)!r} is empty: nothing to validate (give "
+                         "worker pools: an AI Platform config.yaml, Vertex worker pool specs "
+                         "or a gpu-pipeline config with a vertex section)")
     defaults = TrainingOptions()
     if isinstance(data, list):
         return (check_pools(data, region=region, training=defaults), region,
@@ -116,6 +120,10 @@ def validate_file(path: Path, region: str | None):
             raise InputError(problems[0])
         return (checked if vertex.get("fallbacks") else checked.results[0], region,
                 "gpu-pipeline config", training)
+    misspelt = [line for line in unknown_sections(data) if "did you mean" in line] \
+        if isinstance(data, dict) else []
+    if misspelt:  # a gpu-pipeline config whose sections are misspelt, as `run` says it
+        raise InputError(f"--config {str(path)!r}: " + "; ".join(misspelt))
     raise InputError(f"--config {str(path)!r} is in no format validate-gpu reads: expected an AI "
                      "Platform config.yaml (trainingInput: ...), Vertex worker pool specs (a "
                      "list, or worker_pool_specs: [...]), or a gpu-pipeline config (vertex: ...)")
@@ -267,13 +275,16 @@ def run(args: argparse.Namespace) -> int:
         if result.ok:
             used = [p for p in result.pools if p]
             print(f"valid ({source}): {len(used)} worker pool(s)"
-                  + (f" in {region}" if region else ""))
+                  + (f" in {region}" if region else
+                     " (no region given: which regions offer these GPUs was not checked; "
+                     "--region checks it)"))
             print(json.dumps(result.specs, indent=2))
             print(f"training plan: {result.plan.summary()}")
             for line in result.plan.describe():
                 print(f"  {line}")
             print(price_line(result.pools, _book_of(_config_vertex(args.config)).region(
-                region or "us-central1")))
+                region or "us-central1")) + ("" if region else " (no region given: "
+                                              "us-central1's prices)"))
         else:
             print(f"invalid GPU configuration ({source}):")
             for error in result.errors:

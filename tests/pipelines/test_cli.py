@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from pipelines.cli import build_parser, main
+from pipelines.commands.common import DEFAULT_SPEC
 from pipelines.config import ConfigError
 from pipelines.config_loading import load_config
 from tests.support.facts import figures, listed_after, missing
@@ -149,6 +150,23 @@ def test_compile_writes_the_spec(tmp_path):
     out = tmp_path / "nested" / "spec.yaml"
     assert main(["compile", "--output", str(out)]) == 0
     assert "gpu-training-pipeline" in out.read_text()
+
+
+def test_compile_never_writes_a_configuration_over_the_projects_own_spec(tmp_path, monkeypatch):
+    """Without --output, a configuration's spec goes beside its file and other flags' to a
+    file of their own: the project's compiled/ spec (which `make compile` regenerates and
+    a test holds against the code) is written only when nothing changes it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs").mkdir()
+    config = tmp_path / "configs" / "mine.yaml"
+    config.write_text("training:\n  epochs: 3\n")
+    assert main(["compile", "--config", str(config)]) == 0
+    assert (tmp_path / "configs" / "mine.pipeline.yaml").is_file()
+    assert main(["compile", "--epochs", "4"]) == 0
+    assert (tmp_path / "compiled" / "custom_pipeline.yaml").is_file()
+    assert not (tmp_path / DEFAULT_SPEC).exists()
+    assert main(["compile"]) == 0
+    assert (tmp_path / DEFAULT_SPEC).is_file()
 
 
 def test_validate_gpu(capsys):
@@ -419,3 +437,68 @@ def test_validate_gpu_reports_every_misspelt_field_at_once_as_run_does(tmp_path,
     out = capsys.readouterr().out
     assert not missing(out, "'us-centrl1'", "did you mean us-central1?")
     assert "asia-east1" in listed_after(out, "GPU regions: ", end="\n")
+
+
+def test_an_interrupt_is_reported_in_the_terms_of_the_command_it_stopped():
+    """Ctrl-C's last line says what that command stopped: a local run's processes and its
+    partial output, `serve`'s model server; nothing claims a run where there is none."""
+    from pipelines.cli import COMMANDS, interrupted_words
+
+    assert "what it had written was removed" in interrupted_words("run", [])
+    serve = interrupted_words("serve", [])
+    assert "model server" in serve and "run" not in serve.split()
+    for name in set(COMMANDS) - {"run"}:
+        assert " run " not in interrupted_words(name, []), name
+    assert "[41, 42]" in interrupted_words("serve", [41, 42])
+
+
+@pytest.mark.parametrize(("argv", "hint"), [
+    (["submit"], True),
+    (["runs"], False),
+])
+def test_without_credentials_only_a_command_with_a_dry_run_offers_one(tmp_path, monkeypatch,
+                                                                      capsys, argv, hint):
+    """`runs --config` has no --dry-run: its credentials error must not offer one."""
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
+
+    def no_account(*args, **kwargs):
+        raise DefaultCredentialsError("no credentials in this test")
+
+    monkeypatch.setattr(google.auth, "default", no_account)
+    config = tmp_path / "vertex.yaml"
+    config.write_text("vertex:\n  project: my-proj\n  pipeline_root: gs://my-bucket/root\n"
+                      "  image_repository: us-central1-docker.pkg.dev/my-proj/images\n")
+    assert main([*argv, "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "needs Google Cloud credentials" in err, err
+    assert ("--dry-run" in err) is hint, err
+
+
+def test_models_lists_without_its_only_action_named(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    for argv in (["models"], ["models", "list"], ["models", "--pipeline-root", "local_runs"]):
+        assert main(argv) == 0
+        assert "no model registered under" in capsys.readouterr().out
+
+
+def test_validate_gpu_reads_a_config_as_run_and_submit_do(tmp_path, capsys):
+    """A misspelt section gets run's suggestion and an empty file is called empty (not
+    "in no format validate-gpu reads"); without a region, the output says the region's
+    rules were not checked."""
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("trainig:\n  epochs: 3\n")
+    assert main(["validate-gpu", "--config", str(typo)]) == 2
+    assert "unknown section 'trainig' (did you mean training?)" in capsys.readouterr().err
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert main(["validate-gpu", "--config", str(empty)]) == 2
+    err = capsys.readouterr().err
+    assert "is empty" in err and "no format" not in err
+    assert main(["validate-gpu", "--machine-type", "n1-standard-8", "--accelerator-type",
+                 "NVIDIA_TESLA_T4", "--accelerator-count", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "no region given: which regions offer these GPUs was not checked" in out
+    assert main(["validate-gpu", "--machine-type", "n1-standard-8", "--accelerator-type",
+                 "NVIDIA_TESLA_T4", "--accelerator-count", "1", "--region", "us-east1"]) == 0
+    assert "no region given" not in capsys.readouterr().out

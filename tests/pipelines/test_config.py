@@ -238,3 +238,37 @@ def test_an_ai_platform_configs_job_fields_are_carried_or_named(tmp_path):
     assert load_config(path).vertex.worker_pool_specs == [{"machine_spec": {
         "machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
         "accelerator_count": 1}, "replica_count": 1}]
+
+
+def test_a_job_timeout_past_vertex_ais_seven_day_default_is_warned_about():
+    from pipelines.config_loading import load_config
+
+    warnings: list[str] = []
+    load_config(overrides={"vertex": {"timeout": "99999999s"}}, warnings=warnings)
+    (said,) = [w for w in warnings if w.startswith("vertex.timeout")]
+    assert "99999999s" in said and "1,157.4 days" in said and "604800s" in said
+    for kept in ("604800s", "86400s"):
+        warnings = []
+        load_config(overrides={"vertex": {"timeout": kept}}, warnings=warnings)
+        assert not [w for w in warnings if w.startswith("vertex.timeout")]
+
+
+def test_the_legacy_paste_holds_only_what_the_pipeline_takes(tmp_path):
+    """The source documents' complex_model_m_gpu example with runtimeVersion, pythonVersion
+    and jobDir: the configuration offered to paste drops what the warnings say to drop,
+    and validates."""
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "trainingInput:\n  scaleTier: CUSTOM\n  masterType: complex_model_m_gpu\n"
+        "  workerType: complex_model_m_gpu\n  workerCount: 2\n  region: us-east1\n"
+        "  runtimeVersion: '2.11'\n  pythonVersion: '3.7'\n  jobDir: gs://team/jobs\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    pasted = str(refused.value).split("to paste in its place:\n", 1)[1]
+    for dropped in ("runtimeVersion", "pythonVersion", "jobDir"):
+        assert dropped not in pasted
+    path.write_text(pasted)
+    warnings: list[str] = []
+    config = load_config(path, warnings=warnings)
+    assert [p["replica_count"] for p in config.vertex.worker_pool_specs] == [1, 2]
+    assert not [w for w in warnings if "is not used" in w]

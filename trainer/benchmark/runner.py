@@ -184,10 +184,14 @@ def line(found: dict[str, Any]) -> str:
         profile = found["profile"]
         return f"{found['case']}: profile " + (profile.get("error") or json.dumps(
             {k: profile.get(k) for k in ("step_ms", "busy_percent", "shares")}))
+    # A figure the machine could not measure (no GPU: no peak memory, no utilisation) is
+    # left out, never printed as None.
+    measured = [f"{label} {found[key]}{unit}" for key, label, unit in (
+        ("peak_memory_gib", "peak", " GiB"), ("gpu_utilization_mean", "GPU busy", "%"))
+        if found.get(key) is not None]
     return (f"{found['case']}: {found['images_per_second']:,.0f} images/s, "
             f"{found['step_ms']} ms/step ({found['policy']}, xla {found['xla']}, batch "
-            f"{found['batch']}, {found['input']}), peak {found['peak_memory_gib']} GiB, "
-            f"GPU busy {found.get('gpu_utilization_mean')}%")
+            f"{found['batch']}, {found['input']})" + "".join(f", {m}" for m in measured))
 
 
 def parser() -> argparse.ArgumentParser:

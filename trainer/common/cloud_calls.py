@@ -47,7 +47,7 @@ def remote_call(what: str) -> Iterator[None]:
     except auth.DefaultCredentialsError:
         raise CredentialsError(
             f"{what} needs Google Cloud credentials: run `gcloud auth application-default "
-            "login` or set GOOGLE_APPLICATION_CREDENTIALS (`--dry-run` needs none)") from None
+            "login` or set GOOGLE_APPLICATION_CREDENTIALS") from None
     except (api.GoogleAPIError, auth.TransportError, auth.RefreshError,
             requests.exceptions.RequestException, ConnectionError, TimeoutError) as exc:
         raise CloudCallError(f"{what} failed: {first_line(exc)}") from None

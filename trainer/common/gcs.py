@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from trainer.common.cloud_calls import CredentialsError
 from trainer.common.errors import InputError
 
 #: Where Vertex AI mounts Cloud Storage (gs://BUCKET/PATH is /gcs/BUCKET/PATH there).
@@ -21,7 +22,7 @@ class GcsUriError(InputError):
     """A `gs://` URI without a bucket."""
 
 
-class GcsCredentialsError(InputError):
+class GcsCredentialsError(CredentialsError):
     """No credentials to read Cloud Storage with."""
 
 

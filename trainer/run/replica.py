@@ -93,7 +93,7 @@ def _log_setup(tf: Any, setup: ReplicaSetup) -> None:
              info.layout.parameter_servers, setup.replicas, info.is_chief)
     log.info("devices: %s; GPUs: %s", ", ".join(d.name for d in tf.config.list_logical_devices()),
              ", ".join(f"/gpu:{i}" for i in range(setup.gpus)) or "none")
-    for line in setup.lines():
+    for line in setup.lines(advice=info.is_chief):
         log.info("%s", line)
 
 

@@ -215,13 +215,14 @@ class ReplicaSetup:
             image_format=self.image_format, augment=self.augment and split == "train",
             threads=self.threads)
 
-    def lines(self) -> list[str]:
+    def lines(self, advice: bool = True) -> list[str]:
         """The setup for the log: the model and its pretrained weights, the data in one
-        line, and what to change when the training split is a few global batches at most."""
+        line, and (`advice`: the chief's log, so that a cluster says it once) what to change
+        when the training split is a few global batches at most."""
         steps, train = self.steps_per_epoch, self.count("train")
         model = [f"model: {self.options.model}"
                  + (f", weights {self.options.weights}" if self.options.weights else "")]
-        if steps >= FEW_STEPS:
+        if steps >= FEW_STEPS or not advice:
             return model + [f"data: {self.describe()}"]
         fits = max(1, train // (FEW_STEPS * self.replicas))
         return model + [f"data: {self.describe()}",

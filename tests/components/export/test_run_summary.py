@@ -51,3 +51,12 @@ def test_a_failed_run_s_summary_names_the_failed_stage_s_own_words(tmp_path, mon
     assert ended.facts[1] == ("error", "dataset failed: 1 of 61 images (1.6%) could not be "
                                        "decoded (Task exit-handler-1 failed.)")
     assert "[gpu-pipeline] dataset failed: 1 of 61" in capsys.readouterr().out
+
+
+def test_the_summary_is_titled_with_the_run_not_the_local_runners_task():
+    from components.export.run_summary import run_title
+
+    assert run_title("local-pipeline-exit-handler-1", "gpu-training-20261128-1") == \
+        "gpu-training-20261128-1"
+    vertex = "projects/my-proj/locations/us-central1/pipelineJobs/gpu-training-1"
+    assert run_title(vertex, "gpu-training-1") == vertex

@@ -98,6 +98,8 @@ def test_a_training_split_of_a_few_global_batches_is_warned_about(dataset):
         "few updates to learn much or to time the steps; a training.batch_size of 62 gives 8 "
         "or more, or add images")
     assert _plan(dataset, batch_size=62, replicas=2).steps_per_epoch >= 8
+    # Said once by a cluster: by the chief, not by every replica.
+    assert len(plan.lines(advice=False)) == 2
 
 
 def test_gpu_speed_comes_from_the_training_plan_and_data_handling_is_decided_once(dataset):
