@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -46,11 +47,21 @@ def load(root: str | os.PathLike) -> tuple[list[dict[str, Any]], int]:
 
 
 def dataset_words(manifest: Mapping[str, Any] | None) -> str:
-    """A prepared dataset in a few words: its source, images and fingerprint."""
+    """A prepared dataset in a few words: its source, its images and their size, and the
+    first digits of its content's digest when the source has one (a folder, a bucket):
+    runs on 32 px and 64 px images of one source read apart."""
     if not manifest:
         return "-"
-    fingerprint = str(manifest.get("source_fingerprint", "")).split(":")[-1][:12]
-    return f"{manifest.get('source', '-')} ({manifest.get('examples', '?')} images, {fingerprint})"
+    count, size = manifest.get("examples"), manifest.get("image_size")
+    pixels = size[0] if isinstance(size, (list, tuple)) and size else size
+    words = [str(manifest.get("source", "-")),
+             f"{count:,} images" if isinstance(count, int) else f"{count or '?'} images"]
+    if pixels:
+        words.append(f"{pixels} px")
+    digest = str(manifest.get("source_fingerprint", "")).rsplit(":", 1)[-1]
+    if re.fullmatch(r"[0-9a-f]{8,}", digest):
+        words.append(f"data {digest[:8]}")
+    return ", ".join(words)
 
 
 def decision_words(promoted: bool, version: str, has_decision: bool) -> str:
@@ -88,13 +99,15 @@ def from_experiments(runs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         metric = compared_metric(results)
         data = {"source": values["data_source"],
                 "examples": _whole(values.get("data_examples", "?")),
+                "image_size": _whole(values.get("data_image_size")),
                 "source_fingerprint": values.get("data_fingerprint", "")} \
             if values.get("data_source") else None
         decided = results.get("decision")
         lines.append({
             "run": run["name"], "ended": results.get("ended", "-"),
             "state": EXPERIMENT_STATES.get(run["state"], run["state"]),
-            "data": dataset_words(data), "metric": metric, "accuracy": results.get(metric),
+            "data": dataset_words(data), "model": values.get("model", "-"),
+            "metric": metric, "accuracy": results.get(metric),
             "decision": EXPERIMENT_DECISIONS.get(str(decided), str(decided or "-")),
             "local": False, "cost_usd": results.get("cost_usd"),
             "seconds": results.get("duration_s")})
@@ -103,10 +116,11 @@ def from_experiments(runs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def table(runs: Iterable[Mapping[str, Any]]) -> list[str]:
     """The runs as an aligned table, newest last."""
-    header = ("ended", "state", "data", "accuracy", "decision", "cost", "duration")
+    header = ("ended", "state", "data", "model", "accuracy", "decision", "cost", "duration")
     rows = [header] + [(
         str(run.get("ended", "-")).replace("+00:00", "Z"), str(run.get("state", "-")),
         str(run.get("data", "-")),
+        str(run.get("model") or (run.get("params") or {}).get("model") or "-"),
         f"{run['metric']} {run['accuracy']:.4f}" if run.get("accuracy") is not None else "-",
         str(run.get("decision", "-")),
         "0 USD (local)" if run.get("local", True) else

@@ -60,6 +60,8 @@ def params(record: Mapping[str, Any]) -> dict[str, str | int | float]:
         "data_source": dataset.get("source"),
         "data_fingerprint": dataset.get("source_fingerprint"),
         "data_examples": dataset.get("examples"),
+        "data_image_size": (dataset.get("image_size") or [None])[0]
+        if isinstance(dataset.get("image_size"), list) else dataset.get("image_size"),
         "strategy": cluster.get("strategy"), "all_reduce": plan.get("all_reduce"),
         "mixed_precision": plan.get("mixed_precision"),
         "xla": None if not plan else ("on" if plan.get("xla") else "off"),

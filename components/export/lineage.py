@@ -34,6 +34,7 @@ def lineage(*, manifest: Mapping[str, Any], training: Mapping[str, Any],
             "source": manifest.get("source"),
             "source_fingerprint": manifest.get("source_fingerprint"),
             "examples": manifest.get("examples"),
+            "image_size": manifest.get("image_size"),
             "counts": {split: info.get("count")
                        for split, info in manifest.get("splits", {}).items()},
         },

@@ -131,7 +131,7 @@ def test_demo_runs_every_stage_and_says_what_it_did(demo):
                  "(no_grpc_proxy=localhost,127.0.0.1)",
                  # The trainer measured the model it committed; export did not do it again.
                  "[trainer chief:0] exported model through its serving signature",
-                 "[gpu-pipeline] exported model, as the trainer measured it, on",
+                 "[gpu-pipeline] exported model, as the trainer measured it: validation accuracy ",
                  "Pipeline 'gpu-training-pipeline-local' finished with status SUCCESS"):
         assert line in stdout
     if len(os.sched_getaffinity(0)) >= 2:  # each training process on its own core(s)
@@ -417,7 +417,7 @@ def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
                              timeout=120)
     assert listing.returncode == 0, listing.stderr
     header, *rows = listing.stdout.splitlines()
-    assert header.split() == ["ended", "state", "data", "accuracy", "decision", "cost",
+    assert header.split() == ["ended", "state", "data", "model", "accuracy", "decision", "cost",
                               "duration"]
     assert len(rows) == 4 and all("SUCCEEDED" in row and "builtin://shapes" in row
                                   and "0 USD (local)" in row for row in rows)

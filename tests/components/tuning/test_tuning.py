@@ -145,7 +145,7 @@ def test_ai_platform_hyperparameters_become_the_tuning_section(tmp_path):
 def test_submit_dry_run_sends_the_study_with_the_spec_that_runs_it(tmp_path, capsys):
     """An AI Platform config.yaml with `hyperparameters`: the request holds the tuning job
     step and the study as the `tuning` parameter (the emulated run is in
-    tests/pipelines/vertex/test_emulated_run.py)."""
+    tests/pipelines/vertex/test_emulated_tuning.py)."""
     from pipelines.cli import main
 
     path = tmp_path / "config.yaml"

@@ -5,15 +5,14 @@ image (Cloud Build and Artifact Registry clients against the fake APIs) and send
 CreatePipelineJobRequest; the emulation then runs that request's spec task by task, with
 Google's own launchers for the CustomJob and the model upload. Every request is checked
 as the aiplatform_v1 type it is, and the registered model is served by the real serving
-container.
+container. The run with a study is `test_emulated_tuning`'s, the parameter-server layout
+`test_emulated_layouts`'s: each module has its emulation, and `make test`'s processes
+run them side by side.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
-import functools
-import hashlib
 import json
 import os
 import re
@@ -21,204 +20,40 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
-from unittest import mock
 
 import pytest
-import requests
 from google.auth.credentials import AnonymousCredentials
-from google.cloud import (
-    aiplatform_v1,
-    artifactregistry_v1,
-    billing_v1,
-    cloudquotas_v1,
-    resourcemanager_v3,
-)
+from google.cloud import aiplatform_v1
 from google.cloud.devtools import cloudbuild_v1
-from google.oauth2.credentials import Credentials
 
 from components import images
 from components.capacity.budget import BudgetError
 from components.ops import names
 from pipelines.config_loading import load_config
 from pipelines.vertex import runs
-from pipelines.vertex.clients import Clients
-from tests.support.billing_catalog import FAMILIES, GPUS
-from tests.support.dataflow_fake import FakeDataflow
-from tests.support.google_fakes import RecordingApi
 from tests.support.paths import ROOT
-from tests.support.vertex_emulator.apis import (
-    PROJECT_NUMBER,
-    FakeGoogleApis,
-    image_entrypoints,
-    kms_key_name,
+from tests.support.vertex_emulator.apis import kms_key_name
+from tests.support.vertex_emulator.emulated_runs import (
+    ACCOUNT,
+    BIN,
+    CATALOG_PRICES,
+    E2_4,
+    KEY,
+    LABELS,
+    N1_8,
+    PREDICTION_N1_4,
+    REPO,
+    STORE,
+    TENSORBOARD,
+    allow_key,
+    built,
+    emulated_vertex,
+    in_region,
 )
 from tests.support.vertex_emulator.endpoints import Behaviour
-from tests.support.vertex_emulator.mount import StandInMount
-from tests.support.vertex_emulator.pipelines import EmulatedPipelines, TaskFailed, environment
+from tests.support.vertex_emulator.pipelines import TaskFailed
 
 pytestmark = pytest.mark.slow
-REPO = "us-central1-docker.pkg.dev/my-proj/ml-images"
-ACCOUNT = "trainer@my-proj.iam.gserviceaccount.com"
-KEY = "projects/my-proj/locations/us-central1/keyRings/ml/cryptoKeys/pipelines"
-# The fake price catalog's us-central1 prices (`tests.support.billing_catalog`), which the
-# run reads with Google's client: an n1-standard-8 (8 vCPUs, 30 GB), a T4, the pipeline's
-# default step machine e2-standard-4 (4 vCPUs, 16 GB), and an n1-standard-4 prediction node.
-N1_CORE, N1_RAM = FAMILIES["N1 Predefined"]
-N1_8 = 8 * N1_CORE + 30 * N1_RAM
-T4_USD = GPUS["NVIDIA_TESLA_T4"][1]
-E2_4 = 4 * FAMILIES["E2"][0] + 16 * FAMILIES["E2"][1]
-PREDICTION_N1_4 = (4 * N1_CORE + 15 * N1_RAM) * 1.05
-CATALOG_PRICES = r"us-central1 prices of [0-9-]+, from the Cloud Billing Catalog API"
-# The first run's Vertex AI TensorBoard (its Experiments run's curves go there).
-TENSORBOARD = "projects/my-proj/locations/us-central1/tensorboards/4711"
-STORE = "projects/my-proj/locations/us-central1/metadataStores/default"
-BIN = Path(sys.executable).parent / "gpu-pipeline"
-
-
-@contextlib.contextmanager
-def _storage_emulator():
-    """The Cloud Storage emulator on loopback, owned by the emulated project, with this
-    process's client pointed at it; yields (its URL, the client)."""
-    from gcp_storage_emulator.server import create_server
-
-    from tests.support.vertex_emulator.apis import PROJECT_NUMBER, _free_ports
-    from trainer.common import gcs
-
-    (port,) = _free_ports(1)
-    server = create_server("127.0.0.1", port, in_memory=True, default_bucket=None,
-                           project_number=PROJECT_NUMBER)
-    server.start()
-    storage_host = f"http://127.0.0.1:{port}"
-    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT")}
-    os.environ.update(STORAGE_EMULATOR_HOST=storage_host, GOOGLE_CLOUD_PROJECT="my-proj")
-    gcs.reset_client()
-    try:
-        yield storage_host, gcs.storage_client()
-    finally:
-        server.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        gcs.reset_client()
-
-
-def in_region(bucket, region: str):
-    """`bucket` in `region`: the storage emulator creates every bucket in the US
-    multi-region and takes a location only from a patch."""
-    bucket._patch_property("location", region.upper())
-    bucket.patch()
-    return bucket
-
-
-@contextlib.contextmanager
-def emulated_vertex(work: Path):
-    """An emulated Vertex AI on loopback; yields `run(vertex, training)`, which submits a
-    small run with the real Vertex path and runs it there (one Model Registry throughout)."""
-    with _storage_emulator() as (storage_host, storage):
-        in_region(storage.create_bucket("pipelines"), "us-central1")
-        mount = StandInMount(work / "gcs", storage)
-        apis = FakeGoogleApis(work, image_entrypoints(REPO, ROOT), checkout=ROOT)
-        apis.bucket_location = lambda name: getattr(storage.lookup_bucket(name), "location",
-                                                    None)
-        # The project's custom-training quotas, as Cloud Quotas reports them.
-        apis.quotas = {"custom_model_training_nvidia_t4_gpus": {"us-central1": 8},
-                       "custom_model_training_nvidia_l4_gpus": {"us-central1": 4},
-                       "custom_model_training_cpus": {"us-central1": 64}}
-        # `PipelineJob.submit` checks that the pipeline root's bucket belongs to the
-        # project with its own Resource Manager client (gcs_utils._verify_bucket_ownership);
-        # here it asks the fake instead of the unreachable API (39 s of retries).
-        projects = functools.partial(resourcemanager_v3.ProjectsClient, transport="rest",
-                                     client_options={"api_endpoint": apis.url})
-        # The fake Dataflow runs a job's pipeline in this process, whose Cloud Storage
-        # client then needs credentials that need no account.
-        with apis, FakeDataflow("run") as dataflow, mock.patch(
-                "google.auth.default", lambda *a, **k: (Credentials(token="t"), "my-proj")), \
-                mock.patch("google.cloud.aiplatform.utils.resource_manager_utils."
-                           "resourcemanager.ProjectsClient", projects):
-            env = environment(apis.url, mount, storage_host, "my-proj")
-            env["EMULATED_DATAFLOW"] = dataflow.endpoint
-            env["EMULATED_MONITORING"] = apis.start_monitoring()
-            (work / "tmp").mkdir()
-            env["TMPDIR"] = str(work / "tmp")
-            apis.environment = env
-            clients = _clients(storage, apis.url)
-
-            def run(vertex: dict, training: dict, tuning: dict | None = None,
-                    dataset: dict | None = None, faults: tuple[str, ...] = (),
-                    kill_when: dict | None = None, fails: bool = False,
-                    cmek: bool = False) -> dict:
-                config = load_config(overrides={
-                    "vertex": {"project": "my-proj", "region": "us-central1",
-                               "pipeline_root": "gs://pipelines/root",
-                               "image_repository": REPO, "service_account": ACCOUNT,
-                               "accuracy_threshold": 0.3, "job_name": "emulated", **vertex},
-                    "training": training, "tuning": tuning or {}, "dataset": dataset or {}})
-                # The org policy that refuses every create without a key, for this run.
-                apis.require_cmek = clients.pipeline_api.require_cmek = cmek
-                dataflow.require_cmek = cmek
-                try:
-                    runs.submit(config, dry_run=False, clients=clients,
-                                credentials=AnonymousCredentials(), log=lambda line: None)
-                except Exception:
-                    apis.require_cmek = clients.pipeline_api.require_cmek = False
-                    dataflow.require_cmek = False
-                    raise
-                request = clients.pipeline_api.calls[-1]
-                apis.get_faults = list(faults)  # what the training step's looks meet
-                started = time.monotonic()
-                emulated = EmulatedPipelines(work / f"run{len(clients.pipeline_api.calls)}",
-                                             mount, env, image_problem=apis.image_problem,
-                                             kill_when=kill_when, published=apis.pipeline_jobs,
-                                             metadata=apis.metadata)
-                failure = ""
-                try:
-                    tasks = emulated.run(request)
-                except TaskFailed as exc:
-                    if not fails:
-                        raise
-                    tasks, failure = emulated.tasks, str(exc)
-                finally:
-                    apis.require_cmek = clients.pipeline_api.require_cmek = False
-                    dataflow.require_cmek = False
-                return {"tasks": tasks, "failure": failure, "pipelines": emulated, "apis": apis,
-                        "request": request, "mount": mount,
-                        "storage": storage, "env": env, "work": work, "clients": clients,
-                        "dataflow": dataflow, "seconds": time.monotonic() - started}
-
-            run.storage, run.apis = storage, apis
-            yield run
-
-
-def _clients(storage, url: str) -> Clients:
-    """`submit`'s clients, every Google API but Vertex AI's pointed at the fakes at `url`
-    (the pipeline request is recorded)."""
-    endpoint = {"api_endpoint": url}
-    return Clients(
-        storage=storage,
-        build=cloudbuild_v1.CloudBuildClient(transport="rest", client_options=endpoint,
-                                             credentials=AnonymousCredentials()),
-        registry=artifactregistry_v1.ArtifactRegistryClient(
-            transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
-        pipeline_api=RecordingApi(),
-        projects=resourcemanager_v3.ProjectsClient(
-            transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
-        iam=requests.Session(), iam_endpoint=url, kms_endpoint=url,
-        quotas=cloudquotas_v1.CloudQuotasClient(
-            transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
-        jobs=aiplatform_v1.JobServiceClient(
-            transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
-        persistent=aiplatform_v1.PersistentResourceServiceClient(
-            transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
-        model_api=aiplatform_v1.ModelServiceClient(
-            transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
-        billing=lambda: billing_v1.CloudCatalogClient(
-            transport="rest", client_options=endpoint, credentials=AnonymousCredentials()))
-
-
-LABELS = {"team": "vision", "cost-center": "ml-42"}
 
 
 @pytest.fixture(scope="module")
@@ -232,10 +67,7 @@ def emulated_run(tmp_path_factory):
             bucket.blob(f"to-score/{name}").upload_from_string(data)
         # Under the org policy that requires a customer-managed key on every create, with
         # the key usable by Vertex AI's service agent.
-        run.apis.key_policies[KEY] = [{
-            "role": "roles/cloudkms.cryptoKeyEncrypterDecrypter",
-            "members": [f"serviceAccount:service-{PROJECT_NUMBER}@gcp-sa-aiplatform.iam."
-                        "gserviceaccount.com"]}]
+        allow_key(run.apis)
         # The persistent resource the first run trains on, made with the run's key.
         run.apis.persistent_resources[
             "projects/my-proj/locations/us-central1/persistentResources/fast-pool"] = {
@@ -468,7 +300,7 @@ def test_the_custom_job_request_and_the_environment_of_its_replicas(emulated_run
     assert spec.persistent_resource_id == "fast-pool"
     assert dict(emulated_run["request"].pipeline_job.labels) == {"app": "gpu-pipeline",
                                                                  **LABELS}
-    gpu_image = _built(apis, images.GPU)
+    gpu_image = built(apis, images.GPU)
     assert [p.replica_count for p in spec.worker_pool_specs] == [1, 1]
     for pool in spec.worker_pool_specs:
         assert pool.machine_spec.machine_type == "n1-standard-8"
@@ -619,7 +451,7 @@ def test_the_build_stage_found_the_images_submit_built(emulated_run):
     assert log.count("not rebuilt") == 2
     # Every request the run sent named the project's images by digest alone.
     for image in images.PROJECT_IMAGES:
-        assert apis.image_problem(_built(apis, image)) is None
+        assert apis.image_problem(built(apis, image)) is None
 
 
 def test_the_model_upload_registers_a_complete_saved_model_with_the_project_image(emulated_run):
@@ -630,7 +462,7 @@ def test_the_model_upload_registers_a_complete_saved_model_with_the_project_imag
                                                          ignore_unknown_fields=True)
     model = request.model
     # Served by the CPU image, by digest alone.
-    assert model.container_spec.image_uri == _built(apis, images.CPU)
+    assert model.container_spec.image_uri == built(apis, images.CPU)
     assert list(model.container_spec.command) == [
         "python", "-m", "google.cloud.aiplatform.prediction.model_server"]
     env = {e.name: e.value for e in model.container_spec.env}
@@ -647,7 +479,7 @@ def test_the_model_upload_registers_a_complete_saved_model_with_the_project_imag
         "projects/my-proj/locations/us-central1/models/")
     # Lineage as Model Registry labels (within the label rules) and in the description.
     labels = dict(model.labels)
-    trainer_image = _built(apis, images.GPU)
+    trainer_image = built(apis, images.GPU)
     assert labels["trainer-image"] == trainer_image.rsplit("@sha256:", 1)[1][:16]
     assert re.fullmatch(r"src-[0-9a-f]{16}", labels["image-tag"])
     assert labels["strategy"] == "multi_worker_mirrored" and labels["promoted"] == "true"
@@ -743,63 +575,6 @@ def test_the_serving_container_answers_from_the_registered_model(emulated_run):
     finally:
         server.terminate()
         server.wait(timeout=30)
-
-
-def test_a_parameter_server_layout_trains_with_tf_config_as_vertex_sets_it(tmp_path):
-    gpu = {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
-           "accelerator_count": 1}
-    # The seeds' layout with one worker (two workers and an evaluator on small splits:
-    # test_local_cluster's seeds' layout test).
-    layout = [{"machine_spec": gpu, "replica_count": 1},
-              {"machine_spec": gpu, "replica_count": 1},
-              {"machine_spec": {"machine_type": "n1-highmem-8"}, "replica_count": 1}]
-    with emulated_vertex(tmp_path) as submit:
-        # vertex.promotion never: decided and reported, nothing registered.
-        # Transfer learning's two phases under ParameterServerStrategy (a backbone frozen
-        # for phase 1, its top unfrozen and re-compiled for phase 2, on the coordinator).
-        run = submit({"worker_pool_specs": layout, "promotion": "never"},
-                     {"model": "mobilenet_v3_small", "epochs": 1, "fine_tune_epochs": 1,
-                      "batch_size": 32})
-        tasks, apis = run["tasks"], run["apis"]
-        assert tasks["validate-gpu-config"].parameters["strategy"] == "parameter_server"
-        assert tasks["validate-gpu-config"].parameters["input_pipelines"] == 1
-        (sent,) = apis.recorded(r"/customJobs$")
-        job = aiplatform_v1.CustomJob.from_json(json.dumps(sent.body))
-        assert [p.replica_count for p in job.job_spec.worker_pool_specs] == [1, 1, 1]
-        ps_pool = job.job_spec.worker_pool_specs[2]
-        assert not ps_pool.machine_spec.accelerator_count
-        # The CPU image, whose entry point is Beam's boot program: the pool names the
-        # trainer (without it the replica exits as the boot program does, failing the job).
-        assert ps_pool.container_spec.image_uri == _built(apis, images.CPU)
-        assert list(ps_pool.container_spec.command) == list(images.TRAINER_COMMAND)
-        record = next(iter(apis.jobs.values()))
-        assert record.state == "JOB_STATE_SUCCEEDED"
-        configs = [json.loads(r.env["TF_CONFIG"]) for r in record.replicas]
-        assert [(c["task"]["type"], c["task"]["index"]) for c in configs] == \
-            [("chief", 0), ("worker", 0), ("ps", 0)]
-        assert {k: len(v) for k, v in configs[0]["cluster"].items()} == \
-            {"chief": 1, "worker": 1, "ps": 1}
-        chief_log = record.replicas[0].log.read_text()
-        assert "parameter_server with 2 training machine(s), 1 parameter server(s)" in chief_log
-        # The seeds' layout's plan, on every replica: no all-reduce, no float16, no XLA.
-        assert {(r.training_plan["strategy"], r.training_plan["all_reduce"],
-                 r.training_plan["mixed_precision"], r.training_plan["xla"])
-                for r in record.replicas} == {("parameter_server", "none", "off", False)}
-        assert "training plan: xla: off (under ParameterServerStrategy" in chief_log
-        assert "epoch 1/2:" in chief_log and "fine-tuning: " in chief_log
-        assert "epoch 2/2:" in chief_log
-        assert "serving at" in record.replicas[2].log.read_text()
-        assert tasks[names.DECIDE_REGISTRATION].parameters["register"] is False
-        assert "vertex.promotion is never" in tasks["export-model"].parameters["decision"]
-        assert tasks["condition-2"].state == "SKIPPED" and "model-upload" not in tasks
-        assert apis.recorded(r"/models:upload$") == []
-        assert tasks["summarize-run"].state == "SUCCEEDED"
-
-
-def _built(apis, image) -> str:
-    """The reference of a project image the fake Cloud Build pushed: by digest alone."""
-    (tag_name,) = [t for t in apis.tags if f"/packages/{image.name}/tags/" in t]
-    return images.reference(REPO, image, apis.tags[tag_name].rsplit("/", 1)[1])
 
 
 def _uploads(apis) -> list:
@@ -1096,38 +871,46 @@ def test_each_vertex_run_is_a_vertex_ai_experiments_run(emulated_run, tmp_path):
                              text=True, timeout=120, env=emulated_run["env"])
     assert listing.returncode == 0, listing.stderr[-2000:]
     header, *rows = listing.stdout.splitlines()
-    assert header.split() == ["ended", "state", "data", "accuracy", "decision", "cost",
+    assert header.split() == ["ended", "state", "data", "model", "accuracy", "decision", "cost",
                               "duration"]
     (first,) = [row for row in rows if f"test_accuracy {results['test_accuracy']:.4f}" in row
                 and f"{results['cost_usd']:.2f} USD" in row]
-    assert "SUCCEEDED" in first and "builtin://shapes (1600 images" in first and \
-        "promoted" in first
+    assert "SUCCEEDED" in first and "promoted" in first
+    assert re.search(r"builtin://shapes, 1,600 images, 32 px +cnn ", first), first
 
 
-def _budgeted_rerun(emulated_run, budget_usd, name):
+def _budgeted_rerun(emulated_run, budget_usd, name, start_up_seconds=0.0):
     """The first run's training step run again as a run of its own under `budget_usd`,
     with the T4 at 36 USD an hour (its two machines: 73.05 USD an hour). Before its
     training the run has cost its 0.03 USD (`run_cost.PIPELINE_RUN_USD`): a run of its own
     has none of the first run's jobs, and its steps are not read (no PipelineJob). Its
-    batch is a quarter of the first run's: 4 times the steps an epoch, so its epochs take
-    longer than the measured ones the step estimates from (which count images, not steps)
-    however loaded the machine is when each ran."""
+    batch is a quarter of the first run's; its job's machines ran `start_up_seconds`
+    before its containers started (billed)."""
+    emulated_run["apis"].start_up_seconds = start_up_seconds
     first = emulated_run["pipelines"]
     task = emulated_run["tasks"]["train-on-vertex-ai"]
     given = task.executor_input["inputs"]["parameterValues"]
     vertex = {**given["vertex"], "budget_usd": budget_usd,
               "prices": {"NVIDIA_TESLA_T4": 36.0}}
     training = {**given["training"], "batch_size": given["training"]["batch_size"] // 4}
-    with pytest.raises(TaskFailed) as failed:
-        first.rerun("train-on-vertex-ai", artifacts_under=f"gs://pipelines/root/{name}",
-                    run_labels={"vertex-ai-pipelines-run-billing-id": name},
-                    parameters={"vertex": vertex, "training": training, "pipeline_job": ""})
+    try:
+        with pytest.raises(TaskFailed) as failed:
+            first.rerun("train-on-vertex-ai", artifacts_under=f"gs://pipelines/root/{name}",
+                        run_labels={"vertex-ai-pipelines-run-billing-id": name},
+                        parameters={"vertex": vertex, "training": training,
+                                    "pipeline_job": ""})
+    finally:
+        emulated_run["apis"].start_up_seconds = 0.0
     return str(failed.value)
 
 
 def _estimated_usd(emulated_run, usd_per_hour):
-    """What the training step estimates the first run's 3 epochs cost at `usd_per_hour`:
-    at the seconds per epoch of the newest registered model that measured them on the
+    """What the training step estimates the first run's 3 epochs cost at `usd_per_hour`."""
+    return usd_per_hour * 3 * _measured_epoch_seconds(emulated_run) / 3600
+
+
+def _measured_epoch_seconds(emulated_run):
+    """The seconds per epoch of the newest registered model that measured them on the
     same machines, read as the step reads it (`measured_speed.newest_measured`, against
     the emulated registry and Cloud Storage)."""
     from components.capacity.measured_speed import newest_measured
@@ -1140,7 +923,7 @@ def _estimated_usd(emulated_run, usd_per_hour):
     found = newest_measured(vertex, values["project"], emulated_run["clients"].model_api,
                             emulated_run["storage"])
     assert found.worker_pool_specs and found.images_per_epoch  # its lineage says where
-    return usd_per_hour * 3 * found.seconds_per_epoch / 3600
+    return found.seconds_per_epoch
 
 
 def test_a_run_whose_estimate_passes_its_budget_is_refused_before_its_first_job(emulated_run):
@@ -1169,21 +952,22 @@ def test_a_job_that_would_pass_its_budget_is_cancelled_and_the_step_says_why(emu
     """`vertex.budget_usd` while the job runs (the pre-flight's share is
     `test_cost_estimate`): the first run's training step run again as a run with a budget
     of the run's own 0.03 USD plus 1.25 times what the step estimates from the measured
-    speed (so its hold lets it start), and the T4 at 36 USD an hour. The job's start-up is
-    billed too, and the projection counts
-    it in every epoch, so what it has cost plus what its remaining epochs would passes the
-    budget: the step cancels it, records what it cost, and fails saying why, not as a
-    crash."""
+    speed (so its hold lets it start), and the T4 at 36 USD an hour. Its job's machines
+    ran 2.5 measured epochs before its containers started (billed), and the projection
+    counts that start-up in every epoch, so what it has cost plus what its remaining
+    epochs would passes the budget however fast its epochs are: the step cancels it,
+    records what it cost, and fails saying why, not as a crash."""
     from components.capacity.run_cost import PIPELINE_RUN_USD
 
     apis = emulated_run["apis"]
-    # 1.25 x the estimate: the hold lets the job start, and a projection that counts the
+    # 1.25 x the estimate: the hold lets the job start; a projection that counts the
     # start-up (s) in each of the 3 epochs (e each) passes it once s + e > 1.25 times the
-    # measured epoch; the rerun's quarter batch makes its epochs longer than that (with the
-    # first run's batch it failed once in CI on 2 cores: the projection stayed within).
-    left = round(1.25 * _estimated_usd(emulated_run, 73.05), 4)
+    # measured epoch m: s = 2.5 m does, whatever e (no timing decides it).
+    measured = _measured_epoch_seconds(emulated_run)
+    left = round(1.25 * 73.05 * 3 * measured / 3600, 4)
     budget_usd = left + PIPELINE_RUN_USD  # the run's own 0.03 USD is spent before training
-    message = _budgeted_rerun(emulated_run, budget_usd, "budgeted-run")
+    message = _budgeted_rerun(emulated_run, budget_usd, "budgeted-run",
+                              start_up_seconds=2.5 * measured)
     held = (f"vertex.budget_usd is {budget_usd:.2f} USD ({budget_usd - 0.03:.2f} USD left: "
             "the run has cost about 0.03 USD before training)")
     assert f"training failed: budget: {held}; the job has cost about " in message, \
@@ -1198,256 +982,6 @@ def test_a_job_that_would_pass_its_budget_is_cancelled_and_the_step_says_why(emu
         job.resource["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"])
     cost = json.loads((job_dir / "cost.json").read_text())
     assert cost["jobs"][-1]["job"] == job.name and cost["usd"] > 0
-
-
-STUDY = {"max_trials": 2, "parallel_trials": 1, "max_failed_trials": 1,
-         "algorithm": "RANDOM_SEARCH", "parameters": [
-             {"name": "learning_rate", "type": "DOUBLE", "min_value": 0.0005,
-              "max_value": 0.01, "scale": "UNIT_LOG_SCALE"},
-             {"name": "batch_size", "type": "DISCRETE", "values": [16, 32]}]}
-
-
-L4 = {"machine_type": "g2-standard-8", "accelerator_type": "NVIDIA_L4", "accelerator_count": 1}
-T4 = {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
-      "accelerator_count": 1}
-
-
-@pytest.fixture(scope="module")
-def tuned_run(emulated_run):
-    """A second run, last in this module (it adds jobs to the shared emulation), under the
-    org policy that requires a customer-managed key: a study first, the dataset prepared by
-    the Beam engine as a Dataflow job, and the model deployed to an endpoint the deploy
-    stage creates. By the time the study ends, us-central1 has no n1-standard-8 machines
-    left, and the first fallback's n1-standard-16 machines stay QUEUED past
-    `vertex.queue_limit`: the training step trains on the second fallback's L4 machines
-    (`vertex.fallbacks`; all in the key's region)."""
-    apis = emulated_run["apis"]
-    pools = [{"machine_spec": L4, "replica_count": 1}] * 2
-    larger = [{"machine_spec": {**T4, "machine_type": "n1-standard-16"},
-               "replica_count": 1}] * 2
-    fallbacks = [{"worker_pool_specs": larger}, {"worker_pool_specs": pools}]
-    apis.stockouts = {("n1-standard-8", "us-central1")}
-    apis.queued = {("n1-standard-16", "us-central1")}
-    try:
-        return emulated_run["run"](
-            {"fallbacks": fallbacks, "queue_limit": "3s", "encryption_key": KEY,
-             "accuracy_threshold": 0.0, "deploy": {"endpoint": "keyed", "grace_period": "0s"}},
-            {"epochs": 1}, STUDY, {"engine": "beam"}, cmek=True)
-    finally:
-        apis.stockouts, apis.queued = set(), set()
-
-
-def test_a_study_runs_as_a_tuning_job_and_its_best_trial_is_trained(emulated_run, tuned_run):
-    """The compiled spec with a study runs gcpc's HyperparameterTuningJobRunOp, whose
-    trials run the real trainer and report with cloudml-hypertune; our component reads the
-    job back and the final CustomJob trains with the best trial's parameters."""
-    apis = emulated_run["apis"]
-    tuned = tuned_run
-    tasks = tuned["tasks"]
-    assert {"vertex-tuning-spec", "hyperparameter-tuning-job", "best-vertex-trial",
-            "train-on-vertex-ai", "export-model"} <= {
-        name for name, task in tasks.items() if task.state == "SUCCEEDED"}
-
-    (sent,) = apis.recorded(r"/hyperparameterTuningJobs$")
-    job = aiplatform_v1.HyperparameterTuningJob.from_json(json.dumps(sent.body))
-    (metric,) = job.study_spec.metrics
-    assert (metric.metric_id, metric.goal.name) == ("val_accuracy", "MAXIMIZE")
-    rate, batch = job.study_spec.parameters
-    assert (rate.parameter_id, rate.double_value_spec.min_value,
-            rate.double_value_spec.max_value, rate.scale_type.name) == (
-        "learning_rate", 0.0005, 0.01, "UNIT_LOG_SCALE")
-    assert (batch.parameter_id, list(batch.discrete_value_spec.values)) == (
-        "batch_size", [16.0, 32.0])
-    assert job.study_spec.algorithm.name == "RANDOM_SEARCH"
-    assert (job.max_trial_count, job.parallel_trial_count, job.max_failed_trial_count) == \
-        (2, 1, 1)
-    assert job.trial_job_spec.service_account == ACCOUNT
-    pools = job.trial_job_spec.worker_pool_specs
-    args = list(pools[0].container_spec.args)
-    assert args[args.index("--hypertune-metric") + 1] == "val_accuracy"
-    assert "@sha256:" in pools[0].container_spec.image_uri and \
-        ":src-" not in pools[0].container_spec.image_uri
-    assert job.trial_job_spec.base_output_directory.output_uri_prefix.startswith(
-        "gs://pipelines/root/")
-
-    # Every trial trained and reported; the best-trial component chose the best.
-    resource = apis.tuning_jobs[next(iter(apis.tuning_jobs))]
-    assert resource["state"] == "JOB_STATE_SUCCEEDED" and len(resource["trials"]) == 2
-    measured = {t["id"]: t["finalMeasurement"]["metrics"][0]["value"]
-                for t in resource["trials"] if t["state"] == "SUCCEEDED"}
-    assert len(measured) == 2
-    best_id = max(measured, key=measured.get)
-    chosen = tasks["best-vertex-trial"].parameters
-    assert chosen["record"]["best_trial"] == best_id
-    best = {p["parameterId"]: p["value"] for p in next(
-        t for t in resource["trials"] if t["id"] == best_id)["parameters"]}
-    assert chosen["training"]["learning_rate"] == pytest.approx(best["learning_rate"])
-    assert chosen["training"]["batch_size"] == int(best["batch_size"])
-    # What the study cost: both trials billed, on the trials' two n1-standard-8 machines
-    # with a T4 each, at the catalog's prices.
-    cost = chosen["record"]["cost"]
-    seconds = sum(t["seconds"] for t in chosen["record"]["trials"])
-    assert (cost["billed_trials"], cost["unpriced"]) == (2, [])
-    assert cost["usd"] == pytest.approx(2 * (N1_8 + T4_USD) * seconds / 3600, abs=1e-4)
-    assert f"tuning cost: about {cost['usd']:.2f} USD for 2 billed trial(s) of 2" in \
-        tasks["best-vertex-trial"].log.read_text()
-    # The run's own cost.json finds the study by the run's label and itemises it as well.
-    run_cost = json.loads(tuned["mount"].path(
-        tasks["summarize-run"].artifacts["cost"]["uri"]).read_text())
-    (study,) = [i for i in run_cost["items"] if i["kind"] == "tuning"]
-    assert study["name"] == resource["name"] and study["basis"] == "2 billed trial(s) of 2"
-    assert study["unpriced"] == [] and study["usd"] > 0
-
-    # The final CustomJob trained with them, and the model's lineage says so.
-    final = apis.recorded(r"/customJobs$")[-1]
-    train_args = final.body["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"]
-    assert float(train_args[train_args.index("--learning-rate") + 1]) == pytest.approx(
-        best["learning_rate"])
-    assert train_args[train_args.index("--batch-size") + 1] == str(int(best["batch_size"]))
-    assert "--hypertune-metric" not in train_args
-    trials_md = tasks["best-vertex-trial"].artifacts["trials"]
-    storage = tuned["storage"]
-    bucket, _, name = trials_md["uri"][len("gs://"):].partition("/")
-    assert f"| {best_id} **best** |" in storage.bucket(bucket).blob(name).download_as_text()
-    export = tasks["export-model"].parameters
-    assert "tuned: best of 2 trials by val_accuracy" in export["description"]
-
-
-def test_a_stock_out_and_a_queue_move_on_to_the_next_fallback_and_say_so(tuned_run):
-    """The primary configuration's CustomJob fails without ever running ("Resources are
-    insufficient in region"); the first fallback's stays QUEUED past the queue limit and is
-    cancelled; the launcher creates the second fallback's, which trains with its own plan,
-    and the training step, the report, the lineage and the model's description name the
-    alternative that trained and why the others did not."""
-    apis, tasks = tuned_run["apis"], tuned_run["tasks"]
-    primary, queued, fallback = [aiplatform_v1.CustomJob.from_json(json.dumps(r.body))
-                                 for r in apis.recorded(r"/customJobs$")[-3:]]
-    assert primary.job_spec.worker_pool_specs[0].machine_spec.machine_type == "n1-standard-8"
-    assert fallback.job_spec.worker_pool_specs[0].machine_spec.machine_type == "g2-standard-8"
-    assert primary.display_name == queued.display_name == fallback.display_name  # one run's
-    assert primary.job_spec.base_output_directory == fallback.job_spec.base_output_directory
-    assert [dict(j.labels)["gpu-pipeline-alternative"] for j in (primary, queued, fallback)] \
-        == ["0", "1", "2"]
-    failed, cancelled, trained = list(apis.jobs.values())[-3:]
-    assert (failed.state, failed.error_code, failed.replicas) == ("JOB_STATE_FAILED", 8, [])
-    assert queued.job_spec.worker_pool_specs[0].machine_spec.machine_type == "n1-standard-16"
-    assert (cancelled.name.split("/")[3], cancelled.state, cancelled.replicas) == (
-        "us-central1", "JOB_STATE_CANCELLED", [])
-    assert trained.state == "JOB_STATE_SUCCEEDED"
-    # The fallback's replicas applied its own plan: L4 machines, bfloat16.
-    assert {(r.training_plan["accelerator"], r.training_plan["mixed_precision"])
-            for r in trained.replicas} == {("NVIDIA_L4", "bfloat16")}
-    capacity = tasks["train-on-vertex-ai"].parameters["capacity"]
-    assert capacity["trained_on"] == "fallbacks[1]"
-    assert [(a["label"], a["outcome"]) for a in capacity["attempts"]] == \
-        [("primary", "stock-out"), ("fallbacks[0]", "queued"), ("fallbacks[1]", "trained")]
-    assert "Resources are insufficient in region: us-central1" in \
-        capacity["attempts"][0]["reason"]
-    # Every job the step created is named in gcp_resources, in the order created.
-    named = json.loads(tasks["train-on-vertex-ai"].parameters["gcp_resources"])["resources"]
-    assert [r["resourceUri"].split("/v1/")[1] for r in named] == [
-        failed.name, cancelled.name, trained.name]
-    log = tasks["train-on-vertex-ai"].log.read_text()
-    assert "capacity: primary in us-central1: stock-out" in log
-    assert "capacity: fallbacks[0] in us-central1: queued" in log
-    assert "training: trained on fallbacks[1] (1 x g2-standard-8 + 1 x NVIDIA_L4" in log
-    # Stage 1 validated and planned the fallbacks; the export names what trained.
-    stage1 = tasks["validate-gpu-config"].parameters["alternatives"]
-    assert [a["label"] for a in stage1] == ["primary", "fallbacks[0]", "fallbacks[1]"]
-    export = tasks["export-model"]
-    assert export.executor_input["inputs"]["parameterValues"]["worker_pool_specs"][0][
-        "machine_spec"]["accelerator_type"] == "NVIDIA_L4"
-    assert "trained on fallbacks[1]" in export.parameters["description"]
-    assert "before it: primary in us-central1 stock-out; fallbacks[0] in us-central1 queued" \
-        in export.parameters["description"]
-    assert export.parameters["labels"]["trained-on"] == "fallbacks-1"
-    # Submit held the configurations against the quotas Cloud Quotas reported.
-    assert apis.recorded(r"/quotaInfos$", method="GET")
-
-
-def test_the_beam_engine_prepares_the_dataset_as_a_dataflow_job(tuned_run):
-    """`dataset.engine: beam`: the stage submits with Beam's own DataflowRunner (the fake
-    Dataflow API runs the staged pipeline), for the run's project and region, on the CPU
-    image the build stage made, as the run's service account, with temp and staging
-    under the pipeline root; the workers write the shards to Cloud Storage, and the
-    training that follows reads them."""
-    from google.cloud import dataflow_v1beta3
-
-    from components.dataset.dataflow import job_name_for
-
-    tasks, fake = tuned_run["tasks"], tuned_run["dataflow"]
-    cpu = tasks["build-images"].parameters["Output"][images.CPU.key]["reference"]
-    assert cpu.startswith(f"{REPO}/{images.CPU.name}@sha256:")
-    assert tasks["dataflow-launch"].parameters["Output"] == {
-        "project_id": "my-proj", "region": "us-central1", "service_account": ACCOUNT,
-        "sdk_image": cpu, "kms_key": KEY}
-    assert fake.run_error is None
-    (body,) = fake.created()
-    (path,) = [p for method, p, _ in fake.requests if method == "POST"]
-    assert path.split("?")[0] == "/v1b3/projects/my-proj/locations/us-central1/jobs"
-    job = dataflow_v1beta3.Job.from_json(json.dumps(body), ignore_unknown_fields=True)
-    dataset_uri = tasks["prepare-dataset"].artifacts["dataset"]["uri"]
-    base = dataset_uri.rsplit("/", 1)[0]
-    assert job.name == job_name_for(dataset_uri)
-    environment = job.environment
-    assert environment.service_account_email == ACCOUNT
-    assert environment.temp_storage_prefix.startswith(
-        f"storage.googleapis.com/{base[len('gs://'):]}/dataflow/temp")
-    (pool,) = environment.worker_pools
-    assert pool.worker_harness_container_image == cpu
-    assert (pool.machine_type, pool.autoscaling_settings.max_num_workers) == \
-        ("n2-standard-4", 10)
-    assert body["environment"]["sdkPipelineOptions"]["options"]["staging_location"] \
-        .startswith(f"{base}/dataflow/staging/{job.name}.")
-    assert [j.state for j in fake.jobs.values()] == ["JOB_STATE_DONE"]
-    log = tasks["prepare-dataset"].log.read_text()
-    assert f"Dataflow job {job.name} (2026-job-1) in us-central1" in log
-    assert "Dataflow job 2026-job-1: JOB_STATE_DONE" in log
-    assert "prepared by the beam engine as a Dataflow job" in log
-    # The shards are the workers' objects (the stage wrote only the report and the
-    # manifest, through the mount), and training read them.
-    storage = tuned_run["storage"]
-    bucket, _, prefix = dataset_uri[len("gs://"):].partition("/")
-    manifest = json.loads(storage.bucket(bucket).blob(f"{prefix}/manifest.json")
-                          .download_as_bytes())
-    assert manifest["examples"] > 0 and set(manifest["splits"]) == {"train", "validation",
-                                                                    "test"}
-    for entry in manifest["splits"].values():
-        for shard in entry["shards"]:
-            data = storage.bucket(bucket).blob(f"{prefix}/{shard['file']}").download_as_bytes()
-            assert hashlib.sha256(data).hexdigest() == shard["sha256"]
-    assert tasks["train-on-vertex-ai"].state == "SUCCEEDED"
-    # What the job used, as its JobMetrics said when it ended: in the dataset's metadata,
-    # which the run's cost.json reads through GetPipelineJob (no DATAFLOW: prices given).
-    used = tasks["prepare-dataset"].artifacts["dataset"]["metadata"]["dataflow_job"]
-    assert used["job"] == "2026-job-1" and used["vcpu_hours"] > 0
-    assert "Dataflow job 2026-job-1 used " in log
-    run_cost = json.loads(tuned_run["mount"].path(
-        tasks["summarize-run"].artifacts["cost"]["uri"]).read_text())
-    (item,) = [i for i in run_cost["items"] if i["kind"] == "dataflow"]
-    assert item["name"] == "Dataflow job 2026-job-1 (us-central1)" and item["hours"] > 0
-    assert (item["usd"], item["unpriced"]) == (0.0, [
-        "DATAFLOW:VCPU", "DATAFLOW:MEMORY_GB", "DATAFLOW:DISK_GB"])
-    assert f"{used['vcpu_hours']:.3f} vCPU-hours" in item["basis"]
-
-
-def test_under_the_cmek_org_policy_the_study_dataflow_and_the_endpoint_carry_the_key(
-        tuned_run):
-    """The second run ran under the org policy too: the tuning job (gcpc's), the Dataflow
-    job (Beam's DataflowRunner, from --dataflow_kms_key) and the endpoint the deploy stage
-    created each carried the key, or the emulated services would have refused them."""
-    apis, fake = tuned_run["apis"], tuned_run["dataflow"]
-    assert tuned_run["request"].pipeline_job.encryption_spec.kms_key_name == KEY
-    (study,) = [r.body for r in apis.recorded(r"/hyperparameterTuningJobs$")
-                if r.method == "POST"]
-    assert kms_key_name(study) == KEY
-    (job,) = fake.created()
-    assert job["environment"]["serviceKmsKeyName"] == KEY
-    (endpoint,) = [r.body for r in apis.recorded(r"/endpoints$") if r.method == "POST"]
-    assert (endpoint["displayName"], kms_key_name(endpoint)) == ("keyed", KEY)
-    training = [r.body for r in apis.recorded(r"/customJobs$") if r.method == "POST"][-3:]
-    assert all(kms_key_name(body) == KEY for body in training)
-    assert tuned_run["tasks"]["train-on-vertex-ai"].state == "SUCCEEDED"
 
 
 def test_under_the_cmek_org_policy_a_run_without_a_key_is_refused(emulated_run, tmp_path):

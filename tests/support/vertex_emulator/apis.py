@@ -231,6 +231,10 @@ class FakeGoogleApis:
         # own), e.g. ["true"]: a container that ends at once, having written nothing.
         self.replica_command: list[str] | None = None
         self.fault_delay = 3.0
+        # Seconds a CustomJob's machines ran before its containers started (provisioning,
+        # image pulls): Vertex AI's startTime is when the job first entered RUNNING, and
+        # the start-up is billed; here its startTime is set that far back.
+        self.start_up_seconds = 0.0
         self._catalog: Any = None  # the Cloud Billing Catalog API, made when first asked
         from tests.support.vertex_emulator.endpoints import EndpointService
 
@@ -935,7 +939,7 @@ class FakeGoogleApis:
             job.state = "JOB_STATE_RUNNING"  # its machines came
             try:
                 job.replicas = self._start_replicas(job)
-                job.resource["startTime"] = _now()
+                job.resource["startTime"] = _now(self.start_up_seconds)
             except LookupError as missing:
                 job.state, job.error = "JOB_STATE_FAILED", str(missing)
         if job.state != "JOB_STATE_RUNNING":
@@ -999,9 +1003,10 @@ class FakeGoogleApis:
         return json_handler(respond)
 
 
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + \
-        f".{int(time.time() * 1000) % 1000:03d}Z"
+def _now(seconds_ago: float = 0.0) -> str:
+    moment = time.time() - seconds_ago
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(moment)) + \
+        f".{int(moment * 1000) % 1000:03d}Z"
 
 
 def _flag(value: Any) -> str:
