@@ -95,3 +95,4 @@ def storage_emulator(monkeypatch):
         yield f"http://127.0.0.1:{port}"
     finally:
         server.stop()
+

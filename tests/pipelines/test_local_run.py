@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -10,7 +9,6 @@ import shutil
 import socket
 import stat
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
@@ -19,9 +17,8 @@ import pytest
 from components import images
 from components.build.context import write_build_context
 from components.dataset.shapes import generate_shapes
-from pipelines.config import Config
-from pipelines.local_run import LocalRunError, run_local
 from tests.support.leaky_data import copy_test_images_into_training
+from tests.support.local_runs import BIN, registry_index, run_json
 from trainer.common.committed_dirs import committed
 
 # Exercised here without an import, through the command line: `pipelines.commands.predict`
@@ -31,7 +28,6 @@ from trainer.common.committed_dirs import committed
 # rollout).
 
 pytestmark = pytest.mark.slow
-BIN = Path(sys.executable).parent / "gpu-pipeline"
 
 
 def dead_proxy() -> str:
@@ -299,18 +295,6 @@ def test_demo_checked_the_model_in_its_server_and_says_how_to_call_it(demo, monk
         direct.open(f"http://127.0.0.1:{port}/health", timeout=5)
 
 
-def _run(cwd: Path, *flags: str) -> tuple[dict, str]:
-    result = subprocess.run([str(BIN), "run", "--local", "--json", *flags], cwd=cwd,
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1]), result.stdout
-
-
-def _registry(cwd: Path) -> dict:
-    return json.loads((cwd / "local_runs" / "registry" / "gpu-pipeline-model" /
-                       "registry.json").read_text())
-
-
 TINY_MODEL = """
 import tf_keras as keras
 
@@ -340,13 +324,13 @@ def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
     assert first["decision"].startswith("no champion yet; test_accuracy")
     assert first["decision"].endswith("promoted to the default version")
     assert "run state: SUCCEEDED" in stdout and "run champion/challenger: no champion" in stdout
-    assert _registry(cwd)["default"] == "1"
+    assert registry_index(cwd)["default"] == "1"
     champion = first["metrics"]["test_accuracy"]
 
     # The same data and options again (multi-worker training is not bit-reproducible: the
     # two models disagree on a few of the 182 test images): under the default rule only a
     # significantly better model replaces the champion.
-    second, out = _run(cwd)
+    second, out = run_json(cwd)
     assert second["dataset_reused"] and second["run_dir"] != first["run_dir"]
     assert second["artifacts"]["prepare-dataset/dataset"] == \
         first["artifacts"]["prepare-dataset/dataset"]
@@ -366,7 +350,7 @@ def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
     assert second["decision"].endswith("registered as a non-default version; the champion "
                                        "stays the default")
     assert second["registered_version"] == "2"
-    registry = _registry(cwd)
+    registry = registry_index(cwd)
     assert registry["default"] == "1" and [v["version"] for v in registry["versions"]] == \
         ["1", "2"]
 
@@ -383,7 +367,7 @@ def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
     config = cwd / "their-model.yaml"
     config.write_text("training:\n  model: their_models.tiny:build\n  user_code: their_code\n"
                       "vertex:\n  accuracy_threshold: 0.0\n  promotion: default\n")
-    third, out = _run(cwd, "--epochs", "2", "--config", str(config))
+    third, out = run_json(cwd, "--epochs", "2", "--config", str(config))
     assert "model their_models.tiny:build, 2 epochs" in out
     # The local build stage packed the context `submit` would: the same digest.
     context = Path(third["artifacts"]["build-images/build_context"]) / "context"
@@ -398,7 +382,7 @@ def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
     assert third["metrics"]["champion_test_accuracy"] == champion
     assert "is not significantly better than the champion's" in third["decision"]
     assert third["registered_version"] == "3"
-    registry = _registry(cwd)
+    registry = registry_index(cwd)
     assert registry["default"] == "1"
     assert [v["decision"]["promoted"] for v in registry["versions"]] == [True, False, False]
     _check_versions(cwd, third, champion)
@@ -407,11 +391,11 @@ def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
     # fresh data: a model not shown worse than the margin allows is promoted.
     current = cwd / "non-inferior.yaml"
     current.write_text("vertex:\n  promotion: non_inferior\n")
-    fourth, _ = _run(cwd, "--config", str(current))
+    fourth, _ = run_json(cwd, "--config", str(current))
     assert f"is not shown worse than the champion's {champion:.4f} (182 paired images" in \
         fourth["decision"], fourth["decision"]
     assert fourth["decision"].endswith("promoted to the default version")
-    assert _registry(cwd)["default"] == "4"
+    assert registry_index(cwd)["default"] == "4"
     # `gpu-pipeline runs` lines the four runs up: data, accuracy, decision, cost, duration.
     listing = subprocess.run([str(BIN), "runs"], cwd=cwd, capture_output=True, text=True,
                              timeout=120)
@@ -452,13 +436,13 @@ def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
                  "warned"):
         assert line in out, out[-3000:]
     assert "[trainer chief:0]" not in out and "Traceback" not in out
-    assert _registry(cwd)["default"] == "4" and len(_registry(cwd)["versions"]) == 4
+    assert registry_index(cwd)["default"] == "4" and len(registry_index(cwd)["versions"]) == 4
 
 
 def _check_versions(cwd: Path, last: dict, champion: float) -> None:
     """Every version is a committed copy with its lineage, the last run's report has the
     table, and `models list` shows the versions with the default."""
-    registry = _registry(cwd)
+    registry = registry_index(cwd)
     for entry in registry["versions"]:
         version = cwd / "local_runs" / "registry" / "gpu-pipeline-model" / "versions" / \
             entry["version"]
@@ -488,55 +472,6 @@ def _check_versions(cwd: Path, last: dict, champion: float) -> None:
     assert re.fullmatch(r"  the champion \(version 1\) kept 2 run\(s\) in a row, since "
                         r"\d{4}-\d\d-\d\d", lines[1]), lines[1]
     assert lines[2].startswith(" * version 1") and lines[3].startswith("   version 2")
-
-
-def test_the_validation_stage_fails_the_run(tmp_path):
-    # A configuration that skipped the CLI's pre-flight check: stage 1 must stop the run.
-    config = Config()
-    bad_pools = ({"machine_spec": {"machine_type": "n1-standard-4",
-                                   "accelerator_type": "NVIDIA_TESLA_T4",
-                                   "accelerator_count": 3}, "replica_count": 1},)
-    config = config.model_copy(update={"vertex": config.vertex.model_copy(
-        update={"worker_pool_specs": list(bad_pools)})})
-    out = io.StringIO()
-    with pytest.raises(LocalRunError, match="validate-gpu-config"):
-        run_local(config, tmp_path, out=out)
-    log = out.getvalue()
-    assert "n1-standard-4 takes 1, 2, 4 x NVIDIA_TESLA_T4" in log
-    # The exit handler ran all the same, and said how the run ended.
-    assert "[gpu-pipeline] run state: FAILED" in log
-    summary, = tmp_path.glob("*/summarize-run/summary")
-    assert "- state: FAILED" in summary.read_text()
-    # Validation runs first: nothing was prepared, built or trained.
-    for stage in ("prepare-dataset", "build-images", "train-on-local-workers"):
-        assert not list(tmp_path.rglob(stage)), stage
-
-
-def test_a_dataset_the_stage_cannot_use_fails_the_run_with_its_message(tmp_path):
-    # One class folder passes the config check (it is a directory) but not stage 2.
-    from components.dataset.shapes import generate_shapes
-
-    source = generate_shapes(tmp_path / "images", images_per_class=3, image_size=16, seed=1)
-    for extra in ("cross", "square", "triangle"):
-        for image in (source / extra).iterdir():
-            image.unlink()
-        (source / extra).rmdir()
-    config = Config()
-    config = config.model_copy(update={"dataset": config.dataset.model_copy(
-        update={"source": str(source)})})
-    out = io.StringIO()
-    with pytest.raises(LocalRunError, match="fingerprint-dataset-source") as raised:
-        run_local(config, tmp_path / "runs", out=out)
-    log = out.getvalue()
-    assert "[gpu-pipeline] dataset failed: dataset source" in log and \
-        "has 1 class(es) (circle)" in log
-    # The reason comes first in the error, before KFP's own words.
-    assert str(raised.value).startswith("dataset failed: dataset source")
-    assert "Traceback" not in log and "executor_input" not in log
-    # The exit handler's summary and the run's kept record name it too, not only the group.
-    assert "[gpu-pipeline] run error: dataset failed: dataset source" in log
-    summary, = (tmp_path / "runs").glob("*/summarize-run/summary")
-    assert "- error: dataset failed: dataset source" in summary.read_text()
 
 
 def _failing_model(directory: Path) -> Path:
@@ -665,26 +600,3 @@ def test_a_local_canary_is_served_beside_the_champion_and_promoted(demo, tmp_pat
         {"default": True, "registered_version": "2", "rollout": {"outcome": "rolled back"}}))
     assert score_local_run(str(root), options, "job-2", log=lines.append) is None
     assert lines[-1] == "batch predict: nothing scored (this run promoted no model)"
-
-
-def test_run_local_with_an_endpoint_and_a_batch_source_deploys_and_scores(tmp_path):
-    """The local pipeline's stages 6 and 7, end to end: a first model (no champion) takes
-    the local endpoint whole, then scores the batch source; the run's summary says so."""
-    from PIL import Image
-
-    source = tmp_path / "to-score"
-    source.mkdir()
-    for number in range(3):
-        Image.new("RGB", (32, 32), (80 * number, 40, 200)).save(source / f"{number}.png")
-    (source / "broken.png").write_text("not an image")
-    config = tmp_path / "serve.yaml"
-    config.write_text("vertex:\n  accuracy_threshold: 0.0\n  deploy:\n    endpoint: serving\n"
-                      "  batch_predict:\n    source: to-score\n    destination: scored\n")
-    summary, out = _run(tmp_path, "--epochs", "2", "--config", str(config))
-    assert "[gpu-pipeline] deploy: version 1 in a model server behind http://127.0.0.1:" in out
-    assert "run deploy: deployed: the endpoint served no model" in out, out[-3000:]
-    assert "run batch predictions: 3 predicted, 1 refused: scored" in out, out[-3000:]
-    results = (tmp_path / "scored" / "prediction.results-00000-of-00001").read_text()
-    assert [json.loads(line)["key"] for line in results.splitlines()] == [
-        f"to-score/{n}.png" for n in range(3)]
-    assert _registry(tmp_path)["default"] == "1"
