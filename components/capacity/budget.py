@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from components.capacity.cost import rate
-from components.prices.price_list import PriceBook, unpriced_words
+from components.prices.price_list import PriceBook, hourly_words, unpriced_words
 from trainer.common.errors import InputError, StageError
 
 if TYPE_CHECKING:
@@ -94,13 +94,23 @@ class Estimate:
     def usd(self) -> float:
         return self.usd_per_hour * self.hours
 
+    def total_words(self) -> str:
+        """What it costs: "X USD", "at least X USD" with a part unpriced, "an unknown
+        amount" with nothing priced."""
+        if self.unpriced:
+            return f"at least {usd(self.usd)} USD" if self.usd > 0 else "an unknown amount"
+        return f"{usd(self.usd)} USD"
+
     def line(self) -> str:
-        """The estimate in one line."""
-        return (f"{self.label} ({self.region}): {self.usd_per_hour:.2f} USD an hour, about "
-                f"{self.hours:.2f} h ({self.basis}): {usd(self.usd)} USD"
+        """The estimate in one line. A part without a price is named, and the figures are
+        then floors (never "0.00 USD", never "an upper bound")."""
+        return (f"{self.label} ({self.region}): "
+                f"{hourly_words(self.usd_per_hour, self.unpriced)}, about "
+                f"{self.hours:.2f} h ({self.basis}): {self.total_words()}"
                 + (f" ({self.prices})" if self.prices else "")
                 + (f"; {', '.join(self.on_demand)} priced on demand: no Spot or Flex-start "
-                   "price found, an upper bound" if self.on_demand else "")
+                   "price found, an upper bound" if self.on_demand and not self.unpriced
+                   else "")
                 + unpriced_words(self.unpriced))
 
 
@@ -141,6 +151,19 @@ def left_words(budget: float, before: float) -> str:
         "USD before training)" if before > 0 else "")
 
 
+def why_dropped(estimate: Estimate, left: float) -> str:
+    """One configuration's refusal in one line: which parts have no price (and how to give
+    one), or by how much it passes what the budget leaves."""
+    if estimate.unpriced:
+        return (f"{estimate.label} ({estimate.region}): no price for "
+                f"{', '.join(estimate.unpriced)}, so its cost cannot be held to the budget; "
+                f"give it in vertex.prices (USD per hour: {{{estimate.unpriced[0]}: USD}})")
+    return (f"{estimate.label} ({estimate.region}): about {usd(estimate.usd)} USD, "
+            f"{usd(estimate.usd - left)} USD over the {usd(left)} USD the budget leaves "
+            f"({estimate.usd_per_hour:.2f} USD an hour, about {estimate.hours:.2f} h: "
+            f"{estimate.basis})")
+
+
 def check(found: Sequence[Estimate], budget: float, before: float = 0.0) -> Check:
     """Holds each estimate against `budget` (USD; 0: no budget) less `before`, what the
     run has cost before training.
@@ -164,10 +187,10 @@ def check(found: Sequence[Estimate], budget: float, before: float = 0.0) -> Chec
             kept.append(index)
     if not kept:
         raise BudgetError(
-            f"vertex.budget_usd is {words} and no configuration fits it: "
-            + "; ".join(e.line() for e in found)
-            + "; raise the budget, lower vertex.timeout or the epochs, or give cheaper "
-              "fallbacks")
+            f"vertex.budget_usd is {words} and no configuration fits it:\n"
+            + "\n".join(f"  - {why_dropped(e, budget - before)}" for e in found)
+            + "\nraise the budget, lower vertex.timeout or the epochs, give cheaper "
+              "fallbacks, or give the missing prices in vertex.prices")
     return Check(tuple(kept), tuple(dropped))
 
 

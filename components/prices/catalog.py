@@ -93,6 +93,10 @@ def open_client(make: Any = None) -> Any:
 
     try:
         return (make or catalog_client)()
+    except auth_exceptions.DefaultCredentialsError as exc:
+        # google-auth's own message is 250 characters with a link; one short line will do.
+        raise CatalogUnreadable("the Cloud Billing Catalog API needs Google Cloud "
+                                "credentials, and this machine has none") from exc
     except (auth_exceptions.GoogleAuthError, OSError, ValueError) as exc:
         raise CatalogUnreadable(f"no client for the Cloud Billing Catalog API "
                                 f"({type(exc).__name__}: {first_line(exc)})") from exc

@@ -130,6 +130,16 @@ def unpriced_words(kinds: Sequence[str]) -> str:
             "hour)" if kinds else "")
 
 
+def hourly_words(usd: float, unpriced: Sequence[str]) -> str:
+    """A price an hour in words, never "0.00 USD" for what has no price: with a part
+    unpriced the figure is a floor ("at least"), with nothing priced there is no figure."""
+    if not unpriced:
+        return f"{usd:.2f} USD an hour"
+    if usd <= 0:
+        return "no price"
+    return f"at least {usd:.2f} USD an hour"
+
+
 def _today() -> str:
     return datetime.datetime.now(datetime.timezone.utc).date().isoformat()
 

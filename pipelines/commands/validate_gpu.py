@@ -181,10 +181,11 @@ def price_line(pools: Any, prices: Any, strategy: str = "") -> str:
     """What the pools cost an hour at `prices` (a region's
     `components.prices.price_list.PriceList`), in one line."""
     from components.capacity.cost import rate
-    from components.prices.price_list import unpriced_words
+    from components.prices.price_list import hourly_words, unpriced_words
 
     found = rate(pools, prices, strategy)
-    return (f"price: {found.usd:.2f} USD an hour, every replica ({prices.words()}"
+    return (f"price: {hourly_words(found.usd, found.unpriced)}, every replica "
+            f"({prices.words()}"
             + (f"; {', '.join(found.on_demand)} at on-demand prices, no {strategy} price "
                "found" if found.on_demand else "")
             + unpriced_words(found.unpriced) + ")")

@@ -164,9 +164,13 @@ def test_submit_holds_the_budget_before_anything_is_created(tmp_path):
     # (the clients it would need next are not there).
     with pytest.raises(BudgetError) as refused:
         runs.submit(_budgeted(1.0, tmp_path), dry_run=False, clients=clients, log=lines.append)
-    assert str(refused.value).startswith("vertex.budget_usd is 1.00 USD and no "
-                                         "configuration fits it: primary (us-central1): ")
-    assert "fallbacks[0] (us-east1): 0.57 USD an hour, about 10.00 h" in str(refused.value)
+    # One line per configuration, each with how much it passes what the budget leaves.
+    first, primary, fallback, advice = str(refused.value).splitlines()
+    assert first == "vertex.budget_usd is 1.00 USD and no configuration fits it:"
+    assert primary.startswith("  - primary (us-central1): about ")
+    assert fallback.startswith("  - fallbacks[0] (us-east1): about 5.68 USD, 4.68 USD over "
+                               "the 1.00 USD the budget leaves (0.57 USD an hour, about 10.00 h")
+    assert "raise the budget" in advice
 
 
 def _t4_benchmarked(folder):

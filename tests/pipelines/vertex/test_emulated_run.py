@@ -275,9 +275,10 @@ def test_a_dry_run_estimates_the_cost_from_the_newest_model_s_measured_speed(emu
     with pytest.raises(BudgetError) as refused:
         runs.submit(over, dry_run=False, clients=emulated_run["clients"],
                     credentials=AnonymousCredentials(), log=lines.append)
-    assert str(refused.value).startswith(
-        "vertex.budget_usd is 0.0001 USD and no configuration fits it: "
-        f"primary (us-central1): {rate:.2f} USD an hour")
+    first, primary, _ = str(refused.value).splitlines()
+    assert first == "vertex.budget_usd is 0.0001 USD and no configuration fits it:"
+    assert primary.startswith("  - primary (us-central1): about ") and \
+        f"({rate:.2f} USD an hour" in primary
     assert all(r.method == "GET" for r in emulated_run["apis"].requests[before:])
 
 
@@ -940,10 +941,10 @@ def test_a_run_whose_estimate_passes_its_budget_is_refused_before_its_first_job(
     message = _budgeted_rerun(emulated_run, round(estimate / 2, 4), "refused-run")
     assert re.search(r"training failed: vertex\.budget_usd is [0-9.]+ USD \([0-9.]+ USD left: "
                      r"the run has cost about 0\.03 USD before training\) and no configuration "
-                     r"fits it: primary \(us-central1\): 73\.05 USD an hour, about [0-9.]+ [hs] "
-                     r"\(3 epoch\(s\) at \d+ s, as projects/.+ measured on these machines\): "
-                     r"[0-9.]+ USD", message), \
-        message[-3000:]
+                     r"fits it:\n  - primary \(us-central1\): about [0-9.]+ USD, [0-9.]+ USD over "
+                     r"the [0-9.]+ USD the budget leaves \(73\.05 USD an hour, about [0-9.]+ h: "
+                     r"3 epoch\(s\) at \d+ s, as projects/.+ measured on these machines\)",
+                     message), message[-3000:]
     assert "Traceback" not in message
     assert len(apis.jobs) == jobs  # nothing was created
 
