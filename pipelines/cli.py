@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _offline_hint(args: argparse.Namespace, exc: ProjectError) -> str:
     """For missing credentials, the command's own way to go on without them, if it has one
-    (`submit` and `schedule create` have `--dry-run`; `runs` and `models` have none)."""
+    (`submit`, `schedule create` and `models` have `--dry-run`; `runs` has none)."""
     from trainer.common.cloud_calls import CredentialsError
 
     if isinstance(exc, CredentialsError) and getattr(args, "dry_run", None) is False:

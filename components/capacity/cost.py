@@ -21,7 +21,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from components.gpu.worker_pool import WorkerPool, parse_pools
-from components.prices.price_list import DISCOUNTED, PriceBook, price_of, unpriced_words
+from components.prices.price_list import (
+    DISCOUNTED,
+    PriceBook,
+    hourly_words,
+    price_of,
+    unpriced_words,
+)
 
 #: The states Vertex AI bills a job or a batch prediction in, the one table of them: done,
 #: cancelled by the user (also while cancelling), or partly done (a batch prediction).
@@ -182,26 +188,33 @@ UNBILLED_TRIALS = {"FAILED", "INFEASIBLE"}
 
 
 def tuning_cost(trials: Iterable[Mapping[str, Any]], pools: Iterable[WorkerPool | None],
-                prices: Mapping[str, float]) -> dict[str, Any]:
+                prices: Mapping[str, float], strategy: str = "") -> dict[str, Any]:
     """A study's estimate: every trial but the failed ones on the trials' pools (each
     trial a job of its own) for its `seconds`, start to end, at `prices` (the study's
-    region's)."""
-    found = rate(pools, prices)
+    region's) for the trials' scheduling `strategy` (`trialJobSpec.scheduling.strategy`:
+    Spot trials at Spot prices, on demand where none is known, said)."""
+    strategy = strategy if strategy in DISCOUNTED else ""
+    found = rate(pools, prices, strategy)
     trials = list(trials)
     billed = [t for t in trials if t["state"] not in UNBILLED_TRIALS]
     seconds = sum(float(t.get("seconds") or 0) for t in billed)
     return {"usd": round(found.usd * seconds / 3600, 4), "trials": len(trials),
             "billed_trials": len(billed), "seconds": round(seconds, 1),
             "usd_per_hour": round(found.usd, 6), "unpriced": list(found.unpriced),
+            "strategy": strategy, "on_demand": list(found.on_demand),
             "prices_read": getattr(prices, "words", lambda: "vertex.prices")()}
 
 
 def tuning_line(cost: Mapping[str, Any]) -> str:
     """A study's estimate in one line."""
+    strategy = f"{cost['strategy']} " if cost.get("strategy") else ""
     return (f"tuning cost: about {cost['usd']:.2f} USD for {cost['billed_trials']} billed "
-            f"trial(s) of {cost['trials']} ({cost['seconds'] / 3600:.3f} trial-hours at "
-            f"{cost['usd_per_hour']:.2f} USD an hour; a failed trial is not billed; "
-            f"{cost['prices_read']})" + unpriced_words(cost["unpriced"]))
+            f"{strategy}trial(s) of {cost['trials']} ({cost['seconds'] / 3600:.3f} trial-hours "
+            f"at {hourly_words(cost['usd_per_hour'], cost['unpriced'])}; a failed trial is "
+            f"not billed; {cost['prices_read']})"
+            + (f"; {', '.join(cost['on_demand'])} priced on demand: no {cost['strategy']} "
+               "price found" if cost.get("on_demand") else "")
+            + unpriced_words(cost["unpriced"]))
 
 
 def line(cost: Mapping[str, Any]) -> str:

@@ -83,7 +83,9 @@ def tuning_items(studies: Iterable[Mapping[str, Any]], book: PriceBook) -> list[
         trials = [{"state": str(t.get("state", "")), "seconds": seconds_of(t)}
                   for t in study.get("trials", [])]
         prices = book.region(region_of(str(study.get("name", "")), book.default_region))
-        cost = tuning_cost(trials, pools, prices)
+        strategy = str(((study.get("trialJobSpec") or {}).get("scheduling") or {})
+                       .get("strategy") or "")
+        cost = tuning_cost(trials, pools, prices, strategy)
         found.append(Item("tuning", str(study.get("name", "")), cost["usd"],
                           round(cost["seconds"] / 3600, 4),
                           f"{cost['billed_trials']} billed trial(s) of {cost['trials']}",

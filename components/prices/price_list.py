@@ -140,6 +140,20 @@ def hourly_words(usd: float, unpriced: Sequence[str]) -> str:
     return f"at least {usd:.2f} USD an hour"
 
 
+#: Cached prices older than this many days are said to be stale (Google changes Spot
+#: prices as often as daily, list prices a few times a year).
+STALE_DAYS = 30
+
+
+def _staleness(read: str, today: str) -> str:
+    """", 45 days old: stale" for cached prices past STALE_DAYS, else ""."""
+    try:
+        age = (datetime.date.fromisoformat(today) - datetime.date.fromisoformat(read)).days
+    except ValueError:
+        return ""
+    return f"; {age} days old: stale" if age > STALE_DAYS else ""
+
+
 def _today() -> str:
     return datetime.datetime.now(datetime.timezone.utc).date().isoformat()
 
@@ -209,7 +223,8 @@ class PriceBook:
             return _from_entry(region, entry, f"from {CATALOG}")
         older = price_cache.newest(region, self.today)
         if older:
-            return _from_entry(region, older, f"cached from {CATALOG} (unread today)")
+            return _from_entry(region, older, f"cached from {CATALOG} (unread today"
+                               f"{_staleness(str(older.get('read', '')), self.today)})")
         other = "" if region == shipped_table.REGION else (
             f" ({shipped_table.REGION}'s: {region}'s differ)")
         return PriceList(region, dict(shipped_table.PRICES), shipped_table.READ,

@@ -155,5 +155,8 @@ def finished_study(job: Any, tuning: TuningOptions, prices: Mapping[str, float]
     record = study_record(tuning, trials_of(job, tuning))
     pools = parse_pools(json_format.MessageToDict(type(p).pb(p))
                         for p in job.trial_job_spec.worker_pool_specs)
-    record["cost"] = tuning_cost(record["trials"], pools, prices)
+    # The trials' scheduling strategy (STANDARD, SPOT, FLEX_START): Spot trials at Spot
+    # prices.
+    strategy = job.trial_job_spec.scheduling.strategy.name
+    record["cost"] = tuning_cost(record["trials"], pools, prices, strategy)
     return record

@@ -178,7 +178,7 @@ def test_a_running_job_that_would_pass_the_budget_is_cancelled_and_its_cost_reco
     with pytest.raises(budget.BudgetReachedError) as stopped:
         launch(alternatives, how)
     (job,) = apis.jobs.values()
-    assert job.state == "JOB_STATE_CANCELLED"  # its replicas stopped
+    assert job.settled() == "JOB_STATE_CANCELLED"  # its replicas stopped
     message = str(stopped.value)
     # Cancelled after 1 of 10 epochs, its 9 left priced; its checkpoints kept.
     assert not missing(message, "vertex.budget_usd is 1.00 USD", "9 remaining epoch(s)",

@@ -87,6 +87,24 @@ def test_a_study_is_billed_for_every_trial_but_the_failed_ones():
         "trial-hours at 22.97 USD an hour")
 
 
+def test_a_studys_spot_trials_are_priced_at_spot_prices():
+    """Trials whose trialJobSpec schedules them on Spot are billed at Spot prices; a type
+    with no Spot price is priced on demand, and the line says which."""
+    trials = [{"state": "SUCCEEDED", "seconds": 3600.0}]
+    pools = parse_pools([{"machineSpec": {"machineType": "n1-standard-4", "acceleratorType":
+                                          "NVIDIA_H100_80GB", "acceleratorCount": 1},
+                          "replicaCount": "1"}])
+    prices = PriceBook({"SPOT:NVIDIA_H100_80GB": 3.0, "SPOT:n1-standard-4": 0.1,
+                        "NVIDIA_H100_80GB": 11.0, "n1-standard-4": 0.2}).region("us-central1")
+    assert cost.tuning_cost(trials, pools, prices, "SPOT")["usd"] == pytest.approx(3.1)
+    assert cost.tuning_cost(trials, pools, prices)["usd"] == pytest.approx(11.2)
+    partly = PriceBook({"SPOT:NVIDIA_H100_80GB": 3.0, "n1-standard-4": 0.2}).region(
+        "us-central1")
+    found = cost.tuning_cost(trials, pools, partly, "SPOT")
+    assert found["usd"] == pytest.approx(3.2) and found["on_demand"] == ["n1-standard-4"]
+    assert "n1-standard-4 priced on demand" in cost.tuning_line(found)
+
+
 def _spot_job(state="JOB_STATE_SUCCEEDED"):
     return {"name": "projects/p/locations/us-central1/customJobs/9", "state": state,
             "startTime": "2026-11-26T10:00:00Z", "endTime": "2026-11-26T12:00:00Z",

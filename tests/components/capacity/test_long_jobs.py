@@ -58,7 +58,7 @@ def test_a_job_lost_for_longer_than_the_bound_is_cancelled_and_named(apis):
     with pytest.raises(LostJobError) as raised:
         launch(alternatives, how)
     (job,) = apis.jobs.values()
-    assert job.state == "JOB_STATE_CANCELLED"
+    assert job.settled() == "JOB_STATE_CANCELLED"
     message = str(raised.value)
     assert message.startswith(f"the training CustomJob {job.name} could not be looked at for "
                               "6") and "ServiceUnavailable: 503" in message
@@ -150,7 +150,7 @@ def test_a_job_queued_past_the_limit_is_cancelled_and_the_next_alternative_train
         apis, cfg, pulled=pushed_images(apis), command=["true"])
     done = launch(alternatives, how)
     first, second = apis.jobs.values()
-    assert first.state == "JOB_STATE_CANCELLED" and second.state == "JOB_STATE_SUCCEEDED"
+    assert first.settled() == "JOB_STATE_CANCELLED" and second.state == "JOB_STATE_SUCCEEDED"
     record = done.record()
     assert [(a["label"], a["outcome"]) for a in record["attempts"]] == [
         ("primary", "queued"), ("fallbacks[0]", "trained")]

@@ -126,6 +126,10 @@ def test_the_cache_then_the_shipped_table_stand_in_when_the_catalog_cannot_be_re
     assert cached.words() == ("europe-west4 prices of 2026-11-27, cached from the Cloud "
                               "Billing Catalog API (unread today)")
     assert price_of(cached, cat.T4).usd == pytest.approx(0.4025 * 1.1)
+    # Read 31 days later, the same cache is said to be stale (and still used).
+    stale = _book(catalog, today="2026-12-28").region("europe-west4")
+    assert stale.read == "2026-11-27" and "31 days old: stale" in stale.words()
+    assert "stale" not in _book(catalog, today="2026-12-27").region("europe-west4").words()
     # Nothing cached for us-central1: the shipped table, dated; the error said once.
     shipped = book.region("us-central1")
     assert shipped.words() == f"us-central1 prices of {shipped_table.READ}, from the " \

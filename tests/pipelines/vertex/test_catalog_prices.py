@@ -132,4 +132,5 @@ def test_the_prices_command_without_the_catalog_says_the_shipped_table(capsys):
     captured = capsys.readouterr()
     assert "prices: us-central1 prices of 2025-08-16 to 2026-10-07, from the shipped " \
            "table" in captured.out
-    assert "no client for the Cloud Billing Catalog API" in captured.out + captured.err
+    assert "the Cloud Billing Catalog API needs Google Cloud credentials" in \
+        captured.out + captured.err

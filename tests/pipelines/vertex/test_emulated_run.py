@@ -941,7 +941,8 @@ def test_a_run_whose_estimate_passes_its_budget_is_refused_before_its_first_job(
     message = _budgeted_rerun(emulated_run, round(estimate / 2, 4), "refused-run")
     assert re.search(r"training failed: vertex\.budget_usd is [0-9.]+ USD \([0-9.]+ USD left: "
                      r"the run has cost about 0\.03 USD before training\) and no configuration "
-                     r"fits it:\n  - primary \(us-central1\): about [0-9.]+ USD, [0-9.]+ USD over "
+                     r"fits it:\n\[gpu-pipeline\] training:   - primary \(us-central1\): about "
+                     r"[0-9.]+ USD, [0-9.]+ USD over "
                      r"the [0-9.]+ USD the budget leaves \(73\.05 USD an hour, about [0-9.]+ h: "
                      r"3 epoch\(s\) at \d+ s, as projects/.+ measured on these machines\)",
                      message), message[-3000:]
@@ -976,7 +977,7 @@ def test_a_job_that_would_pass_its_budget_is_cancelled_and_the_step_says_why(emu
     assert f"within {held.replace(' is ', ' ')}" in message  # the hold let it start
     assert "was cancelled" in message and "Traceback" not in message
     job = list(apis.jobs.values())[-1]
-    assert job.state == "JOB_STATE_CANCELLED"
+    assert job.settled() == "JOB_STATE_CANCELLED"
     assert apis.recorded(r":cancel$")[-1].path == f"/v1/{job.name}:cancel"
     # What it cost is on record, as for any job.
     job_dir = emulated_run["mount"].path(

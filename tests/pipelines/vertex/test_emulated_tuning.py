@@ -151,7 +151,7 @@ def test_a_stock_out_and_a_queue_move_on_to_the_next_fallback_and_say_so(tuned_r
     failed, cancelled, trained = list(apis.jobs.values())[-3:]
     assert (failed.state, failed.error_code, failed.replicas) == ("JOB_STATE_FAILED", 8, [])
     assert queued.job_spec.worker_pool_specs[0].machine_spec.machine_type == "n1-standard-16"
-    assert (cancelled.name.split("/")[3], cancelled.state, cancelled.replicas) == (
+    assert (cancelled.name.split("/")[3], cancelled.settled(), cancelled.replicas) == (
         "us-central1", "JOB_STATE_CANCELLED", [])
     assert trained.state == "JOB_STATE_SUCCEEDED"
     # The fallback's replicas applied its own plan: L4 machines, bfloat16.

@@ -156,6 +156,14 @@ class CustomJob:
     error: str = ""
     error_code: int = 13
     created: float = dataclasses.field(default_factory=time.time)
+    stopping: threading.Thread | None = None  # its cancellation, while its replicas stop
+
+    def settled(self, timeout: float = 60.0) -> str:
+        """Its state once a cancellation under way has ended (event-based: the thread
+        stopping its replicas is joined)."""
+        if self.stopping is not None:
+            self.stopping.join(timeout)
+        return self.state
 
 
 #: The emulated project's number (Resource Manager's answer, the buckets' owner).
@@ -509,11 +517,22 @@ class FakeGoogleApis:
         return resource
 
     def _cancel_job(self, name: str, body: Any) -> tuple[int, Any]:
+        """CancelCustomJob starts an asynchronous cancellation (Vertex AI's reference: "the
+        server makes a best effort to cancel the job"): the answer comes at once, the job is
+        CANCELLING while its replicas stop, then CANCELLED."""
         job = self.jobs[name]
-        self._stop(job.replicas)
-        if job.state not in ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_EXPIRED"):
+        if job.state in ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_EXPIRED",
+                         "JOB_STATE_CANCELLED"):
+            return 200, {}
+        job.state = "JOB_STATE_CANCELLING"
+
+        def stop() -> None:
+            self._stop(job.replicas)
             job.state = "JOB_STATE_CANCELLED"
             job.resource["endTime"] = _now()
+
+        job.stopping = threading.Thread(target=stop, daemon=True)
+        job.stopping.start()
         return 200, {}
 
     # --- Hyperparameter tuning ------------------------------------------------------------
