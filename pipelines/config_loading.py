@@ -90,26 +90,36 @@ def _from_ai_platform(data: Mapping[str, Any], path: str | Path,
     return converted
 
 
-#: `vertex.promotion_margin` (an absolute margin: above an accuracy of 1 - margin no model
-#: could be promoted, and a schedule kept its champion forever) is read no more: the gate
-#: compares paired predictions (`components.export.paired_test`).
-PROMOTION_MARGIN_NOTE = (
-    "vertex.promotion_margin ({where}) is deprecated and ignored: the gate compares the two "
-    "models' predictions image by image (McNemar's exact test at vertex.promotion_level); "
-    "vertex.promotion default promotes a significantly better model, non_inferior one not "
-    "shown worse than vertex.non_inferiority_margin allows")
+#: Keys read no more, each with what replaced it. `vertex.promotion_margin` (an absolute
+#: margin: above an accuracy of 1 - margin no model could be promoted, and a schedule kept
+#: its champion forever): the gate compares paired predictions
+#: (`components.export.paired_test`). `dataset.near_duplicate_distance` (bits of a grey
+#: 64-bit dHash, which paired distinct small images and missed resized copies):
+#: thumbnails (`components.dataset.image_facts`).
+DROPPED_KEYS = {
+    ("vertex", "promotion_margin"): (
+        "the gate compares the two models' predictions image by image (McNemar's exact test "
+        "at vertex.promotion_level); vertex.promotion default promotes a significantly "
+        "better model, non_inferior one not shown worse than vertex.non_inferiority_margin "
+        "allows"),
+    ("dataset", "near_duplicate_distance"): (
+        "near duplicates are found by 8x8 colour thumbnails now, within "
+        "dataset.near_duplicate_difference (default 6 of 255)"),
+}
 
 
 def without_deprecated_keys(data: Mapping[str, Any], where: str,
                              warnings: list[str] | None) -> Mapping[str, Any]:
     """The keys of earlier versions: `training.local_*` moved to the `local` section (with
     a deprecation note), unless that section already sets them (then the note says which
-    one counts); `vertex.promotion_margin` dropped with a note."""
-    vertex = data.get("vertex")
-    if isinstance(vertex, Mapping) and "promotion_margin" in vertex:
-        if warnings is not None:
-            warnings.append(PROMOTION_MARGIN_NOTE.format(where=where))
-        data = {**data, "vertex": {k: v for k, v in vertex.items() if k != "promotion_margin"}}
+    one counts); `DROPPED_KEYS` dropped with a note."""
+    for (section, key), instead in DROPPED_KEYS.items():
+        values = data.get(section)
+        if isinstance(values, Mapping) and key in values:
+            if warnings is not None:
+                warnings.append(f"{section}.{key} ({where}) is deprecated and ignored: "
+                                f"{instead}")
+            data = {**data, section: {k: v for k, v in values.items() if k != key}}
     training = data.get("training")
     if not isinstance(training, Mapping) or not set(DEPRECATED_TRAINING_KEYS) & set(training):
         return data

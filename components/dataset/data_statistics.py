@@ -1,6 +1,6 @@
 """The prepared data's statistics beside its per-class counts: image formats and sizes as
 the source stores them, and duplicates within and across splits (exact: the same bytes;
-near: perceptual hashes within a few bits).
+near: thumbnails that differ little, `image_facts`).
 
 They go into the manifest (`statistics`), the dataset's report and, with the model, into
 `data_statistics.json`, which the next run's data checks (`drift`) compare with.
@@ -14,7 +14,6 @@ import statistics as stats
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from components.dataset.image_facts import hamming
 from components.dataset.written_shards import Noted
 
 #: Duplicates listed by name in the manifest (the counts cover them all).
@@ -41,34 +40,48 @@ def _spread(values: Sequence[int]) -> dict[str, float]:
     return {"p5": at(0.05), "median": stats.median(ordered), "p95": at(0.95)}
 
 
-def _chunks(distance: int) -> list[tuple[int, int]]:
-    """`distance + 1` bit ranges covering the 64 bits: two hashes within `distance` bits
-    agree on at least one of them (pigeonhole), so only images sharing a range's value
-    are compared (multi-index hashing)."""
-    pieces = distance + 1
-    edges = [round(i * 64 / pieces) for i in range(pieces + 1)]
-    return list(zip(edges[:-1], edges[1:], strict=True))
+def _near_matches(queries: list[Noted], others: list[Noted], limit: float
+                  ) -> Iterable[tuple[Noted, Noted, float]]:
+    """Each query's closest image of `others` whose thumbnail differs by at most `limit`
+    (`image_facts.difference`), if any.
 
+    Two thumbnails' means differ by no more than their mean absolute difference, so each
+    query is compared only with the images whose thumbnail mean is within `limit` of its
+    own (sorted once, found by bisection): exact, and a small share of all pairs.
+    """
+    import numpy as np
 
-def _near_matches(queries: list[Noted], others: list[Noted], distance: int
-                  ) -> Iterable[tuple[Noted, Noted, int]]:
-    """Each query's closest image of `others` within `distance` bits (dHash), if any."""
-    chunks = _chunks(distance)
-    index: list[dict[int, list[int]]] = [collections.defaultdict(list) for _ in chunks]
-    for position, item in enumerate(others):
-        for table, (start, end) in zip(index, chunks, strict=True):
-            table[(item[7] >> start) & ((1 << (end - start)) - 1)].append(position)
+    if not queries or not others:
+        return
+    pixels = np.frombuffer(bytes.fromhex("".join(item[7] for item in others)), np.uint8
+                           ).reshape(len(others), -1).astype(np.int16)
+    means = pixels.mean(axis=1)
+    order = np.argsort(means, kind="stable")
+    pixels, means = pixels[order], means[order]
     for query in queries:
-        candidates = {p for table, (start, end) in zip(index, chunks, strict=True)
-                      for p in table.get((query[7] >> start) & ((1 << (end - start)) - 1), ())}
-        best = min(((hamming(query[7], others[p][7]), p) for p in candidates), default=None)
-        if best is not None and best[0] <= distance:
-            yield query, others[best[1]], best[0]
+        mine = np.frombuffer(bytes.fromhex(query[7]), np.uint8).astype(np.int16)
+        low, high = np.searchsorted(means, [mine.mean() - limit, mine.mean() + limit + 1e-9])
+        if low == high:
+            continue
+        differences = np.abs(pixels[low:high] - mine).mean(axis=1)
+        best = int(np.argmin(differences))
+        if differences[best] <= limit:
+            yield query, others[int(order[low + best])], round(float(differences[best]), 2)
 
 
-def duplicates(noted: Sequence[Noted], near_distance: int) -> dict[str, Any]:
+def _pair(kind: str, first: str, a: Noted, second: str, b: Noted,
+          difference: float) -> dict[str, Any]:
+    found = {"kind": kind, "images": [f"{first}:{a[1]}", f"{second}:{b[1]}"],
+             "difference": difference}
+    if a[2] != b[2]:  # the same picture under two labels: the finding is the label
+        found["labels"] = [a[2], b[2]]
+    return found
+
+
+def duplicates(noted: Sequence[Noted], near_difference: float) -> dict[str, Any]:
     """Duplicates within each split (the same bytes) and across splits (`PAIRS`: the same
-    bytes, or dHashes within `near_distance` bits), counted and the first `LISTED` named.
+    bytes, or thumbnails within `near_difference`), counted and the first `LISTED` named;
+    `other_label` counts the pairs whose two images are labelled differently.
     """
     by_split: dict[str, list[Noted]] = {s: [] for s in SPLITS}
     for item in sorted(noted, key=lambda item: item[1]):  # engines write in their own order
@@ -87,21 +100,24 @@ def duplicates(noted: Sequence[Noted], near_distance: int) -> dict[str, Any]:
         exact, rest = [], []
         for item in by_split[first]:
             (exact if item[6] in exact_of else rest).append(item)
-        near = list(_near_matches(rest, by_split[second], near_distance))
-        across[f"{first}-{second}"] = {"exact": len(exact), "near": len(near)}
-        listed += [{"kind": "exact", "images": [f"{first}:{a[1]}", f"{second}:{exact_of[a[6]][1]}"],
-                    "distance": 0} for a in exact]
-        listed += [{"kind": "near", "images": [f"{first}:{a[1]}", f"{second}:{b[1]}"],
-                    "distance": d} for a, b, d in near]
-    return {"near_distance": near_distance, "within": within, "across": across,
+        pairs = [_pair("exact", first, a, second, exact_of[a[6]], 0.0) for a in exact]
+        near = [_pair("near", first, a, second, b, d)
+                for a, b, d in _near_matches(rest, by_split[second], near_difference)]
+        across[f"{first}-{second}"] = {
+            "exact": len(exact), "near": len(near),
+            "other_label": sum("labels" in p for p in pairs + near)}
+        listed += pairs + near
+    # The pairs under two labels first: each is a finding of its own.
+    listed.sort(key=lambda p: "labels" not in p)
+    return {"near_difference": near_difference, "within": within, "across": across,
             "listed": listed[:LISTED], "more": max(0, len(listed) - LISTED)}
 
 
-def statistics(noted: Sequence[Noted], near_distance: int) -> dict[str, Any]:
+def statistics(noted: Sequence[Noted], near_difference: float) -> dict[str, Any]:
     """The manifest's `statistics` of the written images' facts."""
     if not noted:
         return {"split_counts": {}, "formats": {}, "sizes": {"longer_side": {}},
-                "duplicates": duplicates([], near_distance)}
+                "duplicates": duplicates([], near_difference)}
     formats = collections.Counter(item[5] for item in noted)
     buckets = collections.Counter(size_bucket(item[3], item[4]) for item in noted)
     return {
@@ -111,7 +127,7 @@ def statistics(noted: Sequence[Noted], near_distance: int) -> dict[str, Any]:
         "sizes": {"longer_side": {str(k): buckets[k] for k in sorted(buckets)},
                   "width": _spread([item[3] for item in noted]),
                   "height": _spread([item[4] for item in noted])},
-        "duplicates": duplicates(noted, near_distance),
+        "duplicates": duplicates(noted, near_difference),
     }
 
 

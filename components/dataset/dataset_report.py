@@ -29,7 +29,7 @@ def markdown_report(manifest: dict[str, Any]) -> str:
         shards = manifest["splits"][s]["shards"]
         lines.append(f"| {s} | {len(shards)} | "
                      f"{sum(x['bytes'] for x in shards) / 2**20:.1f} |")
-    lines += statistics_lines(manifest.get("statistics"))
+    lines += statistics_lines(manifest.get("statistics"), manifest["classes"])
     skipped = manifest["skipped"]
     lines += ["", f"## Skipped files: {len(skipped)} ({manifest['bad_fraction']:.2%})", ""]
     lines += [f"- `{s['file']}`: {s['reason']}" for s in skipped[:200]]
@@ -38,7 +38,7 @@ def markdown_report(manifest: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def statistics_lines(statistics: dict[str, Any] | None) -> list[str]:
+def statistics_lines(statistics: dict[str, Any] | None, classes: list[str]) -> list[str]:
     """The report's formats, sizes and duplicates (`data_statistics`)."""
     if not statistics or not statistics.get("formats"):
         return []
@@ -48,20 +48,29 @@ def statistics_lines(statistics: dict[str, Any] | None) -> list[str]:
              + f"; width {_spread(sizes['width'])}, height {_spread(sizes['height'])} pixels.",
              "", "| longer side up to | images |", "| ---: | ---: |"]
     lines += [f"| {side} | {count} |" for side, count in sizes["longer_side"].items()]
-    lines += ["", f"## Duplicates (near: perceptual hashes within {dups['near_distance']} "
-                  "bits)", "", "| images of | also in | byte-identical | near |",
-              "| --- | --- | ---: | ---: |"]
-    lines += [f"| {pair.split('-')[0]} | {pair.split('-')[1]} | {c['exact']} | {c['near']} |"
-              for pair, c in dups["across"].items()]
+    lines += ["", "## Duplicates (near: 8x8 colour thumbnails within "
+                  f"{dups['near_difference']:g} of 255 on average)", "",
+              "| images of | also in | byte-identical | near | labelled otherwise |",
+              "| --- | --- | ---: | ---: | ---: |"]
+    lines += [f"| {pair.split('-')[0]} | {pair.split('-')[1]} | {c['exact']} | {c['near']} "
+              f"| {c['other_label']} |" for pair, c in dups["across"].items()]
     within = ", ".join(f"{split} {n}" for split, n in dups["within"].items())
     lines += ["", f"Byte-identical images within a split: {within}."]
     if dups["listed"]:
-        lines += [""] + [f"- {d['kind']}: `{d['images'][0]}` = `{d['images'][1]}`"
-                         + (f" ({d['distance']} bits)" if d["kind"] == "near" else "")
-                         for d in dups["listed"]]
+        lines += [""] + [_listed(d, classes) for d in dups["listed"]]
         if dups["more"]:
             lines.append(f"- ... and {dups['more']} more")
     return lines
+
+
+def _listed(pair: dict[str, Any], classes: list[str]) -> str:
+    line = f"- {pair['kind']}: `{pair['images'][0]}` = `{pair['images'][1]}`"
+    if pair["kind"] == "near":
+        line += f" (differ by {pair['difference']:g})"
+    if "labels" in pair:
+        line += " labelled " + " and ".join(
+            classes[i] if 0 <= i < len(classes) else str(i) for i in pair["labels"])
+    return line
 
 
 def _spread(spread: dict[str, float]) -> str:

@@ -68,13 +68,16 @@ def _median(statistics: Mapping[str, Any]) -> str:
 def leakage(statistics: Mapping[str, Any], champion: Mapping[str, Any] | None,
             share: float) -> list[Finding]:
     """Test and validation images that are also training images: byte for byte (always
-    a warning), or by perceptual hash (a warning when their share of the split grew by
-    more than `share` since the champion's data; else said as a fact)."""
+    a warning), under another label (always a warning: the finding is the label), or as
+    near copies (a warning when their share of the split grew by more than `share` since
+    the champion's data, measured alike; else said as a fact)."""
     found = []
-    across = (statistics.get("duplicates") or {}).get("across", {})
-    before = ((champion or {}).get("statistics", {}).get("duplicates") or {}).get("across", {})
-    distance = (statistics.get("duplicates") or {}).get("near_distance")
-    for pair, counts in across.items():
+    duplicates = statistics.get("duplicates") or {}
+    difference = duplicates.get("near_difference")
+    before = ((champion or {}).get("statistics", {}).get("duplicates") or {})
+    # A champion's counts by another measure (the bit distance of a hash) compare with none.
+    comparable = before.get("near_difference") == difference
+    for pair, counts in duplicates.get("across", {}).items():
         first, second = pair.split("-")
         if second != "train":
             continue
@@ -83,21 +86,27 @@ def leakage(statistics: Mapping[str, Any], champion: Mapping[str, Any] | None,
                 f"{counts['exact']} {first} image(s) are byte-identical to training images: "
                 f"the {first} accuracy counts images the model trained on (the dataset "
                 "report names them)")))
+        if counts.get("other_label"):
+            found.append(Finding("leakage", (
+                f"{counts['other_label']} {first} image(s) are copies of training images "
+                "labelled as another class: one of the two labels is wrong, or one picture "
+                "is in two classes (the dataset report names them)")))
         if counts["near"]:
             total = statistics.get("split_counts", {}).get(first) or 0
             now = counts["near"] / total if total else 0.0
-            then_counts = before.get(pair)
+            then_counts = before.get("across", {}).get(pair) if comparable else None
             then_total = (champion or {}).get("statistics", {}).get(
                 "split_counts", {}).get(first) or 0
             then = then_counts["near"] / then_total if then_counts and then_total else None
             grew = then is not None and now - then > share
             found.append(Finding("leakage", (
-                f"{counts['near']} {first} image(s) ({now:.1%}) are within {distance} bits "
-                f"of a training image's perceptual hash"
+                f"{counts['near']} {first} image(s) ({now:.1%}) are near copies of training "
+                f"images (8x8 thumbnails within {difference:g} of 255)"
                 + (f", {then:.1%} in the champion's data (grew more than dataset.drift_share "
                    f"{share:.1%})" if grew else
                    f" ({then:.1%} in the champion's data)" if then is not None else "")
-                + ": near duplicates (the dataset report names them)"), warning=grew))
+                + ": resized or re-encoded copies (the dataset report names them)"),
+                warning=grew))
     return found
 
 

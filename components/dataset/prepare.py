@@ -136,7 +136,7 @@ def _prepare(options: DatasetOptions, out: Path, input_pipelines: int, processes
         "bad_fraction": len(written.skipped) / assignment.total if assignment.total else 0.0,
         "splits": {split: written.split_entry(split, listing.classes)
                    for split in assignment.by_split},
-        "statistics": statistics(written.facts, options.near_duplicate_distance),
+        "statistics": statistics(written.facts, options.near_duplicate_difference),
         **({"dataflow_job": written.dataflow} if written.dataflow else {}),
     }
     report = markdown_report(manifest)

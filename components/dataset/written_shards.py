@@ -39,8 +39,8 @@ class Shard:
 
 
 #: One written image's facts as the statistics read them: its split, identity and label,
-#: then its `image_facts.Facts` (width, height, format, exact, dhash).
-Noted = tuple[str, str, int, int, int, str, str, int]
+#: then its `image_facts.Facts` (width, height, format, exact, thumb).
+Noted = tuple[str, str, int, int, int, str, str, str]
 
 
 @dataclasses.dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pydantic
 import pytest
 
+from components.dataset.dataset_options import DatasetOptions
 from pipelines.config import Config, ConfigError
 from pipelines.config_loading import load_config
 from tests.support.paths import ROOT
@@ -98,6 +99,22 @@ def test_the_absolute_promotion_margin_is_ignored_with_a_note(tmp_path):
                            "gate compares the two models' predictions image by image")
     with pytest.raises(ConfigError, match=r"vertex\.promotion_level is 0\.7"):
         load_config(overrides={"vertex": {"promotion_level": 0.7}})
+
+
+def test_the_hash_distance_of_near_duplicates_is_ignored_with_a_note_everywhere(tmp_path):
+    """`dataset.near_duplicate_distance` counted bits of a hash that thumbnails replaced:
+    a config still loads with a note, and a spec compiled with it still runs its stage."""
+    path = tmp_path / "c.yaml"
+    path.write_text("dataset:\n  near_duplicate_distance: 4\n")
+    warnings: list[str] = []
+    config = load_config(path, warnings=warnings)
+    assert config.dataset.near_duplicate_difference == 6.0
+    (note,) = warnings
+    assert note.startswith(f"dataset.near_duplicate_distance ({path}) is deprecated and "
+                           "ignored")
+    # What an older compiled spec passes to the component, unread but not refused.
+    older = {**config.dataset.model_dump(), "near_duplicate_distance": 4}
+    assert DatasetOptions.model_validate(older) == config.dataset
 
 
 def test_unreadable_and_invalid_yaml(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import random
+import re
 import shutil
 
 import pytest
@@ -14,20 +15,22 @@ from PIL import Image
 from components.dataset.data_checks import champion_data, check_data
 from components.dataset.data_statistics import data_summary, duplicates, size_bucket, statistics
 from components.dataset.drift import DataDriftError, drift, jensen_shannon, l_infinity, leakage
-from components.dataset.image_facts import dhash, facts_of, hamming
+from components.dataset.image_facts import difference, facts_of, thumbnail
 from components.dataset.prepare import dataset_options, prepare_source
 from components.dataset.shapes import generate_shapes
 from tests.support.facts import missing
-from tests.support.leaky_data import copy_test_images_into_training
+from tests.support.leaky_data import copy_test_images_into_training, copy_training_images_into_test
+from tests.support.uci_digits import write_digits
 
 
-def _noted(split, identity, *, exact="0" * 16, hash_=0, size=(32, 32), fmt="PNG", label=0):
-    return (split, identity, label, size[0], size[1], fmt, exact, hash_)
+def _noted(split, identity, *, exact="0" * 16, thumb="00" * 192, size=(32, 32), fmt="PNG",
+           label=0):
+    return (split, identity, label, size[0], size[1], fmt, exact, thumb)
 
 
-def test_an_image_re_encoded_keeps_its_perceptual_hash_and_its_facts_say_the_source():
+def test_an_image_resized_and_re_encoded_keeps_its_thumbnail_and_its_facts_say_the_source():
     img = Image.new("RGB", (200, 120))
-    for x in range(200):  # a left-to-right ramp with a bright square: structure to hash
+    for x in range(200):  # a left-to-right ramp with a bright square: structure to keep
         for y in range(120):
             img.putpixel((x, y), (x, y * 2, 255 - x) if not (60 < x < 110 and 30 < y < 80)
                          else (250, 250, 250))
@@ -38,37 +41,84 @@ def test_an_image_re_encoded_keeps_its_perceptual_hash_and_its_facts_say_the_sou
         facts_a, facts_b = facts_of(a, png.getvalue()), facts_of(b, jpeg.getvalue())
     assert facts_a[:3] == (200, 120, "PNG") and facts_b[:3] == (100, 60, "JPEG")
     assert facts_a.exact != facts_b.exact and len(facts_a.exact) == 16
-    assert hamming(facts_a.dhash, facts_b.dhash) <= 2
-    # Another image is far: its structure differs.
-    assert hamming(facts_a.dhash, dhash(img.transpose(Image.Transpose.FLIP_LEFT_RIGHT))) > 20
+    assert difference(facts_a.thumb, facts_b.thumb) < 2
+    # The same picture mirrored is another image.
+    assert difference(facts_a.thumb, thumbnail(img.transpose(Image.Transpose.FLIP_LEFT_RIGHT))) > 20
     drawn = facts_of(img)
-    assert drawn.format == "drawn" and drawn.dhash == facts_a.dhash
+    assert drawn.format == "drawn" and drawn.thumb == facts_a.thumb
 
 
-def test_duplicates_are_found_across_splits_as_a_brute_force_search_finds_them():
+def test_near_duplicates_are_the_pairs_a_brute_force_search_finds():
     rng = random.Random(7)
-    train = [_noted("train", f"t{i}", exact=f"{i:016x}", hash_=rng.getrandbits(64))
-             for i in range(400)]
+    train = [_noted("train", f"t{i}", exact=f"{i:016x}", label=i % 3,
+                    thumb=rng.randbytes(192).hex()) for i in range(400)]
     test = []
     for i in range(60):
         base = train[rng.randrange(len(train))]
-        flips = rng.choice([0, 1, 3, 4, 5, 9])
-        value = base[7]
-        for bit in rng.sample(range(64), flips):
-            value ^= 1 << bit
+        pixels = bytes(min(255, max(0, v + rng.randint(-12, 12)))
+                       for v in bytes.fromhex(base[7]))
         exact = base[6] if i % 10 == 0 else f"e{i:015x}"
-        test.append(_noted("test", f"q{i}", exact=exact, hash_=value))
-    found = duplicates(train + test, near_distance=4)
-    exact = sum(1 for q in test if any(q[6] == t[6] for t in train))
-    near = sum(1 for q in test if not any(q[6] == t[6] for t in train)
-               and min(hamming(q[7], t[7]) for t in train) <= 4)
-    assert found["across"]["test-train"] == {"exact": exact, "near": near}
-    assert exact == 6 and near > 10
-    assert found["listed"][0]["kind"] == "exact" and found["listed"][0]["distance"] == 0
-    assert all(d["distance"] <= 4 for d in found["listed"])
+        test.append(_noted("test", f"q{i}", exact=exact, thumb=pixels.hex(),
+                           label=base[2] if i % 7 else (base[2] + 1) % 3))
+    found = duplicates(train + test, near_difference=6)
+    exact = [q for q in test if any(q[6] == t[6] for t in train)]
+    nearest = {q[1]: min(train, key=lambda t: difference(q[7], t[7])) for q in test}
+    near = [q for q in test if q not in exact and difference(q[7], nearest[q[1]][7]) <= 6]
+    assert len(exact) == 6 and 10 < len(near) < 54  # some within, some not
+    relabelled = sum(q[2] != next(t for t in train if t[6] == q[6])[2] for q in exact) + sum(
+        q[2] != nearest[q[1]][2] for q in near)
+    assert found["across"]["test-train"] == {"exact": 6, "near": len(near),
+                                             "other_label": relabelled}
+    assert relabelled > 0
+    # The pairs under two labels are listed first; each near pair is the closest one.
+    kinds = [("labels" in d) for d in found["listed"]]
+    assert kinds == sorted(kinds, reverse=True)
+    for d in found["listed"]:
+        if d["kind"] == "near":
+            query = d["images"][0].split(":")[1]
+            assert d["images"][1] == f"train:{nearest[query][1]}"
+            assert d["difference"] <= 6
     # No validation split: no pairs with it.
     assert set(found["across"]) == {"test-train"}
     assert found["within"] == {"train": 0, "test": 0}
+
+
+def _flagged(manifest):
+    """The near and exact copies across splits, and those under another label."""
+    across = manifest["statistics"]["duplicates"]["across"].values()
+    return sum(c["near"] + c["exact"] for c in across), sum(c["other_label"] for c in across)
+
+
+@pytest.mark.parametrize("image_size", [32, 64])
+def test_the_drawn_shapes_have_no_near_duplicates(tmp_path, image_size):
+    manifest = prepare_source("builtin://shapes", tmp_path / "data", image_size=image_size,
+                              builtin_images_per_class=200, processes=1)
+    assert _flagged(manifest) == (0, 0)
+
+
+def test_the_uci_digits_at_most_one_percent_and_never_across_labels(tmp_path):
+    manifest = prepare_source(str(write_digits(tmp_path / "digits", 32)), tmp_path / "data",
+                              processes=1)
+    flagged, relabelled = _flagged(manifest)
+    checked = manifest["splits"]["test"]["count"] + manifest["splits"]["validation"]["count"]
+    assert flagged <= 0.01 * checked and relabelled == 0
+
+
+def test_byte_copies_and_resized_copies_in_the_test_split_are_the_ten_found(tmp_path):
+    source = generate_shapes(tmp_path / "images", images_per_class=60, image_size=64, seed=5)
+    copies = copy_training_images_into_test(source, "square", byte_copies=5, resized_copies=5)
+    manifest = prepare_source(str(source), tmp_path / "data", processes=1)
+    dups = manifest["statistics"]["duplicates"]
+    assert dups["across"]["test-train"] == {"exact": 5, "near": 5, "other_label": 0}
+    assert dups["across"]["validation-train"] == {"exact": 0, "near": 0, "other_label": 0}
+    assert sorted(d["images"][0] for d in dups["listed"]) == sorted(f"test:{c}" for c in copies)
+    # Each pairs with the image it was copied from (`copy3_square_00012.jpg` of
+    # `square_00012.png`).
+    for d in dups["listed"]:
+        original = re.sub(r"copy\d+_", "", d["images"][0].split(":")[1])
+        assert d["images"][1] == "train:" + original.rsplit(".", 1)[0] + ".png"
+    warned = leakage(manifest["statistics"], None, 0.05)
+    assert [(f.check, f.warning) for f in warned] == [("leakage", True), ("leakage", False)]
 
 
 def test_statistics_count_formats_sizes_and_copies_within_a_split():
@@ -76,7 +126,7 @@ def test_statistics_count_formats_sizes_and_copies_within_a_split():
              _noted("train", "b", size=(640, 480), fmt="JPEG", exact="1" * 16),
              _noted("train", "c", size=(1024, 768), fmt="PNG", exact="2" * 16),
              _noted("validation", "d", size=(30, 20), fmt="PNG", exact="3" * 16)]
-    found = statistics(noted, near_distance=0)
+    found = statistics(noted, near_difference=0)
     assert found["split_counts"] == {"train": 3, "validation": 1}
     assert found["formats"] == {"JPEG": 2, "PNG": 2}
     assert found["sizes"]["longer_side"] == {"32": 1, "1024": 3}
@@ -111,17 +161,26 @@ def test_drift_is_measured_as_vertex_ai_model_monitoring_measures_it():
     assert drift(champion, champion, share=0.05, sizes=0.1) == []
 
 
-def test_near_duplicates_warn_only_when_they_grew_since_the_champions_data():
-    def stats(near, test):
+def test_near_duplicates_warn_only_when_they_grew_since_the_champions_data_measured_alike():
+    def stats(near, test, other_label=0, measure=("near_difference", 6.0)):
         return {"split_counts": {"test": test, "train": 100}, "duplicates": {
-            "near_distance": 4, "across": {"test-train": {"exact": 0, "near": near}}}}
+            measure[0]: measure[1],
+            "across": {"test-train": {"exact": 0, "near": near, "other_label": other_label}}}}
 
     alone, = leakage(stats(3, 20), None, 0.05)
-    assert not alone.warning and not missing(alone.line, "3 test image(s)", "15.0%", "4 bits")
+    assert not alone.warning and not missing(alone.line, "3 test image(s)", "15.0%", "6 of 255")
     same, = leakage(stats(3, 20), {"statistics": stats(3, 20)}, 0.05)
     assert not same.warning and "(15.0% in the champion's data)" in same.line
     grew, = leakage(stats(6, 20), {"statistics": stats(1, 20)}, 0.05)
     assert grew.warning and "5.0% in the champion's data (grew more than " in grew.line
+    # A champion's counts by the hash's bit distance are another measure: not compared.
+    older, = leakage(stats(6, 20), {"statistics": stats(1, 20, measure=("near_distance", 4))},
+                     0.05)
+    assert not older.warning and "champion" not in older.line
+    # A copy under another label is a finding of its own, always a warning.
+    relabelled, near = leakage(stats(3, 20, other_label=1), None, 0.05)
+    assert relabelled.warning and not near.warning
+    assert not missing(relabelled.line, "1 test image(s)", "another class")
 
 
 def test_data_that_lost_a_class_and_leaks_test_images_warns_and_fail_stops(tmp_path):
@@ -157,7 +216,7 @@ def test_data_that_lost_a_class_and_leaks_test_images_warns_and_fail_stops(tmp_p
     assert "| class share | L-infinity | 0.0109 (cross) | dataset.drift_share 0.05 |" in text
     assert "| sizes | Jensen-Shannon | 0.0000 | dataset.drift_sizes 0.1 |" in text
     dataset_report = (tmp_path / "second" / "report.md").read_text()
-    assert "| test | train | 2 | 0 |" in dataset_report and "- exact: `test:" in dataset_report
+    assert "| test | train | 2 | 0 | 0 |" in dataset_report and "- exact: `test:" in dataset_report
 
     with pytest.raises(DataDriftError) as raised:
         check_data(tmp_path / "second", dataset_options(str(source), drift="fail"), champion,
