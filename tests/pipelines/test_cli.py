@@ -17,6 +17,7 @@ from pipelines.commands.common import DEFAULT_SPEC
 from pipelines.config import ConfigError
 from pipelines.config_loading import load_config
 from tests.support.facts import figures, listed_after, missing
+from tests.support.paths import ROOT
 from trainer.common.shell_name import command
 from trainer.run.training_options import TrainingOptions
 
@@ -167,6 +168,13 @@ def test_compile_never_writes_a_configuration_over_the_projects_own_spec(tmp_pat
     assert not (tmp_path / DEFAULT_SPEC).exists()
     assert main(["compile"]) == 0
     assert (tmp_path / DEFAULT_SPEC).is_file()
+    # In this checkout, those two files leave `git status` clean; the project's spec is
+    # tracked.
+    ignored = subprocess.run(
+        ["git", "-C", str(ROOT), "check-ignore", "--no-index", "config.example.pipeline.yaml",
+         "compiled/custom_pipeline.yaml", str(DEFAULT_SPEC)], capture_output=True, text=True)
+    assert ignored.stdout.split() == ["config.example.pipeline.yaml",
+                                      "compiled/custom_pipeline.yaml"]
 
 
 def test_validate_gpu(capsys):
