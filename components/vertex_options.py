@@ -71,6 +71,10 @@ class Fallback(pydantic.BaseModel):
         "Worker pools of this alternative (the same roles as the primary's)."))
     scheduling_strategy: SchedulingStrategy | None = Field(None, description=(
         "STANDARD, SPOT or FLEX_START for this alternative."))
+    reservation: str | None = Field(None, description=(
+        "The Compute Engine reservation its GPU pools consume: any, none, ZONE/NAME or "
+        "projects/P/zones/Z/reservations/R (a shared one); unset: each pool's own. A "
+        "configuration on a specific reservation is tried before the others."))
 
 
 class VertexOptions(pydantic.BaseModel):
@@ -186,7 +190,8 @@ class VertexOptions(pydantic.BaseModel):
     prices: dict[str, float] = Field(default_factory=dict, description=(
         "USD per hour by machine or accelerator type (e.g. g2-standard-8: 0.85, NVIDIA_L4: "
         "0.64; SPOT:NVIDIA_L4 or FLEX_START:NVIDIA_L4 for jobs of that provisioning "
-        "model; PREDICTION:n1-standard-4 for serving and batch prediction nodes; "
+        "model; RESERVED:NVIDIA_H100_80GB for Vertex AI's fee on a reservation's GPU; "
+        "PREDICTION:n1-standard-4 for serving and batch prediction nodes; "
         "e2-standard-4 for the pipeline's steps; DATAFLOW:VCPU, DATAFLOW:MEMORY_GB and "
         "DATAFLOW:DISK_GB per vCPU- or GB-hour of the dataset stage's Dataflow job; "
         "CLOUD_BUILD:E2_HIGHCPU_8 per hour of a build the build stage makes): the "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 import re
 import zoneinfo
-from typing import Annotated
+from typing import Annotated, Any
 
 import pydantic
 from croniter import croniter
@@ -24,6 +24,7 @@ from components.dataset.dataset_options import DatasetOptions
 from components.gpu.alternatives import Alternative
 from components.gpu.configuration import check_configuration
 from components.gpu.pools import check_pools, layout_of
+from components.gpu.reservations import ReservationError, completed, parse
 from components.gpu.validation import validate_worker_pool_specs
 from components.tuning.tuning_options import TuningOptions
 from components.vertex_options import VertexOptions
@@ -92,6 +93,13 @@ class VertexConfig(VertexOptions):
         "Memory of the dataset preparation and export steps on Vertex AI (e.g. 32G)."),
         json_schema_extra={"valid": "a size with K, M or G, e.g. 32G or 512M"})
 
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _reservations_in_project(cls, data: Any) -> Any:
+        """A pool's or fallback's `reservation: ZONE/NAME` as the full resource name in
+        `project`, which Vertex AI requires (the pipeline's stages know no project)."""
+        return reservations_in_project(data)
+
     def problems(self) -> list[str]:
         found = super().problems()
         cpu = self.component_cpu
@@ -105,6 +113,52 @@ class VertexConfig(VertexOptions):
             found.append(f"component_memory is {memory!r}; Vertex AI Pipelines gives a step "
                          "at most 624G")
         return found
+
+
+def reservations_in_project(vertex: Any) -> Any:
+    """A `vertex` section whose pools' and fallbacks' `reservation: ZONE/NAME` are full
+    resource names in its `project` (a pool's as `machine_spec.reservation_affinity`);
+    as given without a project."""
+    project = vertex.get("project") if isinstance(vertex, dict) else None
+    if not project or not isinstance(project, str):
+        return vertex
+    vertex = dict(vertex)
+    if isinstance(vertex.get("worker_pool_specs"), list):
+        vertex["worker_pool_specs"] = _completed_pools(vertex["worker_pool_specs"], project)
+    if isinstance(vertex.get("fallbacks"), list):
+        vertex["fallbacks"] = [_completed_fallback(f, project) for f in vertex["fallbacks"]]
+    return vertex
+
+
+def _completed_pools(specs: list[Any], project: str) -> list[Any]:
+    """Pools whose `reservation` is the API's `machine_spec.reservation_affinity` (what
+    the compiled spec and the CustomJob carry); one the GPU rules refuse stays as given."""
+    found = []
+    for spec in specs:
+        machine_spec = spec.get("machine_spec") if isinstance(spec, dict) else None
+        if not isinstance(machine_spec, dict) or "reservation" not in spec \
+                or "reservation_affinity" in machine_spec:
+            found.append(spec)
+            continue
+        try:
+            affinity = parse(spec["reservation"], project).affinity()
+        except ReservationError:
+            found.append(spec)
+            continue
+        found.append({**{k: v for k, v in spec.items() if k != "reservation"},
+                      "machine_spec": {**machine_spec, "reservation_affinity": affinity}})
+    return found
+
+
+def _completed_fallback(fallback: Any, project: str) -> Any:
+    if not isinstance(fallback, dict):
+        return fallback
+    found = dict(fallback)
+    if "reservation" in found:
+        found["reservation"] = completed(found["reservation"], project)
+    if isinstance(found.get("worker_pool_specs"), list):
+        found["worker_pool_specs"] = _completed_pools(found["worker_pool_specs"], project)
+    return found
 
 
 class ScheduleConfig(pydantic.BaseModel):

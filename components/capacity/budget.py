@@ -79,6 +79,8 @@ class Estimate:
         basis: Where `hours` comes from, in words.
         prices: Where its prices come from, in words (`PriceList.words`).
         on_demand: Its Spot or Flex-start types priced on demand for want of their own.
+        reserved: Its pools on a reservation, in words (`cost.Rate.reserved_words`): they
+            add only Vertex AI's management fee, which is all `usd_per_hour` counts of them.
     """
 
     label: str
@@ -89,6 +91,7 @@ class Estimate:
     basis: str
     prices: str = ""
     on_demand: tuple[str, ...] = ()
+    reserved: str = ""
 
     @property
     def usd(self) -> float:
@@ -111,7 +114,7 @@ class Estimate:
                 + (f"; {', '.join(self.on_demand)} priced on demand: no Spot or Flex-start "
                    "price found, an upper bound" if self.on_demand and not self.unpriced
                    else "")
-                + unpriced_words(self.unpriced))
+                + self.reserved + unpriced_words(self.unpriced))
 
 
 def usd(amount: float) -> str:
@@ -129,7 +132,7 @@ def estimates(vertex: VertexOptions, alternatives: Sequence[Alternative],
 
     book = book or PriceBook.of(vertex)
     return [Estimate(a.label, a.region, found.usd, found.unpriced, hours.hours, hours.basis,
-                     prices.words(), found.on_demand)
+                     prices.words(), found.on_demand, found.reserved_words())
             for a in alternatives for hours in [hours_for(a, evidence)]
             for prices in [book.region(a.region)]
             for found in [rate(a.pools, prices, a.scheduling_strategy)]]

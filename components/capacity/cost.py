@@ -37,32 +37,48 @@ BILLED = {"JOB_STATE_SUCCEEDED", "JOB_STATE_CANCELLED", "JOB_STATE_CANCELLING",
 
 @dataclasses.dataclass(frozen=True)
 class Rate:
-    """Pools' price: USD an hour, the types with no price, and the Spot or Flex-start types
-    priced on demand for want of their own."""
+    """Pools' price: USD an hour, the types with no price, the Spot or Flex-start types
+    priced on demand for want of their own, and the pools on a specific reservation
+    (`reserved`): their machines and GPUs are the reservation's, so `usd` holds only
+    Vertex AI's management fee for them (`RESERVED:<type>`; unpriced like any other part
+    when no price for it is known)."""
 
     usd: float
     unpriced: tuple[str, ...]
     on_demand: tuple[str, ...] = ()
+    reserved: tuple[str, ...] = ()
+
+    def reserved_words(self) -> str:
+        """`; reserved: 2 x a3-highgpu-8g ...: 0 USD beyond the reservation` ("" if none)."""
+        if not self.reserved:
+            return ""
+        return (f"; reserved: {', '.join(self.reserved)}: 0 USD beyond the reservation for "
+                "their machines and GPUs, only Vertex AI's management fee")
 
 
 def rate(pools: Iterable[WorkerPool | None], prices: Mapping[str, float],
          strategy: str = "") -> Rate:
     """The pools' machines and GPUs, every replica, at `prices` (`price_of`) for `strategy`
-    (a scheduling strategy, or PREDICTION for prediction nodes)."""
-    total, unpriced, on_demand = 0.0, [], []
+    (a scheduling strategy, or PREDICTION for prediction nodes); a pool on a specific
+    reservation at its management fee alone (RESERVED)."""
+    total, unpriced, on_demand, reserved = 0.0, [], [], []
     for pool in pools:
         if not pool or not pool.replicas:
             continue
+        on_reservation = bool(pool.reserved and pool.reserved.holds_capacity)
+        reserved += [pool.describe()] if on_reservation else []
+        pricing = "RESERVED" if on_reservation else strategy
         for kind, count in ((pool.machine, 1), (pool.accelerator, pool.gpus_per_machine)):
             if not kind or not count:
                 continue
-            found = price_of(prices, kind, strategy)
+            found = price_of(prices, kind, pricing)
             if found.usd is None:
-                unpriced += [kind] if kind not in unpriced else []
+                key = f"RESERVED:{kind}" if on_reservation else kind
+                unpriced += [key] if key not in unpriced else []
                 continue
             total += pool.replicas * count * found.usd
             on_demand += [kind] if found.on_demand and kind not in on_demand else []
-    return Rate(total, tuple(unpriced), tuple(on_demand))
+    return Rate(total, tuple(unpriced), tuple(on_demand), tuple(reserved))
 
 
 def region_of(name: str, default: str = "") -> str:
@@ -124,7 +140,10 @@ def itemised(pools: Iterable[WorkerPool | None], prices: Mapping[str, float], st
                       pool.gpus_per_machine, "usd_per_hour": round(found_rate.usd, 6),
                       "hours": round(seconds / 3600, 4),
                       "usd": round(found_rate.usd * seconds / 3600, 4),
-                      "unpriced": list(found_rate.unpriced)})
+                      "unpriced": list(found_rate.unpriced),
+                      **({"reserved": pool.reserved.name,
+                          "beyond_the_reservation": "Vertex AI's management fee only"}
+                         if found_rate.reserved else {})})
     return found
 
 

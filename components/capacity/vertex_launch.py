@@ -47,6 +47,27 @@ def quota_checker(client: Any, project: str, log: Callable[[str], None]
     return check
 
 
+def reservation_checker(read: Callable[[str], Any], project: str, log: Callable[[str], None]
+                        ) -> Callable[[Alternative], str]:
+    """Why an alternative's reservations cannot hold it now ("" if they can, if it names
+    none, or if Compute Engine cannot answer: then Vertex AI decides), read at its turn."""
+    from components.capacity.reserved import why_not
+
+    def check(alternative: Alternative) -> str:
+        try:
+            return why_not(alternative, read, project)
+        except Exception as exc:  # noqa: BLE001 - a reading problem must not stop training
+            log(f"capacity: the reservations of {alternative.label} could not be read "
+                f"({exc}); trying it")
+            return ""
+    return check
+
+
+def both(*checks: Callable[[Alternative], str]) -> Callable[[Alternative], str]:
+    """The first reason any of `checks` gives."""
+    return lambda alternative: next((r for r in (c(alternative) for c in checks) if r), "")
+
+
 def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
                      images: Mapping[str, Any], *, dataset_path: str, output_uri: str,
                      output_path: str, training: Mapping[str, Any], vertex: Mapping[str, Any],
@@ -99,8 +120,19 @@ def run_training_job(project: str, alternatives: Sequence[Mapping[str, Any]],
     # Read when the budget first needs them, once for the step: at its start, not at submit
     # (prices move).
     book = PriceBook.of(options, log=log)
+    from components.capacity.reserved import reader
+    from trainer.common.cloud_calls import authorized_session
+
+    session: list[Any] = []  # made at the first reserved alternative's turn
+
+    def read(name: str) -> Any:
+        if not session:
+            session.append(authorized_session())
+        return reader(session[0])(name)
+
     how = Launch(project, make_job, jobs_for,
-                 quota_checker(quotas.quotas_client(), project, log), log,
+                 both(reservation_checker(read, project, log),
+                      quota_checker(quotas.quotas_client(), project, log)), log,
                  rounds=options.capacity_rounds,
                  backoff_seconds=duration_seconds(options.capacity_backoff) or 0.0,
                  queue_limit_seconds=duration_seconds(options.queue_limit) or 0.0,

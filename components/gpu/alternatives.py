@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from components.gpu.pools import check_pools, layout_of
+from components.gpu.reservations import with_reservation
 from components.gpu.validation import ValidationResult
 from components.gpu.worker_pool import WorkerPool, api_specs, parse_pools
 from components.vertex_options import VertexOptions
@@ -96,18 +97,27 @@ def alternatives_of(vertex: VertexOptions) -> list[tuple[int, str, list[Any], st
     worker pool specs, scheduling strategy)."""
     found = [(0, vertex.region, list(vertex.worker_pool_specs), vertex.scheduling_strategy)]
     for number, fallback in enumerate(vertex.fallbacks, start=1):
-        found.append((
-            number, fallback.region or vertex.region,
-            list(fallback.worker_pool_specs if fallback.worker_pool_specs is not None
-                 else vertex.worker_pool_specs),
-            fallback.scheduling_strategy or vertex.scheduling_strategy))
+        specs = list(fallback.worker_pool_specs if fallback.worker_pool_specs is not None
+                     else vertex.worker_pool_specs)
+        if fallback.reservation is not None:
+            specs = with_reservation(specs, fallback.reservation)
+        found.append((number, fallback.region or vertex.region, specs,
+                      fallback.scheduling_strategy or vertex.scheduling_strategy))
     return found
+
+
+def reserved(alternative: Alternative) -> bool:
+    """Whether it runs on a specific reservation (capacity the team already holds)."""
+    return any(pool and pool.reserved and pool.reserved.holds_capacity
+               for pool in alternative.pools)
 
 
 @dataclasses.dataclass(frozen=True)
 class Checked:
-    """Every alternative checked: each with its GPU validation result (the primary's
-    messages as before, a fallback's prefixed with its label)."""
+    """Every alternative checked, in the order the training step tries them (those on a
+    specific reservation first, then as given), with each one's GPU validation result in
+    the order given (the primary's messages as before, a fallback's prefixed with its
+    label)."""
 
     alternatives: list[Alternative]
     results: list[ValidationResult]
@@ -151,6 +161,8 @@ def check_alternatives(vertex: VertexOptions, training: TrainingOptions | None =
             seen.setdefault(key, alternative.label)
         found.append(alternative)
         results.append(result)
+    # Reserved capacity first: it is paid for, and idle while the run waits elsewhere.
+    found.sort(key=lambda a: (not reserved(a), a.index))
     return Checked(found, results, errors, warnings)
 
 

@@ -106,14 +106,21 @@ def check_scheduling(pools: Pools, strategy: str, timeout: str) -> list[str]:
 
     FLEX_START (Dynamic Workload Scheduler) serves only some GPU types, needs the same
     machine configuration in every pool and runs a job for at most 7 days (Vertex AI docs:
-    "Schedule training jobs based on resource availability").
+    "Schedule training jobs based on resource availability"); neither it nor SPOT
+    consumes a reservation.
     """
     from components.gpu import catalog as cat
+    from components.gpu.reservations import NONE, UNRESERVABLE
 
-    if strategy != "FLEX_START":
-        return []
-    errors = []
     used = [pool for pool in pools if pool]
+    # Reserved capacity cannot create Spot VMs, and Flex-start finds its own capacity
+    # (`components.gpu.reservations`).
+    errors = [f"{POOL_NAMES[pool.role]}: consumes {pool.reserved.words()} with "
+              f"scheduling_strategy {strategy}, which cannot consume reservations: use "
+              f"STANDARD, or reservation none" for pool in used
+              if strategy in UNRESERVABLE and pool.reserved and pool.reserved.kind != NONE]
+    if strategy != "FLEX_START":
+        return errors
     for pool in used:
         if pool.accelerator not in cat.FLEX_START_ACCELERATORS:
             errors.append(f"{POOL_NAMES[pool.role]}: machine_spec.accelerator_type is "

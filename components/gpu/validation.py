@@ -19,6 +19,7 @@ from typing import Any
 from components.gpu import catalog as cat
 from components.gpu.image_support import image_cannot_serve
 from components.gpu.regions import check_region, listed
+from components.gpu.reservations import Reservation, ReservationError, from_affinity, parse
 from components.gpu.worker_pool import WorkerPool, as_int, is_int, parse_pools
 from trainer.cluster.roles import POOLS
 from trainer.cluster.training_plan import TrainingPlan
@@ -226,17 +227,18 @@ def _accelerator_type(name: str, machine_spec: Mapping[str, Any], errors: list[s
 
 
 def _validate_pool(name: str, index: int, pool: Mapping[str, Any], errors: list[str],
-                   warnings: list[str]) -> dict[str, Any]:
+                   warnings: list[str], project: str = "") -> dict[str, Any]:
     """Validates one non-empty pool and returns its normalised form."""
     machine_spec = pool.get("machine_spec")
     if not isinstance(machine_spec, Mapping):
         errors.append(f"{name}: field 'machine_spec' is {short(machine_spec)}; expected a mapping "
                       "with at least 'machine_type'")
         machine_spec = {}
-    unknown = sorted(set(machine_spec) - {"machine_type", "accelerator_type", "accelerator_count"})
+    unknown = sorted(set(machine_spec) - {"machine_type", "accelerator_type", "accelerator_count",
+                                          "reservation_affinity"})
     if unknown:
         errors.append(f"{name}: unknown machine_spec field(s) {listed(unknown)}; valid fields are "
-                      "machine_type, accelerator_type, accelerator_count")
+                      "machine_type, accelerator_type, accelerator_count, reservation_affinity")
     machine_type = machine_spec.get("machine_type")
     accelerator_type = _accelerator_type(name, machine_spec, errors, warnings)
     accelerator_count = as_int(machine_spec.get("accelerator_count", 0) or 0)
@@ -272,11 +274,34 @@ def _validate_pool(name: str, index: int, pool: Mapping[str, Any], errors: list[
     if accelerator_type is not None and accelerator_count:
         normalised["machine_spec"]["accelerator_type"] = accelerator_type
         normalised["machine_spec"]["accelerator_count"] = accelerator_count
+    reservation = _reservation(name, pool, machine_spec, project, errors)
+    if reservation is not None:
+        normalised["machine_spec"]["reservation_affinity"] = reservation.affinity()
     # Keep whatever else the caller set (container_spec, disk_spec...) untouched.
     for key, value in pool.items():
-        if key not in ("machine_spec", "replica_count"):
+        if key not in ("machine_spec", "replica_count", "reservation"):
             normalised[key] = copy.deepcopy(value)
     return normalised
+
+
+def _reservation(name: str, pool: Mapping[str, Any], machine_spec: Mapping[str, Any],
+                 project: str, errors: list[str]) -> Reservation | None:
+    """The pool's reservation: the config's `reservation` (completed with `project`), or
+    the API's `machine_spec.reservation_affinity`; None when it has neither (Vertex AI's
+    default) or the one given is malformed (said in `errors`)."""
+    given, affinity = pool.get("reservation"), machine_spec.get("reservation_affinity")
+    if given is not None and affinity is not None:
+        errors.append(f"{name}: both reservation and machine_spec.reservation_affinity are "
+                      "set; give one")
+        return None
+    try:
+        if given is not None:
+            return parse(given, project)
+        return from_affinity(affinity) if affinity is not None else None
+    except ReservationError as exc:
+        field = "reservation" if given is not None else "machine_spec.reservation_affinity"
+        errors.append(f"{name}: {field} {exc}")
+        return None
 
 
 def did_you_mean(value: str, choices: Iterable[str]) -> str:
@@ -291,7 +316,8 @@ def did_you_mean(value: str, choices: Iterable[str]) -> str:
 
 
 def validate_worker_pool_specs(specs: Sequence[Mapping[str, Any]], region: str | None = None,
-                               *, labels: Sequence[str] | None = None) -> ValidationResult:
+                               *, labels: Sequence[str] | None = None,
+                               project: str = "") -> ValidationResult:
     """Validates Vertex AI CustomJob worker pool specs against the GPU rules.
 
     Args:
@@ -299,6 +325,7 @@ def validate_worker_pool_specs(specs: Sequence[Mapping[str, Any]], region: str |
             2 parameter servers, 3 evaluators); an empty mapping marks an unused pool.
         region: Vertex AI region the job runs in; checked when given.
         labels: Names for the pools in messages (default `worker_pool_specs[i] (role)`).
+        project: The run's project, which completes a pool's `reservation: ZONE/NAME`.
 
     Returns:
         A ValidationResult with every problem found, and the normalised specs.
@@ -323,11 +350,17 @@ def validate_worker_pool_specs(specs: Sequence[Mapping[str, Any]], region: str |
                 errors.append(f"{names[0]} is empty; the chief pool is required")
             normalised.append({})
         else:
-            normalised.append(_validate_pool(names[index], index, pool, errors, warnings))
+            normalised.append(_validate_pool(names[index], index, pool, errors, warnings,
+                                             project))
     while normalised and not normalised[-1]:
         normalised.pop()  # Trailing empty pools carry no meaning.
     if region is not None:
         check_region(region, [(names[i], p) for i, p in enumerate(normalised) if p],
                       errors, warnings)
+        errors += [f"{names[pool.role]}: {pool.reserved.words()} is in zone "
+                   f"{pool.reserved.zone}, outside region {region} where the job runs (a "
+                   "reservation is zonal)" for pool in parse_pools(normalised)
+                   if pool and pool.reserved and pool.reserved.zone
+                   and pool.reserved.zone.rsplit("-", 1)[0] != region]
     return ValidationResult(not errors, errors, warnings, normalised)
 

@@ -39,6 +39,9 @@ class WorkerPool:
         image: `container_spec.image_uri`, "" until the training step sets the trainer's.
         other: The API fields besides these (`disk_spec`, the rest of `container_spec`...),
             as JSON, kept as given.
+        reservation: `machine_spec.reservation_affinity`: NO_RESERVATION, ANY_RESERVATION,
+            a specific reservation's full resource name, or "" when not given (Vertex AI's
+            default); `reserved` reads it.
     """
 
     role: int
@@ -48,6 +51,7 @@ class WorkerPool:
     replicas: int = 1
     image: str = ""
     other: str = "{}"
+    reservation: str = ""
 
     @classmethod
     def from_api(cls, spec: Mapping[str, Any], role: int) -> WorkerPool | None:
@@ -74,7 +78,19 @@ class WorkerPool:
             if container:
                 other["container_spec"] = container
         return cls(role, str(_field(machine_spec, "machine_type", "") or ""), accelerator,
-                   gpus, _count(_field(spec, "replica_count", 1)), image, json.dumps(other))
+                   gpus, _count(_field(spec, "replica_count", 1)), image, json.dumps(other),
+                   _reservation(_field(machine_spec, "reservation_affinity")))
+
+    @property
+    def reserved(self) -> Any:
+        """Its reservation (`components.gpu.reservations.Reservation`), None if not given."""
+        from components.gpu.reservations import SPECIFIC, Reservation
+
+        if not self.reservation:
+            return None
+        if self.reservation.startswith("projects/"):
+            return Reservation(SPECIFIC, self.reservation)
+        return Reservation(self.reservation)
 
     @property
     def reduction_server(self) -> bool:
@@ -85,7 +101,9 @@ class WorkerPool:
     def describe(self) -> str:
         """`2 x n1-standard-8 + 1 x NVIDIA_TESLA_T4`."""
         gpus = f" + {self.gpus_per_machine} x {self.accelerator}" if self.accelerator else ""
-        return f"{self.replicas} x {self.machine}{gpus}"
+        reserved = self.reserved
+        held = f" on {reserved.words()}" if reserved and reserved.kind != "NO_RESERVATION" else ""
+        return f"{self.replicas} x {self.machine}{gpus}{held}"
 
     def to_api(self) -> dict[str, Any]:
         """As the CustomJob API takes it (snake_case, as gcpc and the aiplatform client
@@ -94,6 +112,8 @@ class WorkerPool:
         if self.accelerator:
             machine_spec.update(accelerator_type=self.accelerator,
                                 accelerator_count=self.gpus_per_machine)
+        if self.reserved:
+            machine_spec["reservation_affinity"] = self.reserved.affinity()
         found: dict[str, Any] = {"machine_spec": machine_spec, "replica_count": self.replicas}
         other = json.loads(self.other)
         if self.image:
@@ -120,6 +140,18 @@ def replicas(pools: Sequence[WorkerPool | None], role: int) -> int:
     """The replicas of the pool at `role`, 0 when it is unused or absent."""
     pool = pools[role] if role < len(pools) else None
     return pool.replicas if pool else 0
+
+
+def _reservation(affinity: Any) -> str:
+    """`WorkerPool.reservation` of a `reservation_affinity` (snake_case or camelCase); ""
+    for none or one the GPU rules have not passed."""
+    if not isinstance(affinity, Mapping):
+        return ""
+    kind = str(_field(affinity, "reservation_affinity_type", "") or "")
+    values = affinity.get("values") or []
+    if kind == "SPECIFIC_RESERVATION":
+        return str(values[0]) if values else ""
+    return kind if kind in ("ANY_RESERVATION", "NO_RESERVATION") else ""
 
 
 def _snake(key: str) -> str:

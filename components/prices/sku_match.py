@@ -43,8 +43,10 @@ _KINDS = {
     "flex": lambda d: "dws defined duration" in d,
 }
 #: The SKUs of each pricing (a `vertex.prices` key's prefix): every part must be found.
+#: A pool on a specific reservation (`RESERVED`) adds only the fee: its machines and GPUs
+#: are the reservation's, billed whether used or not.
 PARTS = {"": ("training",), "SPOT": ("spot", "fee"), "FLEX_START": ("flex", "fee"),
-         "PREDICTION": ("prediction",)}
+         "RESERVED": ("fee",), "PREDICTION": ("prediction",)}
 #: Words of SKUs no job of this project is billed on: committed use, custom shapes, sole
 #: tenancy, extended memory, virtual workstations, reservations.
 _NEVER = {"commitment", "commit", "custom", "sole", "extended", "workstation", "reserved"}

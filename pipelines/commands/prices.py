@@ -97,5 +97,6 @@ def run(args: argparse.Namespace) -> int:
                   f"{alternative.scheduling_strategy}): {usd(found.usd)}"
                   + (f"; on demand for want of their own: {', '.join(found.on_demand)}"
                      if found.on_demand else "")
-                  + (f"; not priced: {', '.join(found.unpriced)}" if found.unpriced else ""))
+                  + (f"; not priced: {', '.join(found.unpriced)}" if found.unpriced else "")
+                  + found.reserved_words())
     return 0

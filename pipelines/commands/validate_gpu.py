@@ -133,8 +133,10 @@ def _alternatives(vertex: dict, region: str, training: TrainingOptions | None) -
     """A config's primary configuration and fallbacks checked (`Checked`)."""
     from components.gpu.configuration import check_configuration
     from components.vertex_options import VertexOptions
+    from pipelines.config import reservations_in_project
     from trainer.common.schema import validate
 
+    vertex = reservations_in_project(vertex)  # ZONE/NAME in the config's project
     options = validate(VertexOptions, {"region": region, **{k: vertex[k] for k in GPU_KEYS
                                                             if k in vertex}},
                        prefix="vertex", strict=False)
@@ -188,7 +190,7 @@ def price_line(pools: Any, prices: Any, strategy: str = "") -> str:
             f"({prices.words()}"
             + (f"; {', '.join(found.on_demand)} at on-demand prices, no {strategy} price "
                "found" if found.on_demand else "")
-            + unpriced_words(found.unpriced) + ")")
+            + unpriced_words(found.unpriced) + ")" + found.reserved_words())
 
 
 def _report_alternatives(checked: Checked, source: str, as_json: bool,

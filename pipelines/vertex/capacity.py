@@ -58,6 +58,7 @@ def check_capacity(config: Config, clients: Clients, *, dry_run: bool,
         for need in canary_needs(config.vertex):
             log(f"quota: the deploy stage's canary needs {need.amount} of {need.metric} in "
                 f"{need.region} ({need.what})")
+        check_reservations(config, clients, dry_run=True, log=log)
         return []
     with remote_call("reading the Vertex AI quotas"):
         infos = quotas.read_quota_infos(clients.get_quotas(), project)
@@ -91,6 +92,7 @@ def check_capacity(config: Config, clients: Clients, *, dry_run: bool,
                 f"{quota.describe(project)}; the champion would keep serving")
         elif quota.limit is not None:
             log(f"quota: the deploy stage's canary: {quota.describe(project)}")
+    check_reservations(config, clients, dry_run=False, log=log)
     refused = [q for q in primary if q.refused]
     if refused:
         raise quotas.QuotaError(
@@ -101,3 +103,53 @@ def check_capacity(config: Config, clients: Clients, *, dry_run: bool,
               "vertex.scheduling_strategy (Spot and FLEX_START count against the "
               "preemptible quotas)")
     return primary
+
+
+def check_reservations(config: Config, clients: Clients, *, dry_run: bool,
+                       log: Callable[[str], None]) -> None:
+    """Reads each reservation a configuration names (or, with `dry_run`, says which it
+    would read) and holds the configuration against it: a reservation that cannot hold the
+    primary configuration is refused, one line per reason naming both sides; a fallback's
+    is a warning (the training step skips it while it cannot).
+
+    Raises:
+        ReservationUnfitError: The primary configuration's reservation cannot hold it, or
+            a reservation does not exist or cannot be read.
+    """
+    from components.capacity.reserved import (
+        COMPUTE_ENDPOINT,
+        ReservationUnfitError,
+        held,
+        reader,
+        url,
+    )
+
+    alternatives = [a for a in config.alternatives() if any(
+        p and p.reserved and p.reserved.holds_capacity for p in a.pools)]
+    if not alternatives:
+        return
+    if dry_run:  # no session: a dry run needs no credentials
+        names = sorted({p.reserved.name for a in alternatives for p in a.pools
+                        if p and p.reserved and p.reserved.holds_capacity})
+        log("reservation: submit would read " + ", ".join(
+            f"GET {url(n, clients.compute_endpoint or COMPUTE_ENDPOINT)}" for n in names))
+        return
+    session, endpoint = clients.get_compute()
+    read, project, refused = reader(session, endpoint), config.vertex.project, []
+    for alternative in alternatives:
+        with remote_call(f"reading the reservations of {alternative.label}"):
+            found = held(alternative, read, project)
+        for one in found:
+            lines = [*one.wrong, *([one.short] if one.short else [])]
+            if not lines:
+                log(f"reservation: {alternative.label}: {one.reservation.words()} holds it")
+            elif alternative.index == 0:
+                refused += lines
+            else:
+                log(f"warning: reservation: {alternative.label} cannot run while "
+                    + "; ".join(lines) + "; the training step skips it")
+    if refused:
+        raise ReservationUnfitError(
+            "the primary configuration's reservation cannot hold it (nothing was uploaded, "
+            "built or submitted):\n" + "\n".join(f"  - {line}" for line in refused)
+            + "\nor give the primary configuration reservation: none, any, or another one")

@@ -37,6 +37,8 @@ class Clients:
     jobs: Any = None  # Vertex AI JobServiceClient for every region (tests); else per region
     persistent: Any = None  # Vertex AI PersistentResourceServiceClient (tests); else made
     billing: Any = None  # makes a Cloud Billing CloudCatalogClient (tests); else the default
+    compute: Any = None  # an HTTP session for Compute Engine's API (reservations)
+    compute_endpoint: str = ""  # where that API is; Compute Engine's own unless given
     refresh_prices: bool = False  # read the price catalog even when today's is cached
     _regional: dict = dataclasses.field(default_factory=dict)
 
@@ -107,6 +109,15 @@ class Clients:
                 self.iam = iam_session()
         return self.iam, self.iam_endpoint or IAM_ENDPOINT
 
+    def get_compute(self) -> tuple[Any, str]:
+        """(an HTTP session for Compute Engine's API, its endpoint)."""
+        from components.capacity.reserved import COMPUTE_ENDPOINT
+
+        if self.compute is None:
+            with remote_call("connecting to Compute Engine"):
+                self.compute = iam_session()
+        return self.compute, self.compute_endpoint or COMPUTE_ENDPOINT
+
     def get_kms(self) -> tuple[Any, str]:
         """(an HTTP session for Cloud KMS's API, its endpoint): the IAM session, which
         carries the cloud-platform scope."""
@@ -116,11 +127,9 @@ class Clients:
 
 def iam_session() -> Any:
     """An authorized HTTP session with the default credentials."""
-    from google.auth.transport.requests import AuthorizedSession
+    from trainer.common.cloud_calls import authorized_session
 
-    from trainer.common.cloud_calls import default_credentials
-
-    return AuthorizedSession(default_credentials()[0])
+    return authorized_session()
 
 
 def projects_client() -> Any:

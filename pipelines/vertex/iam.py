@@ -14,6 +14,8 @@ invisible on its project) and reports every missing permission at once:
 - the image repository (Artifact Registry's own testIamPermissions): reading image tags,
   which admins grant there (`roles/artifactregistry.reader` on the repository);
 - the pipeline root's bucket (Cloud Storage): uploading the sources, reading them back;
+- each project whose Compute Engine reservation a pool names (Resource Manager): reading
+  the reservation;
 - the run-as service account (IAM): `iam.serviceAccounts.actAs`, without which Vertex AI
   refuses a run that uses it (Vertex AI docs: "Configure a service account for
   Vertex AI Pipelines").
@@ -37,6 +39,9 @@ from trainer.common.errors import InputError
 #: (Cloud Quotas' ListQuotaInfos) and the active CustomJobs, and creates the pipeline run.
 PROJECT_PERMISSIONS = ("aiplatform.pipelineJobs.create", "cloudquotas.quotas.get",
                        "aiplatform.customJobs.list")
+#: On each project whose Compute Engine reservation a pool names: `submit` reads it
+#: (`pipelines.vertex.capacity.check_reservations`).
+RESERVATION_PERMISSIONS = ("compute.reservations.get",)
 #: On the image repository's project, where Cloud Build builds the images.
 BUILD_PERMISSIONS = ("cloudbuild.builds.create",)
 #: On a private pool's project: building in it (Cloud Build docs, "Run builds in a private
@@ -67,6 +72,13 @@ class Check:
         return f"{self.api} testIamPermissions on {self.resource}: {', '.join(self.permissions)}"
 
 
+def reservation_projects(config: Config) -> list[str]:
+    """The projects whose Compute Engine reservations the run's pools name."""
+    return sorted({pool.reserved.project for alternative in config.alternatives()
+                   for pool in alternative.pools
+                   if pool and pool.reserved and pool.reserved.holds_capacity})
+
+
 def checks(config: Config) -> list[Check]:
     """The testIamPermissions requests `submit` makes for a configuration."""
     from components.build.cloud_build import Repository
@@ -82,6 +94,8 @@ def checks(config: Config) -> list[Check]:
     if config.vertex.build_worker_pool:
         wanted.append(("/".join(config.vertex.build_worker_pool.split("/")[:2]),
                        POOL_PERMISSIONS))
+    wanted += [(f"projects/{owner}", RESERVATION_PERMISSIONS)
+               for owner in reservation_projects(config)]
     for project, permissions in wanted:
         projects[project] = projects.get(project, ()) + permissions
     found = [Check("Resource Manager", project, permissions)
@@ -151,6 +165,11 @@ def unchecked(config: Config) -> list[str]:
                      f"roles/logging.logWriter on projects/{config.vertex.project}, "
                      f"roles/storage.objectUser on gs://{bucket}, "
                      f"roles/artifactregistry.reader on {repository.name}")
+    owners = reservation_projects(config)
+    if owners:  # the training step reads them before each try (`vertex_launch`)
+        lines.append(f"{account} (the training step): roles/compute.viewer, or "
+                     "compute.reservations.get, on " + ", ".join(f"projects/{o}" for o in owners)
+                     + ", where its reservations are")
     if repository.project != config.vertex.project:
         lines.append("Vertex AI's service agent (service-PROJECT_NUMBER@gcp-sa-aiplatform"
                      f".iam.gserviceaccount.com): roles/artifactregistry.reader on "

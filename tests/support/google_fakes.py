@@ -39,7 +39,8 @@ def iam_clients(apis):
                    projects=rest_client(resourcemanager_v3.ProjectsClient, apis),
                    build=rest_client(cloudbuild_v1.CloudBuildClient, apis),
                    registry=rest_client(artifactregistry_v1.ArtifactRegistryClient, apis),
-                   iam=requests.Session(), iam_endpoint=apis.url)
+                   iam=requests.Session(), iam_endpoint=apis.url,
+                   compute=requests.Session(), compute_endpoint=apis.url)
 
 
 class RecordingApi:

@@ -83,6 +83,14 @@ def default_credentials() -> tuple[Any, str | None]:
     return _DEFAULT["found"]
 
 
+def authorized_session() -> Any:
+    """An HTTP session with the default credentials, for Google's REST APIs that have no
+    client here (IAM, Cloud KMS, Compute Engine's reservations)."""
+    from google.auth.transport.requests import AuthorizedSession
+
+    return AuthorizedSession(default_credentials()[0])
+
+
 def forget_credentials() -> None:
     """Forgets `default_credentials`' answer (the environment that decides it changed)."""
     _DEFAULT.clear()

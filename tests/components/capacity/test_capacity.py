@@ -106,7 +106,8 @@ def test_a_repeated_configuration_and_a_persistent_resource_are_refused():
     assert "persistent resource's machines are reserved" in str(raised.value)
     with pytest.raises(ConfigError, match=r"unknown field vertex\.fallbacks\[0\]\.timeout; "
                                           r"valid fields of vertex\.fallbacks\[0\] are region, "
-                                          "scheduling_strategy, worker_pool_specs"):
+                                          "reservation, scheduling_strategy, "
+                                          "worker_pool_specs"):
         config(fallbacks=[{"timeout": "1s"}])
 
 

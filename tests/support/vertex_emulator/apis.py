@@ -90,6 +90,7 @@ from typing import Any
 
 from tests.support.json_http import DropConnection, json_handler
 from tests.support.vertex_emulator.bucket_regions import bucket_refusal
+from tests.support.vertex_emulator.reservations import ReservationService, affinity_refusal
 
 ROLES = ("chief", "worker", "ps", "evaluator")
 
@@ -255,6 +256,7 @@ class FakeGoogleApis:
         from tests.support.vertex_emulator.metadata import MetadataService
 
         self.metadata = MetadataService()  # Vertex ML Metadata and TensorBoard
+        self.compute = ReservationService()  # Compute Engine's reservations
         self.monitoring_address = ""  # gRPC, once started (`start_monitoring`)
         self._lock = threading.Lock()
         self._request = threading.local()  # the query string of the request being served
@@ -362,7 +364,7 @@ class FakeGoogleApis:
             if verb == method and match:
                 return handler(match.group(1), body)
         for verb, pattern, handler in (self.endpoints.routes() + self.batch.routes()
-                                       + self.metadata.routes()):
+                                       + self.metadata.routes() + self.compute.routes()):
             match = re.match(pattern, path)
             if verb == method and match:
                 return handler(match.group(1), body, self._request.query)
@@ -374,6 +376,9 @@ class FakeGoogleApis:
             problem = image and _reference_problem(image)
             if problem:
                 return 400, _error(400, problem)
+        refused = affinity_refusal(body.get("jobSpec", {}))
+        if refused:
+            return 400, _error(400, refused)
         region = parent.rsplit("/", 1)[-1]
         missing = self._not_offered(region, body.get("jobSpec", {}))
         if missing:

@@ -186,6 +186,7 @@ def _clients(storage, url: str) -> Clients:
         projects=resourcemanager_v3.ProjectsClient(
             transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
         iam=requests.Session(), iam_endpoint=url, kms_endpoint=url,
+        compute=requests.Session(), compute_endpoint=url,
         quotas=cloudquotas_v1.CloudQuotasClient(
             transport="rest", client_options=endpoint, credentials=AnonymousCredentials()),
         jobs=aiplatform_v1.JobServiceClient(
