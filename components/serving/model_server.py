@@ -52,10 +52,15 @@ def check_port(host: str, port: int) -> None:
     Raises:
         CannotListenError: Naming the port and the flag that changes it.
     """
+    import errno
     import socket
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As uvicorn binds (SO_REUSEADDR): a port whose last server just stopped, its
+        # connections in TIME_WAIT, can be listened on again at once; one a server
+        # listens on still cannot.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except (socket.gaierror, OverflowError) as exc:  # no such interface, or port
@@ -64,6 +69,15 @@ def check_port(host: str, port: int) -> None:
                 "address of this machine (127.0.0.1, 0.0.0.0) and a port from 1 to "
                 "65535") from None
         except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise CannotListenError(
+                    f"--host {host} is not an address of this machine; give one of its "
+                    "addresses, 127.0.0.1 (this machine only) or 0.0.0.0 (every "
+                    "interface)") from None
+            if exc.errno == errno.EACCES:
+                raise CannotListenError(
+                    f"port {port} on {host} needs privileges this user lacks (ports below "
+                    "1024); choose one from 1024 up, e.g. --port 8080") from None
             raise CannotListenError(
                 f"port {port} on {host} is taken ({exc.strerror or exc}); choose another "
                 f"with --port, e.g. --port {port + 1}") from None

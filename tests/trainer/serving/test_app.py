@@ -248,3 +248,26 @@ def test_a_port_or_host_that_cannot_be_listened_on_is_one_line_before_anything_s
     with pytest.raises(CannotListenError, match=r"^--host 'no-such-host\.invalid' --port 8080 "
                                                 r"cannot be listened on"):
         check_port("no-such-host.invalid", 8080)
+
+
+def test_an_address_not_on_this_machine_is_said_and_a_stopped_servers_port_reopens():
+    import socket
+
+    from components.serving.model_server import CannotListenError, check_port
+
+    # 10.9.9.9 is on no interface here: not "taken" (errno 99 is EADDRNOTAVAIL).
+    with pytest.raises(CannotListenError) as raised:
+        check_port("10.9.9.9", 8080)
+    assert str(raised.value).startswith("--host 10.9.9.9 is not an address of this machine")
+    # A server that served a request and stopped: its side of the connection waits in
+    # TIME_WAIT, and the port is free to listen on again at once.
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()  # the server closes first: TIME_WAIT on its side
+        client.close()
+    check_port("127.0.0.1", port)
