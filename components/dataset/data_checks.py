@@ -54,7 +54,7 @@ def check_data(dataset_dir: str | os.PathLike, options: DatasetOptions,
     manifest = load_manifest(dataset_dir)
     summary = data_summary(manifest)
     champion = champion_data(champion_dir) if champion_dir else None
-    found = leakage(summary["statistics"], champion, options.drift_share)
+    found = leakage(summary["statistics"], champion)
     if champion is not None:
         found += drift(summary, champion, share=options.drift_share, sizes=options.drift_sizes)
     compared = ("the champion's data" if champion is not None else

@@ -65,12 +65,11 @@ def _median(statistics: Mapping[str, Any]) -> str:
     return f"{sizes['width']['median']:g}x{sizes['height']['median']:g}"
 
 
-def leakage(statistics: Mapping[str, Any], champion: Mapping[str, Any] | None,
-            share: float) -> list[Finding]:
-    """Test and validation images that are also training images: byte for byte (always
-    a warning), under another label (always a warning: the finding is the label), or as
-    near copies (a warning when their share of the split grew by more than `share` since
-    the champion's data, measured alike; else said as a fact)."""
+def leakage(statistics: Mapping[str, Any], champion: Mapping[str, Any] | None) -> list[Finding]:
+    """Test and validation images that are also training images, a defect of this data
+    whatever the champion's: byte for byte, under another label (the finding is the
+    label), or as near copies (with the champion's share beside it, measured alike). Each
+    warns on every run."""
     found = []
     duplicates = statistics.get("duplicates") or {}
     difference = duplicates.get("near_difference")
@@ -98,15 +97,12 @@ def leakage(statistics: Mapping[str, Any], champion: Mapping[str, Any] | None,
             then_total = (champion or {}).get("statistics", {}).get(
                 "split_counts", {}).get(first) or 0
             then = then_counts["near"] / then_total if then_counts and then_total else None
-            grew = then is not None and now - then > share
             found.append(Finding("leakage", (
                 f"{counts['near']} {first} image(s) ({now:.1%}) are near copies of training "
                 f"images (8x8 thumbnails within {difference:g} of 255)"
-                + (f", {then:.1%} in the champion's data (grew more than dataset.drift_share "
-                   f"{share:.1%})" if grew else
-                   f" ({then:.1%} in the champion's data)" if then is not None else "")
-                + ": resized or re-encoded copies (the dataset report names them)"),
-                warning=grew))
+                + (f" ({then:.1%} in the champion's data)" if then is not None else "")
+                + f": resized or re-encoded copies, which the {first} accuracy counts as "
+                  "unseen (the dataset report names them)")))
     return found
 
 
@@ -150,10 +146,14 @@ def drift(summary: Mapping[str, Any], champion: Mapping[str, Any], *, share: flo
     stats_now, stats_then = summary.get("statistics", {}), champion.get("statistics", {})
     moved, at = measured.get("class share", (0.0, ""))
     if moved > share:
+        # The shares compared: among the classes both data have.
+        common = [c for c in now if c in then]
+        among = "" if len(common) == len(now) == len(then) else \
+            f" among the {len(common)} classes both have"
         found.append(Finding("class share", (
-            f"class {at!r} is {_shares(now)[at]:.1%} of the images, "
-            f"{_shares(then)[at]:.1%} in the champion's data: its share moved "
-            f"{moved:.1%}, more than dataset.drift_share {share:.1%}")))
+            f"class {at!r} is {_shares({c: now[c] for c in common})[at]:.1%} of the images"
+            f"{among}, {_shares({c: then[c] for c in common})[at]:.1%} in the champion's "
+            f"data: its share moved {moved:.1%}, more than dataset.drift_share {share:.1%}")))
     moved, at = measured.get("formats", (0.0, ""))
     if moved > share:
         formats_now, formats_then = stats_now["formats"], stats_then["formats"]
