@@ -26,6 +26,32 @@ BENCHMARK = ROOT / "benchmarks" / "gpu.py"
 # (check, then each case in its own process), `trainer.benchmark.__main__` (its entry).
 
 
+@pytest.mark.parametrize(("device", "kind"), [
+    ("Tesla P4", "NVIDIA_TESLA_P4"), ("Tesla P40", ""),
+    ("NVIDIA L4", "NVIDIA_L4"), ("NVIDIA L40", ""), ("NVIDIA L40S", ""),
+    ("NVIDIA H100 80GB HBM3", "NVIDIA_H100_80GB"), ("NVIDIA H100 PCIe", ""),
+    ("NVIDIA H100 NVL", ""),
+    ("NVIDIA A100-SXM4-40GB", "NVIDIA_TESLA_A100"), ("NVIDIA A100-PCIE-40GB", ""),
+    ("NVIDIA A100-SXM4-80GB", "NVIDIA_A100_80GB"), ("NVIDIA A100 80GB PCIe", ""),
+    ("Tesla V100-SXM2-16GB", "NVIDIA_TESLA_V100"), ("Tesla V100-SXM2-32GB", ""),
+    ("NVIDIA H200", "NVIDIA_H200_141GB"), ("NVIDIA H200 NVL", ""),
+    ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", ""), ("  tesla  t4 ", "NVIDIA_TESLA_T4"),
+])
+def test_a_gpu_is_a_vertex_ai_type_by_its_whole_name_never_a_neighbour(device, kind):
+    from trainer.cluster.accelerators import accelerator_of_device
+    from trainer.cluster.measurements import ResultsError, parse_results
+
+    assert accelerator_of_device(device) == kind
+    # A results file from a neighbour counts for no Vertex AI GPU.
+    data = {"schema": 2, "gpu": device, "model": "cnn", "measured_at": "2026-11-28",
+            "runs": []}
+    if kind:
+        assert parse_results(data, "f.json").accelerator == kind
+    else:
+        with pytest.raises(ResultsError, match="is no Vertex AI accelerator type"):
+            parse_results(data, "f.json")
+
+
 def test_the_plan_is_the_one_stage_1_makes_for_the_gpu_tensorflow_names():
     from trainer.benchmark.probe import plan_for
     from trainer.cluster.accelerators import accelerator_of_device

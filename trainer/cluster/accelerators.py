@@ -93,18 +93,34 @@ ACCELERATORS = dict([
 ])
 
 
-#: NVIDIA's device names (what NVML and TensorFlow report) -> the accelerator types, the
-#: more specific mark first ("NVIDIA A100-SXM4-80GB" is an A100 80GB, "Tesla P4" no P40).
-DEVICE_MARKS = (("H200", "NVIDIA_H200_141GB"), ("H100", "NVIDIA_H100_80GB"),
-                ("A100-SXM4-80GB", "NVIDIA_A100_80GB"), ("A100 80GB", "NVIDIA_A100_80GB"),
-                ("A100", "NVIDIA_TESLA_A100"), ("L4", "NVIDIA_L4"), ("T4", "NVIDIA_TESLA_T4"),
-                ("V100", "NVIDIA_TESLA_V100"), ("P100", "NVIDIA_TESLA_P100"),
-                ("P4", "NVIDIA_TESLA_P4"))
+#: NVIDIA's device names, whole, as NVML (`nvidia-smi`) and TensorFlow report them on the
+#: machines Vertex AI runs, -> the accelerator type each is. Where a chip comes in several
+#: memories or forms the name says which ("A100-SXM4-40GB", "V100-SXM2-16GB"), so a name
+#: identifies one card; any other name (a Tesla P40, an L40 or L40S, an H100 PCIe or NVL,
+#: an A100 PCIe, a V100 with 32 GB, a MIG slice) is no Vertex AI type and stands in for
+#: none. An a3-megagpu's H100s are the a3-highgpu's chip (more network, the same device):
+#: their files count for both (`measurements.stands_in`).
+DEVICE_NAMES = {
+    "Tesla K80": "NVIDIA_TESLA_K80",
+    "Tesla P4": "NVIDIA_TESLA_P4",
+    "Tesla P100-PCIE-16GB": "NVIDIA_TESLA_P100",
+    "Tesla V100-SXM2-16GB": "NVIDIA_TESLA_V100",
+    "Tesla T4": "NVIDIA_TESLA_T4",
+    "NVIDIA A100-SXM4-40GB": "NVIDIA_TESLA_A100",
+    "NVIDIA A100-SXM4-80GB": "NVIDIA_A100_80GB",
+    "NVIDIA L4": "NVIDIA_L4",
+    "NVIDIA H100 80GB HBM3": "NVIDIA_H100_80GB",
+    "NVIDIA H200": "NVIDIA_H200_141GB",
+    "NVIDIA B200": "NVIDIA_B200",
+    "NVIDIA GB200": "NVIDIA_GB200",
+}
+_BY_NAME = {" ".join(name.split()).casefold(): kind for name, kind in DEVICE_NAMES.items()}
 
 
 def accelerator_of_device(device_name: str) -> str:
-    """The accelerator type of a GPU as NVIDIA names it ("" when it is none of them)."""
-    return next((kind for mark, kind in DEVICE_MARKS if mark in device_name), "")
+    """The accelerator type of a GPU as NVIDIA names it, by its whole name (case and
+    spacing aside); "" when it is none of them."""
+    return _BY_NAME.get(" ".join(device_name.split()).casefold(), "")
 
 
 def weakest(gpus: list[Accelerator]) -> Accelerator:
