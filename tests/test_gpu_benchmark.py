@@ -63,7 +63,7 @@ def test_the_plan_is_the_one_stage_1_makes_for_the_gpu_tensorflow_names():
     assert accelerator_of_device("NVIDIA A100-SXM4-40GB") == "NVIDIA_TESLA_A100"
     hopper = plan_for("NVIDIA H100 80GB HBM3", (9, 0))
     assert (hopper.mixed_precision, hopper.xla, hopper.strategy, hopper.nvidia_environment) \
-        == ("float16", False, "single", True)
+        == ("off", False, "single", True)  # its own file's fastest case, float32
     assert plan_for("Tesla T4", (7, 5)).mixed_precision == "float16"
     # A GPU the catalog does not name is planned from what TensorFlow reports of it.
     assert plan_for("NVIDIA Future GPU", (8, 0)).mixed_precision == "bfloat16"
@@ -128,7 +128,7 @@ def test_the_benchmark_runs_the_trainers_step_as_planned_for_an_h100(tmp_path):
     # The trainer's GPU check passes with the GPUs there are and refuses one more.
     assert check["gpu_check_passes"] and check["gpu_check_refuses"]
     assert "--expected-gpus 1" in check["gpu_check_message"]
-    assert "mixed precision float16; XLA off; NVIDIA's environment" in check["plan"]
+    assert "mixed precision off; XLA off; NVIDIA's environment" in check["plan"]
     assert check["xla_compiler"]["compiler"] in ("ptxas", "driver")
     phases = [(c["case"], c["phase"], c.get("input")) for c in run["cases"]]
     assert phases == [
@@ -138,9 +138,10 @@ def test_the_benchmark_runs_the_trainers_step_as_planned_for_an_h100(tmp_path):
         ("plan+tfrecords+profile", "profile", None),
         ("bfloat16-xla+b8", "warmup", None), ("bfloat16-xla+b8", "timed", "synthetic")]
     plan, records = run["cases"][1], run["cases"][2]
-    # The plan's case runs as the plan says: float16 with NVIDIA's environment on Hopper.
+    # The plan's case runs as the plan says: on an H100, float32 (its own file's fastest
+    # precision) with NVIDIA's environment (the H200's files standing in).
     assert (plan["policy"], plan["xla"], plan["batch"], plan["nvidia_environment"]) == (
-        "mixed_float16", False, 4, True)
+        "float32", False, 4, True)
     assert records["images_per_second"] > 0 and records["step_ms"] > 0 and records["steps"] == 2
     assert plan["peak_memory_gib"] is None  # no GPU: no allocator to read
     # The profile ran the trainer's profiler; on a CPU it says there are no GPU kernels.

@@ -39,8 +39,10 @@ def _not_measured(gpu: Accelerator) -> str:
 
 
 def choose_xla(requested: str, gpu: Accelerator | None, files: Sequence[ResultsFile],
-               refusal: str, all_reduce: str, problems: list[str]) -> Choice:
-    """XLA: refused where it cannot work (`refusal`), else as measured, else off."""
+               refusal: str, all_reduce: str, problems: list[str],
+               whole: measured.Whole | None = None) -> Choice:
+    """XLA: refused where it cannot work (`refusal`), else as the fastest case measured on
+    the GPU has it (`whole`) when its file tried XLA, else as compared, else off."""
     if requested == "off":
         return False, "asked for", ()
     if refusal:
@@ -52,6 +54,12 @@ def choose_xla(requested: str, gpu: Accelerator | None, files: Sequence[ResultsF
             return True, "asked for (a single CPU process: no collectives to compile)", ()
         return False, "CPUs: XLA's compile time outweighs what it saves on this work", ()
     name = gpu.name
+    if requested == "auto" and whole is not None and whole.decides("xla"):
+        failed = None if whole.case.xla else measured.xla_failures([whole.results], name)
+        if failed is not None:
+            return False, failed.reason, failed.sources
+        return whole.case.xla, whole.reason("xla", name), (whole.results.source,)
+    files = measured.deciding(files, name, "xla")
     compared = measured.compare(files, name, "xla", True, False)
     found = (measured.Finding(compared.winner, "measured "
                               + ("faster: " if compared.winner else "slower: ") + compared.said(),
@@ -69,10 +77,19 @@ def choose_xla(requested: str, gpu: Accelerator | None, files: Sequence[ResultsF
                       if all_reduce == "nccl" else "")), ()
 
 
+def allowed_precisions(ps: bool, gpu: Accelerator) -> tuple[str, ...]:
+    """The precisions the strategy and the GPU can run: no float16 under
+    ParameterServerStrategy (its loss scaling), bfloat16 from compute capability 8.0."""
+    return tuple(p for p in PRECISIONS if not (p == "float16" and ps)
+                 and not (p == "bfloat16" and not gpu.bfloat16))
+
+
 def choose_precision(requested: str, ps: bool, gpu: Accelerator | None,
                      files: Sequence[ResultsFile], compiled: bool, explicit: dict[str, str],
-                     problems: list[str]) -> Choice:
-    """Mixed precision: what the strategy and GPU allow, as measured or by the rules."""
+                     problems: list[str], whole: measured.Whole | None = None) -> Choice:
+    """Mixed precision: what the strategy and GPU allow, as the fastest case measured on
+    the GPU has it (`whole`) when its file compared precisions, else as compared, else by
+    the rules."""
     requested = "float16" if requested == "on" else requested
     if requested == "off" and gpu is None:
         return "off", "asked for", ()
@@ -92,9 +109,12 @@ def choose_precision(requested: str, ps: bool, gpu: Accelerator | None,
         problems.append(f"training.mixed_precision is bfloat16, but {where} has no bfloat16 "
                         "(compute capability 8.0, Ampere, or newer); use float16 or off")
         return "off", "", ()
-    allowed = tuple(p for p in PRECISIONS if not (p == "float16" and ps)
-                    and not (p == "bfloat16" and not gpu.bfloat16))
+    allowed = allowed_precisions(ps, gpu)
     cases = _where(compiled, explicit)
+    if requested == "auto" and whole is not None and whole.decides("precision"):
+        return whole.case.precision, whole.reason("precision", gpu.name), \
+            (whole.results.source,)
+    files = measured.deciding(files, gpu.name, "precision")
     best = measured.best_of(files, gpu.name, "precision", allowed, cases)
     if requested in PRECISIONS:
         slow = "" if gpu.tensor_cores or requested == "off" else (
@@ -117,11 +137,18 @@ def choose_precision(requested: str, ps: bool, gpu: Accelerator | None,
 
 def choose_switch(setting: str, requested: str, gpu: Accelerator | None,
                   files: Sequence[ResultsFile], compiled: bool, explicit: dict[str, str],
-                  decided: dict[str, object], default: str) -> Choice:
-    """NVIDIA's environment, NHWC or prefetching (`setting`, the cases' word): on where
-    it measured faster, in the pairs at the plan's other choices (`decided`) when the file
-    has any; `default` is the reason when nothing compared it."""
+                  decided: dict[str, object], default: str,
+                  whole: measured.Whole | None = None) -> Choice:
+    """NVIDIA's environment, NHWC or prefetching (`setting`, the cases' word): as the
+    fastest case measured on the GPU has it (`whole`) when its file ran it both ways, else
+    on where it measured faster, in the pairs at the plan's other choices (`decided`) when
+    the file has any; `default` is the reason when nothing compared it."""
+    if requested == "auto" and gpu is not None and whole is not None and whole.decides(setting):
+        return getattr(whole.case, setting), whole.reason(setting, gpu.name), \
+            (whole.results.source,)
     cases = _where(compiled, {k: v for k, v in explicit.items() if k != setting})
+    if gpu is not None:
+        files = measured.deciding(files, gpu.name, setting)
 
     def prefer(case: Case) -> int:  # how many of the plan's other choices a case shares
         return sum(getattr(case, k) == v for k, v in decided.items())
@@ -145,17 +172,19 @@ def choose_switch(setting: str, requested: str, gpu: Accelerator | None,
 
 
 def choose_environment(requested: str, gpu: Accelerator | None, files: Sequence[ResultsFile],
-                       compiled: bool, explicit: dict[str, str], precision: str) -> Choice:
+                       compiled: bool, explicit: dict[str, str], precision: str,
+                       whole: measured.Whole | None = None) -> Choice:
     if gpu is None:
         return False, "CPUs: its settings are for TensorFlow's GPU threads and cuDNN", ()
     return choose_switch("nvidia_environment", requested, gpu, files, compiled, explicit,
                          {"precision": precision},
                          f"{_not_measured(gpu)}: off until a measurement of this GPU shows "
-                         "it faster")
+                         "it faster", whole)
 
 
 def choose_nhwc(requested: str, gpu: Accelerator | None, files: Sequence[ResultsFile],
-                compiled: bool, explicit: dict[str, str], decided: dict[str, object]) -> Choice:
+                compiled: bool, explicit: dict[str, str], decided: dict[str, object],
+                whole: measured.Whole | None = None) -> Choice:
     if gpu is None:
         return False, "CPUs: Grappler's layout optimizer moves GPU convolutions only", ()
     anyway = ("" if decided["precision"] == "off" else
@@ -163,16 +192,17 @@ def choose_nhwc(requested: str, gpu: Accelerator | None, files: Sequence[Results
               "(generic_layout_optimizer.cc)")
     return choose_switch("keep_nhwc", requested, gpu, files, compiled, explicit, decided,
                          f"{_not_measured(gpu)}: off (Grappler's layout) until a measurement "
-                         "shows it faster" + anyway)
+                         "shows it faster" + anyway, whole)
 
 
 def choose_prefetch(requested: str, single_gpu: bool, gpu: Accelerator | None,
                     files: Sequence[ResultsFile], compiled: bool, explicit: dict[str, str],
-                    decided: dict[str, object]) -> Choice:
+                    decided: dict[str, object], whole: measured.Whole | None = None) -> Choice:
     if gpu is None:
         return False, "CPUs: no GPU to prefetch to", ()
     if not single_gpu:
         return False, ("it applies to one machine with one GPU (a one-device strategy); "
                        "this cluster's strategy places its batches itself"), ()
     return choose_switch("prefetch", requested, gpu, files, compiled, explicit, decided,
-                         f"{_not_measured(gpu)}: off until a measurement shows it faster")
+                         f"{_not_measured(gpu)}: off until a measurement shows it faster",
+                         whole)

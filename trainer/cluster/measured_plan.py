@@ -1,13 +1,19 @@
-"""What the measurements say for one GPU: each of the plan's choices (XLA, precision,
-NVIDIA's environment, NHWC, prefetching) decided by comparisons of measured cases.
+"""What the measurements say for one GPU, the one place that says which measurement counts
+for a decision of the plan (XLA, precision, NVIDIA's environment, NHWC, prefetching).
 
-A comparison counts only between two cases of **one results file** (one machine, one day)
-that differ in the setting compared and agree on every other (`measurements.SETTINGS`),
-both through synthetic batches. For each comparison the files are tried in the order
-`Measurements.for_gpu` gives (the GPU's own first; another GPU of its architecture stands
-in, and its reason says "extrapolated from"); the first file holding such a pair decides,
-and within it the setting must have been faster in every pair. What no file compares is
-"not measured": the plan's rules decide it (`trainer.cluster.training_plan`). Pure Python.
+- Files measured on CPUs decide nothing for a GPU (`Measurements.for_gpu` leaves them out).
+- The plan takes, as a whole, the fastest case the GPU's own newest file measured among
+  those it can run (`fastest`): its precision, XLA, environment and layout together, so a
+  combination no file ran never wins over one that was measured. A setting that file
+  varied is decided so; one-setting comparisons within it explain the choice.
+- A setting that file did not vary is decided by comparisons (`compare`, `best_of`): two
+  cases of **one results file** (one machine, one day) that differ in it and agree on
+  every other setting the benchmark records (`measurements.SETTINGS`), both through
+  synthetic batches, faster in every pair. The GPU's own files decide a setting they
+  measured at all; another GPU of its architecture stands in only for a setting its own
+  files never measured, and its reason says "extrapolated from" (`deciding`).
+- What no file compares is "not measured": the plan's rules decide it
+  (`trainer.cluster.gpu_choices`). Pure Python.
 """
 
 from __future__ import annotations
@@ -179,4 +185,69 @@ def xla_failures(files: Sequence[ResultsFile], accelerator: str) -> Finding | No
         stopped = "; ".join(dict.fromkeys(f"{c.name}: {c.error}" for c in tried))
         return Finding(False, f"no XLA step completed: {stopped} "
                        f"{cited(results, accelerator)}", (results.source,))
+    return None
+
+
+def own(files: Sequence[ResultsFile], accelerator: str) -> list[ResultsFile]:
+    """The files measured on the GPU itself (or its chip), in the order given."""
+    return [f for f in files if not stands_in(f, accelerator)]
+
+
+def varied(results: ResultsFile, setting: str) -> bool:
+    """Whether a file ran the setting more than one way (a case that stopped counts: XLA
+    tried and never completing is a measurement of XLA)."""
+    return len({getattr(c, setting) for c in results.cases if c.input == "synthetic"}) > 1
+
+
+def deciding(files: Sequence[ResultsFile], accelerator: str, setting: str
+             ) -> list[ResultsFile]:
+    """The files that decide a setting: the GPU's own when any of them measured it, else
+    all (the stand-ins after them)."""
+    mine = [f for f in own(files, accelerator) if varied(f, setting)]
+    return own(files, accelerator) if mine else list(files)
+
+
+@dataclasses.dataclass(frozen=True)
+class Whole:
+    """The fastest case measured on the GPU itself that the plan can run, and its file."""
+
+    case: Case
+    results: ResultsFile
+
+    def decides(self, setting: str) -> bool:
+        """Whether its file measured the setting (ran it more than one way)."""
+        return varied(self.results, setting)
+
+    def reason(self, setting: str, accelerator: str) -> str:
+        """Why the setting takes the case's value: the case's figure, then the one-setting
+        comparisons of its file that agree with it on the rest."""
+        value = getattr(self.case, setting)
+        word = WORDS[setting](value)
+        head = (f"{word}, in the fastest case measured on the GPU ({self.case.name}, "
+                f"{self.case.images_per_second:,.0f} images/s)")
+        others = sorted({getattr(c, setting) for c in self.results.cases} - {value}, key=str)
+        pairs = [c for other in others
+                 if (c := compare([self.results], accelerator, setting, value, other,
+                                  lambda x: x.settings(setting) == self.case.settings(
+                                      setting)))]
+        if pairs:
+            return head + ": " + "; ".join(c.said() for c in pairs)
+        # Its file never ran the case's neighbour: its pairs at other settings, as context.
+        elsewhere = [c for other in others
+                     if (c := compare([self.results], accelerator, setting, value, other))]
+        return head + (" (its file has no case differing from it in this alone); elsewhere "
+                       "in that file: " + "; ".join(c.said() for c in elsewhere) if elsewhere
+                       else " " + cited(self.results, accelerator))
+
+
+def fastest(files: Sequence[ResultsFile], accelerator: str, fits: Callable[[Case], bool]
+            ) -> Whole | None:
+    """The fastest completed synthetic case the plan can run (`Case.plan_can_run`, and
+    `fits`: what the options and the GPU allow) in the first of the GPU's own files that
+    has one; None when none has (then each setting is decided on its own)."""
+    for results in own(files, accelerator):
+        done = [c for c in results.cases if c.images_per_second and c.input == "synthetic"
+                and c.plan_can_run and fits(c)]
+        if done:
+            return Whole(max(done, key=lambda c: c.images_per_second), results)
     return None

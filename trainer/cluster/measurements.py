@@ -33,9 +33,13 @@ SHIPPED = Path(__file__).resolve().parent / "measured"
 SHIPPED_CITED = "trainer/cluster/measured/"
 #: The only model schema 1 files measured (benchmarks/gpu.py ran ResNet-50 alone then).
 SCHEMA_1_MODEL = "resnet50"
-#: The settings two cases are compared by: they must differ in one and agree on the rest.
+#: Every setting the benchmark varies, recorded in each case as data (a case's name is its
+#: label): two cases compare when they differ in one and agree on all the others.
 SETTINGS = ("precision", "xla", "nvidia_environment", "keep_nhwc", "prefetch", "batch",
-            "steps_per_execution", "input")
+            "steps_per_execution", "input", "notriton", "autotune", "parallel", "xla_cache",
+            "xla_flags")
+#: XLA_FLAGS whose value is a place, not a setting (the caches' folders differ by run).
+_PLACE_FLAGS = ("xla_gpu_per_fusion_autotune_cache_dir",)
 _TRAINER_PRECISION = {"float32": "off", "float16": "float16", "bfloat16": "bfloat16",
                       "off": "off"}
 
@@ -58,6 +62,13 @@ class Case:
         batch: Images per step.
         steps_per_execution: Keras's steps per execution.
         input: `synthetic` or `tfrecords`.
+        notriton: XLA's GEMMs on cuBLAS instead of Triton (`--xla_gpu_enable_triton_gemm=
+            false`), a benchmark switch the plan does not set.
+        autotune: XLA's autotuning level, None for its default (4).
+        parallel: XLA's modules compiled in parallel and linked by the driver.
+        xla_cache: XLA's persistent caches used.
+        xla_flags: The XLA_FLAGS the case ran with, sorted, folders left out (a flag the
+            benchmark's switches do not name still tells two cases apart).
         image_size: The images' side in pixels (0: not recorded).
         images_per_second: None when the case completed no timed step.
         warmup_seconds: The warm-up's time (compilation, autotuning), if it ended.
@@ -73,6 +84,11 @@ class Case:
     batch: int = 256
     steps_per_execution: int = 1
     input: str = "synthetic"
+    notriton: bool = False
+    autotune: int | None = None
+    parallel: bool = False
+    xla_cache: bool = False
+    xla_flags: tuple[str, ...] = ()
     image_size: int = 0
     images_per_second: float | None = None
     warmup_seconds: float | None = None
@@ -81,6 +97,12 @@ class Case:
     def settings(self, leave_out: str = "") -> tuple[Any, ...]:
         """The case's settings but `leave_out` (what a comparison must agree on)."""
         return tuple(getattr(self, s) for s in SETTINGS if s != leave_out)
+
+    @property
+    def plan_can_run(self) -> bool:
+        """Whether the trainer's plan can run the case as measured: no benchmark-only XLA
+        switch (Triton off, another autotuning level, the driver's linking)."""
+        return not self.notriton and self.autotune in (None, 4) and not self.parallel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,10 +213,21 @@ def _case(row: dict[str, Any], plan: tuple[str, bool] | None) -> Case | None:
         steps_per_execution=int(row.get("steps_per_execution")
                                 or named.steps_per_execution),
         input=str(row.get("input") or "synthetic"),
+        notriton=bool(row.get("notriton", named.notriton)),
+        autotune=row.get("autotune", named.autotune),
+        parallel=bool(row.get("parallel", named.parallel)),
+        xla_cache=bool(row.get("xla_cache", named.xla_cache)),
+        xla_flags=_flags(str(row.get("xla_flags") or "")),
         image_size=int(row.get("image_size") or 0),
         images_per_second=None if error else float(row["images_per_second"]),
         warmup_seconds=row.get("warmup_seconds"),
         error=str(error or ""))
+
+
+def _flags(text: str) -> tuple[str, ...]:
+    """XLA_FLAGS as a sorted tuple, the flags that name a folder left out."""
+    return tuple(sorted(f for f in text.split()
+                        if f.lstrip("-").split("=", 1)[0] not in _PLACE_FLAGS))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,23 +249,31 @@ class Measurements:
         mine = [f for f in self.files if f.user]
         where = (f"{len(mine)} results file(s) under {self.location}" if self.location
                  else "none of yours (training.measurements and vertex.pipeline_root unset)")
+        on_cpus = [f.source for f in mine if f.on_cpu]
         return [f"measurements: the training plan read {where}, then "
                 f"{len(self.files) - len(mine)} shipped with the trainer ({SHIPPED_CITED})",
+                *([f"measurements: {len(on_cpus)} of yours ran on CPUs and decide nothing "
+                   f"for a GPU: {', '.join(on_cpus)}"] if on_cpus else []),
                 *(f"measurements: warning: {problem}" for problem in self.problems)]
 
     def for_gpu(self, accelerator: str, model: str = "") -> list[ResultsFile]:
         """The files that speak for `accelerator`, in the order they count: the GPU's own
-        before another GPU's of its architecture (standing in for it), before CPUs run for
-        it; the model's own before another model's, the user's before the shipped ones, the
-        newest first."""
+        before another GPU's of its architecture (standing in for it); the model's own
+        before another model's, the user's before the shipped ones, the newest first. Files
+        measured on CPUs are never among them: float16, bfloat16 and XLA on CPUs say
+        nothing of a GPU (`on_cpu`). The plan, the budget and `validate-gpu` all read these."""
         known = ACCELERATORS.get(accelerator)
         if known is None:
             return []
-        same = [f for f in self.files if f.accelerator == accelerator
-                or (f.architecture == known.architecture and not f.on_cpu)]
+        same = [f for f in self.files if not f.on_cpu and (
+            f.accelerator == accelerator or f.architecture == known.architecture)]
         return sorted(same, key=lambda f: (
-            f.on_cpu, stands_in(f, accelerator), bool(model) and f.model != model,
+            stands_in(f, accelerator), bool(model) and f.model != model,
             not f.user, _negated(f.measured_at), f.source))
+
+    def on_cpus(self, accelerator: str) -> list[ResultsFile]:
+        """The files run on CPUs for `accelerator` (shown as CPU figures, deciding nothing)."""
+        return [f for f in self.files if f.on_cpu and f.accelerator == accelerator]
 
 
 def _same_chip(measured: str, planned: str) -> bool:

@@ -287,25 +287,54 @@ def plan_training(layout: Layout, *, strategy: str = "auto", mixed_precision: st
             sources[name] = found
         return value
 
-    compiled = decide("xla", choices.choose_xla(
-        xla, gpu, files, _xla_refusal(chosen, gpu, all_reduce), all_reduce, problems))
+    refusal = _xla_refusal(chosen, gpu, all_reduce)
+    single_gpu = chosen == "single" and gpus == 1
+    whole = _whole(gpu, files, chosen == "parameter_server", refusal, single_gpu,
+                   {"xla": xla, "mixed_precision": mixed_precision, **explicit})
+    compiled = decide("xla", choices.choose_xla(xla, gpu, files, refusal, all_reduce, problems,
+                                                whole))
     precision = decide("mixed_precision", choices.choose_precision(
         mixed_precision, chosen == "parameter_server", gpu, files, compiled, explicit,
-        problems))
+        problems, whole))
     environment = decide("nvidia_environment", choices.choose_environment(
-        nvidia_environment, gpu, files, compiled, explicit, precision))
+        nvidia_environment, gpu, files, compiled, explicit, precision, whole))
     decided = {"precision": precision, "nvidia_environment": environment}
     nhwc = decide("keep_nhwc", choices.choose_nhwc(keep_nhwc, gpu, files, compiled, explicit,
-                                                   decided))
+                                                   decided, whole))
     prefetch = decide("prefetch_to_gpu", choices.choose_prefetch(
-        prefetch_to_gpu, chosen == "single" and gpus == 1, gpu, files, compiled, explicit,
-        {**decided, "keep_nhwc": nhwc}))
+        prefetch_to_gpu, single_gpu, gpu, files, compiled, explicit,
+        {**decided, "keep_nhwc": nhwc}, whole))
     if problems:
         raise PlanError(problems)
     return TrainingPlan(chosen, all_reduce, precision, compiled, reasons,
                         accelerator=gpu.name if gpu else "", gpus_per_machine=gpus if gpu else 0,
                         reduction_server=reduction_server, nvidia_environment=environment,
                         keep_nhwc=nhwc, prefetch_to_gpu=prefetch, measured=sources)
+
+
+def _whole(gpu: Accelerator | None, files: list[ResultsFile], ps: bool, refusal: str,
+           single_gpu: bool, asked: dict[str, str]) -> Any:
+    """The fastest case measured on the GPU that this plan may take as a whole
+    (`measured_plan.fastest`): XLA only where it can work, the precisions the strategy and
+    the GPU allow, what the options fix, prefetching only on one GPU."""
+    from trainer.cluster import measured_plan
+
+    if gpu is None:
+        return None
+    precisions = choices.allowed_precisions(ps, gpu)
+    wanted = {"on": "float16"}.get(asked["mixed_precision"], asked["mixed_precision"])
+    fixed = {k: v == "on" for k, v in asked.items()
+             if k in ("xla", "nvidia_environment", "keep_nhwc", "prefetch") and v != "auto"}
+    if refusal:
+        fixed["xla"] = False
+    if not single_gpu:
+        fixed["prefetch"] = False
+
+    def fits(case: Any) -> bool:
+        return case.precision in precisions and wanted in ("auto", case.precision) \
+            and all(getattr(case, k) == v for k, v in fixed.items())
+
+    return measured_plan.fastest(files, gpu.name, fits)
 
 
 def _evidence(gpu: Accelerator | None, model: str,

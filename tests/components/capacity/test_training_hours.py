@@ -93,19 +93,21 @@ def test_an_h100_stands_in_from_an_h200_and_a_cpu_measurement_never_counts():
                             images_from="ImageNet's", measurements=shipped())
     found = hours_for(h100, shipped_only)
     assert found.measured and "x 1 +" in found.basis and "scale linearly" not in found.basis
-    # Its plan runs float16 (the H200's figures); the H100's own file, first, measured
-    # none: its slowest case speaks for it (bfloat16, 1,477 images/s).
-    assert h100.plan.mixed_precision == "float16"
-    # 10 epochs of 1,331,167 images at 1,477 images/s (rounded), and 40 s of warm-up:
-    # 9,053 s by hand.
-    assert found.hours * 3600 == pytest.approx(9053, rel=1e-3)
-    assert not missing(found.basis, "1,477 images/s", "40 s", "plan-no-xla",
+    # Its plan runs float32, its own file's fastest case, which speaks for it: the plan
+    # and the budget read the same case of the same file.
+    assert h100.plan.mixed_precision == "off"
+    assert h100.plan.measured["mixed_precision"] == ("trainer/cluster/measured/"
+                                                     "gpu-h100-2026-11-26.json",)
+    # 10 epochs of 1,331,167 images at 1,525.2 images/s, and 42.8 s of warm-up: 8,771 s
+    # by hand.
+    assert found.hours * 3600 == pytest.approx(8771, rel=1e-3)
+    assert not missing(found.basis, "1,525 images/s", "43 s", "float32",
                        "gpu-h100-2026-11-26.json")
     # Without it, the H200's figures stand in, and are said to.
     h200_only = Measurements(tuple(f for f in shipped().files if f.accelerator == cat.H200))
     stand_in = hours_for(h100, evidence(model="resnet50", image_size=224, images=1000,
                                         measurements=h200_only)).basis
-    assert "float16-noxla+nvenv (extrapolated from an NVIDIA H200" in stand_in, stand_in
+    assert "(extrapolated from an NVIDIA H200" in stand_in, stand_in
     on_cpu = {**results(cat.H100_80GB, "2026-11-28T10:00:00+00:00",
                         ("float16", 12.0, {"precision": "float16", "image_size": 224}),
                         model="resnet50"), "device": "cpu"}

@@ -20,6 +20,12 @@ from trainer.cluster.training_plan import plan_training
 H200, H100 = ACCELERATORS[cat.H200], ACCELERATORS[cat.H100_80GB]
 
 
+def rates(reason):
+    """The images/s figures a reason gives, in order (a case's, then each pair's)."""
+    return [int((a or b).replace(",", "")) for a, b in
+            re.findall(r"(\d[\d,]*) images/s|against (?:[a-z0-9]+ )?(\d[\d,]*)", reason)]
+
+
 def results(accelerator, day, *cases, model="resnet50"):
     """A schema 2 results file of `cases` (name, images/s or an error string, settings)."""
     rows = []
@@ -73,33 +79,28 @@ def test_without_measurements_an_a100_l4_or_t4_plan_keeps_xla_off_and_says_not_m
     assert plan_training(Layout(), gpu=ACCELERATORS[cat.A100], gpus=1, xla="on").xla
 
 
-def test_an_h200_plan_takes_what_its_own_files_measured_and_names_each_file():
+H200_NEWEST = "trainer/cluster/measured/gpu-h200-2026-11-27.json"
+H100_OWN = "trainer/cluster/measured/gpu-h100-2026-11-26.json"
+
+
+def test_an_h200_plan_is_the_fastest_case_its_newest_file_measured_taken_whole():
     plan = plan_training(Layout(), gpu=H200, gpus=1)
+    # float16-noxla+nvenv, 2,705 images/s: its precision, XLA, environment and layout.
     assert (plan.mixed_precision, plan.xla, plan.nvidia_environment, plan.keep_nhwc,
             plan.prefetch_to_gpu) == ("float16", False, True, False, False)
-    why = plan.reasons["mixed_precision"]
-    assert not missing(why, "2,705", "2,005", "measured/gpu-h200-2026-11-27.json")
-    assert "float16 1,636 images/s against bfloat16 1,554 (on an NVIDIA H200, " \
-           "trainer/cluster/measured/gpu-h200-2026-11-26.json)" in why
+    assert rates(plan.reasons["mixed_precision"])[:3] == [2705, 2705, 2005]
+    assert {plan.measured[k] for k in ("mixed_precision", "nvidia_environment",
+                                       "prefetch_to_gpu")} == {(H200_NEWEST,)}
+    # XLA: tried in that file, no step completed.
     assert plan.reasons["xla"].startswith("no XLA step completed: bfloat16-xla+parallel+"
                                           "profile: timed out after 250 s")
-    assert plan.measured["nvidia_environment"] == (
-        "trainer/cluster/measured/gpu-h200-2026-11-27.json",)
-    # Prefetching is judged by the pairs run as the plan runs (with NVIDIA's environment).
-    assert not missing(plan.reasons["prefetch_to_gpu"], "1,954", "2,005", "float32")
+    # Never a figure of another file in a reason: each parenthesis cites one file.
+    for reason in plan.reasons.values():
+        for cited in re.split(r"\(on an|\(extrapolated from", reason)[1:]:
+            assert cited.count(".json") == 1
 
 
-def test_no_reason_pairs_figures_of_two_files():
-    """NVIDIA's environment was quoted 1.65x faster by pairing 2,705 (one file) with 1,636
-    (another): the plan never does; within the 2026-11-27 file it is float32's pairs."""
-    plan = plan_training(Layout(), gpu=H200, gpus=1)
-    environment = plan.reasons["nvidia_environment"]
-    assert "1,636" not in environment and "2,705" not in environment
-    assert environment.startswith("measured faster: 2,005 images/s with it against 1,784 "
-                                  "without, in float32")
-    for reason in plan.reasons.values():  # each parenthesis cites one file
-        for figures in re.split(r"\(on an|\(extrapolated from", reason)[1:]:
-            assert figures.count(".json") == 1
+def test_no_pair_is_made_of_two_files():
     # Two files, one with float16 only with the environment, one only without it: no pair.
     files = load_from([results(cat.H200, "2026-12-01", ("a", 2700.0, {
                            "precision": "float16", "nvidia_environment": True})),
@@ -107,25 +108,68 @@ def test_no_reason_pairs_figures_of_two_files():
                            "precision": "float16"}))])
     alone = plan_training(Layout(), gpu=H200, gpus=1, measurements=files,
                           mixed_precision="float16")
-    assert not alone.nvidia_environment
+    # The newest file's case decides what it ran; the environment it never varied.
+    assert not alone.nvidia_environment and alone.measured.get("nvidia_environment") is None
     assert alone.reasons["nvidia_environment"].startswith(f"not measured on {cat.H200}")
 
 
-def test_an_h100_plan_says_its_figures_stand_in_from_an_h200():
+def test_an_h100_plan_takes_its_precision_from_its_own_file_and_the_h200_only_stands_in():
     plan = plan_training(Layout(), gpu=H100, gpus=1)
-    assert (plan.mixed_precision, plan.nvidia_environment) == ("float16", True)
-    assert "extrapolated from an NVIDIA H200, trainer/cluster/measured/gpu-h200-2026-11-27" \
-        in plan.reasons["mixed_precision"]
+    # Its own file compared float32 (1,525) with bfloat16 (1,477) and never ran float16:
+    # the H200's float16 does not decide the H100's precision.
+    assert plan.mixed_precision == "off" and plan.measured["mixed_precision"] == (H100_OWN,)
+    assert rates(plan.reasons["mixed_precision"]) == [1525, 1525, 1477]
+    assert plan.reasons["xla"].endswith(f"(on an NVIDIA H100 80GB HBM3, {H100_OWN})")
+    # The environment, which no H100 file varied, stands in from the H200, said so.
+    assert plan.nvidia_environment
     assert "extrapolated from an NVIDIA H200" in plan.reasons["nvidia_environment"]
-    # Its own file decides what it compared: XLA, tried there, never completed a step.
-    assert plan.reasons["xla"].endswith("(on an NVIDIA H100 80GB HBM3, "
-                                        "trainer/cluster/measured/gpu-h100-2026-11-26.json)")
-    # The H100's own float32-against-bfloat16 comparison wins over the H200's.
-    own = plan_training(Layout(workers=1, parameter_servers=1), gpu=H100, gpus=1)
-    assert own.mixed_precision == "off"
-    assert own.measured["mixed_precision"] == (
-        "trainer/cluster/measured/gpu-h100-2026-11-26.json",)
-    assert not missing(own.reasons["mixed_precision"], "1,525", "1,477")
+    for decided in ("mixed_precision", "xla"):
+        assert "H200" not in plan.reasons[decided]
+
+
+def test_a_file_measured_on_cpus_decides_no_gpus_plan(tmp_path):
+    """float16 and XLA on CPUs say nothing of a GPU: a CPU file placed among a user's
+    measurements changes no plan, and the budget reads the same files."""
+    cpu = results(cat.T4, "2026-12-01", ("float32-noxla", 90.0, {"precision": "off"}),
+                  ("float16-noxla", 30.0, {"precision": "float16"}),
+                  ("float16-xla", 120.0, {"precision": "float16", "xla": True}))
+    mine = tmp_path / "m"
+    for gpu in (cat.T4, cat.A100, cat.H100_80GB):
+        write(mine, f"{gpu}.json", {**cpu, "accelerator": gpu, "gpu": f"CPUs for {gpu}",
+                                    "device": "cpu"})
+    found = load(str(mine))
+    assert len(found.on_cpus(cat.T4)) == 1
+    for gpu in (cat.T4, cat.A100, cat.H100_80GB):
+        assert found.for_gpu(gpu) == shipped().for_gpu(gpu)
+        assert plan_training(Layout(), gpu=ACCELERATORS[gpu], gpus=1, measurements=found) == \
+            plan_training(Layout(), gpu=ACCELERATORS[gpu], gpus=1)
+
+
+def test_a_benchmark_only_xla_switch_is_no_xla_comparison_and_no_plan():
+    from trainer.cluster import measured_plan
+
+    files = load_from([results(cat.H100_80GB, "2026-12-01",
+                               ("float16-xla+notriton", 3500.0, {"precision": "float16",
+                                                                 "xla": True}),
+                               ("float16-noxla", 3000.0, {"precision": "float16"}))])
+    own = files.for_gpu(cat.H100_80GB)
+    assert measured_plan.compare(own, cat.H100_80GB, "xla", True, False) is None
+    # The plan cannot run XLA without Triton's GEMMs: the fastest case it can run decides.
+    plan = plan_training(Layout(), gpu=H100, gpus=1, measurements=files)
+    assert not plan.xla and 3500 not in rates(plan.reasons["xla"])
+
+
+def test_a_users_h200_file_whose_float32_without_the_environment_is_fastest_decides_it():
+    files = load_from([results(cat.H200, "2026-12-01",
+                               ("float32-noxla", 9999.0, {"precision": "off"}),
+                               ("float32-noxla+nvenv", 2000.0, {"precision": "off",
+                                                                "nvidia_environment": True}),
+                               ("float16-noxla+nvenv", 2700.0, {"precision": "float16",
+                                                                "nvidia_environment": True}))])
+    plan = plan_training(Layout(), gpu=H200, gpus=1, measurements=files)
+    # Never float16 without the environment: a case no file ran.
+    assert (plan.mixed_precision, plan.nvidia_environment) == ("off", False)
+    assert rates(plan.reasons["mixed_precision"])[0] == 9999
 
 
 def load_from(files, tmp=None):
@@ -152,18 +196,15 @@ def test_a_users_file_changes_the_choice_and_the_reason_and_bad_files_are_named(
         "broken.json", "notes.json", "tpu.json"]
     assert "no Vertex AI accelerator type" in next(p for p in found.problems if "tpu" in p)
     plan = plan_training(Layout(), gpu=H200, gpus=1, measurements=found)
-    assert (plan.mixed_precision, plan.xla) == ("bfloat16", True)
+    # Its fastest case, bfloat16-xla at 3,300 images/s, taken whole.
+    assert (plan.mixed_precision, plan.xla, plan.keep_nhwc) == ("bfloat16", True, False)
     source = str(mine / "h200" / "2026-12-01" / "results.json")
-    assert not missing(plan.reasons["xla"], "3,300", "3,100", "bfloat16", source)
-    assert plan.measured["xla"] == (source,)
-    # The user's file was measured with XLA off for every precision: with XLA on only
-    # bfloat16 ran, so no precision comparison holds and the rules decide, said so.
-    assert plan.reasons["mixed_precision"].startswith(f"not measured on {cat.H200}")
-    # NHWC kept measured faster, but only with XLA off: asked for XLA off, it is on.
+    assert rates(plan.reasons["xla"]) == [3300, 3300, 3100] and source in plan.reasons["xla"]
+    assert plan.measured["xla"] == plan.measured["mixed_precision"] == (source,)
+    # Asked for XLA off, its fastest case without XLA: NHWC kept, 3,200.
     off = plan_training(Layout(), gpu=H200, gpus=1, measurements=found, xla="off")
     assert (off.mixed_precision, off.keep_nhwc) == ("bfloat16", True)
-    assert off.reasons["mixed_precision"].startswith(
-        "bfloat16 measured fastest: bfloat16 3,100 images/s against float16 2,900")
+    assert rates(off.reasons["mixed_precision"])[0] == 3200
     # An explicit option still wins, and its reason says what measured faster.
     asked = plan_training(Layout(), gpu=H200, gpus=1, measurements=found, xla="off",
                           mixed_precision="off")
@@ -199,10 +240,16 @@ def test_the_newest_file_of_the_gpu_decides_and_a_pair_must_agree_within_it():
                     ("d", 1100.0, {"precision": "off", "batch": 512, "nvidia_environment": True}))
     plan = plan_training(Layout(), gpu=ACCELERATORS[cat.L4], gpus=1, mixed_precision="off",
                          measurements=load_from([mixed]))
+    # Faster with it at the default batch, slower at 512, where the fastest case (1,200)
+    # ran without it: off, as that case ran.
     assert not plan.nvidia_environment
-    # Faster with it at the default batch, slower at 512: not shown faster, so off.
-    assert not missing(plan.reasons["nvidia_environment"], "1,000", "900", "1,100", "1,200",
-                       "batch 512", "f0.json")
+    assert rates(plan.reasons["nvidia_environment"]) == [1200, 1100, 1200]  # case, with, without
+    # Asked for float16 on an L4 file that ran float32 alone: no case fits, and the pairs
+    # of that file that agree on all but the environment disagree: off, said so.
+    asked = plan_training(Layout(), gpu=ACCELERATORS[cat.L4], gpus=1,
+                          mixed_precision="float16", measurements=load_from([mixed]))
+    assert not asked.nvidia_environment
+    assert not missing(asked.reasons["nvidia_environment"], "1,000", "900", "1,100", "1,200")
 
 
 @pytest.mark.parametrize("data,says", [

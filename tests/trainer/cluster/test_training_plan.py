@@ -56,8 +56,10 @@ FAMILIES = {
     cat.A100: (("a2-highgpu-1g", 1), ("nccl", "bfloat16", False, False)),
     cat.A100_80GB: (("a2-ultragpu-1g", 1), ("nccl", "bfloat16", False, False)),
     cat.L4: (("g2-standard-8", 1), ("nccl", "bfloat16", False, False)),
-    cat.H100_80GB: (("a3-highgpu-8g", 8), ("nccl", "float16", False, True)),
-    cat.H100_MEGA: (("a3-megagpu-8g", 8), ("nccl", "float16", False, True)),
+    # Its own file compared float32 with bfloat16 (1,525 against 1,477 images/s) and never
+    # ran float16; the environment stands in from the H200's.
+    cat.H100_80GB: (("a3-highgpu-8g", 8), ("nccl", "off", False, True)),
+    cat.H100_MEGA: (("a3-megagpu-8g", 8), ("nccl", "off", False, True)),
     cat.H200: (("a3-ultragpu-8g", 8), ("nccl", "float16", False, True)),
 }
 
