@@ -58,6 +58,9 @@ def default_pools() -> list[dict[str, Any]]:
 
 
 SchedulingStrategy = Literal["STANDARD", "SPOT", "FLEX_START"]
+#: `vertex.promotion`'s rule for scheduled retraining (named `non_inferior` before: it
+#: promotes unless the challenger is shown worse, which is not a non-inferiority test).
+UNLESS_SHOWN_WORSE = "unless_shown_worse"
 
 
 class Fallback(pydantic.BaseModel):
@@ -165,14 +168,22 @@ class VertexOptions(pydantic.BaseModel):
     parent_model: str = Field("", description=(
         "projects/.../locations/REGION/models/ID, in `region`: register as a new version "
         "of it."))
-    promotion: Literal["default", "non_inferior", "version_only", "never"] = Field(
+    promotion: Literal["default", "unless_shown_worse", "version_only", "never"] = Field(
         "default", description=(
-            "default: a model significantly better than the champion on the same held-out "
-            "images (McNemar's exact test) becomes the default version, one that only "
-            "passes the threshold a non-default version; non_inferior: the same, a model "
-            "not shown worse than vertex.non_inferiority_margin allows counting as better "
-            "(for scheduled retraining); version_only: every model that passes the "
-            "threshold a non-default version; never: nothing registered."))
+            "default: a model shown better than the champion on the same held-out images "
+            "(McNemar's exact test) becomes the default version, one that only passes the "
+            "threshold a non-default version; unless_shown_worse: the same, but a model "
+            "is promoted unless the test shows it worse than vertex.non_inferiority_margin "
+            "allows (for scheduled retraining on fresh data: on a small split almost any "
+            "model passes, and the decision says what the split can detect; the earlier "
+            "name non_inferior is read as it, with a warning); version_only: every model "
+            "that passes the threshold a non-default version; never: nothing registered."))
+
+    @pydantic.field_validator("promotion", mode="before")
+    @classmethod
+    def _renamed_promotion(cls, value: Any) -> Any:
+        # Specs compiled before the rename pass the old name (the loader warns of it).
+        return UNLESS_SHOWN_WORSE if value == "non_inferior" else value
     promotion_level: float = Field(0.05, gt=0, lt=0.5, description=(
         "The one-sided level of the gate's paired test (McNemar's exact test on the "
         "held-out images the two models disagree on)."))
@@ -181,7 +192,7 @@ class VertexOptions(pydantic.BaseModel):
         "warning naming the rule and the figures (the count is in the report, the Model "
         "Registry labels and `gpu-pipeline models list`)."))
     non_inferiority_margin: float = Field(0.1, ge=0, le=1, description=(
-        "vertex.promotion non_inferior: how many more errors than the champion's the new "
+        "vertex.promotion unless_shown_worse: how many more errors than the champion's the new "
         "model may make, as a share of the champion's (0.1: at most 10% more)."))
     persistent_resource_id: str = Field("", pattern=r"^([a-z][a-z0-9-]{0,62})?$", description=(
         "A Vertex AI persistent resource to train on (fast starts); empty for none."),

@@ -100,8 +100,8 @@ DROPPED_KEYS = {
     ("vertex", "promotion_margin"): (
         "the gate compares the two models' predictions image by image (McNemar's exact test "
         "at vertex.promotion_level); vertex.promotion default promotes a significantly "
-        "better model, non_inferior one not shown worse than vertex.non_inferiority_margin "
-        "allows"),
+        "better model, unless_shown_worse one not shown worse than "
+        "vertex.non_inferiority_margin allows"),
     ("dataset", "near_duplicate_distance"): (
         "near duplicates are found by 8x8 colour thumbnails now, within "
         "dataset.near_duplicate_difference (default 6 of 255)"),
@@ -113,6 +113,14 @@ def without_deprecated_keys(data: Mapping[str, Any], where: str,
     """The keys of earlier versions: `training.local_*` moved to the `local` section (with
     a deprecation note), unless that section already sets them (then the note says which
     one counts); `DROPPED_KEYS` dropped with a note."""
+    vertex = data.get("vertex")
+    if isinstance(vertex, Mapping) and vertex.get("promotion") == "non_inferior":
+        if warnings is not None:
+            warnings.append(f"vertex.promotion non_inferior ({where}) is deprecated: it is "
+                            "read as unless_shown_worse, its name for what it does (promote "
+                            "unless the test shows the new model worse than the margin); "
+                            "write that instead")
+        data = {**data, "vertex": {**vertex, "promotion": "unless_shown_worse"}}
     for (section, key), instead in DROPPED_KEYS.items():
         values = data.get(section)
         if isinstance(values, Mapping) and key in values:

@@ -66,7 +66,7 @@ def warning(streak: Streak | None, decision: Any, promotion: str, threshold: int
     """The warning line once `threshold` runs in a row kept the champion ("" before)."""
     if streak is None or streak.runs < threshold:
         return ""
-    hint = ("; vertex.promotion non_inferior keeps a scheduled model current on fresh data "
+    hint = ("; vertex.promotion unless_shown_worse keeps a scheduled model current on fresh data "
             "unless it is shown worse" if promotion == "default" else "")
     return (f"warning: the champion has been kept {streak.runs} runs in a row, since "
             f"{streak.since} (vertex.champion_kept_warning {threshold}); this run: "

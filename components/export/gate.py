@@ -5,9 +5,11 @@ validation accuracy when the dataset has no test split), and each image's correc
 kept for both: they are compared as paired predictions (`paired_test`: McNemar's exact
 test on the images where they disagree, one-sided at `vertex.promotion_level`). Under
 `vertex.promotion: default` a challenger is promoted when it is significantly better;
-under `non_inferior`, unless it is significantly worse than `vertex.non_inferiority_margin`
-allows (a scheduled retraining keeps the model current on fresh data, never on a worse
-one). The first model, with no champion, is promoted on the absolute threshold alone.
+under `unless_shown_worse`, unless it is significantly worse than
+`vertex.non_inferiority_margin` allows (a scheduled retraining keeps the model current on
+fresh data unless the split shows the new one worse; a small split shows little, and
+every decision says the smallest difference it can detect). The first model, with no
+champion, is promoted on the absolute threshold alone.
 """
 
 from __future__ import annotations
@@ -16,10 +18,17 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from components.export.paired_test import Paired, better, not_worse
+from components.export.paired_test import (
+    POWER,
+    Paired,
+    better,
+    detectable,
+    images_for,
+    not_worse,
+)
 
 #: `vertex.promotion`: what a model that passes the gate (and one that does not) becomes.
-PROMOTIONS = ("default", "non_inferior", "version_only", "never")
+PROMOTIONS = ("default", "unless_shown_worse", "version_only", "never")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +101,25 @@ def other_questions(challenger: Sequence[str], champion: Sequence[str], *,
             f"start a new model for these classes, set {setting}")
 
 
+def split_words(paired: Paired, level: float, margin: float, test: dict[str, Any]) -> str:
+    """What the held-out split can tell, in words, kept in `test` too: the smallest
+    relative difference in errors the test finds with 80% power on these images
+    (`paired_test.detectable`) and, when `margin` is smaller, that the split is too small
+    to tell it, with about how many images would."""
+    found = detectable(paired, level)
+    test.update(detectable=found, power=POWER)
+    said = (f"; on these {paired.images} images the test finds, with {POWER:.0%} power, a "
+            f"challenger with {found:.0%} fewer errors than the champion" if found else
+            f"; on these {paired.images} images no difference in errors can be found with "
+            f"{POWER:.0%} power (they disagree on {paired.discordant})")
+    if found is not None and margin >= found:
+        return said
+    needed = images_for(paired, margin, level) if margin else None
+    test.update(too_small_for=margin, images_needed=needed)
+    return said + (f"; too few to tell a {margin:.0%} difference" + (
+        f": about {needed:,} test images would (dataset.test_fraction)" if needed else ""))
+
+
 def decide(challenger: Mapping[str, Any], champion: Mapping[str, Any] | None, *,
            threshold: float, promotion: str, level: float = 0.05, margin: float = 0.1,
            paired: Paired | None = None, refused: str = "") -> Decision:
@@ -102,12 +130,12 @@ def decide(challenger: Mapping[str, Any], champion: Mapping[str, Any] | None, *,
         champion: The champion's metrics on the same split, None when there is none.
         threshold: The least value of the metric any registered model has.
         promotion: `default` (a significantly better model becomes the default version, a
-            worse one that passes the threshold a non-default version), `non_inferior`
+            worse one that passes the threshold a non-default version), `unless_shown_worse`
             (the same, a model not shown worse than `margin` allows counting as better),
             `version_only` (every model that passes the threshold a non-default version)
             or `never` (nothing is registered; the decision is still reported).
         level: The paired test's one-sided level (`vertex.promotion_level`).
-        margin: `non_inferior`'s relative margin: the challenger may make this share more
+        margin: `unless_shown_worse`'s relative margin: the challenger may make this share more
             errors than the champion (`vertex.non_inferiority_margin`).
         paired: Both models' correctness on the same held-out images; needed with a
             champion (without it the challenger is not promoted, and the reason says so).
@@ -129,10 +157,12 @@ def decide(challenger: Mapping[str, Any], champion: Mapping[str, Any] | None, *,
         promoted, why = False, (f"{metric} {value:.4f} against the champion's {best:.4f}: "
                                 "no paired predictions to compare them by")
     else:
-        lenient = promotion == "non_inferior"
+        lenient = promotion == "unless_shown_worse"
         verdict = not_worse(paired, level, margin) if lenient else better(paired, level)
         test = {**dataclasses.asdict(paired), "p_value": round(verdict.p_value, 6),
                 "rule": verdict.rule, "level": level, **({"margin": margin} if lenient else {})}
+        test["decides"] = "promote unless shown worse than the margin" if lenient else \
+            "promote only when shown better"
         promoted = verdict.passes
         if lenient:
             said = ("is not shown worse than" if promoted else
@@ -141,7 +171,7 @@ def decide(challenger: Mapping[str, Any], champion: Mapping[str, Any] | None, *,
             said = "is significantly better than" if promoted else \
                 "is not significantly better than"
         why = (f"{metric} {value:.4f} {said} the champion's {best:.4f} ({paired.words()}; "
-               f"{verdict.rule})")
+               f"{verdict.rule}){split_words(paired, level, margin, test)}")
     passes = value >= threshold
 
     def made(register: bool, default: bool, is_promoted: bool, reason: str) -> Decision:

@@ -8,7 +8,7 @@ disagreement goes the champion's way.
 
 - **Better** (`vertex.promotion: default`): equal models give `theta = 0.5`; the
   challenger is better when `P(X <= c | n, 0.5)` (one-sided) is at most the level.
-- **Not worse than a margin** (`non_inferior`): the challenger may make at most
+- **Unless shown worse than a margin** (`unless_shown_worse`): the challenger may make at most
   `1 + margin` times the champion's errors, `c + d <= (1 + margin)(b + d)`; given `n` and
   `d` the boundary is `theta0 = (1 + margin + margin * d / n) / (2 + margin)`. It is kept
   out only when it is significantly worse than that: `P(X >= c | n, theta0)` at most the
@@ -122,3 +122,70 @@ def not_worse(paired: Paired, level: float, margin: float) -> Verdict:
     return Verdict(p > level, p, f"McNemar's exact test, one-sided, that the challenger "
                                  f"makes more than {1 + margin:g} times the champion's "
                                  f"errors: p = {p:.4f} at level {level:g}")
+
+
+#: The power a split must have to tell a difference (the usual 80%).
+POWER = 0.8
+
+
+def _critical(n: int, level: float) -> int:
+    """The most disagreements the champion may win for the default test to find the
+    challenger better (-1 when none would do)."""
+    k = -1
+    while k + 1 <= n and lower_tail(k + 1, n, 0.5) <= level:
+        k += 1
+    return k
+
+
+def power(n: int, errors: float, relative: float, level: float) -> float:
+    """The chance the default test finds a challenger that makes `relative` fewer errors
+    than the champion's `errors`, the two disagreeing on `n` images.
+
+    With the champion's errors and the disagreements as measured, a challenger with
+    `(1 - relative)` times the errors wins `relative * errors` more of the `n`
+    disagreements than it loses: a disagreement goes the champion's way with
+    `theta = 1/2 - relative * errors / (2n)`, and the test finds it when the champion wins
+    at most the critical count (`_critical`)."""
+    if n == 0:
+        return 0.0
+    theta = max(0.0, 0.5 - relative * errors / (2 * n))
+    return lower_tail(_critical(n, level), n, theta)
+
+
+def detectable(paired: Paired, level: float, target: float = POWER) -> float | None:
+    """The smallest relative difference in errors (0.01 steps) the default test finds with
+    `target` power on these images (their disagreements and the champion's errors as
+    measured); None when no difference would be found (no disagreement, or too few)."""
+    errors = paired.challenger_only + paired.both_wrong  # the champion's
+    for hundredths in range(1, 101):
+        if power(paired.discordant, errors, hundredths / 100, level) >= target:
+            return hundredths / 100
+    return None
+
+
+def images_for(paired: Paired, relative: float, level: float, target: float = POWER
+               ) -> int | None:
+    """About how many held-out images would find `relative` with `target` power, the
+    disagreements and the champion's errors growing with the split as on these images;
+    None without a disagreement and an error to scale from."""
+    errors = paired.challenger_only + paired.both_wrong
+    if not paired.discordant or not errors or not paired.images:
+        return None
+
+    def found(images: int) -> bool:
+        scale = images / paired.images
+        return power(round(paired.discordant * scale), errors * scale, relative,
+                     level) >= target
+
+    low, high = paired.images, paired.images
+    while not found(high):
+        low, high = high, high * 2
+        if high > 10**7:
+            return None
+    while high - low > 1:  # the fewest images with that power
+        middle = (low + high) // 2
+        if found(middle):
+            high = middle
+        else:
+            low = middle
+    return high

@@ -91,12 +91,19 @@ def test_the_absolute_promotion_margin_is_ignored_with_a_note(tmp_path):
     path.write_text("vertex:\n  promotion_margin: 0.05\n  promotion: non_inferior\n")
     warnings: list[str] = []
     config = load_config(path, warnings=warnings)
-    assert config.vertex.promotion == "non_inferior"
+    # The rule's earlier name is read as its name for what it does, said so.
+    assert config.vertex.promotion == "unless_shown_worse"
     assert config.vertex.promotion_level == 0.05 and config.vertex.non_inferiority_margin == 0.1
     assert "promotion_margin" not in config.vertex.model_dump()
-    (note,) = warnings
+    renamed, note = warnings
+    assert renamed.startswith(f"vertex.promotion non_inferior ({path}) is deprecated: it is "
+                              "read as unless_shown_worse")
     assert note.startswith(f"vertex.promotion_margin ({path}) is deprecated and ignored: the "
                            "gate compares the two models' predictions image by image")
+    # A spec compiled with the old name still runs its stages.
+    from components.vertex_options import VertexOptions
+
+    assert VertexOptions(promotion="non_inferior").promotion == "unless_shown_worse"
     with pytest.raises(ConfigError, match=r"vertex\.promotion_level is 0\.7"):
         load_config(overrides={"vertex": {"promotion_level": 0.7}})
 
@@ -178,7 +185,7 @@ def test_retraining_options_that_cannot_work_are_refused():
     for expected in ("vertex.tensorboard is 'projects/p/locations/us-central1/tensorboards/1' "
                      "but service_account is empty",
                      "vertex.persistent_resource_id is 'Fast Pool'",
-                     "vertex.promotion is 'always'; expected one of default, non_inferior, "
+                     "vertex.promotion is 'always'; expected one of default, unless_shown_worse, "
                      "version_only, never",
                      "vertex.notification_emails"):
         assert expected in message, message

@@ -317,7 +317,7 @@ def build(image_size, num_classes):
 def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
     """Runs in a row, as a schedule makes them: the first promotes, an identical second is
     not significantly better (the paired test's figures said), a shorter third loses to
-    it, and an identical fourth under non_inferior replaces it."""
+    it, and an identical fourth under unless_shown_worse replaces it."""
     cwd, stdout = demo
     first = json.loads(stdout.strip().splitlines()[-1])
     assert first["registered_version"] == "1"
@@ -387,10 +387,10 @@ def test_retraining_replaces_the_champion_only_with_a_better_model(demo):
     assert [v["decision"]["promoted"] for v in registry["versions"]] == [True, False, False]
     _check_versions(cwd, third, champion)
 
-    # The same data again under non_inferior, as a schedule keeping the model current on
+    # The same data again under unless_shown_worse, as a schedule keeping the model current on
     # fresh data: a model not shown worse than the margin allows is promoted.
     current = cwd / "non-inferior.yaml"
-    current.write_text("vertex:\n  promotion: non_inferior\n")
+    current.write_text("vertex:\n  promotion: unless_shown_worse\n")
     fourth, _ = run_json(cwd, "--config", str(current))
     assert f"is not shown worse than the champion's {champion:.4f} (182 paired images" in \
         fourth["decision"], fourth["decision"]

@@ -45,7 +45,7 @@ def test_a_champion_kept_three_runs_in_a_row_is_announced(tmp_path, small_datase
         f"warning: the champion has been kept 3 runs in a row, since {since} "
         "(vertex.champion_kept_warning 3); this run: vertex.promotion default, test_accuracy "
         "0.6000 is not significantly better than the champion's 0.6000 (")
-    assert made[2].warning.endswith("vertex.promotion non_inferior keeps a scheduled model "
+    assert made[2].warning.endswith("vertex.promotion unless_shown_worse keeps a scheduled model "
                                     "current on fresh data unless it is shown worse")
     from components.export.export_model import comparison_markdown
 

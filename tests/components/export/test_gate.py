@@ -17,7 +17,7 @@ from pipelines.cli import main
 from pipelines.config_loading import load_config
 from pipelines.vertex import model_registry as models
 from pipelines.vertex.clients import Clients
-from tests.support.facts import missing
+from tests.support.facts import figures, missing
 from tests.support.google_fakes import model_pages
 from trainer.common.committed_dirs import committed
 
@@ -44,10 +44,10 @@ BEHIND = _paired(2, 20)
     ("default", BETTER, AHEAD, True, True, True),
     ("default", SAME, EVEN, True, False, False),
     ("default", POOR, AHEAD, False, False, False),
-    # non_inferior: not shown worse than the margin -> the default; worse -> a version
-    ("non_inferior", SAME, EVEN, True, True, True),
-    ("non_inferior", BETTER, AHEAD, True, True, True),
-    ("non_inferior", SAME, BEHIND, True, False, False),
+    # unless_shown_worse: not shown worse than the margin -> the default; worse -> a version
+    ("unless_shown_worse", SAME, EVEN, True, True, True),
+    ("unless_shown_worse", BETTER, AHEAD, True, True, True),
+    ("unless_shown_worse", SAME, BEHIND, True, False, False),
     ("version_only", BETTER, AHEAD, True, False, True),
     ("version_only", SAME, EVEN, True, False, False),
     ("version_only", POOR, AHEAD, False, False, False),
@@ -95,19 +95,19 @@ def test_the_paired_test_s_figures_are_mcnemar_s_exact_ones():
 
 def test_equal_accuracy_promotes_under_non_inferior_and_keeps_the_champion_by_default():
     """Scheduled retraining on fresh data: an equally good model is promoted under
-    non_inferior (the model stays current), kept out under the default (not better)."""
+    unless_shown_worse (the model stays current), kept out under the default (not better)."""
     equal = {"test_accuracy": 0.9945}
     kept = decide(equal, equal, threshold=0.9, promotion="default", paired=_paired(1, 1, 360, 1))
     assert not kept.default and "is not significantly better than the champion's 0.9945" in \
         kept.reason and "p = 0.7500" in kept.reason
-    fresh = decide(equal, equal, threshold=0.9, promotion="non_inferior",
+    fresh = decide(equal, equal, threshold=0.9, promotion="unless_shown_worse",
                    paired=_paired(1, 1, 360, 1))
     assert fresh.default and fresh.reason.startswith(
         "test_accuracy 0.9945 is not shown worse than the champion's 0.9945 (")
     assert "makes more than 1.1 times the champion's errors" in fresh.reason
-    # Much worse is kept out under non_inferior too.
+    # Much worse is kept out under unless_shown_worse too.
     worse = decide({"test_accuracy": 0.9}, {"test_accuracy": 0.96}, threshold=0.5,
-                   promotion="non_inferior", paired=BEHIND)
+                   promotion="unless_shown_worse", paired=BEHIND)
     assert not worse.default and "is worse, beyond the margin 0.1, than" in worse.reason
 
 
@@ -395,3 +395,32 @@ def test_a_model_that_fails_in_its_server_is_not_registered_and_the_champion_kee
     first = decide(BETTER, None, threshold=0.8, promotion="default")
     assert first.after_serving_check(failed).reason.endswith("not registered; no model serves "
                                                              "yet")
+
+
+def test_every_decision_says_what_the_split_can_detect_and_when_it_is_too_small():
+    """182 test images, equal models: 4 disagreements each way, 10 both wrong. With the
+    champion's 14 errors and 8 disagreements, a challenger with 46% fewer errors wins a
+    disagreement with odds 1 - theta, theta = 1/2 - 0.46 x 14 / 16 = 0.0975, and the test
+    (at most 1 of 8 for the champion at 0.05) finds it with P(X <= 1 | 8, 0.0975) = 0.8205;
+    at 45%, theta = 0.10625 and 0.7943: 46% is the smallest, by hand."""
+    from components.export.paired_test import power
+
+    equal = {"test_accuracy": 168 / 182}
+    made = decide(equal, equal, threshold=0.5, promotion="default", margin=0.1,
+                  paired=Paired(164, 4, 4, 10))
+    assert not made.promoted
+    assert made.paired["detectable"] == 0.46 and made.paired["power"] == 0.8
+    assert power(8, 14, 0.46, 0.05) == pytest.approx(0.8205, abs=1e-4)
+    assert power(8, 14, 0.45, 0.05) == pytest.approx(0.7943, abs=1e-4)
+    # A 10% margin is below what this split can show: too small, and how many would do.
+    assert made.paired["too_small_for"] == 0.1 and made.paired["images_needed"] > 4000
+    assert {46, 10, made.paired["images_needed"]} <= set(figures(made.reason))
+    # Under unless_shown_worse the same split promotes, and says as much.
+    lenient = decide(equal, equal, threshold=0.5, promotion="unless_shown_worse",
+                     margin=0.1, paired=Paired(164, 4, 4, 10))
+    assert lenient.promoted and lenient.paired["too_small_for"] == 0.1
+    assert lenient.paired["decides"] == "promote unless shown worse than the margin"
+    # No disagreement: nothing can be found, said so.
+    alike = decide(equal, equal, threshold=0.5, promotion="default", margin=0.1,
+                   paired=Paired(168, 0, 0, 14))
+    assert alike.paired["detectable"] is None and alike.paired["images_needed"] is None
