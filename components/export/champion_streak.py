@@ -5,8 +5,9 @@ and the figures that kept it.
 A run keeps the champion when there is one and the new model does not become the default
 (not better by the gate's rule, below the threshold, or `vertex.promotion` version_only or
 never); a promotion starts the count again. Locally the count is in the registry's index;
-on Vertex AI in the labels of the version each run registers (`champion-kept-runs`,
-`champion-kept-since`), read back from the newest version of `vertex.parent_model`.
+on Vertex AI in each run's Vertex AI Experiments metrics, registered or not
+(`experiments.kept_streak`), and in the labels of the version a run registers
+(`champion-kept-runs`, `champion-kept-since`).
 """
 
 from __future__ import annotations
@@ -71,21 +72,3 @@ def warning(streak: Streak | None, decision: Any, promotion: str, threshold: int
     return (f"warning: the champion has been kept {streak.runs} runs in a row, since "
             f"{streak.since} (vertex.champion_kept_warning {threshold}); this run: "
             f"vertex.promotion {promotion}, {decision.reason}{hint}")
-
-
-def newest_on_vertex(parent_model: str, client: Any) -> Streak | None:
-    """The streak the newest version of `parent_model` carries in its labels (None when
-    none does, or the versions cannot be listed: the count then starts again, said by the
-    caller's line)."""
-    from google.cloud import aiplatform_v1
-
-    from trainer.common.cloud_calls import remote_call
-
-    with remote_call(f"listing the versions of {parent_model}"):
-        versions = list(client.list_model_versions(
-            request=aiplatform_v1.ListModelVersionsRequest(name=parent_model)))
-    if not versions:
-        return None
-    newest = max(versions, key=lambda m: int(m.version_id) if str(m.version_id).isdigit()
-                 else 0)
-    return read(dict(newest.labels))

@@ -12,6 +12,7 @@ strings or numbers (`ExperimentRun.log_params`/`log_metrics` refuse anything els
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +85,11 @@ def metrics(challenger: Mapping[str, Any], decision: Decision) -> dict[str, str 
         found[f"champion_{decision.metric}"] = decision.champion
     found["decision"] = ("promoted" if decision.default else
                          "registered" if decision.register else "not registered")
+    # Every run's count of champions kept, whatever it registered (`kept_streak`).
+    kept = decision.champion_kept or {}
+    found.update(champion_kept_runs=int(kept.get("runs") or 0),
+                 champion_kept_since=str(kept.get("since") or ""),
+                 decided_at=round(time.time(), 3))
     if decision.paired:
         found.update({"gate_p_value": decision.paired["p_value"],
                       "gate_challenger_only": decision.paired["challenger_only"],
@@ -241,3 +247,17 @@ def list_runs(project: str, vertex: VertexOptions) -> list[dict[str, Any]]:
                                              location=vertex.region)
     return [{"name": run.name, "state": str(run.get_state()), "params": run.get_params(),
              "metrics": run.get_metrics()} for run in runs]
+
+
+def kept_streak(runs: Iterable[Mapping[str, Any]]) -> Any:
+    """The champion-kept streak after the newest run that made a decision (`list_runs`'s
+    runs: every run's count is in its metrics, registered or not), None when it promoted,
+    had no champion, or no run decided yet."""
+    from components.export.champion_streak import Streak
+
+    decided = [r for r in runs if "decided_at" in (r.get("metrics") or {})]
+    if not decided:
+        return None
+    newest = max(decided, key=lambda r: float(r["metrics"]["decided_at"]))["metrics"]
+    count = int(float(newest.get("champion_kept_runs") or 0))
+    return Streak(count, str(newest.get("champion_kept_since") or "")) if count else None

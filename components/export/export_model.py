@@ -92,6 +92,7 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
                     registry_root: str = "",
                     tuning: Mapping[str, Any] | None = None,
                     efficiency: Mapping[str, Any] | None = None,
+                    project: str = "",
                     log: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Both models' metrics on the same splits, the decision, and the new model exported.
 
@@ -106,6 +107,7 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
         version: The project's version.
         registry_root: The local registry (`run --local`); "" on Vertex AI, where the
             champion is `vertex.parent_model`'s default version.
+        project: The run's project on Vertex AI (where its Experiments runs are).
         tuning: The study that chose the training options, if any (for the lineage).
         efficiency: The training report's efficiency figures, if any (`efficiency.json`
             beside the model, their summary in the lineage).
@@ -141,7 +143,7 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
             saved_model_dir(trained_model), dataset_dir,
             images=vertex.serving_check_images, p95_seconds=vertex.serving_p95_seconds,
             log=log))
-    decision = kept_count(decision, vertex, model_dir, log)
+    decision = kept_count(decision, vertex, model_dir, log, project)
     manifest = load_manifest(dataset_dir)
     record = lineage(manifest=manifest, training=training, cluster=cluster,
                      images=images, version=version, metrics=challenger, tuning=tuning,
@@ -168,10 +170,11 @@ def export_and_gate(trained_model: str | os.PathLike, dataset_dir: str | os.Path
 
 
 def kept_count(decision: Decision, vertex: VertexOptions, model_dir: Path | None,
-               log: Callable[[str], None]) -> Decision:
+               log: Callable[[str], None], project: str = "") -> Decision:
     """The decision with the runs in a row that kept the champion (`champion_streak`), read
-    from the local registry, or on Vertex AI from the newest version of
-    `vertex.parent_model` (a listing that fails is said, and the count starts again)."""
+    from the local registry, or on Vertex AI from where every run's decision is recorded,
+    its Vertex AI Experiments runs (`experiments.kept_streak`: runs that registered
+    nothing count too); a reading that fails is said, and the count starts again."""
     from components.export import champion_streak as streaks
     from trainer.common.errors import ProjectError
 
@@ -180,11 +183,10 @@ def kept_count(decision: Decision, vertex: VertexOptions, model_dir: Path | None
     if model_dir is not None:
         previous = streaks.read(local.load(model_dir).get(streaks.KEY))
     else:
-        from components.capacity.run_cost import models_client
+        from components.export.experiments import kept_streak, list_runs
 
-        client = models_client(vertex.region)
         try:
-            previous = streaks.newest_on_vertex(vertex.parent_model, client)
+            previous = kept_streak(list_runs(project, vertex)) if project else None
         except ProjectError as exc:
             log(f"champion/challenger: the runs that kept the champion before are not "
                 f"counted ({exc})")
@@ -259,7 +261,9 @@ def run_export_stage(trained_model: str, dataset_dir: str, destination: str, *,
     outcome = export_and_gate(trained_model, dataset_dir, destination, vertex=options,
                               training=settings.model_dump(), images=images,
                               version=version(), cluster=cluster, registry_root=registry_root,
-                              tuning=tuning, log=say, efficiency=usage)
+                              tuning=tuning, log=say, efficiency=usage,
+                              project=pipeline_job.split("/")[1]
+                              if pipeline_job.startswith("projects/") else "")
     results, decision, champion = outcome["metrics"], outcome["decision"], outcome["champion"]
     Path(comparison_path).parent.mkdir(parents=True, exist_ok=True)
     report = comparison_markdown(decision, results, champion)

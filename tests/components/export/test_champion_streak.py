@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import types
 
-from google.auth.credentials import AnonymousCredentials
-from google.cloud import aiplatform_v1
-
 from components.export import champion_streak as streaks
 from components.export import local_registry as local
 from components.export.export_model import export_and_gate
@@ -66,21 +63,26 @@ def test_a_champion_kept_three_runs_in_a_row_is_announced(tmp_path, small_datase
     assert local.load(model_dir)["champion_kept"] is None
 
 
-def test_on_vertex_the_count_is_read_from_the_newest_version_s_labels(apis):
-    client = aiplatform_v1.ModelServiceClient(
-        transport="rest", client_options={"api_endpoint": apis.url},
-        credentials=AnonymousCredentials())
-    parent = "projects/p/locations/us-central1/models/7"
-    for version, kept in (("1", {}), ("2", {"champion-kept-runs": "1",
-                                            "champion-kept-since": "2026-11-21"})):
-        apis.models.append({"model": parent, "version": version, "request": {"model": {
-            "display_name": "m", "artifact_uri": f"gs://b/{version}", "labels": kept}}})
-    previous = streaks.newest_on_vertex(parent, client)
-    assert previous == streaks.Streak(1, "2026-11-21")
+def test_on_vertex_the_count_follows_the_newest_decision_in_experiments():
+    """Every run's decision is in its Experiments metrics, registered or not: the newest
+    one's count is the streak the next run continues (runs come back in any order)."""
+    from components.export.experiments import kept_streak
+
+    def run(at, kept, since=""):
+        return {"name": f"r{at}", "state": "COMPLETE", "params": {}, "metrics": {
+            "decision": "not registered", "champion_kept_runs": float(kept),
+            "champion_kept_since": since, "decided_at": float(at)}}
+
+    older, newest = run(100, 1, "2026-11-21"), run(200, 2, "2026-11-21")
+    unfinished = {"name": "failed-before-export", "state": "FAILED", "params": {},
+                  "metrics": {}}
+    assert kept_streak([newest, unfinished, older]) == streaks.Streak(2, "2026-11-21")
+    assert kept_streak([older, run(300, 0)]) is None  # the newest promoted
+    assert kept_streak([unfinished]) is None and kept_streak([]) is None
     kept = decide({"test_accuracy": 0.9}, {"test_accuracy": 0.9}, threshold=0.5,
                   promotion="default", paired=Paired(100, 1, 1, 0))
-    assert streaks.following(previous, kept, "2026-11-28") == streaks.Streak(2, "2026-11-21")
+    previous = kept_streak([newest])
+    assert streaks.following(previous, kept, "2026-11-28") == streaks.Streak(3, "2026-11-21")
     assert streaks.following(None, kept, "2026-11-28") == streaks.Streak(1, "2026-11-28")
     replaced = types.SimpleNamespace(champion=0.9, default=True)
     assert streaks.following(previous, replaced) is None
-    assert streaks.newest_on_vertex("projects/p/locations/us-central1/models/8", client) is None

@@ -31,6 +31,7 @@ from components.capacity.budget import BudgetError
 from components.ops import names
 from pipelines.config_loading import load_config
 from pipelines.vertex import runs
+from tests.support.facts import figures as numbers
 from tests.support.paths import ROOT
 from tests.support.vertex_emulator.apis import kms_key_name
 from tests.support.vertex_emulator.emulated_runs import (
@@ -1098,3 +1099,37 @@ def test_the_benchmark_runs_as_a_custom_job_and_the_next_dry_run_cites_its_file(
         in lines
     assert any(line.startswith("measurements: the training plan read 1 results file(s) "
                                "under gs://pipelines/root/measurements/") for line in lines)
+
+
+def test_three_runs_that_keep_the_champion_on_vertex_warn_registered_or_not(emulated_run):
+    """`promotion: never` registers nothing, so no registry label could count it: the
+    export stage's count reads every run's decision back from Vertex AI Experiments (the
+    emulated Metadata API, Google's client), and the third such run warns."""
+    script = """
+import json
+from components.export.experiments import metrics, record_run
+from components.export.export_model import kept_count
+from components.export.gate import decide
+from components.export.paired_test import Paired
+from components.vertex_options import VertexOptions
+
+vertex = VertexOptions(region="us-central1", promotion="never", champion_kept_warning=3,
+                       model_display_name="kept-model")
+found = []
+for number in range(3):
+    made = decide({"test_accuracy": 0.9}, {"test_accuracy": 0.9}, threshold=0.5,
+                  promotion="never", paired=Paired(100, 1, 1, 0))
+    made = kept_count(made, vertex, None, print, "my-proj")
+    record_run("my-proj", vertex, f"kept-run-{number}", "", values={"model": "cnn"},
+               results=metrics({"test_accuracy": 0.9}, made), log=lambda line: None)
+    found.append([made.register, (made.champion_kept or {}).get("runs"), made.warning])
+print(json.dumps(found))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=180, env=emulated_run["env"], cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert [(registered, runs) for registered, runs, _ in found] == [
+        (False, 1), (False, 2), (False, 3)]
+    assert [bool(warning) for *_, warning in found] == [False, False, True]
+    assert numbers(found[2][2])[0] == 3 and "vertex.promotion never" in found[2][2]
