@@ -3,6 +3,8 @@ are proven against the emulated Vertex AI: tests/pipelines/vertex/test_emulated_
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from components.export.experiments import (
@@ -55,15 +57,19 @@ def test_parameters_and_metrics_are_what_the_experiments_client_takes():
         "machine_type": "a3-highgpu-8g", "accelerator": "NVIDIA_H100_80GB",
         "trainer_image": "r/gpu@sha256:1"}
     kept = Decision(True, False, False, "why", "test_accuracy", 0.91, 0.92,
-                    paired={"p_value": 0.69, "challenger_only": 3, "champion_only": 5})
-    assert metrics({"test_accuracy": 0.91, "accuracy": 0.9, "note": "x", "ok": True},
-                   kept) == {"test_accuracy": 0.91, "accuracy": 0.9,
-                             "champion_test_accuracy": 0.92, "decision": "registered",
-                             "gate_p_value": 0.69, "gate_challenger_only": 3,
-                             "gate_champion_only": 5}
+                    paired={"p_value": 0.69, "challenger_only": 3, "champion_only": 5},
+                    champion_kept={"runs": 2, "since": "2026-11-21"})
+    found = metrics({"test_accuracy": 0.91, "accuracy": 0.9, "note": "x", "ok": True}, kept)
+    assert abs(time.time() - found.pop("decided_at")) < 60  # when, to order the runs by
+    assert found == {"test_accuracy": 0.91, "accuracy": 0.9,
+                     "champion_test_accuracy": 0.92, "decision": "registered",
+                     "gate_p_value": 0.69, "gate_challenger_only": 3,
+                     "gate_champion_only": 5, "champion_kept_runs": 2,
+                     "champion_kept_since": "2026-11-21"}
     first = Decision(True, True, True, "why", "test_accuracy", 0.91, None)
-    assert metrics({"test_accuracy": 0.91}, first) == {"test_accuracy": 0.91,
-                                                       "decision": "promoted"}
+    found = metrics({"test_accuracy": 0.91}, first)
+    assert {k: found[k] for k in ("decision", "champion_kept_runs")} == {
+        "decision": "promoted", "champion_kept_runs": 0}
     assert series([{"epoch": 0, "loss": 1.5, "val_accuracy": 0.5},
                    {"epoch": 1, "loss": 1, "val_accuracy": 0.75}]) == [
         (1, {"loss": 1.5, "val_accuracy": 0.5}), (2, {"loss": 1.0, "val_accuracy": 0.75})]
