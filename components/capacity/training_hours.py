@@ -11,10 +11,11 @@ For each configuration (the primary, each fallback), the first of:
    at the run's image size (`trainer.cluster.measurements`, the files the training plan
    reads, in its order: the GPU's own first; another GPU of its architecture stands in and
    is cited "extrapolated from"; a file measured on CPUs never counts here): the case
-   that ran as the configuration's plan does, else the file's slowest, times the
-   configuration's training GPUs, over the epoch's training and validation images, plus
-   the case's warm-up. The benchmark runs one GPU: that several scale linearly is not
-   measured, and the line says so.
+   that ran as the configuration's plan does, else the file's slowest, plus the case's
+   warm-up, as an upper bound. The benchmark runs one GPU: several are taken at a stated
+   conservative scaling (`scaled`), the training images at the cluster's speed and the
+   validation images at one machine's (every training machine reads them all), and the
+   line says "at most" and the scaling.
 3. **Nothing measured:** `vertex.timeout`, the longest Vertex AI lets the job run
    (`scheduling.timeout`), so the estimate is what it can cost at most.
 
@@ -45,6 +46,8 @@ class Evidence:
         batch: `training.batch_size` (a replica's).
         image_size: The images' side in pixels (0: unknown).
         images: Training and validation images an epoch (0: unknown).
+        validation_images: Those of them that are the validation split's (0: not told
+            apart; then all are charged at the cluster's speed).
         images_from: Where `images` was read, in words.
         registered: The newest registered model with measured figures, if any.
         measurements: The GPU benchmark's results files (None: none read).
@@ -56,6 +59,7 @@ class Evidence:
     batch: int = 0
     image_size: int = 0
     images: int = 0
+    validation_images: int = 0
     images_from: str = ""
     registered: Registered | None = None
     measurements: Measurements | None = None
@@ -81,6 +85,25 @@ def epoch_images(manifest: dict[str, Any]) -> int:
     return sum(int(manifest["splits"][split]["count"]) for split in ("train", "validation"))
 
 
+def validation_images(manifest: dict[str, Any]) -> int:
+    """The validation images of an epoch of a prepared dataset."""
+    return int(manifest["splits"].get("validation", {}).get("count", 0))
+
+
+#: The scaling the estimate assumes where none was measured, conservative so that the
+#: hours are an upper bound: each GPU beyond the first in a machine adds 80% of one (NCCL
+#: over NVLink or PCIe), each machine beyond the first 50% of one (the image's all-reduce
+#: between machines goes over their standard network: docs/training-plan.md).
+WITHIN_MACHINE, ACROSS_MACHINES = 0.8, 0.5
+
+
+def scaled(gpus_per_machine: int, machines: int) -> float:
+    """How many single GPUs' speed `machines` machines of `gpus_per_machine` GPUs are taken
+    to train at (`WITHIN_MACHINE`, `ACROSS_MACHINES`)."""
+    machine = 1 + (max(gpus_per_machine, 1) - 1) * WITHIN_MACHINE
+    return machine * (1 + (max(machines, 1) - 1) * ACROSS_MACHINES)
+
+
 def pools_key(pools: Any) -> tuple[tuple[Any, ...], ...]:
     """What makes two configurations' machines the same: per used pool, its role, machine
     type, GPU type and count, and replicas."""
@@ -101,6 +124,16 @@ def training_gpus(alternative: Alternative) -> tuple[str, int]:
     return (kinds[0] if kinds else ""), count
 
 
+def training_machines(alternative: Alternative) -> tuple[int, int]:
+    """(GPUs per training machine, the fewest of its pools; training machines)."""
+    from components.gpu.pools import training_pools
+
+    strategy = alternative.plan.strategy if alternative.plan else "multi_worker_mirrored"
+    pools = training_pools(alternative.pools, strategy)
+    return (min((p.gpus_per_machine for p in pools), default=0),
+            sum(p.replicas for p in pools))
+
+
 def hours_for(alternative: Alternative, evidence: Evidence) -> Hours:
     """The configuration's expected training time, from the first record that measured it
     (the module's order)."""
@@ -118,7 +151,7 @@ def hours_for(alternative: Alternative, evidence: Evidence) -> Hours:
     gpu, gpus = training_gpus(alternative)
     found = speed_case(evidence, gpu, alternative.plan) if gpus else None
     if found and evidence.images:
-        return _from_benchmark(evidence, gpu, gpus, *found)
+        return _from_benchmark(evidence, gpu, training_machines(alternative), *found)
     what = (f"{gpus} x {gpu}" if gpus else "these machines") + (
         f" with {evidence.model}" if evidence.model else "")
     unknown = "" if not found else (
@@ -191,16 +224,32 @@ def _speed(case: Case) -> float:
     return case.images_per_second or 0.0
 
 
-def _from_benchmark(evidence: Evidence, gpu: str, gpus: int, case: Case,
+def _from_benchmark(evidence: Evidence, gpu: str, cluster: tuple[int, int], case: Case,
                     results: ResultsFile, chosen: str) -> Hours:
+    """The hours at most: the training images at the cluster's speed (`scaled`, not
+    measured), the validation images at one machine's (under MultiWorkerMirroredStrategy
+    every training machine reads the whole validation split), and the case's warm-up."""
     from trainer.cluster.measured_plan import cited
 
-    rate = _speed(case) * gpus
+    per_machine, machines = cluster
+    one = _speed(case)
+    cluster_rate = one * scaled(per_machine, machines)
+    machine_rate = one * scaled(per_machine, 1)
+    validation = min(evidence.validation_images, evidence.images)
+    training = evidence.images - validation
     warmup = float(case.warmup_seconds or 0.0)
-    seconds = evidence.epochs * evidence.images / rate + warmup
-    scaling = ("" if gpus == 1 else
-               f"; {gpus} GPUs taken to scale linearly from one (not measured)")
+    seconds = evidence.epochs * (training / cluster_rate + validation / machine_rate) + warmup
+    gpus = per_machine * machines
+    scaling = "" if gpus <= 1 else (
+        f", {gpus} GPUs taken at {scaled(per_machine, machines):.1f} x one (not measured: "
+        f"each GPU beyond the first in a machine {WITHIN_MACHINE:.0%} of one, each machine "
+        f"beyond the first {ACROSS_MACHINES:.0%} of one)")
+    batch = "" if not evidence.batch or case.batch == evidence.batch else (
+        f"; measured at batch {case.batch}, the run's is {evidence.batch}")
+    read = (f"{training:,} training images at the cluster's speed and {validation:,} "
+            f"validation images at one machine's (each training machine reads them all)"
+            if validation else f"{evidence.images:,} images")
     return Hours(seconds / 3600, (
-        f"{evidence.epochs} epoch(s) of {evidence.images:,} images ({evidence.images_from}) "
-        f"at {_speed(case):,.0f} images/s a GPU x {gpus} + {warmup:.0f} s warm-up: "
-        f"{chosen}, {case.name} {cited(results, gpu)}{scaling}"))
+        f"at most: {evidence.epochs} epoch(s) of {read} ({evidence.images_from}) at "
+        f"{one:,.0f} images/s a GPU{scaling} + {warmup:.0f} s warm-up: {chosen}, "
+        f"{case.name} {cited(results, gpu)}{batch}"))

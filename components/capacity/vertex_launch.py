@@ -156,7 +156,7 @@ def step_evidence(options: Any, trainer: Any, project: str, dataset_path: str,
     benchmark's results under `training.measurements`, and the newest registered model
     (a registry that cannot be read is said, and the estimate goes on without it)."""
     from components.capacity.measured_speed import newest_measured
-    from components.capacity.training_hours import Evidence, epoch_images
+    from components.capacity.training_hours import Evidence, epoch_images, validation_images
     from trainer.cluster.measurements import load
     from trainer.common.contract import load_manifest
     from trainer.common.errors import ProjectError
@@ -171,4 +171,5 @@ def step_evidence(options: Any, trainer: Any, project: str, dataset_path: str,
     return Evidence(epochs=trainer.total_epochs, timeout=options.timeout, model=trainer.model,
                     batch=trainer.batch_size, image_size=int(manifest["image_size"][0]),
                     images=epoch_images(manifest), images_from="the prepared dataset",
+                    validation_images=validation_images(manifest),
                     registered=registered, measurements=load(trainer.measurements))
