@@ -130,10 +130,13 @@ POWER = 0.8
 
 def _critical(n: int, level: float) -> int:
     """The most disagreements the champion may win for the default test to find the
-    challenger better (-1 when none would do)."""
-    k = -1
-    while k + 1 <= n and lower_tail(k + 1, n, 0.5) <= level:
-        k += 1
+    challenger better (-1 when none would do): the lower tail summed once, term by term."""
+    total, k = 0.0, -1
+    for i in range(n + 1):
+        total += _pmf(i, n, 0.5)
+        if total > level:
+            break
+        k = i
     return k
 
 
@@ -180,7 +183,7 @@ def images_for(paired: Paired, relative: float, level: float, target: float = PO
     low, high = paired.images, paired.images
     while not found(high):
         low, high = high, high * 2
-        if high > 10**7:
+        if high > 10**6:  # past a million held-out images: say none would do
             return None
     while high - low > 1:  # the fewest images with that power
         middle = (low + high) // 2
