@@ -16,8 +16,10 @@ export of an a3-highgpu-8g job, zenn.dev (2025-08), lists the SKUs above with th
 
 A description is never matched as a guessed sentence: its kind (the prefix), the GPU's
 name or the machine family and the resource (core or RAM) are matched as words, case
-aside, and the region by the SKU's `serviceRegions`. Two SKUs for one part is an error
-naming both, never a pick.
+aside, the region by the SKU's `serviceRegions`, and its category where given
+(`resourceGroup` GPU for a GPU, another for cores and RAM; a `usageType` of a commitment
+never, a preemptible one only for Spot). Two SKUs for one part is an error naming both,
+never a pick.
 """
 
 from __future__ import annotations
@@ -107,6 +109,10 @@ class Sku:
         unit: Its price's usage unit ("h", "GiBy.h").
         usd: USD per unit (the newest price's last tier).
         service: Its service id.
+        group: Its `category.resourceGroup` ("GPU", "CPU", "RAM", "N1Standard"...), "" if
+            not given.
+        usage: Its `category.usageType` ("OnDemand", "Preemptible", "Commit1Yr"...), ""
+            if not given.
     """
 
     sku_id: str
@@ -115,6 +121,8 @@ class Sku:
     unit: str
     usd: float
     service: str = ""
+    group: str = ""
+    usage: str = ""
 
     def kind(self) -> str:
         """Its kind (a `_KINDS` key), "" when it is none of them."""
@@ -135,11 +143,24 @@ class Found:
     skus: tuple[str, ...]
 
 
+def _category_fits(sku: Sku, kind: str, gpu: bool) -> bool:
+    """What the SKU's category allows: never a commitment's usage; a GPU part only from
+    the GPU resource group, a machine's cores and RAM never from it; an on-demand, Flex-start
+    or management-fee part never from a preemptible usage. A Spot part's usage is not
+    read: the catalog lists some Spot SKUs as OnDemand ("Spot Preemptible A4 Nvidia B200
+    (1 gpu slice) ..."), and their description says what they are."""
+    if sku.usage.startswith("Commit"):
+        return False
+    if sku.group and (sku.group == "GPU") != gpu:
+        return False
+    return kind == "spot" or sku.usage != "Preemptible"
+
+
 def _matches(sku: Sku, kind: str, resource: str, region: str) -> bool:
     if region not in sku.regions or sku.unit not in HOURLY_UNITS or sku.kind() != kind:
         return False
     found = words(sku.description)
-    if found & _NEVER:
+    if found & _NEVER or not _category_fits(sku, kind, resource in GPU_WORDS):
         return False
     if resource in GPU_WORDS:
         wanted, unwanted = GPU_WORDS[resource]
@@ -200,4 +221,5 @@ def from_message(sku: Any, service: str = "") -> Sku | None:
         return None
     price = expression.tiered_rates[-1].unit_price
     return Sku(sku.sku_id, sku.description, tuple(sku.service_regions),
-               expression.usage_unit, price.units + price.nanos / 1e9, service)
+               expression.usage_unit, price.units + price.nanos / 1e9, service,
+               sku.category.resource_group, sku.category.usage_type)

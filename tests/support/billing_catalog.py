@@ -142,20 +142,24 @@ def catalog(regions: dict[str, tuple[str, str, float]] = REGIONS,
                                     f" in {geo}", offered, usd * FLEX),
                 sku(COMPUTE_ENGINE, f"Commitment v1: {name} GPU running in {geo}", offered,
                     usd * 0.6, usage="Commit1Yr"),
+                # A reservation's GPUs are billed whether used or not: no job's price.
+                sku(COMPUTE_ENGINE, f"Reserved {name} GPU running in {geo}", offered, usd),
                 sku(COMPUTE_ENGINE, f"{name} Virtual Workstation GPU running in {geo}",
                     offered, usd * 1.2)]
         for family, (core, ram) in FAMILIES.items():
-            for part, usd, unit in (("Core", core, "h"), ("Ram", ram, "GiBy.h")):
+            for part, usd, unit, group in (("Core", core, "h", "CPU"),
+                                           ("Ram", ram, "GiBy.h", "RAM")):
                 usd *= factor * CE
                 compute += [
                     sku(COMPUTE_ENGINE, f"Spot Preemptible {family} Instance {part} running "
-                                        f"in {geo}", members, usd * SPOT, unit, "Preemptible"),
+                                        f"in {geo}", members, usd * SPOT, unit, "Preemptible",
+                        group),
                     sku(COMPUTE_ENGINE, f"DWS Defined Duration {family.split()[0]} "
                                         f"{' '.join(family.split()[1:] + [part])} running in "
                                         f"{geo}".replace("Predefined ", ""), members,
-                        usd * FLEX, unit),
+                        usd * FLEX, unit, group=group),
                     sku(COMPUTE_ENGINE, f"{family.split()[0]} Custom Instance {part} running "
-                                        f"in {geo}", members, usd * 1.05, unit)]
+                                        f"in {geo}", members, usd * 1.05, unit, group=group)]
     vertex += [sku(VERTEX_AI, f"Gemini model {n} Text Input - Predictions", ["global"],
                    0.0000001 * (n + 1), "count", group="Prediction") for n in range(filler)]
     return {VERTEX_AI: vertex, COMPUTE_ENGINE: compute}

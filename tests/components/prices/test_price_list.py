@@ -176,3 +176,28 @@ def test_descriptions_are_matched_on_their_documented_words():
     assert one(skus, "training", cat.H100_80GB, "us-central1") is skus[6]
     assert one(skus, "training", cat.H100_MEGA, "us-central1") is skus[7]
     assert one(skus, "training", cat.H100_80GB, "europe-west4") is None  # not its region
+
+
+def test_the_category_decides_what_the_words_alone_would_not():
+    """Google lists a Spot B200 slice with usageType OnDemand, and commitments or
+    preemptible copies whose words look like an on-demand GPU's: the category and the
+    words together decide."""
+    def sku(description, group, usage):
+        return Sku("X", description, ("us-central1",), "h", 1.0, "", group, usage)
+
+    committed = sku("Nvidia Tesla T4 GPU running in Americas", "GPU", "Commit1Yr")
+    preemptible = sku("Nvidia Tesla T4 GPU running in Americas", "GPU", "Preemptible")
+    on_demand = sku("Nvidia Tesla T4 GPU running in Americas", "GPU", "OnDemand")
+    b200_spot = sku("Spot Preemptible A4 Nvidia B200 (1 gpu slice) running in Americas",
+                    "GPU", "OnDemand")
+    b200 = sku("A4 Nvidia B200 (1 gpu slice) running in Americas", "GPU", "OnDemand")
+    core_as_gpu = sku("Vertex AI: Training/Pipelines on A3 Instance Core in Iowa", "GPU",
+                      "OnDemand")
+    assert one([committed, preemptible], "spot", cat.T4, "us-central1") is None
+    assert one([b200, b200_spot], "spot", cat.B200, "us-central1") is b200_spot
+    assert one([core_as_gpu], "training", "CORE:a3-highgpu", "us-central1") is None
+    # Vertex AI's on-demand T4, beside its preemptible and committed look-alikes.
+    vertex = [sku("Vertex AI: Training/Pipelines on Nvidia Tesla T4 GPU in Iowa", "GPU", u)
+              for u in ("OnDemand", "Preemptible", "Commit3Yr")]
+    assert one(vertex, "training", cat.T4, "us-central1") is vertex[0]
+    assert on_demand.kind() == ""  # Compute Engine's on-demand bills no Vertex AI job
