@@ -22,6 +22,7 @@ binomial coefficients computed in logarithms.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 
@@ -128,6 +129,7 @@ def not_worse(paired: Paired, level: float, margin: float) -> Verdict:
 POWER = 0.8
 
 
+@functools.lru_cache(maxsize=4096)
 def _critical(n: int, level: float) -> int:
     """The most disagreements the champion may win for the default test to find the
     challenger better (-1 when none would do): the lower tail summed once, term by term."""
@@ -185,7 +187,7 @@ def images_for(paired: Paired, relative: float, level: float, target: float = PO
         low, high = high, high * 2
         if high > 10**6:  # past a million held-out images: say none would do
             return None
-    while high - low > 1:  # the fewest images with that power
+    while high - low > max(1, low // 100):  # the fewest images with that power, to 1%
         middle = (low + high) // 2
         if found(middle):
             high = middle
