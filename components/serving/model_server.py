@@ -7,6 +7,7 @@ configured as Vertex AI configures a custom container (`trainer.serving.containe
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import subprocess
@@ -100,24 +101,46 @@ def model_server(model_dir: str, *, port: int = 0, host: str | None = None,
         ServerError: It exited, or did not answer its health route in time (its output's
             last lines say why).
     """
-    port = port or free_ports(1)[0]
     command = [sys.executable, "-m", container.SERVER_MODULE] if host is None else \
         [sys.executable, "-m", "trainer.serving.loopback_server", "--host", host]
-    env = server_environment(model_dir, port)
-    with tempfile.TemporaryFile("w+") as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-        base = f"http://{_reach(host)}:{port}"
-        try:
-            _wait_healthy(base, process, log, startup_seconds)
-            yield base
-        finally:
-            if process.poll() is None:
-                process.terminate()
+    # A port found free can be taken by another process before the server binds it: a
+    # server that could not bind a port chosen here is started again on another.
+    for attempt in range(1 if port else PORT_ATTEMPTS):
+        chosen = port or free_ports(1)[0]
+        with tempfile.TemporaryFile("w+") as log:
+            process = subprocess.Popen(command, env=server_environment(model_dir, chosen),
+                                       stdout=log, stderr=subprocess.STDOUT)
+            base = f"http://{_reach(host)}:{chosen}"
+            try:
                 try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+                    _wait_healthy(base, process, log, startup_seconds)
+                except ServerError as exc:
+                    if port or attempt == PORT_ATTEMPTS - 1 or not _port_taken(str(exc)):
+                        raise
+                    continue
+                yield base
+                return
+            finally:
+                _stop(process)
+
+
+#: Ports tried for a server whose port is chosen here.
+PORT_ATTEMPTS = 3
+
+
+def _port_taken(said: str) -> bool:
+    """Whether a server's last lines say its port was taken."""
+    return "address already in use" in said.lower() or "errno 98" in said.lower()
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def _reach(host: str | None) -> str:
@@ -134,8 +157,8 @@ def _wait_healthy(base: str, process: subprocess.Popen, log: Any, seconds: float
             with _DIRECT.open(base + container.HEALTH_ROUTE, timeout=2) as answer:
                 if answer.status == 200:
                     return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
+        except (urllib.error.URLError, ConnectionError, TimeoutError, http.client.HTTPException):
+            pass  # not up yet, or another program answers on the port (then the server exits)
         if process.poll() is not None or time.monotonic() > deadline:
             log.seek(0)
             tail = "\n".join(log.read().splitlines()[-15:])

@@ -271,3 +271,34 @@ def test_an_address_not_on_this_machine_is_said_and_a_stopped_servers_port_reope
         accepted.close()  # the server closes first: TIME_WAIT on its side
         client.close()
     check_port("127.0.0.1", port)
+
+
+def test_a_port_taken_between_choosing_and_binding_moves_the_server_to_another(
+        tmp_path, monkeypatch):
+    """Parallel processes can take a port the server was given before it binds it (a
+    TensorFlow worker answered the health route with gRPC bytes: BadStatusLine): the
+    server that could not bind starts again on another port."""
+    import socket
+
+    from components.serving import model_server
+    from trainer.serving import container
+
+    (tmp_path / "tiny_server.py").write_text(
+        "import http.server, os\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        self.send_response(200); self.end_headers()\n"
+        "    def log_message(self, *a):\n"
+        "        pass\n"
+        "http.server.HTTPServer(('127.0.0.1', int(os.environ['AIP_HTTP_PORT'])), H)"
+        ".serve_forever()\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setattr(container, "SERVER_MODULE", "tiny_server")
+    with socket.socket() as taken:  # answers with bytes that are no HTTP
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        ports = iter([[busy], model_server.free_ports(1)])
+        monkeypatch.setattr(model_server, "free_ports", lambda n: next(ports))
+        with model_server.model_server(str(tmp_path), startup_seconds=20) as base:
+            assert not base.endswith(f":{busy}")
