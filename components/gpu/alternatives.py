@@ -106,6 +106,17 @@ def alternatives_of(vertex: VertexOptions) -> list[tuple[int, str, list[Any], st
     return found
 
 
+def reservations_named(vertex: VertexOptions) -> list[str]:
+    """The specific reservations any configuration's pools name, from the pools as given
+    (no plan made: a quick look before anything is read), in order, once each."""
+    found: dict[str, None] = {}
+    for _, _, specs, _ in alternatives_of(vertex):
+        for pool in parse_pools(specs):
+            if pool and pool.reserved and pool.reserved.holds_capacity:
+                found[pool.reserved.name] = None
+    return list(found)
+
+
 def reserved(alternative: Alternative) -> bool:
     """Whether it runs on a specific reservation (capacity the team already holds)."""
     return any(pool and pool.reserved and pool.reserved.holds_capacity

@@ -132,8 +132,13 @@ def with_reservation(specs: list[Any], value: Any) -> list[Any]:
         if not isinstance(machine_spec, Mapping) or not machine_spec.get("accelerator_type"):
             found.append(spec)
             continue
-        found.append({**spec, "reservation": value, "machine_spec": {
-            k: v for k, v in machine_spec.items() if k != "reservation_affinity"}})
+        bare = {k: v for k, v in machine_spec.items() if k != "reservation_affinity"}
+        rest = {k: v for k, v in spec.items() if k != "reservation"}
+        try:  # as the API takes it; a malformed one as given, for the GPU rules to name
+            found.append({**rest, "machine_spec": {
+                **bare, "reservation_affinity": parse(value).affinity()}})
+        except ReservationError:
+            found.append({**rest, "reservation": value, "machine_spec": bare})
     return found
 
 

@@ -123,11 +123,12 @@ def check_reservations(config: Config, clients: Clients, *, dry_run: bool,
         reader,
         url,
     )
+    from components.gpu.alternatives import reservations_named
 
+    if not reservations_named(config.vertex):  # the plans are made only when one is named
+        return
     alternatives = [a for a in config.alternatives() if any(
         p and p.reserved and p.reserved.holds_capacity for p in a.pools)]
-    if not alternatives:
-        return
     if dry_run:  # no session: a dry run needs no credentials
         names = sorted({p.reserved.name for a in alternatives for p in a.pools
                         if p and p.reserved and p.reserved.holds_capacity})

@@ -74,9 +74,11 @@ class Check:
 
 def reservation_projects(config: Config) -> list[str]:
     """The projects whose Compute Engine reservations the run's pools name."""
-    return sorted({pool.reserved.project for alternative in config.alternatives()
-                   for pool in alternative.pools
-                   if pool and pool.reserved and pool.reserved.holds_capacity})
+    from components.gpu.alternatives import reservations_named
+    from components.gpu.reservations import SPECIFIC, Reservation
+
+    return sorted({Reservation(SPECIFIC, name).project
+                   for name in reservations_named(config.vertex)})
 
 
 def checks(config: Config) -> list[Check]:
