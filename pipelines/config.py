@@ -24,7 +24,7 @@ from components.dataset.dataset_options import DatasetOptions
 from components.gpu.alternatives import Alternative
 from components.gpu.configuration import check_configuration
 from components.gpu.pools import check_pools, layout_of
-from components.gpu.reservations import ReservationError, completed, parse
+from components.gpu.reservations import completed, consuming
 from components.gpu.validation import validate_worker_pool_specs
 from components.tuning.tuning_options import TuningOptions
 from components.vertex_options import VertexOptions
@@ -133,21 +133,11 @@ def reservations_in_project(vertex: Any) -> Any:
 def _completed_pools(specs: list[Any], project: str) -> list[Any]:
     """Pools whose `reservation` is the API's `machine_spec.reservation_affinity` (what
     the compiled spec and the CustomJob carry); one the GPU rules refuse stays as given."""
-    found = []
-    for spec in specs:
-        machine_spec = spec.get("machine_spec") if isinstance(spec, dict) else None
-        if not isinstance(machine_spec, dict) or "reservation" not in spec \
-                or "reservation_affinity" in machine_spec:
-            found.append(spec)
-            continue
-        try:
-            affinity = parse(spec["reservation"], project).affinity()
-        except ReservationError:
-            found.append(spec)
-            continue
-        found.append({**{k: v for k, v in spec.items() if k != "reservation"},
-                      "machine_spec": {**machine_spec, "reservation_affinity": affinity}})
-    return found
+    return [consuming(spec, spec["reservation"], project)
+            if isinstance(spec, dict) and "reservation" in spec
+            and isinstance(spec.get("machine_spec"), dict)
+            and "reservation_affinity" not in spec["machine_spec"] else spec
+            for spec in specs]
 
 
 def _completed_fallback(fallback: Any, project: str) -> Any:

@@ -123,23 +123,27 @@ def completed(value: Any, project: str) -> Any:
     return value
 
 
+def consuming(spec: Mapping[str, Any], value: Any, project: str = "") -> dict[str, Any]:
+    """A worker pool spec that consumes `value` (a config's `reservation`), as the API
+    takes it (`machine_spec.reservation_affinity`); a malformed one as given, in
+    `reservation`, for the GPU rules to name."""
+    machine_spec = {k: v for k, v in spec["machine_spec"].items()
+                    if k != "reservation_affinity"}
+    rest = {k: v for k, v in spec.items() if k != "reservation"}
+    try:
+        return {**rest, "machine_spec": {**machine_spec,
+                                         "reservation_affinity": parse(value, project)
+                                         .affinity()}}
+    except ReservationError:
+        return {**rest, "reservation": value, "machine_spec": machine_spec}
+
+
 def with_reservation(specs: list[Any], value: Any) -> list[Any]:
     """Worker pool specs whose GPU pools consume `value` (a config's `reservation`) instead
     of what they gave: a fallback's `reservation` over the pools it runs."""
-    found = []
-    for spec in specs:
-        machine_spec = spec.get("machine_spec") if isinstance(spec, Mapping) else None
-        if not isinstance(machine_spec, Mapping) or not machine_spec.get("accelerator_type"):
-            found.append(spec)
-            continue
-        bare = {k: v for k, v in machine_spec.items() if k != "reservation_affinity"}
-        rest = {k: v for k, v in spec.items() if k != "reservation"}
-        try:  # as the API takes it; a malformed one as given, for the GPU rules to name
-            found.append({**rest, "machine_spec": {
-                **bare, "reservation_affinity": parse(value).affinity()}})
-        except ReservationError:
-            found.append({**rest, "reservation": value, "machine_spec": bare})
-    return found
+    return [consuming(spec, value) if isinstance(spec, Mapping)
+            and isinstance(spec.get("machine_spec"), Mapping)
+            and spec["machine_spec"].get("accelerator_type") else spec for spec in specs]
 
 
 def from_affinity(affinity: Any) -> Reservation:
