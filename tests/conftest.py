@@ -49,6 +49,17 @@ def no_price_catalog(tmp_path, monkeypatch):
     cloud_calls.forget_credentials()
 
 
+@pytest.fixture
+def hand_prices(monkeypatch):
+    """The shipped price table as the tests' own figures (`tests.support.prices.TABLE`, the
+    same in every region): what a test computes by hand does not follow the table's data."""
+    from components.prices import shipped_table
+    from tests.support.prices import TABLE
+
+    monkeypatch.setattr(shipped_table, "prices", lambda region: dict(TABLE))
+    return TABLE
+
+
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory):
     """The builtin shapes, 80 images per class, in 4 shards per split."""

@@ -7,8 +7,8 @@ A region's prices come from the first of these that can be had, and say which:
    a region (`refresh` reads it again) and kept in the cache (`price_cache`);
 2. when it cannot be read (no network, no credentials, no permission: said once), the
    newest cached day for the region;
-3. else the table shipped with the project (`shipped_table`: us-central1's prices, said
-   to be so in any other region).
+3. else the table shipped with the project (`shipped_table`: Compute Engine's list prices
+   per region from dated public readings of the catalog, as Vertex AI's).
 
 `vertex.prices` (USD per hour by type, `SPOT:`/`FLEX_START:`/`PREDICTION:<type>` for those
 pricings) is laid over whichever was used. A machine type's price is its vCPUs and GB
@@ -225,10 +225,9 @@ class PriceBook:
         if older:
             return _from_entry(region, older, f"cached from {CATALOG} (unread today"
                                f"{_staleness(str(older.get('read', '')), self.today)})")
-        other = "" if region == shipped_table.REGION else (
-            f" ({shipped_table.REGION}'s: {region}'s differ)")
-        return PriceList(region, dict(shipped_table.PRICES), shipped_table.READ,
-                         f"from the shipped table{other}")
+        table = shipped_table.prices(region)
+        return PriceList(region, table, shipped_table.READ, "from the shipped table" + (
+            "" if table else f" (which has nothing for {region})"))
 
     def _catalog(self) -> list[Any] | None:
         from components.prices.catalog import CatalogUnreadable, read_catalog

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from components.prices import shipped_table
 from pipelines.cli import build_parser, main
 from pipelines.commands.common import DEFAULT_SPEC
 from pipelines.config import ConfigError
@@ -193,13 +194,14 @@ def test_validate_gpu(capsys):
 
 
 def test_validate_gpu_prices_each_configuration(tmp_path, capsys):
-    # n1-standard-8 in the dated table: twice n1-standard-4's 0.21849885 USD an hour, 0.437.
+    # The shipped table (no catalog here), us-central1: Compute Engine's n1-standard-8
+    # (0.38) and T4 (0.35), each 1.15 times for Vertex AI: 0.437 and 0.4025.
     assert main(["validate-gpu", "--machine-type", "n1-standard-8", "--accelerator-type",
                  "NVIDIA_TESLA_T4", "--accelerator-count", "1", "--replica-count", "2"]) == 0
-    # The machines alone (0.87 USD), the T4 unpriced and named.
+    # Two machines with a T4 each: 2 x (0.437 + 0.4025), every part priced.
     price = capsys.readouterr().out.splitlines()[-1]
-    assert figures(price)[0] == pytest.approx(0.87)
-    assert not missing(price, "shipped table", "without a price for NVIDIA_TESLA_T4")
+    assert figures(price)[0] == pytest.approx(1.68)
+    assert not missing(price, "shipped table") and "without a price" not in price
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"vertex": {
         "prices": {"NVIDIA_TESLA_T4": 0.35, "SPOT:NVIDIA_TESLA_T4": 0.1},
@@ -207,22 +209,23 @@ def test_validate_gpu_prices_each_configuration(tmp_path, capsys):
     assert main(["validate-gpu", "--config", str(config)]) == 0
     out = capsys.readouterr().out.splitlines()
     prices = [line for line in out if "price:" in line]
-    # The default pools (2 machines, a T4 each), on demand and then as Spot VMs.
-    # The shipped table (the catalog cannot be read here) has no Spot price for the
-    # machine: its on-demand one is used, and said.
-    shipped = "us-central1 prices of 2025-08-16 to 2026-10-07, from the shipped table; " \
+    # The default pools (2 machines, a T4 each), on demand and then as Spot VMs: the
+    # machine's Spot price is Compute Engine's (0.11605) plus the management fee (0.15 of
+    # its on-demand 0.38: 0.057).
+    shipped = f"us-central1 prices of {shipped_table.READ}, from the shipped table; " \
         "vertex.prices over them"
-    # 2 x (0.44 + 0.35) and 2 x (0.44 + 0.10), by hand.
-    assert [figures(line)[0] for line in prices] == [pytest.approx(1.57), pytest.approx(1.07)]
+    # 2 x (0.437 + 0.35) and 2 x (0.17305 + 0.10), by hand.
+    assert [figures(line)[0] for line in prices] == [pytest.approx(1.57), pytest.approx(0.55)]
     assert all(shipped in line for line in prices)
-    assert "n1-standard-8" not in prices[0] and "n1-standard-8" in prices[1]
+    assert "priced on demand" not in prices[1]
     # Offline there is no measured speed: the most each job can cost is its whole timeout
     # (the default 7 days).
     most = [line for line in out if "cost:" in line]
-    # 2 x (0.437 + 0.35) = 1.574 USD an hour for 168 h: 264.43 USD; Spot 180.43 USD.
+    # 2 x (0.437 + 0.35) = 1.574 USD an hour for 168 h: 264.43 USD; Spot 2 x (0.17305 +
+    # 0.1) for 168 h: 91.74 USD.
     assert figures(most[0])[0] == pytest.approx(264.43, abs=0.01)
     assert not missing(most[0], "vertex.timeout 604800s", "168 h")
-    assert figures(most[1])[0] == pytest.approx(180.43, abs=0.01)
+    assert figures(most[1])[0] == pytest.approx(91.74, abs=0.01)
 
 
 def test_validate_gpu_reads_the_documents_config_yaml(tmp_path, capsys):

@@ -6,7 +6,11 @@ import pytest
 
 from components.capacity import cost
 from components.gpu.worker_pool import parse_pools
+from components.prices import shipped_table
 from components.prices.price_list import PriceBook
+
+#: The figures below are computed by hand from the tests' own prices.
+pytestmark = pytest.mark.usefixtures("hand_prices")
 
 T4_POOLS = [{"machineSpec": {"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_TESLA_T4",
                              "acceleratorCount": 1}, "replicaCount": 1},
@@ -69,7 +73,7 @@ def test_a_type_without_a_price_is_named_never_free():
     assert estimate["per_epoch_usd"] is None
     assert "without a price for NVIDIA_TESLA_A100, a2-highgpu-1g: give it in vertex.prices" \
         in cost.line(estimate)
-    assert "us-central1 prices of 2025-08-16 to 2026-10-07, from the shipped table" in \
+    assert f"us-central1 prices of {shipped_table.READ}, from the shipped table" in \
         cost.line(estimate)
 
 

@@ -14,6 +14,7 @@ import yaml
 from components.capacity.budget import check
 from components.gpu import catalog as cat
 from components.prices import catalog as price_catalog
+from components.prices import shipped_table
 from pipelines.cli import main
 from pipelines.vertex.clients import Clients
 from pipelines.vertex.cost_estimate import NewestSpeed, _estimates, estimate_lines
@@ -130,7 +131,7 @@ def test_the_prices_command_shows_the_region_s_prices_with_their_skus(catalog, c
 def test_the_prices_command_without_the_catalog_says_the_shipped_table(capsys):
     assert main(["prices"]) == 0
     captured = capsys.readouterr()
-    assert "prices: us-central1 prices of 2025-08-16 to 2026-10-07, from the shipped " \
+    assert f"prices: us-central1 prices of {shipped_table.READ}, from the shipped " \
            "table" in captured.out
     assert "the Cloud Billing Catalog API needs Google Cloud credentials" in \
         captured.out + captured.err

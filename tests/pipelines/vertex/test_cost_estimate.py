@@ -13,10 +13,14 @@ from google.cloud import aiplatform_v1
 
 from components.capacity.measured_speed import seconds_per_epoch
 from components.export.model_files import LINEAGE
+from components.prices import shipped_table
 from pipelines.vertex.clients import Clients
 from pipelines.vertex.cost_estimate import NewestSpeed, estimate_lines
 from tests.support.facts import figures, missing
 from tests.support.launches import config
+
+#: The figures below are computed by hand from the tests' own prices.
+pytestmark = pytest.mark.usefixtures("hand_prices")
 
 RATE = 2 * 2 * 0.21849885  # the default pools: two n1-standard-8 machines (T4s unpriced)
 
@@ -143,7 +147,7 @@ def test_submit_holds_the_budget_before_anything_is_created(tmp_path):
                        "6.00 USD (primary (us-central1): 1.57 USD an hour, about 10.00 h (10 "
                        "epoch(s) at 3600 s, as projects/p/locations/us-central1/models/7@1 "
                        "measured on these machines): 15.74 USD (us-central1 prices of "
-                       "2025-08-16 to 2026-10-07, from the shipped table; vertex.prices over "
+                       f"{shipped_table.READ}, from the shipped table; vertex.prices over "
                        "them))")
     # The first configuration that fits is in the run's region: it becomes the primary.
     near = _budgeted(6.0, tmp_path, fallback_region="us-central1")
