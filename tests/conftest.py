@@ -15,6 +15,14 @@ from components.dataset.sources import BUILTIN_SHAPES
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+def pytest_collection_modifyitems(items):
+    """The longest files first (`tests.support.schedule`): `make test`'s processes take whole
+    files in this order, and the short ones are left for the end."""
+    from tests.support.schedule import longest_first
+
+    items[:] = longest_first(items)
+
+
 def _no_account():
     from google.auth.exceptions import DefaultCredentialsError
 
