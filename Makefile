@@ -30,8 +30,9 @@ demo: install
 # The whole suite (docs/testing.md), on three processes, each taking whole test files
 # (their module fixtures are shared within a file): the suite's tests spend a fifth of
 # their time waiting (on servers, clusters forming, timeouts), so on the 2-core machine a
-# third process keeps both cores busy (1.8 cores used instead of 1.6). (Starting the
-# longest modules first was slower: 742 s against 683 s, as they then all ran at once.)
+# third process keeps both cores busy (1.8 cores used instead of 1.6). The longest files
+# are handed out first (tests/support/schedule.py): in collection order the trainer's
+# TensorFlow files came last and one process was still on them when the others had ended.
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 3 --dist loadfile
