@@ -49,6 +49,10 @@ FAMILIES = {"N1 Predefined": (0.0436, 0.0058), "E2": (0.0252, 0.0034),
             "G2": (0.0282, 0.0033), "A2": (0.0363, 0.0049), "A2 Ultra": (0.0363, 0.0049),
             "A3": (0.0293227, 0.0025534), "A3 Mega": (0.0329, 0.0029),
             "A3Ultra": (0.0361, 0.0032)}
+#: Compute Engine's category of a family's cores and RAM: "CPU" and "RAM", but N1's share
+#: the group "N1Standard" (Cyclenerd/google-cloud-pricing-cost-calculator's SKU mapping,
+#: build/mapping.csv: "CPU and RAM are in the same group").
+GROUPS = {"N1 Predefined": ("N1Standard", "N1Standard")}
 #: Compute Engine's price is Vertex AI's over 1.15; Spot and Flex-start a share of it, and
 #: Vertex AI's management fee another.
 CE, SPOT, FLEX, FEE = 1 / 1.15, 0.35, 0.5, 0.15
@@ -147,8 +151,9 @@ def catalog(regions: dict[str, tuple[str, str, float]] = REGIONS,
                 sku(COMPUTE_ENGINE, f"{name} Virtual Workstation GPU running in {geo}",
                     offered, usd * 1.2)]
         for family, (core, ram) in FAMILIES.items():
-            for part, usd, unit, group in (("Core", core, "h", "CPU"),
-                                           ("Ram", ram, "GiBy.h", "RAM")):
+            groups = GROUPS.get(family, ("CPU", "RAM"))
+            for part, usd, unit, group in (("Core", core, "h", groups[0]),
+                                           ("Ram", ram, "GiBy.h", groups[1])):
                 usd *= factor * CE
                 compute += [
                     sku(COMPUTE_ENGINE, f"Spot Preemptible {family} Instance {part} running "
