@@ -22,7 +22,7 @@ europe-west4: 3.7480 - 0.8141 = 2.9339, as in us-central1).
 A machine type's price is its family's listed type scaled by vCPUs (within these families
 memory grows with vCPUs: n1-standard-8 = 0.38 = n1-standard-96 x 8/96).
 
-Vertex AI's training prices are Compute Engine's times `VERTEX_OVER_COMPUTE_ENGINE`,
+Vertex AI's training prices are Compute Engine's times `vertex_over_compute_engine()`,
 measured from the one machine both are known for (Vertex AI's custom-training price of
 n1-standard-4 in us-central1, 0.21849885, over Compute Engine's, 4.55998 x 4/96: 1.1500;
 the billing export's H100 in Iowa, 11.2660332, is the same 1.15 over Compute Engine's
