@@ -40,7 +40,6 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from components.serving import batch
-    from trainer.serving.app import SavedModelPredictor
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     paths = batch.image_paths(args.source)
@@ -51,6 +50,10 @@ def run(args: argparse.Namespace) -> int:
                          f"({batch.RESULTS}); give another folder or remove them")
     print(f"batch-predict: {len(paths)} images with {args.model} version {entry['version']} "
           f"({saved})", flush=True)
+    # TensorFlow is imported only once the source, the model and the output are known good:
+    # a mistake is said in a second, not after TensorFlow's start-up.
+    from trainer.serving.app import SavedModelPredictor
+
     predictor = SavedModelPredictor()
     with tensorflow_start_quietly():
         predictor.load(saved)
