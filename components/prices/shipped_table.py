@@ -181,8 +181,3 @@ def prices(region: str) -> dict[str, float]:
             kind = key.split(":", 1)[1]
             vertex[key] = usd + found[kind] * (ratio - 1)
     return vertex
-
-
-def regions() -> list[str]:
-    """The regions the table prices anything in."""
-    return sorted(_compute_engine())
