@@ -181,7 +181,9 @@ def as_int(value: Any) -> Any:
     # ASCII digits only: str.isdigit() is also true of '²', which int() refuses.
     text = value.strip() if isinstance(value, str) else ""
     if text.isascii() and text.isdigit() and len(text) <= 19:
-        return int(value)
+        # The stripped text: str.strip() also drops control characters such as '\x1f',
+        # which int() refuses (found by the random documents test).
+        return int(text)
     return value
 
 

@@ -521,9 +521,11 @@ def test_a_mistyped_name_gets_the_closest_valid_one_and_no_region_warning(machin
     assert result.warnings == []
 
 
-def test_a_replica_count_of_non_ascii_digits_is_an_error_not_a_crash():
-    # '²'.isdigit() is True, but int('²') raises (found by the random documents test).
-    result = gv.validate_worker_pool_specs([{"machine_spec": None, "replica_count": "²"}])
+@pytest.mark.parametrize("count", ["²", "0\x1f"])
+def test_a_replica_count_of_odd_characters_is_an_error_not_a_crash(count):
+    # '²'.isdigit() is True, but int('²') raises; '0\x1f' strips to '0', but int() keeps
+    # the '\x1f' (both found by the random documents test).
+    result = gv.validate_worker_pool_specs([{"machine_spec": None, "replica_count": count}])
     assert not result.ok and any("replica_count" in e for e in result.errors)
 
 
