@@ -22,10 +22,15 @@ def _serving_module(tf: Any, model: Any, image_size: int, class_names: Sequence[
     class Serving(tf.Module):
         def __init__(self):
             super().__init__()
-            self.model = model
+            # The model's variables, not the Keras model: tracking the model makes
+            # tf.saved_model.save serialize every layer's call functions as Keras objects
+            # (MobileNetV3Small: 7.4 CPU-s to save, 2.5 to load, against 1.4 and 0.5 with
+            # its variables alone), and only the signatures are ever loaded (`measure`,
+            # the model server, TensorFlow Serving).
+            self.weights = list(model.variables)
 
         def _predict(self, images):
-            probabilities = self.model(images, training=False)
+            probabilities = model(images, training=False)
             index = tf.argmax(probabilities, axis=-1)
             return {"probabilities": probabilities, "class_index": index,
                     "class_name": tf.gather(names, index)}

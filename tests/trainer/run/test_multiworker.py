@@ -125,6 +125,14 @@ def test_saved_model_serves_bytes_and_floats(trained, small_dataset):
     assert by_bytes["probabilities"].shape == (2, 4)
     np.testing.assert_allclose(by_bytes["probabilities"], by_floats["probabilities"], atol=1e-5)
     assert by_bytes["class_name"].numpy()[0].decode() in {"circle", "cross", "square", "triangle"}
+    # The signatures and the variables, without the Keras model's own objects (whose every
+    # layer's call functions made a save and a load several times slower).
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel.FromString((model_dir / "saved_model.pb").read_bytes())
+    kinds = {node.user_object.identifier for node in saved.meta_graphs[0].object_graph_def.nodes
+             if node.WhichOneof("kind") == "user_object"}
+    assert not {kind for kind in kinds if "keras" in kind}, kinds
 
 
 def test_the_trainer_measures_its_model_and_export_reuses_it(trained, small_dataset,
