@@ -1,11 +1,13 @@
 """Transfer learning on a real local cluster: a backbone from a weights file trains its head
-(phase 1), then fine-tunes the top of its base (phase 2); a job killed in phase 2 resumes
-there without repeating phase 1, under MultiWorkerMirroredStrategy. (Both phases under
+(phase 1), then fine-tunes the top of its base (phase 2); a job whose worker is killed in
+phase 2, restarted whole as Vertex AI restarts it, resumes there without repeating an epoch
+and exports once, under MultiWorkerMirroredStrategy. (Both phases under
 ParameterServerStrategy: tests/pipelines/vertex/test_emulated_run.py, on the Vertex AI path.)"""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +16,7 @@ import pytest
 
 from tests.support.trainer_processes import EPOCH_LINE, finish, kill_after_epoch, start
 from trainer.cluster.roles import Layout
-from trainer.common.committed_dirs import require_committed
+from trainer.common.committed_dirs import MARKER, require_committed
 from trainer.serving.container import METADATA_FILE
 
 pytestmark = pytest.mark.slow
@@ -57,8 +59,12 @@ def test_both_phases_survive_a_restart_in_phase_2_on_two_workers(small_dataset, 
     assert done_first[:PHASE_1 + 1] == list(range(1, PHASE_1 + 2))
     assert max(done_first) < PHASE_1 + PHASE_2
     assert (job / "checkpoints" / "backup").is_dir()  # phase 1's, kept for a restart
+    assert not (job / "model").exists()
 
-    chief_log, _ = finish(start(Layout(workers=1), args))
+    # Vertex AI restarts the whole job (restart_job_on_worker_restart): on new ports, the
+    # same job dir, it resumes from the backup.
+    logs = finish(start(Layout(workers=1), args))
+    chief_log = logs[0]
     done = [int(n) for n, _ in EPOCH_LINE.findall(chief_log)]
     assert done and done[0] > max(done_first), (done_first, chief_log[-3000:])
     assert done == list(range(done[0], PHASE_1 + PHASE_2 + 1))  # phase 1 not run again
@@ -66,12 +72,16 @@ def test_both_phases_survive_a_restart_in_phase_2_on_two_workers(small_dataset, 
     assert "fine-tuning: " in chief_log
 
     report = json.loads((job / "training_report.json").read_text())
-    assert [h["epoch"] for h in report["history"]] == list(range(PHASE_1 + PHASE_2))
+    assert report["resumed_from_epoch"] == done[0] - 1
+    assert [h["epoch"] for h in report["history"]] == list(range(PHASE_1 + PHASE_2))  # no gap
     assert report["epochs"] == PHASE_1 + PHASE_2 and report["model"] == "mobilenet_v3_small"
     assert [(p["name"], p["epochs"]) for p in report["phases"]] == [
         ("train", PHASE_1), ("fine_tune", PHASE_2)]
     assert not (job / "checkpoints" / "backup").exists()  # dropped after the last phase
+    # Exported once, by the chief, and no other copy.
     model_dir = Path(require_committed(job / "model"))
+    assert sum("model written to" in log for log in logs) == 1
+    assert sorted(os.listdir(job / "model")) == sorted([MARKER, model_dir.name])
     metadata = json.loads((model_dir / METADATA_FILE).read_text())
     assert [p["name"] for p in metadata["training"]["phases"]] == ["train", "fine_tune"]
     # The chief measured the exported model through its serving signature before it
