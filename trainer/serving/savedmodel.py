@@ -22,12 +22,17 @@ def _serving_module(tf: Any, model: Any, image_size: int, class_names: Sequence[
     class Serving(tf.Module):
         def __init__(self):
             super().__init__()
-            # The model's variables, not the Keras model: tracking the model makes
-            # tf.saved_model.save serialize every layer's call functions as Keras objects
-            # (MobileNetV3Small: 7.4 CPU-s to save, 2.5 to load, against 1.4 and 0.5 with
-            # its variables alone), and only the signatures are ever loaded (`measure`,
-            # the model server, TensorFlow Serving).
+            # The model's variables and resources (a user's model may hold a lookup
+            # table), not the Keras model: tracking the model makes tf.saved_model.save
+            # serialize every layer's call functions as Keras objects (MobileNetV3Small:
+            # 7.4 CPU-s to save, 2.5 to load, against 1.4 and 0.5 without them), and only
+            # the signatures are ever loaded (`measure`, the model server, TensorFlow
+            # Serving). The optimizer's slots stay out.
             self.weights = list(model.variables)
+            self.resources = [
+                t for t in tf.train.TrackableView(model).descendants()
+                if isinstance(t, (tf.saved_model.experimental.TrackableResource,
+                                  tf.saved_model.Asset))]
 
         def _predict(self, images):
             probabilities = model(images, training=False)

@@ -2,7 +2,8 @@
 (phase 1), then fine-tunes the top of its base (phase 2); a job whose worker is killed in
 phase 2, restarted whole as Vertex AI restarts it, resumes there without repeating an epoch
 and exports once, under MultiWorkerMirroredStrategy. (Both phases under
-ParameterServerStrategy: tests/pipelines/vertex/test_emulated_run.py, on the Vertex AI path.)"""
+ParameterServerStrategy: tests/pipelines/vertex/test_emulated_layouts.py, on the Vertex AI
+path.)"""
 
 from __future__ import annotations
 
