@@ -17,12 +17,13 @@ from components.gpu import catalog as cat
 from tests.components.capacity.test_training_hours import T4_POOLS, evidence, measured, registered
 from tests.support.facts import figures, missing
 from tests.support.launches import L4, FakeTime, config, launch_settings, pools, pushed_images
+from tests.support.prices import N1_STANDARD_4
 from tests.trainer.cluster.test_measured_plan import results
 
 #: The figures below are computed by hand from the tests' own prices.
 pytestmark = pytest.mark.usefixtures("hand_prices")
 
-N1_8 = 2 * 0.21849885  # n1-standard-8 in the table: twice n1-standard-4
+N1_8 = 2 * N1_STANDARD_4  # n1-standard-8 in the table: twice n1-standard-4
 
 
 def _evidence(seconds: float | None = None, l4_seconds: float | None = None,

@@ -8,6 +8,7 @@ from components.capacity import cost
 from components.gpu.worker_pool import parse_pools
 from components.prices import shipped_table
 from components.prices.price_list import PriceBook
+from tests.support.prices import A3_CORE, A3_RAM, H100, N1_STANDARD_4
 
 #: The figures below are computed by hand from the tests' own prices.
 pytestmark = pytest.mark.usefixtures("hand_prices")
@@ -36,8 +37,8 @@ def test_every_job_is_billed_as_vertex_ai_bills_it():
         # Queued and cancelled before it started: no time.
         _job("4", "JOB_STATE_CANCELLED", None, "2026-11-01T10:31:00Z")]
     estimate = cost.run_cost(jobs, prices, epochs=10, training_images=500_000)
-    # n1-standard-8 is twice n1-standard-4's 0.21849885; four machines with a T4 each.
-    per_hour = 4 * (2 * 0.21849885 + 0.35)
+    # n1-standard-8 is twice n1-standard-4; four machines with a T4 each.
+    per_hour = 4 * (2 * N1_STANDARD_4 + 0.35)
     assert per_hour == pytest.approx(3.1479908)
     assert estimate["usd"] == pytest.approx(round(per_hour * 0.5 + per_hour * 2, 4))
     assert estimate["per_epoch_usd"] == pytest.approx(estimate["usd"] / 10, abs=1e-4)
@@ -50,7 +51,7 @@ def test_every_job_is_billed_as_vertex_ai_bills_it():
     first, failed = estimate["jobs"][0]["pools"], estimate["jobs"][1]["pools"]
     assert [(p["pool"], p["replicas"], p["hours"]) for p in first] == [(0, 1, 0.5), (1, 3, 0.5)]
     assert sum(p["usd"] for p in first) == pytest.approx(estimate["jobs"][0]["usd"], abs=2e-4)
-    assert first[1]["usd_per_hour"] == pytest.approx(3 * (2 * 0.21849885 + 0.35))
+    assert first[1]["usd_per_hour"] == pytest.approx(3 * (2 * N1_STANDARD_4 + 0.35))
     assert [p["usd"] for p in failed] == [0.0, 0.0]
     text = cost.line(estimate)
     assert text.startswith(f"cost: about {estimate['usd']:.2f} USD for 4 job(s), ")
@@ -65,10 +66,10 @@ def test_a_type_without_a_price_is_named_never_free():
     estimate = cost.run_cost([_job("9", "JOB_STATE_SUCCEEDED", "2026-11-01T10:00:00Z",
                                    "2026-11-01T11:00:00Z", pools)], PriceBook(),
                              epochs=0, training_images=0)
-    # Only the shipped table's H100s (11.2660332 an hour each) and a3-highgpu-8g (its 208
-    # vCPUs and 1,872 GB at A3's 0.0293227 and 0.0025534) are priced.
-    assert estimate["usd"] == pytest.approx(8 * 11.2660332 + 208 * 0.0293227
-                                            + 1872 * 0.0025534, abs=1e-4)
+    # Only the shipped table's H100s and a3-highgpu-8g (its 208 vCPUs and 1,872 GB at A3's
+    # core and RAM prices) are priced.
+    assert estimate["usd"] == pytest.approx(8 * H100 + 208 * A3_CORE + 1872 * A3_RAM,
+                                            abs=1e-4)
     assert estimate["unpriced"] == ["NVIDIA_TESLA_A100", "a2-highgpu-1g"]
     assert estimate["per_epoch_usd"] is None
     assert "without a price for NVIDIA_TESLA_A100, a2-highgpu-1g: give it in vertex.prices" \
@@ -83,7 +84,7 @@ def test_a_study_is_billed_for_every_trial_but_the_failed_ones():
     pools = [{"machineSpec": {"machineType": "n1-standard-8", "acceleratorType":
                               "NVIDIA_H100_80GB", "acceleratorCount": 2}, "replicaCount": "1"}]
     found = cost.tuning_cost(trials, parse_pools(pools), PriceBook().region("us-central1"))
-    # 0.75 h billed at 2 x 0.21849885 + 2 x 11.2660332 an hour.
+    # 0.75 h billed at 2 x n1-standard-4 + 2 x the H100 an hour.
     assert found["usd"] == pytest.approx(0.75 * (0.4369977 + 22.5320664), abs=1e-4)
     assert (found["trials"], found["billed_trials"], found["seconds"]) == (3, 2, 2700.0)
     assert cost.tuning_line(found).startswith(
@@ -126,10 +127,10 @@ def test_a_spot_job_takes_its_spot_price_or_says_it_was_priced_on_demand():
     assert (spot.strategy, spot.on_demand_rate) == ("SPOT", False)
     # With a Spot price for the GPU only, the machine is priced on demand, and said.
     mixed = cost.job_cost(_spot_job(), PriceBook({"SPOT:NVIDIA_H100_80GB": 3.0}))
-    assert mixed.usd == pytest.approx(2 * 2 * (0.21849885 + 3.0), abs=1e-4)
+    assert mixed.usd == pytest.approx(2 * 2 * (N1_STANDARD_4 + 3.0), abs=1e-4)
     assert mixed.on_demand_rate
     on_demand = cost.run_cost([_spot_job()], PriceBook(), epochs=2, training_images=0)
-    assert on_demand["usd"] == pytest.approx(2 * 2 * (0.21849885 + 11.2660332), abs=1e-4)
+    assert on_demand["usd"] == pytest.approx(2 * 2 * (N1_STANDARD_4 + H100), abs=1e-4)
     assert "SPOT job(s) priced at on-demand rates where no SPOT price was found, an upper " \
         "bound (give SPOT:<type> in vertex.prices)" in cost.line(on_demand)
 
@@ -149,7 +150,7 @@ def test_each_configuration_tried_is_priced_per_epoch_at_the_speed_that_trained(
     assert (fallback["configuration"], fallback["trained"]) == ("fallbacks[0]", True)
     assert fallback["per_epoch_usd"] == pytest.approx(1.6 / 4)
     assert fallback["per_1000_images_usd"] == pytest.approx(1.6 / 100)
-    per_hour = 4 * (2 * 0.21849885 + 0.35)
+    per_hour = 4 * (2 * N1_STANDARD_4 + 0.35)
     assert (primary["configuration"], primary["trained"]) == ("primary", False)
     assert primary["per_epoch_usd"] == pytest.approx(per_hour / 4, abs=1e-4)
     assert f"per configuration tried: primary {per_hour / 4:.4f} USD per epoch" in \

@@ -8,6 +8,10 @@ import pytest
 
 from components.capacity import cost_item, pipeline_job_cost, run_cost
 from components.prices.price_list import PriceBook
+from tests.support.prices import N1_STANDARD_4
+
+#: The figures below are computed by hand from the tests' own prices.
+pytestmark = pytest.mark.usefixtures("hand_prices")
 
 T4_POOLS = [{"machineSpec": {"machineType": "n1-standard-8", "acceleratorType":
                              "NVIDIA_TESLA_T4", "acceleratorCount": 1}, "replicaCount": "2"}]
@@ -34,7 +38,7 @@ def test_every_resource_is_priced_for_its_billed_time_and_the_rest_is_named():
         training=[_job("jobs/1", "JOB_STATE_FAILED", 600), _job("jobs/2", "JOB_STATE_SUCCEEDED",
                                                                  1800)],
         studies=[study], batch=[batch], book=prices)
-    rate = 2 * (2 * 0.21849885 + 0.35)  # two n1-standard-8 with a T4 each
+    rate = 2 * (2 * N1_STANDARD_4 + 0.35)  # two n1-standard-8 with a T4 each
     failed, trained, tuning, scored, fee = cost["items"]
     assert (failed["usd"], failed["basis"]) == (0.0, "failed, not billed")
     assert trained["usd"] == pytest.approx(rate / 2, abs=1e-4) and trained["hours"] == 0.5

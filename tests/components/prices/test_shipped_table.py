@@ -11,6 +11,7 @@ from components.gpu import catalog as cat
 from components.prices import shipped_table
 from components.prices.price_list import PriceBook, price_of
 from components.prices.shipped_table import Row
+from tests.support.prices import H100
 
 #: (GPU type, its machine) as the price issue tries them offline.
 OFFERED = [(cat.T4, "n1-standard-8"), (cat.V100, "n1-standard-8"),
@@ -49,9 +50,9 @@ def test_figures_by_hand_from_the_readings_rows():
     west = shipped_table.prices("europe-west4")
     assert west[cat.A100] == pytest.approx(3.3739988, abs=1e-5)
     # The H100 in us-central1, from the whole a3-highgpu-8g (88.49 less 9.46006, over 8,
-    # with its share of the local SSD the machine comes with): within 1% of the 11.2660332
-    # a Vertex AI billing export of Iowa lists.
-    assert central[cat.H100_80GB] == pytest.approx(11.2660332, rel=0.01)
+    # with its share of the local SSD the machine comes with): within 1% of what a Vertex AI
+    # billing export of Iowa lists.
+    assert central[cat.H100_80GB] == pytest.approx(H100, rel=0.01)
 
 
 def test_rows_a_reading_got_wrong_are_dropped():

@@ -18,11 +18,12 @@ from pipelines.vertex.clients import Clients
 from pipelines.vertex.cost_estimate import NewestSpeed, estimate_lines
 from tests.support.facts import figures, missing
 from tests.support.launches import config
+from tests.support.prices import N1_STANDARD_4
 
 #: The figures below are computed by hand from the tests' own prices.
 pytestmark = pytest.mark.usefixtures("hand_prices")
 
-RATE = 2 * 2 * 0.21849885  # the default pools: two n1-standard-8 machines (T4s unpriced)
+RATE = 2 * 2 * N1_STANDARD_4  # the default pools: two n1-standard-8 machines (T4s unpriced)
 
 
 class _Storage:
